@@ -1,0 +1,688 @@
+package statemachine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// DefaultLeaseSeconds is the lease of a job enqueued without one.
+const DefaultLeaseSeconds = 60
+
+// applier applies the entries of one Update to one indexed batch.
+type applier struct {
+	s     *StateMachine
+	b     *pebble.Batch
+	index uint64
+	pos   int
+	now   int64
+	err   error // first storage error: fatal for the Update
+
+	dirty map[string]struct{} // queues whose stats changed
+	ready map[string]struct{} // queues that gained fetchable jobs
+}
+
+func newApplier(s *StateMachine, b *pebble.Batch) *applier {
+	return &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
+}
+
+func (a *applier) fail(err error) {
+	if a.err == nil {
+		a.err = err
+	}
+}
+
+// applyEntry applies one Raft entry and returns its encoded results, or
+// false when the entry cannot be decoded (it then changes nothing).
+func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
+	e, err := DecodeEntry(cmd)
+	if err != nil {
+		a.s.cfg.Logger.Error().Err(err).Uint64("index", a.index).Msg("rejecting undecodable entry")
+		return nil, false
+	}
+	// Time never goes backwards inside the state machine, whatever the
+	// proposer's clock did.
+	if e.Now > a.s.lastNow {
+		a.s.lastNow = e.Now
+	}
+	a.now = a.s.lastNow
+
+	dk := dedupKey(e.ID)
+	if prev, ok := a.get(dk); ok {
+		return a.replayResults(prev), true
+	}
+	results := make([]Result, len(e.Ops))
+	for i, op := range e.Ops {
+		a.pos = i
+		results[i] = a.apply(op)
+		if a.err != nil {
+			return nil, false
+		}
+	}
+	a.set(dk, encodeResults(nil, results, true))
+	return encodeResults(nil, results, false), true
+}
+
+// replayResults answers a duplicate proposal with the results of the first
+// one, reloading fetched jobs (their records were stored by ID only).
+func (a *applier) replayResults(stored []byte) []byte {
+	rs, _, err := decodeResults(stored)
+	if err != nil {
+		a.fail(fmt.Errorf("corrupt dedup record: %w", err))
+		return nil
+	}
+	for i := range rs {
+		for j := range rs[i].Jobs {
+			if v, ok := a.view(rs[i].Jobs[j].Job.ID); ok {
+				rs[i].Jobs[j] = *v
+			}
+		}
+	}
+	return encodeResults(nil, rs, false)
+}
+
+func (a *applier) apply(op Op) Result {
+	switch o := op.(type) {
+	case *EnqueueOp:
+		return a.enqueue(o)
+	case *FetchOp:
+		return a.fetch(o)
+	case *AckOp:
+		return a.ack(o)
+	case *FailOp:
+		return a.failJob(o)
+	case *HeartbeatOp:
+		return a.heartbeat(o)
+	case *CancelOp:
+		return a.cancel(o)
+	case *PromoteOp:
+		return a.promote(o)
+	case *ReclaimOp:
+		return a.reclaim(o)
+	case *PauseQueueOp:
+		return a.setPaused(o.Queue, true)
+	case *ResumeQueueOp:
+		return a.setPaused(o.Queue, false)
+	case *PruneDedupOp:
+		return a.pruneDedup(o)
+	}
+	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
+}
+
+// ---- storage helpers ----
+
+func (a *applier) get(k []byte) ([]byte, bool) {
+	v, closer, err := a.b.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		a.fail(err)
+		return nil, false
+	}
+	out := append([]byte(nil), v...)
+	closer.Close()
+	return out, true
+}
+
+func (a *applier) set(k, v []byte) {
+	if err := a.b.Set(k, v, nil); err != nil {
+		a.fail(err)
+	}
+}
+
+func (a *applier) del(k []byte) {
+	if err := a.b.Delete(k, nil); err != nil {
+		a.fail(err)
+	}
+}
+
+func (a *applier) loadJob(id string) (*Job, bool) {
+	v, ok := a.get(jobKey(id))
+	if !ok {
+		return nil, false
+	}
+	j := &Job{}
+	d := dec{b: v}
+	j.decode(&d)
+	if d.err != nil {
+		a.fail(fmt.Errorf("corrupt job %s: %w", id, d.err))
+		return nil, false
+	}
+	return j, true
+}
+
+// loadState reads a job's state record; a job without one is pending.
+func (a *applier) loadState(id string) JobState {
+	v, ok := a.get(stateKey(id))
+	if !ok {
+		return JobState{State: StatePending}
+	}
+	var st JobState
+	d := dec{b: v}
+	st.decode(&d)
+	if d.err != nil {
+		a.fail(fmt.Errorf("corrupt job state %s: %w", id, d.err))
+	}
+	return st
+}
+
+func (a *applier) putState(id string, st *JobState) {
+	a.set(stateKey(id), st.appendTo(nil))
+}
+
+func (a *applier) view(id string) (*JobView, bool) {
+	j, ok := a.loadJob(id)
+	if !ok {
+		return nil, false
+	}
+	return &JobView{Job: *j, State: a.loadState(id)}, true
+}
+
+func (a *applier) stats(q string) *QueueStats {
+	if st, ok := a.s.stats[q]; ok {
+		return st
+	}
+	st := &QueueStats{}
+	if v, ok := a.get(queueStatsKey(q)); ok {
+		d := dec{b: v}
+		st.decode(&d)
+		if d.err != nil {
+			a.fail(fmt.Errorf("corrupt stats of queue %s: %w", q, d.err))
+		}
+	}
+	a.s.stats[q] = st
+	return st
+}
+
+// knownQueue reports whether the queue ever had a job, without creating it.
+func (a *applier) knownQueue(q string) bool {
+	if _, ok := a.s.stats[q]; ok {
+		return true
+	}
+	_, ok := a.get(queueStatsKey(q))
+	if ok {
+		a.stats(q)
+	}
+	return ok
+}
+
+func (a *applier) config(q string) *QueueConfig {
+	if c, ok := a.s.configs[q]; ok {
+		return c
+	}
+	c := &QueueConfig{}
+	if v, ok := a.get(queueCfgKey(q)); ok {
+		d := dec{b: v}
+		c.decode(&d)
+		if d.err != nil {
+			a.fail(fmt.Errorf("corrupt config of queue %s: %w", q, d.err))
+		}
+	}
+	a.s.configs[q] = c
+	return c
+}
+
+// move shifts one job of queue q between state counts.
+func (a *applier) move(q string, from, to State) {
+	st := a.stats(q)
+	if from != 0 {
+		st.Counts[from]--
+	}
+	if to != 0 {
+		st.Counts[to]++
+	}
+	a.dirty[q] = struct{}{}
+	switch to {
+	case StateCompleted:
+		st.Completed++
+	case StateDead:
+		st.Dead++
+	}
+}
+
+// flushStats writes every touched queue's stats into the batch and returns
+// the signals for the listener.
+func (a *applier) flushStats() []QueueSignal {
+	if len(a.dirty) == 0 {
+		return nil
+	}
+	sigs := make([]QueueSignal, 0, len(a.dirty))
+	for q := range a.dirty {
+		st := a.stats(q)
+		a.set(queueStatsKey(q), st.appendTo(nil))
+		_, ready := a.ready[q]
+		sigs = append(sigs, QueueSignal{Queue: q, Pending: st.Counts[StatePending], Paused: a.config(q).Paused, Ready: ready})
+	}
+	sort.Slice(sigs, func(i, j int) bool { return sigs[i].Queue < sigs[j].Queue })
+	return sigs
+}
+
+func (a *applier) addPending(j *Job) {
+	k := pendingKey(j.Queue, j.Priority, j.CreatedAt, j.Seq)
+	a.set(k, []byte(j.ID))
+	a.s.lowerCursor(j.Queue, k)
+	a.ready[j.Queue] = struct{}{}
+}
+
+func (a *applier) delPending(j *Job) {
+	a.del(pendingKey(j.Queue, j.Priority, j.CreatedAt, j.Seq))
+}
+
+func (a *applier) addError(j *Job, st *JobState, msg, backtrace string) {
+	je := JobError{Attempt: st.Attempt, Error: msg, Backtrace: backtrace, At: a.now}
+	a.set(errorKey(j.ID, st.Attempt), je.appendTo(nil))
+	st.Errors++
+	st.LastError = msg
+	st.FailedAt = a.now
+}
+
+// releaseLease removes an active job's lease index key.
+func (a *applier) releaseLease(id string, st *JobState) {
+	a.del(timeIndexKey(pfxLease, st.LeaseExpiresAt, id))
+	st.LeaseExpiresAt = 0
+}
+
+func (a *applier) expired(j *Job) bool { return j.ExpireAt > 0 && a.now >= j.ExpireAt }
+
+// ---- ops ----
+
+func (a *applier) enqueue(o *EnqueueOp) Result {
+	j := &o.Job
+	if j.ID == "" || j.Queue == "" {
+		return Result{Status: StatusInvalid, Message: "job id and queue are required"}
+	}
+	if _, exists := a.get(jobKey(j.ID)); exists {
+		return Result{Status: StatusConflict, Message: "job id already exists"}
+	}
+	j.CreatedAt = a.now
+	j.Seq = a.index<<16 | uint64(a.pos)
+	if j.LeaseSeconds == 0 {
+		j.LeaseSeconds = DefaultLeaseSeconds
+	}
+	if j.ExpireAfterMs > 0 {
+		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
+	}
+	a.set(jobKey(j.ID), j.appendTo(nil))
+	st := a.stats(j.Queue)
+	st.Enqueued++
+	if j.ScheduledAt > a.now {
+		js := JobState{State: StateScheduled, DueAt: j.ScheduledAt}
+		a.putState(j.ID, &js)
+		a.set(timeIndexKey(pfxDue, j.ScheduledAt, j.ID), nil)
+		a.move(j.Queue, 0, StateScheduled)
+		return Result{State: StateScheduled}
+	}
+	a.addPending(j)
+	a.move(j.Queue, 0, StatePending)
+	return Result{State: StatePending}
+}
+
+type fetchHead struct {
+	queue  string
+	prefix int
+	it     *pebble.Iterator
+}
+
+func (a *applier) fetch(o *FetchOp) Result {
+	want := int(o.Count)
+	if want <= 0 {
+		want = 1
+	}
+	var heads []*fetchHead
+	defer func() {
+		for _, h := range heads {
+			h.it.Close()
+		}
+	}()
+	seen := make(map[string]struct{}, len(o.Queues))
+	for _, q := range o.Queues {
+		if _, dup := seen[q]; dup {
+			continue
+		}
+		seen[q] = struct{}{}
+		if !a.knownQueue(q) || a.stats(q).Counts[StatePending] <= 0 || a.config(q).Paused {
+			continue
+		}
+		pfx := pendingPrefix(q)
+		it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: a.s.cursor(q), UpperBound: prefixEnd(pfx)})
+		if err != nil {
+			a.fail(err)
+			return Result{}
+		}
+		if !it.First() {
+			it.Close()
+			continue
+		}
+		heads = append(heads, &fetchHead{queue: q, prefix: len(pfx), it: it})
+	}
+	res := Result{}
+	for len(res.Jobs) < want && len(heads) > 0 {
+		best := 0
+		for i := 1; i < len(heads); i++ {
+			if bytes.Compare(heads[i].it.Key()[heads[i].prefix:], heads[best].it.Key()[heads[best].prefix:]) < 0 {
+				best = i
+			}
+		}
+		h := heads[best]
+		key := append([]byte(nil), h.it.Key()...)
+		id := string(h.it.Value())
+		if !h.it.Next() {
+			h.it.Close()
+			heads = append(heads[:best], heads[best+1:]...)
+		}
+		a.s.setCursor(h.queue, key)
+		if v, ok := a.claim(id, o); ok {
+			res.Jobs = append(res.Jobs, v)
+		}
+		if a.err != nil {
+			return Result{}
+		}
+	}
+	return res
+}
+
+// claim makes a pending job active for the fetching worker. An expired job
+// goes to dead instead (DECISIONS.md: never handed out past expire_after).
+func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
+	j, ok := a.loadJob(id)
+	if !ok {
+		a.fail(fmt.Errorf("pending index points at missing job %s", id))
+		return JobView{}, false
+	}
+	st := a.loadState(id)
+	a.delPending(j)
+	if a.expired(j) {
+		st.State, st.Reason, st.CompletedAt = StateDead, "expired", a.now
+		a.putState(id, &st)
+		a.move(j.Queue, StatePending, StateDead)
+		return JobView{}, false
+	}
+	st.State = StateActive
+	st.Attempt++
+	st.WorkerID, st.Hostname = o.WorkerID, o.Hostname
+	st.StartedAt = a.now
+	st.DueAt = 0
+	st.CancelRequested = false
+	st.LeaseExpiresAt = a.now + int64(j.LeaseSeconds)*1e9
+	a.putState(id, &st)
+	a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, id), nil)
+	a.move(j.Queue, StatePending, StateActive)
+	return JobView{Job: *j, State: st}, true
+}
+
+// held loads an active job and checks that the caller holds its lease.
+func (a *applier) held(id string, h Holder) (*Job, JobState, Result, bool) {
+	j, ok := a.loadJob(id)
+	if !ok {
+		return nil, JobState{}, Result{Status: StatusNotFound, Message: "job not found"}, false
+	}
+	st := a.loadState(id)
+	switch {
+	case st.State != StateActive:
+		return j, st, Result{Status: StatusConflict, State: st.State, Message: "job is " + st.State.String() + ", not active"}, false
+	case h.WorkerID != "" && h.WorkerID != st.WorkerID:
+		return j, st, Result{Status: StatusConflict, State: st.State, Message: "job is held by another worker"}, false
+	case h.Attempt != 0 && h.Attempt != st.Attempt:
+		return j, st, Result{Status: StatusConflict, State: st.State, Message: fmt.Sprintf("the lease of attempt %d is gone (job is on attempt %d)", h.Attempt, st.Attempt)}, false
+	}
+	return j, st, Result{}, true
+}
+
+func (a *applier) ack(o *AckOp) Result {
+	j, st, r, ok := a.held(o.JobID, o.Holder)
+	if !ok {
+		return r
+	}
+	a.releaseLease(j.ID, &st)
+	st.State = StateCompleted
+	st.CompletedAt = a.now
+	st.Result = o.Result
+	st.CancelRequested = false
+	a.putState(j.ID, &st)
+	a.move(j.Queue, StateActive, StateCompleted)
+	return Result{State: StateCompleted}
+}
+
+func (a *applier) failJob(o *FailOp) Result {
+	j, st, r, ok := a.held(o.JobID, o.Holder)
+	if !ok {
+		return r
+	}
+	a.releaseLease(j.ID, &st)
+	a.addError(j, &st, o.Error, o.Backtrace)
+	if o.Checkpoint != nil {
+		st.Checkpoint = o.Checkpoint
+	}
+	a.stats(j.Queue).Failed++
+	return a.afterFailure(j, &st)
+}
+
+// afterFailure decides what follows a failed attempt of an active job whose
+// lease is already released: cancelled, dead (expired or out of attempts),
+// or another attempt after the backoff.
+func (a *applier) afterFailure(j *Job, st *JobState) Result {
+	view := JobView{Job: *j, State: *st}
+	remaining := view.AttemptsRemaining()
+	switch {
+	case st.CancelRequested:
+		st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
+		st.CancelRequested = false
+	case a.expired(j):
+		st.State, st.Reason, st.CompletedAt = StateDead, "expired", a.now
+	case remaining == 0:
+		st.State, st.Reason, st.CompletedAt = StateDead, "max_retries", a.now
+	}
+	if st.State != StateActive {
+		a.putState(j.ID, st)
+		a.move(j.Queue, StateActive, st.State)
+		return Result{State: st.State, AttemptsRemaining: 0}
+	}
+	delay := BackoffDelayMs(j.Backoff, j.BaseDelayMs, j.MaxDelayMs, st.Attempt)
+	if delay <= 0 {
+		st.State, st.DueAt = StatePending, 0
+		a.putState(j.ID, st)
+		a.addPending(j)
+		a.move(j.Queue, StateActive, StatePending)
+		return Result{State: StatePending, NextAttemptAt: a.now, AttemptsRemaining: remaining}
+	}
+	st.State, st.DueAt = StateRetrying, a.now+delay*1e6
+	a.putState(j.ID, st)
+	a.set(timeIndexKey(pfxDue, st.DueAt, j.ID), nil)
+	a.move(j.Queue, StateActive, StateRetrying)
+	return Result{State: StateRetrying, NextAttemptAt: st.DueAt, AttemptsRemaining: remaining}
+}
+
+func (a *applier) heartbeat(o *HeartbeatOp) Result {
+	res := Result{Heartbeats: make([]HeartbeatStatus, len(o.Jobs))}
+	for i := range o.Jobs {
+		hj := &o.Jobs[i]
+		j, st, r, ok := a.held(hj.JobID, Holder{WorkerID: o.WorkerID})
+		if !ok {
+			if r.Status == StatusNotFound {
+				res.Heartbeats[i] = HeartbeatNotFound
+			} else if st.State == StateCancelled {
+				res.Heartbeats[i] = HeartbeatCancel
+			} else {
+				res.Heartbeats[i] = HeartbeatLost
+			}
+			continue
+		}
+		if hj.Progress != nil {
+			st.Progress = hj.Progress
+		}
+		if hj.Checkpoint != nil {
+			st.Checkpoint = hj.Checkpoint
+		}
+		a.releaseLease(j.ID, &st)
+		if st.CancelRequested {
+			// The worker hears about the cancel now; the job is done.
+			st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
+			st.CancelRequested = false
+			a.putState(j.ID, &st)
+			a.move(j.Queue, StateActive, StateCancelled)
+			res.Heartbeats[i] = HeartbeatCancel
+			continue
+		}
+		st.LeaseExpiresAt = a.now + int64(j.LeaseSeconds)*1e9
+		a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, j.ID), nil)
+		a.putState(j.ID, &st)
+		res.Heartbeats[i] = HeartbeatOK
+	}
+	return res
+}
+
+func (a *applier) cancel(o *CancelOp) Result {
+	j, ok := a.loadJob(o.JobID)
+	if !ok {
+		return Result{Status: StatusNotFound, Message: "job not found"}
+	}
+	st := a.loadState(j.ID)
+	from := st.State
+	switch from {
+	case StatePending:
+		a.delPending(j)
+	case StateScheduled, StateRetrying:
+		a.del(timeIndexKey(pfxDue, st.DueAt, j.ID))
+		st.DueAt = 0
+	case StateHeld:
+	case StateActive:
+		// Delivered on the worker's next heartbeat; the job stays active
+		// (and its lease valid) until then.
+		if !st.CancelRequested {
+			st.CancelRequested = true
+			a.putState(j.ID, &st)
+		}
+		return Result{State: StateActive}
+	default:
+		return Result{Status: StatusConflict, State: from, Message: "job is " + from.String() + " and cannot be cancelled"}
+	}
+	st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
+	a.putState(j.ID, &st)
+	a.move(j.Queue, from, StateCancelled)
+	return Result{State: StateCancelled}
+}
+
+// promote moves due scheduled and retrying jobs to pending, oldest first.
+func (a *applier) promote(o *PromoteOp) Result {
+	limit := int(o.Limit)
+	if limit <= 0 {
+		limit = 10000
+	}
+	keys := a.scanTimeIndex(pfxDue, limit)
+	n := uint32(0)
+	for _, k := range keys {
+		_, id, _ := splitTimeIndexKey(pfxDue, k)
+		a.del(k)
+		j, ok := a.loadJob(id)
+		if !ok {
+			continue
+		}
+		st := a.loadState(id)
+		if (st.State != StateScheduled && st.State != StateRetrying) || st.DueAt > a.now {
+			continue // a stale index key
+		}
+		from := st.State
+		st.State, st.DueAt = StatePending, 0
+		a.putState(id, &st)
+		a.addPending(j)
+		a.move(j.Queue, from, StatePending)
+		n++
+	}
+	return Result{Count: n}
+}
+
+// reclaim returns jobs whose lease expired to pending (or dead when no
+// attempt remains, or cancelled when a cancel was pending), keeping their
+// checkpoint. The lost attempt is recorded as an error.
+func (a *applier) reclaim(o *ReclaimOp) Result {
+	limit := int(o.Limit)
+	if limit <= 0 {
+		limit = 10000
+	}
+	keys := a.scanTimeIndex(pfxLease, limit)
+	n := uint32(0)
+	for _, k := range keys {
+		_, id, _ := splitTimeIndexKey(pfxLease, k)
+		j, ok := a.loadJob(id)
+		if !ok {
+			a.del(k)
+			continue
+		}
+		st := a.loadState(id)
+		if st.State != StateActive || st.LeaseExpiresAt > a.now {
+			a.del(k) // stale
+			continue
+		}
+		a.releaseLease(id, &st)
+		a.addError(j, &st, fmt.Sprintf("lease expired: worker %q stopped heartbeating", st.WorkerID), "")
+		a.stats(j.Queue).Failed++
+		a.afterReclaim(j, &st)
+		n++
+	}
+	return Result{Count: n}
+}
+
+func (a *applier) afterReclaim(j *Job, st *JobState) {
+	view := JobView{Job: *j, State: *st}
+	switch {
+	case st.CancelRequested:
+		st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
+		st.CancelRequested = false
+	case a.expired(j):
+		st.State, st.Reason, st.CompletedAt = StateDead, "expired", a.now
+	case view.AttemptsRemaining() == 0:
+		st.State, st.Reason, st.CompletedAt = StateDead, "lease_expired", a.now
+	default:
+		st.State = StatePending
+		st.WorkerID, st.Hostname = "", ""
+		a.addPending(j)
+	}
+	a.putState(j.ID, st)
+	a.move(j.Queue, StateActive, st.State)
+}
+
+// scanTimeIndex returns up to limit keys of a time index due at or before
+// now.
+func (a *applier) scanTimeIndex(pfx string, limit int) [][]byte {
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: []byte(pfx), UpperBound: timeIndexUpper(pfx, a.now)})
+	if err != nil {
+		a.fail(err)
+		return nil
+	}
+	defer it.Close()
+	var keys [][]byte
+	for it.First(); it.Valid() && len(keys) < limit; it.Next() {
+		keys = append(keys, append([]byte(nil), it.Key()...))
+	}
+	if err := it.Error(); err != nil {
+		a.fail(err)
+	}
+	return keys
+}
+
+func (a *applier) setPaused(q string, paused bool) Result {
+	c := a.config(q)
+	if c.Paused == paused {
+		return Result{}
+	}
+	c.Paused = paused
+	a.set(queueCfgKey(q), c.appendTo(nil))
+	a.stats(q)
+	a.dirty[q] = struct{}{}
+	if !paused {
+		a.ready[q] = struct{}{}
+	}
+	return Result{}
+}
+
+func (a *applier) pruneDedup(o *PruneDedupOp) Result {
+	upper := NewEntryID(o.Before, 0)
+	if err := a.b.DeleteRange([]byte(pfxDedup), dedupKey(upper), nil); err != nil {
+		a.fail(err)
+	}
+	return Result{}
+}

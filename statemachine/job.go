@@ -1,0 +1,340 @@
+package statemachine
+
+import "fmt"
+
+// State is a job's lifecycle state. Values are stored; never renumber.
+type State uint8
+
+// Job states (spec 000 "Job states", spec 001 for held).
+const (
+	StatePending   State = 1
+	StateScheduled State = 2
+	StateActive    State = 3
+	StateRetrying  State = 4
+	StateCompleted State = 5
+	StateDead      State = 6
+	StateCancelled State = 7
+	StateHeld      State = 8
+)
+
+var stateNames = [...]string{
+	StatePending: "pending", StateScheduled: "scheduled", StateActive: "active",
+	StateRetrying: "retrying", StateCompleted: "completed", StateDead: "dead",
+	StateCancelled: "cancelled", StateHeld: "held",
+}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) && stateNames[s] != "" {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// ParseState maps a state name to its State.
+func ParseState(name string) (State, bool) {
+	for i, n := range stateNames {
+		if n != "" && n == name {
+			return State(i), true
+		}
+	}
+	return 0, false
+}
+
+// Terminal reports whether no worker will touch the job again on its own.
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateDead || s == StateCancelled
+}
+
+// Priority is a job's tier; lower is fetched first.
+type Priority uint8
+
+// Priority tiers (spec 000 "Priority system").
+const (
+	PriorityCritical Priority = 0
+	PriorityHigh     Priority = 1
+	PriorityNormal   Priority = 2
+)
+
+var priorityNames = [...]string{"critical", "high", "normal"}
+
+func (p Priority) String() string {
+	if int(p) < len(priorityNames) {
+		return priorityNames[p]
+	}
+	return fmt.Sprintf("priority(%d)", uint8(p))
+}
+
+// ParsePriority maps a tier name to its Priority.
+func ParsePriority(name string) (Priority, bool) {
+	for i, n := range priorityNames {
+		if n == name {
+			return Priority(i), true
+		}
+	}
+	return 0, false
+}
+
+// Backoff is a retry backoff strategy.
+type Backoff uint8
+
+// Backoff strategies (spec 000 "Retry and backoff").
+const (
+	BackoffNone        Backoff = 1
+	BackoffFixed       Backoff = 2
+	BackoffLinear      Backoff = 3
+	BackoffExponential Backoff = 4
+)
+
+var backoffNames = [...]string{BackoffNone: "none", BackoffFixed: "fixed", BackoffLinear: "linear", BackoffExponential: "exponential"}
+
+func (b Backoff) String() string {
+	if int(b) < len(backoffNames) && backoffNames[b] != "" {
+		return backoffNames[b]
+	}
+	return fmt.Sprintf("backoff(%d)", uint8(b))
+}
+
+// ParseBackoff maps a strategy name to its Backoff.
+func ParseBackoff(name string) (Backoff, bool) {
+	for i, n := range backoffNames {
+		if n != "" && n == name {
+			return Backoff(i), true
+		}
+	}
+	return 0, false
+}
+
+// Job is the part of a job that is written once at enqueue (key j|{id}). The
+// enqueue op carries it; the state machine fills CreatedAt and Seq. Times
+// are Unix nanoseconds, 0 meaning unset.
+type Job struct {
+	ID           string
+	Queue        string
+	Payload      []byte // raw JSON
+	Priority     Priority
+	MaxRetries   uint32
+	Backoff      Backoff
+	BaseDelayMs  int64
+	MaxDelayMs   int64
+	BaseDelay    string // as sent, e.g. "5s"; "" when defaulted
+	MaxDelay     string
+	LeaseSeconds uint32
+	ScheduledAt  int64
+	ExpireAfter  string // as sent
+	ExpireAt     int64  // CreatedAt + expire_after, set by the state machine
+	ExpireAfterMs int64
+	Tags         []byte // raw JSON object, nil when none
+	UniqueKey    string
+	UniquePeriod int64 // seconds
+	BatchID      string
+	CreatedAt    int64
+	Seq          uint64 // shard-wide FIFO tiebreak: raft index<<16 | position
+}
+
+const jobVersion = 1
+
+func (j *Job) appendTo(b []byte) []byte {
+	e := enc{b: b}
+	e.u8(jobVersion)
+	e.str(j.ID)
+	e.str(j.Queue)
+	e.bytes(j.Payload)
+	e.u8(uint8(j.Priority))
+	e.uvarint(uint64(j.MaxRetries))
+	e.u8(uint8(j.Backoff))
+	e.varint(j.BaseDelayMs)
+	e.varint(j.MaxDelayMs)
+	e.str(j.BaseDelay)
+	e.str(j.MaxDelay)
+	e.uvarint(uint64(j.LeaseSeconds))
+	e.varint(j.ScheduledAt)
+	e.str(j.ExpireAfter)
+	e.varint(j.ExpireAfterMs)
+	e.varint(j.ExpireAt)
+	e.bytes(j.Tags)
+	e.str(j.UniqueKey)
+	e.varint(j.UniquePeriod)
+	e.str(j.BatchID)
+	e.varint(j.CreatedAt)
+	e.uvarint(j.Seq)
+	return e.b
+}
+
+func (j *Job) decode(d *dec) {
+	if v := d.u8(); v != jobVersion {
+		d.fail()
+		return
+	}
+	j.ID = d.str()
+	j.Queue = d.str()
+	j.Payload = d.bytes()
+	j.Priority = Priority(d.u8())
+	j.MaxRetries = uint32(d.uvarint())
+	j.Backoff = Backoff(d.u8())
+	j.BaseDelayMs = d.varint()
+	j.MaxDelayMs = d.varint()
+	j.BaseDelay = d.str()
+	j.MaxDelay = d.str()
+	j.LeaseSeconds = uint32(d.uvarint())
+	j.ScheduledAt = d.varint()
+	j.ExpireAfter = d.str()
+	j.ExpireAfterMs = d.varint()
+	j.ExpireAt = d.varint()
+	j.Tags = d.bytes()
+	j.UniqueKey = d.str()
+	j.UniquePeriod = d.varint()
+	j.BatchID = d.str()
+	j.CreatedAt = d.varint()
+	j.Seq = d.uvarint()
+}
+
+// JobState is the small, mutable part of a job (key js|{id}). A pending job
+// that was never touched after enqueue has none: its state is implied.
+type JobState struct {
+	State           State
+	Attempt         uint32
+	WorkerID        string
+	Hostname        string
+	LeaseExpiresAt  int64
+	StartedAt       int64
+	CompletedAt     int64
+	FailedAt        int64
+	DueAt           int64 // when a scheduled or retrying job becomes pending
+	CancelRequested bool
+	Progress        []byte // raw JSON
+	Checkpoint      []byte // raw JSON
+	Result          []byte // raw JSON
+	Reason          string // why a job is dead or cancelled ("expired", …)
+	Errors          uint32 // number of error records (je|)
+	LastError       string
+}
+
+const stateVersion = 1
+
+func (s *JobState) appendTo(b []byte) []byte {
+	e := enc{b: b}
+	e.u8(stateVersion)
+	e.u8(uint8(s.State))
+	e.uvarint(uint64(s.Attempt))
+	e.str(s.WorkerID)
+	e.str(s.Hostname)
+	e.varint(s.LeaseExpiresAt)
+	e.varint(s.StartedAt)
+	e.varint(s.CompletedAt)
+	e.varint(s.FailedAt)
+	e.varint(s.DueAt)
+	e.boolean(s.CancelRequested)
+	e.bytes(s.Progress)
+	e.bytes(s.Checkpoint)
+	e.bytes(s.Result)
+	e.str(s.Reason)
+	e.uvarint(uint64(s.Errors))
+	e.str(s.LastError)
+	return e.b
+}
+
+func (s *JobState) decode(d *dec) {
+	if v := d.u8(); v != stateVersion {
+		d.fail()
+		return
+	}
+	s.State = State(d.u8())
+	s.Attempt = uint32(d.uvarint())
+	s.WorkerID = d.str()
+	s.Hostname = d.str()
+	s.LeaseExpiresAt = d.varint()
+	s.StartedAt = d.varint()
+	s.CompletedAt = d.varint()
+	s.FailedAt = d.varint()
+	s.DueAt = d.varint()
+	s.CancelRequested = d.boolean()
+	s.Progress = d.bytes()
+	s.Checkpoint = d.bytes()
+	s.Result = d.bytes()
+	s.Reason = d.str()
+	s.Errors = uint32(d.uvarint())
+	s.LastError = d.str()
+}
+
+// JobError is one failed attempt (key je|{id}\x00{attempt}).
+type JobError struct {
+	Attempt   uint32
+	Error     string
+	Backtrace string
+	At        int64
+}
+
+func (e *JobError) appendTo(b []byte) []byte {
+	w := enc{b: b}
+	w.u8(1)
+	w.uvarint(uint64(e.Attempt))
+	w.str(e.Error)
+	w.str(e.Backtrace)
+	w.varint(e.At)
+	return w.b
+}
+
+func (e *JobError) decode(d *dec) {
+	if d.u8() != 1 {
+		d.fail()
+		return
+	}
+	e.Attempt = uint32(d.uvarint())
+	e.Error = d.str()
+	e.Backtrace = d.str()
+	e.At = d.varint()
+}
+
+// JobView is everything known about one job: what lookups and op results
+// hand to the gateway.
+type JobView struct {
+	Job    Job
+	State  JobState
+	Errors []JobError
+}
+
+// AttemptsRemaining follows DECISIONS.md: max_retries − attempt, never
+// negative.
+func (v *JobView) AttemptsRemaining() uint32 {
+	if v.State.Attempt >= v.Job.MaxRetries {
+		return 0
+	}
+	return v.Job.MaxRetries - v.State.Attempt
+}
+
+func (v *JobView) appendTo(b []byte) []byte {
+	e := enc{b: b}
+	e.bytes(v.Job.appendTo(nil))
+	e.bytes(v.State.appendTo(nil))
+	e.uvarint(uint64(len(v.Errors)))
+	for i := range v.Errors {
+		e.bytes(v.Errors[i].appendTo(nil))
+	}
+	return e.b
+}
+
+func (v *JobView) decode(d *dec) {
+	jd := dec{b: d.bytes()}
+	v.Job.decode(&jd)
+	sd := dec{b: d.bytes()}
+	v.State.decode(&sd)
+	n := d.uvarint()
+	if n > 1<<20 {
+		d.fail()
+		return
+	}
+	v.Errors = make([]JobError, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		ed := dec{b: d.bytes()}
+		var je JobError
+		je.decode(&ed)
+		if ed.err != nil {
+			d.fail()
+			return
+		}
+		v.Errors = append(v.Errors, je)
+	}
+	if jd.err != nil || sd.err != nil {
+		d.fail()
+	}
+}

@@ -1,0 +1,97 @@
+package statemachine
+
+import "encoding/binary"
+
+// Pebble key layout, after spec 004 (see docs/architecture.md). Keys are
+// byte-sortable: '|' ends the prefix, 0x00 ends a variable-length name, and
+// numbers are big-endian. A job is written once (j|) and its transitions only
+// touch the small state record (js|) and index keys (p|, d|, l|).
+const (
+	pfxJob      = "j|"  // j|{id}                                  → Job
+	pfxState    = "js|" // js|{id}                                 → JobState
+	pfxError    = "je|" // je|{id}\x00{attempt:4BE}                → JobError
+	pfxPending  = "p|"  // p|{queue}\x00{prio:1}{created:8BE}{seq:8BE} → job id
+	pfxDue      = "d|"  // d|{due:8BE}{id}                         → "" (scheduled + retrying)
+	pfxLease    = "l|"  // l|{lease_expires:8BE}{id}               → "" (active)
+	pfxQueueCfg = "qc|" // qc|{queue}                              → QueueConfig
+	pfxQueueSt  = "qs|" // qs|{queue}                              → QueueStats
+	pfxDedup    = "rq|" // rq|{entry id:16}                        → compact results
+	keyMeta     = "m|applied"                                   // applied index:8BE, last now:8BE
+)
+
+func jobKey(id string) []byte   { return append([]byte(pfxJob), id...) }
+func stateKey(id string) []byte { return append([]byte(pfxState), id...) }
+
+func errorKey(id string, attempt uint32) []byte {
+	k := make([]byte, 0, len(pfxError)+len(id)+5)
+	k = append(k, pfxError...)
+	k = append(k, id...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint32(k, attempt)
+}
+
+func errorPrefix(id string) []byte {
+	k := append([]byte(pfxError), id...)
+	return append(k, 0)
+}
+
+func pendingPrefix(queue string) []byte {
+	k := make([]byte, 0, len(pfxPending)+len(queue)+1+17)
+	k = append(k, pfxPending...)
+	k = append(k, queue...)
+	return append(k, 0)
+}
+
+func pendingKey(queue string, prio Priority, created int64, seq uint64) []byte {
+	k := pendingPrefix(queue)
+	k = append(k, byte(prio))
+	k = binary.BigEndian.AppendUint64(k, uint64(created))
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// pendingSuffix splits the part of a pending key after its queue prefix.
+func pendingSuffix(suffix []byte) (prio Priority, created int64, ok bool) {
+	if len(suffix) != 17 {
+		return 0, 0, false
+	}
+	return Priority(suffix[0]), int64(binary.BigEndian.Uint64(suffix[1:9])), true
+}
+
+func timeIndexKey(pfx string, at int64, id string) []byte {
+	k := make([]byte, 0, len(pfx)+8+len(id))
+	k = append(k, pfx...)
+	k = binary.BigEndian.AppendUint64(k, uint64(at))
+	return append(k, id...)
+}
+
+// timeIndexUpper is the exclusive upper bound of a time index up to and
+// including time at.
+func timeIndexUpper(pfx string, at int64) []byte {
+	k := append([]byte(pfx), make([]byte, 8)...)
+	binary.BigEndian.PutUint64(k[len(pfx):], uint64(at)+1)
+	return k
+}
+
+func splitTimeIndexKey(pfx string, k []byte) (int64, string, bool) {
+	if len(k) <= len(pfx)+8 {
+		return 0, "", false
+	}
+	return int64(binary.BigEndian.Uint64(k[len(pfx):])), string(k[len(pfx)+8:]), true
+}
+
+func queueCfgKey(q string) []byte   { return append([]byte(pfxQueueCfg), q...) }
+func queueStatsKey(q string) []byte { return append([]byte(pfxQueueSt), q...) }
+
+func dedupKey(id EntryID) []byte { return append([]byte(pfxDedup), id[:]...) }
+
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

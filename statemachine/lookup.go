@@ -1,0 +1,197 @@
+package statemachine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Queries accepted by Lookup. Lookups read committed state and run
+// concurrently with Update.
+type (
+	// GetJobQuery reads one job with its errors; the answer is *JobView, nil
+	// when there is no such job.
+	GetJobQuery struct{ ID string }
+	// PeekQuery reads the head of each queue's pending set; the answer is
+	// []QueueHead in the order asked.
+	PeekQuery struct{ Queues []string }
+	// ListQueuesQuery reads every queue's stats and config; the answer is
+	// []QueueInfo sorted by name.
+	ListQueuesQuery struct{}
+	// NextDueQuery asks when the leader's tickers next have work; the answer
+	// is DueTimes.
+	NextDueQuery struct{}
+)
+
+// QueueHead is the first pending job of a queue.
+type QueueHead struct {
+	Queue     string
+	OK        bool // false: nothing pending (or paused)
+	Priority  Priority
+	CreatedAt int64
+}
+
+// DueTimes says when the first scheduled/retrying job is due and when the
+// first lease expires (0: none).
+type DueTimes struct {
+	NextDue   int64
+	NextLease int64
+}
+
+// Lookup answers a query from committed state.
+func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
+	switch q := q.(type) {
+	case GetJobQuery:
+		return s.getJob(q.ID)
+	case PeekQuery:
+		return s.peek(q.Queues)
+	case ListQueuesQuery:
+		return s.listQueues()
+	case NextDueQuery:
+		return s.nextDue()
+	}
+	return nil, fmt.Errorf("statemachine: unknown query %T", q)
+}
+
+func (s *StateMachine) read(k []byte, into func(*dec)) (bool, error) {
+	v, closer, err := s.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer closer.Close()
+	d := dec{b: v}
+	into(&d)
+	if d.err != nil {
+		return false, fmt.Errorf("corrupt record %q: %w", k, d.err)
+	}
+	return true, nil
+}
+
+func (s *StateMachine) getJob(id string) (*JobView, error) {
+	v := &JobView{}
+	ok, err := s.read(jobKey(id), func(d *dec) { v.Job.decode(d); v.Job = cloneJob(v.Job) })
+	if err != nil || !ok {
+		return nil, err
+	}
+	found, err := s.read(stateKey(id), func(d *dec) { v.State.decode(d); v.State = cloneState(v.State) })
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		v.State = JobState{State: StatePending}
+	}
+	pfx := errorPrefix(id)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	v.Errors = []JobError{}
+	for it.First(); it.Valid(); it.Next() {
+		var je JobError
+		d := dec{b: it.Value()}
+		je.decode(&d)
+		if d.err != nil {
+			return nil, fmt.Errorf("corrupt error record of %s: %w", id, d.err)
+		}
+		v.Errors = append(v.Errors, je)
+	}
+	return v, it.Error()
+}
+
+func (s *StateMachine) peek(queues []string) ([]QueueHead, error) {
+	out := make([]QueueHead, len(queues))
+	for i, q := range queues {
+		out[i].Queue = q
+		var cfg QueueConfig
+		if _, err := s.read(queueCfgKey(q), cfg.decode); err != nil {
+			return nil, err
+		}
+		if cfg.Paused {
+			continue
+		}
+		pfx := pendingPrefix(q)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: s.cursor(q), UpperBound: prefixEnd(pfx)})
+		if err != nil {
+			return nil, err
+		}
+		if it.First() {
+			if p, c, ok := pendingSuffix(it.Key()[len(pfx):]); ok {
+				out[i].OK, out[i].Priority, out[i].CreatedAt = true, p, c
+			}
+		}
+		err = it.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *StateMachine) listQueues() ([]QueueInfo, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pfxQueueSt), UpperBound: prefixEnd([]byte(pfxQueueSt))})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []QueueInfo
+	for it.First(); it.Valid(); it.Next() {
+		qi := QueueInfo{Name: string(it.Key()[len(pfxQueueSt):])}
+		d := dec{b: it.Value()}
+		qi.Stats.decode(&d)
+		if d.err != nil {
+			return nil, fmt.Errorf("corrupt stats of %s: %w", qi.Name, d.err)
+		}
+		if _, err := s.read(queueCfgKey(qi.Name), qi.Config.decode); err != nil {
+			return nil, err
+		}
+		out = append(out, qi)
+	}
+	return out, it.Error()
+}
+
+func (s *StateMachine) nextDue() (DueTimes, error) {
+	var dt DueTimes
+	for _, x := range []struct {
+		pfx string
+		dst *int64
+	}{{pfxDue, &dt.NextDue}, {pfxLease, &dt.NextLease}} {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(x.pfx), UpperBound: prefixEnd([]byte(x.pfx))})
+		if err != nil {
+			return dt, err
+		}
+		if it.First() {
+			if at, _, ok := splitTimeIndexKey(x.pfx, it.Key()); ok {
+				*x.dst = at
+			}
+		}
+		if err := it.Close(); err != nil {
+			return dt, err
+		}
+	}
+	return dt, nil
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+func cloneJob(j Job) Job {
+	j.Payload = cloneBytes(j.Payload)
+	j.Tags = cloneBytes(j.Tags)
+	return j
+}
+
+func cloneState(s JobState) JobState {
+	s.Progress = cloneBytes(s.Progress)
+	s.Checkpoint = cloneBytes(s.Checkpoint)
+	s.Result = cloneBytes(s.Result)
+	return s
+}

@@ -1,0 +1,472 @@
+package statemachine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// OpCode identifies an op inside a Raft entry. Codes are append-only: never
+// renumber or reuse one, or old logs replay differently.
+type OpCode uint8
+
+// Op codes.
+const (
+	OpEnqueue     OpCode = 1
+	OpFetch       OpCode = 2
+	OpAck         OpCode = 3
+	OpFail        OpCode = 4
+	OpHeartbeat   OpCode = 5
+	OpCancel      OpCode = 6
+	OpPromote     OpCode = 7
+	OpReclaim     OpCode = 8
+	OpPauseQueue  OpCode = 9
+	OpResumeQueue OpCode = 10
+	OpPruneDedup  OpCode = 11
+)
+
+// MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
+// the FIFO sequence number.
+const MaxOpsPerEntry = 1<<16 - 1
+
+const entryVersion = 1
+
+// EntryID identifies a proposal so that a retried proposal applies once. The
+// first 8 bytes are the big-endian proposal time, so old IDs can be pruned by
+// range.
+type EntryID [16]byte
+
+// NewEntryID builds an ID from a time and a random value.
+func NewEntryID(nowNs int64, random uint64) EntryID {
+	var id EntryID
+	binary.BigEndian.PutUint64(id[:8], uint64(nowNs))
+	binary.BigEndian.PutUint64(id[8:], random)
+	return id
+}
+
+// Op is one operation inside an entry.
+type Op interface {
+	Code() OpCode
+	appendBody(b []byte) []byte
+}
+
+// Entry is what the shard proposer puts in one Raft entry: every op shares
+// the entry's time, stamped by the proposer (the state machine never reads a
+// clock).
+type Entry struct {
+	ID  EntryID
+	Now int64 // Unix ns
+	Ops []Op
+}
+
+// Encode appends the entry's wire form to b.
+func (e *Entry) Encode(b []byte) []byte {
+	b = append(b, entryVersion)
+	b = append(b, e.ID[:]...)
+	b = binary.AppendVarint(b, e.Now)
+	b = binary.AppendUvarint(b, uint64(len(e.Ops)))
+	for _, op := range e.Ops {
+		b = append(b, byte(op.Code()))
+		lenAt := len(b)
+		b = append(b, 0, 0, 0, 0) // fixed 4-byte length, patched below
+		b = op.appendBody(b)
+		binary.BigEndian.PutUint32(b[lenAt:], uint32(len(b)-lenAt-4))
+	}
+	return b
+}
+
+// DecodeEntry parses an entry.
+func DecodeEntry(b []byte) (*Entry, error) {
+	if len(b) < 1+16 || b[0] != entryVersion {
+		return nil, errors.New("statemachine: unknown entry version")
+	}
+	e := &Entry{}
+	copy(e.ID[:], b[1:17])
+	d := dec{b: b[17:]}
+	e.Now = d.varint()
+	n := d.uvarint()
+	if d.err != nil || n > MaxOpsPerEntry {
+		return nil, errors.New("statemachine: bad entry header")
+	}
+	e.Ops = make([]Op, 0, n)
+	for i := uint64(0); i < n; i++ {
+		if len(d.b) < 5 {
+			return nil, errShort
+		}
+		code := OpCode(d.b[0])
+		l := binary.BigEndian.Uint32(d.b[1:5])
+		if uint64(len(d.b)-5) < uint64(l) {
+			return nil, errShort
+		}
+		body := d.b[5 : 5+l]
+		d.b = d.b[5+l:]
+		op, err := decodeOp(code, body)
+		if err != nil {
+			return nil, fmt.Errorf("op %d (code %d): %w", i, code, err)
+		}
+		e.Ops = append(e.Ops, op)
+	}
+	if len(d.b) != 0 {
+		return nil, errors.New("statemachine: trailing bytes after entry")
+	}
+	return e, nil
+}
+
+func decodeOp(code OpCode, body []byte) (Op, error) {
+	d := dec{b: body}
+	var op interface {
+		Op
+		decode(*dec)
+	}
+	switch code {
+	case OpEnqueue:
+		op = &EnqueueOp{}
+	case OpFetch:
+		op = &FetchOp{}
+	case OpAck:
+		op = &AckOp{}
+	case OpFail:
+		op = &FailOp{}
+	case OpHeartbeat:
+		op = &HeartbeatOp{}
+	case OpCancel:
+		op = &CancelOp{}
+	case OpPromote:
+		op = &PromoteOp{}
+	case OpReclaim:
+		op = &ReclaimOp{}
+	case OpPauseQueue:
+		op = &PauseQueueOp{}
+	case OpResumeQueue:
+		op = &ResumeQueueOp{}
+	case OpPruneDedup:
+		op = &PruneDedupOp{}
+	default:
+		return nil, fmt.Errorf("unknown op code %d", code)
+	}
+	op.decode(&d)
+	if d.err != nil {
+		return nil, d.err
+	}
+	return op, nil
+}
+
+// EnqueueOp creates a job. The gateway fills the job's ID and options; the
+// state machine sets CreatedAt, Seq and ExpireAt.
+type EnqueueOp struct{ Job Job }
+
+// Code implements Op.
+func (*EnqueueOp) Code() OpCode               { return OpEnqueue }
+func (o *EnqueueOp) appendBody(b []byte) []byte { return o.Job.appendTo(b) }
+func (o *EnqueueOp) decode(d *dec)              { o.Job.decode(d) }
+
+// FetchOp claims up to Count pending jobs from Queues (all on this shard).
+type FetchOp struct {
+	Queues   []string
+	WorkerID string
+	Hostname string
+	Count    uint32
+}
+
+// Code implements Op.
+func (*FetchOp) Code() OpCode { return OpFetch }
+func (o *FetchOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.uvarint(uint64(len(o.Queues)))
+	for _, q := range o.Queues {
+		e.str(q)
+	}
+	e.str(o.WorkerID)
+	e.str(o.Hostname)
+	e.uvarint(uint64(o.Count))
+	return e.b
+}
+func (o *FetchOp) decode(d *dec) {
+	n := d.uvarint()
+	if n > 1024 {
+		d.fail()
+		return
+	}
+	o.Queues = make([]string, 0, n)
+	for i := uint64(0); i < n; i++ {
+		o.Queues = append(o.Queues, d.str())
+	}
+	o.WorkerID = d.str()
+	o.Hostname = d.str()
+	o.Count = uint32(d.uvarint())
+}
+
+// Holder says which lease an ack, fail or heartbeat speaks for. Empty fields
+// are not checked.
+type Holder struct {
+	WorkerID string
+	Attempt  uint32
+}
+
+func (h *Holder) append(e *enc) {
+	e.str(h.WorkerID)
+	e.uvarint(uint64(h.Attempt))
+}
+func (h *Holder) decode(d *dec) {
+	h.WorkerID = d.str()
+	h.Attempt = uint32(d.uvarint())
+}
+
+// AckOp completes an active job.
+type AckOp struct {
+	JobID  string
+	Holder Holder
+	Result []byte
+}
+
+// Code implements Op.
+func (*AckOp) Code() OpCode { return OpAck }
+func (o *AckOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.JobID)
+	o.Holder.append(&e)
+	e.bytes(o.Result)
+	return e.b
+}
+func (o *AckOp) decode(d *dec) {
+	o.JobID = d.str()
+	o.Holder.decode(d)
+	o.Result = d.bytes()
+}
+
+// FailOp records a failed attempt of an active job.
+type FailOp struct {
+	JobID      string
+	Holder     Holder
+	Error      string
+	Backtrace  string
+	Checkpoint []byte // optional: stored before the job is retried
+}
+
+// Code implements Op.
+func (*FailOp) Code() OpCode { return OpFail }
+func (o *FailOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.JobID)
+	o.Holder.append(&e)
+	e.str(o.Error)
+	e.str(o.Backtrace)
+	e.bytes(o.Checkpoint)
+	return e.b
+}
+func (o *FailOp) decode(d *dec) {
+	o.JobID = d.str()
+	o.Holder.decode(d)
+	o.Error = d.str()
+	o.Backtrace = d.str()
+	o.Checkpoint = d.bytes()
+}
+
+// HeartbeatJob is one job in a heartbeat.
+type HeartbeatJob struct {
+	JobID      string
+	Progress   []byte // raw JSON, nil = unchanged
+	Checkpoint []byte // raw JSON, nil = unchanged
+}
+
+// HeartbeatOp extends the leases of active jobs and stores progress and
+// checkpoints.
+type HeartbeatOp struct {
+	WorkerID string
+	Jobs     []HeartbeatJob
+}
+
+// Code implements Op.
+func (*HeartbeatOp) Code() OpCode { return OpHeartbeat }
+func (o *HeartbeatOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.WorkerID)
+	e.uvarint(uint64(len(o.Jobs)))
+	for i := range o.Jobs {
+		e.str(o.Jobs[i].JobID)
+		e.bytes(o.Jobs[i].Progress)
+		e.bytes(o.Jobs[i].Checkpoint)
+	}
+	return e.b
+}
+func (o *HeartbeatOp) decode(d *dec) {
+	o.WorkerID = d.str()
+	n := d.uvarint()
+	if n > MaxOpsPerEntry {
+		d.fail()
+		return
+	}
+	o.Jobs = make([]HeartbeatJob, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		o.Jobs = append(o.Jobs, HeartbeatJob{JobID: d.str(), Progress: d.bytes(), Checkpoint: d.bytes()})
+	}
+}
+
+// CancelOp cancels a job: at once unless it is active, then on its next
+// heartbeat.
+type CancelOp struct{ JobID string }
+
+// Code implements Op.
+func (*CancelOp) Code() OpCode               { return OpCancel }
+func (o *CancelOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
+func (o *CancelOp) decode(d *dec)              { o.JobID = d.str() }
+
+// PromoteOp moves due scheduled and retrying jobs to pending.
+type PromoteOp struct{ Limit uint32 }
+
+// Code implements Op.
+func (*PromoteOp) Code() OpCode { return OpPromote }
+func (o *PromoteOp) appendBody(b []byte) []byte {
+	return binary.AppendUvarint(b, uint64(o.Limit))
+}
+func (o *PromoteOp) decode(d *dec) { o.Limit = uint32(d.uvarint()) }
+
+// ReclaimOp returns active jobs whose lease expired to pending.
+type ReclaimOp struct{ Limit uint32 }
+
+// Code implements Op.
+func (*ReclaimOp) Code() OpCode { return OpReclaim }
+func (o *ReclaimOp) appendBody(b []byte) []byte {
+	return binary.AppendUvarint(b, uint64(o.Limit))
+}
+func (o *ReclaimOp) decode(d *dec) { o.Limit = uint32(d.uvarint()) }
+
+// PauseQueueOp stops fetches from a queue.
+type PauseQueueOp struct{ Queue string }
+
+// Code implements Op.
+func (*PauseQueueOp) Code() OpCode               { return OpPauseQueue }
+func (o *PauseQueueOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.Queue); return e.b }
+func (o *PauseQueueOp) decode(d *dec)              { o.Queue = d.str() }
+
+// ResumeQueueOp undoes PauseQueueOp.
+type ResumeQueueOp struct{ Queue string }
+
+// Code implements Op.
+func (*ResumeQueueOp) Code() OpCode               { return OpResumeQueue }
+func (o *ResumeQueueOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.Queue); return e.b }
+func (o *ResumeQueueOp) decode(d *dec)              { o.Queue = d.str() }
+
+// PruneDedupOp forgets the results of entries proposed before Before (ns).
+type PruneDedupOp struct{ Before int64 }
+
+// Code implements Op.
+func (*PruneDedupOp) Code() OpCode { return OpPruneDedup }
+func (o *PruneDedupOp) appendBody(b []byte) []byte {
+	return binary.AppendVarint(b, o.Before)
+}
+func (o *PruneDedupOp) decode(d *dec) { o.Before = d.varint() }
+
+// Status is an op's outcome.
+type Status uint8
+
+// Op outcomes. The gateway maps them to HTTP statuses.
+const (
+	StatusOK       Status = 0
+	StatusNotFound Status = 1 // no such job
+	StatusConflict Status = 2 // wrong state, or not held under this lease
+	StatusInvalid  Status = 3 // rejected by the state machine
+)
+
+// HeartbeatStatus is the answer for one job of a heartbeat.
+type HeartbeatStatus uint8
+
+// Heartbeat answers.
+const (
+	HeartbeatOK       HeartbeatStatus = 0
+	HeartbeatCancel   HeartbeatStatus = 1 // the job was cancelled: stop working on it
+	HeartbeatLost     HeartbeatStatus = 2 // this worker no longer holds the job
+	HeartbeatNotFound HeartbeatStatus = 3
+)
+
+// Result is the outcome of one op.
+type Result struct {
+	Status            Status
+	State             State  // the job's state afterwards (enqueue, ack, fail, cancel)
+	NextAttemptAt     int64  // fail → retrying
+	AttemptsRemaining uint32 // fail
+	Count             uint32 // promote, reclaim, prune: how many were affected
+	Message           string // detail for a non-OK status
+	Jobs              []JobView
+	Heartbeats        []HeartbeatStatus
+}
+
+// encodeResults writes op results. With compact set, fetched jobs are stored
+// by ID only (the dedup record); the state machine reloads them on replay.
+func encodeResults(b []byte, rs []Result, compact bool) []byte {
+	e := enc{b: b}
+	e.boolean(compact)
+	e.uvarint(uint64(len(rs)))
+	for i := range rs {
+		r := &rs[i]
+		e.u8(uint8(r.Status))
+		e.u8(uint8(r.State))
+		e.varint(r.NextAttemptAt)
+		e.uvarint(uint64(r.AttemptsRemaining))
+		e.uvarint(uint64(r.Count))
+		e.str(r.Message)
+		e.uvarint(uint64(len(r.Jobs)))
+		for j := range r.Jobs {
+			if compact {
+				e.str(r.Jobs[j].Job.ID)
+			} else {
+				e.b = r.Jobs[j].appendTo(e.b)
+			}
+		}
+		e.uvarint(uint64(len(r.Heartbeats)))
+		for _, h := range r.Heartbeats {
+			e.u8(uint8(h))
+		}
+	}
+	return e.b
+}
+
+// DecodeResults parses the results an entry's Update returned.
+func DecodeResults(b []byte) ([]Result, error) {
+	rs, _, err := decodeResults(b)
+	return rs, err
+}
+
+func decodeResults(b []byte) ([]Result, bool, error) {
+	d := dec{b: b}
+	compact := d.boolean()
+	n := d.uvarint()
+	if d.err != nil || n > MaxOpsPerEntry {
+		return nil, false, errShort
+	}
+	rs := make([]Result, n)
+	for i := range rs {
+		r := &rs[i]
+		r.Status = Status(d.u8())
+		r.State = State(d.u8())
+		r.NextAttemptAt = d.varint()
+		r.AttemptsRemaining = uint32(d.uvarint())
+		r.Count = uint32(d.uvarint())
+		r.Message = d.str()
+		nj := d.uvarint()
+		if nj > MaxOpsPerEntry {
+			return nil, false, errShort
+		}
+		if nj > 0 {
+			r.Jobs = make([]JobView, nj)
+		}
+		for j := range r.Jobs {
+			if compact {
+				r.Jobs[j].Job.ID = d.str()
+			} else {
+				r.Jobs[j].decode(&d)
+			}
+		}
+		nh := d.uvarint()
+		if nh > MaxOpsPerEntry {
+			return nil, false, errShort
+		}
+		for k := uint64(0); k < nh; k++ {
+			r.Heartbeats = append(r.Heartbeats, HeartbeatStatus(d.u8()))
+		}
+	}
+	if d.err != nil {
+		return nil, false, d.err
+	}
+	return rs, compact, nil
+}

@@ -1,0 +1,325 @@
+// Package statemachine is Corvo's job lifecycle as a deterministic
+// dragonboat on-disk state machine over Pebble, one Pebble DB per shard.
+//
+// Every mutation arrives as an Entry of ops (see ops.go). Update applies all
+// entries it is given in one Pebble batch, together with the applied index,
+// so a crash never applies an entry twice or skips one. The state machine
+// never reads a clock or a random source: time comes inside each entry.
+package statemachine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/rs/zerolog"
+)
+
+// ResultApplied and ResultRejected are the sm.Result.Value of an entry: a
+// rejected entry (undecodable) changed nothing.
+const (
+	ResultRejected uint64 = 0
+	ResultApplied  uint64 = 1
+)
+
+// Listener hears about every committed Update. It runs on the apply
+// goroutine: it must be quick and must not block.
+type Listener interface {
+	Applied(info *AppliedInfo)
+}
+
+// QueueSignal describes a queue an Update touched.
+type QueueSignal struct {
+	Queue   string
+	Pending int64 // pending jobs now
+	Paused  bool
+	Ready   bool // it gained fetchable jobs (enqueue, promote, reclaim, resume …)
+}
+
+// AppliedInfo describes one committed Update.
+type AppliedInfo struct {
+	ShardID uint64
+	Index   uint64
+	Queues  []QueueSignal
+}
+
+// Config configures one shard's state machine.
+type Config struct {
+	ShardID  uint64
+	Dir      string       // the Pebble directory
+	FS       vfs.FS       // nil: the OS file system
+	Cache    *pebble.Cache // shared block cache; nil: Pebble's default
+	Listener Listener     // nil: none
+	Logger   zerolog.Logger
+}
+
+// StateMachine implements dragonboat's IOnDiskStateMachine.
+type StateMachine struct {
+	cfg Config
+	db  *pebble.DB
+
+	// Owned by the apply goroutine (Open, Update, Recover).
+	applied uint64
+	lastNow int64
+	stats   map[string]*QueueStats
+	configs map[string]*QueueConfig
+
+	// cursors[queue] is a key no greater than the queue's first pending key,
+	// so fetches seek past the tombstones of consumed jobs. It only speeds
+	// scans up; results never depend on it. Lookups read it under mu.
+	mu      sync.RWMutex
+	cursors map[string][]byte
+}
+
+var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
+
+// New returns a state machine that opens its Pebble DB in Open.
+func New(cfg Config) *StateMachine {
+	return &StateMachine{cfg: cfg}
+}
+
+func (s *StateMachine) pebbleOptions() *pebble.Options {
+	opts := &pebble.Options{
+		FS:                    s.cfg.FS,
+		Cache:                 s.cfg.Cache,
+		MemTableSize:          32 << 20,
+		L0CompactionThreshold: 8,
+		L0StopWritesThreshold: 32,
+		Logger:                pebbleLogger{s.cfg.Logger},
+	}
+	opts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionFastest })
+	return opts
+}
+
+// Open opens the shard's Pebble DB and returns the last applied index.
+func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
+	db, err := pebble.Open(s.cfg.Dir, s.pebbleOptions())
+	if err != nil {
+		return 0, fmt.Errorf("open pebble %s: %w", s.cfg.Dir, err)
+	}
+	s.db = db
+	if err := s.loadMeta(); err != nil {
+		_ = db.Close()
+		return 0, err
+	}
+	return s.applied, nil
+}
+
+func (s *StateMachine) resetCaches() {
+	s.stats = make(map[string]*QueueStats)
+	s.configs = make(map[string]*QueueConfig)
+	s.mu.Lock()
+	s.cursors = make(map[string][]byte)
+	s.mu.Unlock()
+}
+
+func (s *StateMachine) loadMeta() error {
+	s.resetCaches()
+	s.applied, s.lastNow = 0, 0
+	v, closer, err := s.db.Get([]byte(keyMeta))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read applied index: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 16 {
+		return fmt.Errorf("corrupt applied index record (%d bytes)", len(v))
+	}
+	s.applied = binary.BigEndian.Uint64(v[:8])
+	s.lastNow = int64(binary.BigEndian.Uint64(v[8:]))
+	return nil
+}
+
+// Update applies committed entries in one Pebble batch.
+func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
+	if len(entries) == 0 {
+		return entries, nil
+	}
+	b := s.db.NewIndexedBatch()
+	defer b.Close()
+	a := newApplier(s, b)
+	for i := range entries {
+		ent := &entries[i]
+		if ent.Index <= s.applied {
+			// Already applied (can only happen if dragonboat replays what
+			// Open reported as applied); keep the state untouched.
+			ent.Result = sm.Result{Value: ResultRejected}
+			continue
+		}
+		a.index = ent.Index
+		data, ok := a.applyEntry(ent.Cmd)
+		if a.err != nil {
+			return nil, a.err
+		}
+		if ok {
+			ent.Result = sm.Result{Value: ResultApplied, Data: data}
+		} else {
+			ent.Result = sm.Result{Value: ResultRejected}
+		}
+	}
+	signals := a.flushStats()
+	last := entries[len(entries)-1].Index
+	var meta [16]byte
+	binary.BigEndian.PutUint64(meta[:8], last)
+	binary.BigEndian.PutUint64(meta[8:], uint64(s.lastNow))
+	if err := b.Set([]byte(keyMeta), meta[:], nil); err != nil {
+		return nil, err
+	}
+	if a.err != nil {
+		return nil, a.err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	s.applied = last
+	if s.cfg.Listener != nil {
+		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals})
+	}
+	return entries, nil
+}
+
+// Sync makes every applied entry durable. Update commits without fsync (the
+// Raft log is the durability anchor and replays from the applied index);
+// dragonboat calls Sync before it snapshots or compacts its log.
+func (s *StateMachine) Sync() error {
+	return s.db.LogData(nil, pebble.Sync)
+}
+
+// Close closes the Pebble DB.
+func (s *StateMachine) Close() error {
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Close()
+	s.db = nil
+	return err
+}
+
+// Applied returns the last applied index (apply goroutine only; tests).
+func (s *StateMachine) Applied() uint64 { return s.applied }
+
+const snapshotMagic = "CORVOSNAP1"
+
+// PrepareSnapshot pins a consistent view of the DB.
+func (s *StateMachine) PrepareSnapshot() (interface{}, error) {
+	return s.db.NewSnapshot(), nil
+}
+
+// SaveSnapshot streams every key of the pinned view as length-prefixed
+// pairs.
+func (s *StateMachine) SaveSnapshot(ctx interface{}, w io.Writer, done <-chan struct{}) error {
+	snap, ok := ctx.(*pebble.Snapshot)
+	if !ok {
+		return errors.New("statemachine: bad snapshot context")
+	}
+	defer snap.Close()
+	it, err := snap.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	bw := newSnapWriter(w)
+	bw.raw([]byte(snapshotMagic))
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		if n++; n%4096 == 0 {
+			select {
+			case <-done:
+				return sm.ErrSnapshotStopped
+			default:
+			}
+		}
+		bw.pair(it.Key(), it.Value())
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	bw.end()
+	return bw.err
+}
+
+// RecoverFromSnapshot replaces the DB's contents with a snapshot stream.
+func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) error {
+	sr := newSnapReader(r)
+	magic := sr.raw(len(snapshotMagic))
+	if sr.err != nil || string(magic) != snapshotMagic {
+		return errors.New("statemachine: not a corvo snapshot")
+	}
+	if err := s.db.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, pebble.NoSync); err != nil {
+		return err
+	}
+	b := s.db.NewBatch()
+	for {
+		k, v, ok := sr.pair()
+		if sr.err != nil {
+			b.Close()
+			return sr.err
+		}
+		if !ok {
+			break
+		}
+		if err := b.Set(k, v, nil); err != nil {
+			b.Close()
+			return err
+		}
+		if b.Len() > 4<<20 {
+			select {
+			case <-done:
+				b.Close()
+				return sm.ErrSnapshotStopped
+			default:
+			}
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return err
+			}
+			b = s.db.NewBatch()
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	return s.loadMeta()
+}
+
+type pebbleLogger struct{ l zerolog.Logger }
+
+func (pebbleLogger) Infof(string, ...interface{}) {}
+func (p pebbleLogger) Errorf(format string, args ...interface{}) {
+	p.l.Error().Str("component", "pebble").Msgf(format, args...)
+}
+func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
+	p.l.Fatal().Str("component", "pebble").Msgf(format, args...)
+}
+
+// cursor returns the fetch lower bound for a queue.
+func (s *StateMachine) cursor(queue string) []byte {
+	s.mu.RLock()
+	c := s.cursors[queue]
+	s.mu.RUnlock()
+	if c == nil {
+		return pendingPrefix(queue)
+	}
+	return c
+}
+
+func (s *StateMachine) lowerCursor(queue string, key []byte) {
+	s.mu.Lock()
+	if c, ok := s.cursors[queue]; ok && bytes.Compare(key, c) < 0 {
+		s.cursors[queue] = append([]byte(nil), key...)
+	}
+	s.mu.Unlock()
+}
+
+func (s *StateMachine) setCursor(queue string, key []byte) {
+	s.mu.Lock()
+	s.cursors[queue] = append([]byte(nil), key...)
+	s.mu.Unlock()
+}

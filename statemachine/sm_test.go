@@ -1,0 +1,427 @@
+package statemachine
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+)
+
+// testBundle drives one state machine with explicit times, as the shard
+// proposer would.
+type testBundle struct {
+	t     *testing.T
+	sm    *StateMachine
+	dir   string
+	index uint64
+	now   time.Time
+	rnd   *rand.Rand
+	log   [][]byte // every entry applied, for replay
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	tb := &testBundle{t: t, dir: t.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
+	tb.open()
+	t.Cleanup(func() { _ = tb.sm.Close() })
+	return tb
+}
+
+func (tb *testBundle) open() {
+	tb.sm = New(Config{ShardID: 1, Dir: tb.dir})
+	idx, err := tb.sm.Open(nil)
+	require.NoError(tb.t, err)
+	tb.index = idx
+}
+
+func (tb *testBundle) reopen() {
+	require.NoError(tb.t, tb.sm.Close())
+	tb.open()
+}
+
+func (tb *testBundle) advance(d time.Duration) { tb.now = tb.now.Add(d) }
+
+func (tb *testBundle) newID() string {
+	var u ulid.ULID
+	_ = u.SetTime(ulid.Timestamp(tb.now))
+	for i := 6; i < 16; i++ {
+		u[i] = byte(tb.rnd.Uint32())
+	}
+	return "job_0_" + u.String()
+}
+
+func (tb *testBundle) entry(ops ...Op) []byte {
+	e := Entry{ID: NewEntryID(tb.now.UnixNano(), tb.rnd.Uint64()), Now: tb.now.UnixNano(), Ops: ops}
+	return e.Encode(nil)
+}
+
+func (tb *testBundle) applyRaw(cmd []byte) []Result {
+	tb.t.Helper()
+	tb.index++
+	tb.log = append(tb.log, cmd)
+	out, err := tb.sm.Update([]sm.Entry{{Index: tb.index, Cmd: cmd}})
+	require.NoError(tb.t, err)
+	require.Equal(tb.t, ResultApplied, out[0].Result.Value)
+	rs, err := DecodeResults(out[0].Result.Data)
+	require.NoError(tb.t, err)
+	return rs
+}
+
+func (tb *testBundle) apply(ops ...Op) []Result { return tb.applyRaw(tb.entry(ops...)) }
+
+func (tb *testBundle) one(op Op) Result { return tb.apply(op)[0] }
+
+func (tb *testBundle) enqueue(queue string, prio Priority, mut ...func(*Job)) string {
+	j := Job{ID: tb.newID(), Queue: queue, Payload: []byte(`{"n":1}`),
+		Priority: prio, MaxRetries: 3, Backoff: BackoffExponential, BaseDelayMs: 5000, MaxDelayMs: 600000}
+	for _, m := range mut {
+		m(&j)
+	}
+	r := tb.one(&EnqueueOp{Job: j})
+	require.Equal(tb.t, StatusOK, r.Status, r.Message)
+	return j.ID
+}
+
+func (tb *testBundle) fetch(n int, queues ...string) []JobView {
+	return tb.one(&FetchOp{Queues: queues, WorkerID: "w1", Hostname: "h", Count: uint32(n)}).Jobs
+}
+
+func (tb *testBundle) get(id string) *JobView {
+	v, err := tb.sm.Lookup(GetJobQuery{ID: id})
+	require.NoError(tb.t, err)
+	jv, _ := v.(*JobView)
+	return jv
+}
+
+func (tb *testBundle) dump() []string {
+	it, err := tb.sm.db.NewIter(nil)
+	require.NoError(tb.t, err)
+	defer it.Close()
+	var out []string
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, fmt.Sprintf("%q=%x", it.Key(), it.Value()))
+	}
+	return out
+}
+
+func TestStateMachineLifecycle(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("emails", PriorityNormal)
+	require.Equal(t, StatePending, tb.get(id).State.State)
+
+	jobs := tb.fetch(1, "emails")
+	require.Len(t, jobs, 1)
+	require.Equal(t, id, jobs[0].Job.ID)
+	require.Equal(t, uint32(1), jobs[0].State.Attempt)
+	require.Equal(t, tb.now.Add(60*time.Second).UnixNano(), jobs[0].State.LeaseExpiresAt)
+	require.Empty(t, tb.fetch(1, "emails"), "a leased job is never handed out twice")
+
+	r := tb.one(&AckOp{JobID: id, Holder: Holder{WorkerID: "other"}})
+	require.Equal(t, StatusConflict, r.Status)
+	r = tb.one(&AckOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}, Result: []byte(`{"ok":true}`)})
+	require.Equal(t, StatusOK, r.Status)
+	v := tb.get(id)
+	require.Equal(t, StateCompleted, v.State.State)
+	require.JSONEq(t, `{"ok":true}`, string(v.State.Result))
+	require.Equal(t, StatusConflict, tb.one(&AckOp{JobID: id}).Status, "a second ack conflicts")
+	require.Equal(t, StatusNotFound, tb.one(&AckOp{JobID: "job_0_nope"}).Status)
+
+	qs, err := tb.sm.Lookup(ListQueuesQuery{})
+	require.NoError(t, err)
+	infos := qs.([]QueueInfo)
+	require.Len(t, infos, 1)
+	require.Equal(t, int64(1), infos[0].Stats.Counts[StateCompleted])
+	require.Equal(t, int64(0), infos[0].Stats.Counts[StatePending]+infos[0].Stats.Counts[StateActive])
+	require.Equal(t, int64(1), infos[0].Stats.Enqueued)
+}
+
+func TestStateMachinePriorityAndFIFO(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var want []string
+	n1 := tb.enqueue("a", PriorityNormal)
+	tb.advance(time.Millisecond)
+	h1 := tb.enqueue("b", PriorityHigh)
+	tb.advance(time.Millisecond)
+	n2 := tb.enqueue("b", PriorityNormal)
+	tb.advance(time.Millisecond)
+	c1 := tb.enqueue("a", PriorityCritical)
+	h2 := tb.enqueue("a", PriorityHigh) // same time as c1: entry order breaks ties
+	want = []string{c1, h1, h2, n1, n2}
+	var got []string
+	for range want {
+		jobs := tb.fetch(1, "a", "b")
+		require.Len(t, jobs, 1)
+		got = append(got, jobs[0].Job.ID)
+	}
+	require.Equal(t, want, got)
+	// A job that goes back to pending keeps its place.
+	tb.enqueue("a", PriorityNormal)
+	r := tb.one(&FailOp{JobID: n1, Error: "x"})
+	require.Equal(t, StateRetrying, r.State)
+}
+
+func TestStateMachineFetchBatchAndPause(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for i := 0; i < 10; i++ {
+		tb.enqueue("q", PriorityNormal)
+	}
+	require.Equal(t, StatusOK, tb.one(&PauseQueueOp{Queue: "q"}).Status)
+	require.Empty(t, tb.fetch(5, "q"), "paused queues are skipped")
+	tb.one(&ResumeQueueOp{Queue: "q"})
+	require.Len(t, tb.fetch(4, "q"), 4)
+	require.Len(t, tb.fetch(100, "q"), 6)
+	require.Empty(t, tb.fetch(1, "q", "unknown"))
+}
+
+func TestBackoffDelayMs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		b    Backoff
+		want []int64
+	}{
+		{BackoffNone, []int64{0, 0, 0, 0}},
+		{BackoffFixed, []int64{5000, 5000, 5000, 5000}},
+		{BackoffLinear, []int64{5000, 10000, 15000, 20000}},
+		{BackoffExponential, []int64{5000, 10000, 20000, 40000}},
+	} {
+		for i, w := range c.want {
+			require.Equal(t, w, BackoffDelayMs(c.b, 5000, 600000, uint32(i+1)), "%s attempt %d", c.b, i+1)
+		}
+	}
+	require.Equal(t, int64(600000), BackoffDelayMs(BackoffExponential, 5000, 600000, 20), "capped")
+	require.Equal(t, int64(600000), BackoffDelayMs(BackoffExponential, 5000, 600000, 4000), "no overflow")
+	require.Equal(t, int64(30000), BackoffDelayMs(BackoffLinear, 10000, 30000, 7))
+}
+
+func TestStateMachineRetryThenDead(t *testing.T) {
+	t.Parallel()
+	for _, b := range []Backoff{BackoffNone, BackoffFixed, BackoffLinear, BackoffExponential} {
+		t.Run(b.String(), func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.MaxRetries = 5; j.Backoff = b })
+			for attempt := uint32(1); attempt <= 5; attempt++ {
+				jobs := tb.fetch(1, "q")
+				require.Len(t, jobs, 1, "attempt %d", attempt)
+				require.Equal(t, attempt, jobs[0].State.Attempt)
+				r := tb.one(&FailOp{JobID: id, Error: fmt.Sprintf("boom %d", attempt), Backtrace: "at x:1"})
+				require.Equal(t, StatusOK, r.Status)
+				require.Equal(t, 5-attempt, r.AttemptsRemaining)
+				if attempt == 5 {
+					require.Equal(t, StateDead, r.State)
+					break
+				}
+				delay := BackoffDelayMs(b, 5000, 600000, attempt)
+				require.Equal(t, tb.now.UnixNano()+delay*1e6, r.NextAttemptAt)
+				if delay > 0 {
+					require.Equal(t, StateRetrying, r.State)
+					require.Empty(t, tb.fetch(1, "q"), "not before the backoff")
+					tb.advance(time.Duration(delay-1) * time.Millisecond)
+					require.Zero(t, tb.one(&PromoteOp{}).Count)
+					tb.advance(time.Millisecond)
+					require.Equal(t, uint32(1), tb.one(&PromoteOp{}).Count)
+				} else {
+					require.Equal(t, StatePending, r.State)
+				}
+			}
+			v := tb.get(id)
+			require.Equal(t, StateDead, v.State.State)
+			require.Equal(t, "max_retries", v.State.Reason)
+			require.Len(t, v.Errors, 5)
+			for i, e := range v.Errors {
+				require.Equal(t, uint32(i+1), e.Attempt)
+				require.Equal(t, fmt.Sprintf("boom %d", i+1), e.Error)
+				require.Equal(t, "at x:1", e.Backtrace)
+			}
+		})
+	}
+}
+
+func TestStateMachineMaxRetriesZero(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.MaxRetries = 0 })
+	tb.fetch(1, "q")
+	r := tb.one(&FailOp{JobID: id, Error: "x"})
+	require.Equal(t, StateDead, r.State)
+	require.Zero(t, r.AttemptsRemaining)
+}
+
+func TestStateMachineReclaimKeepsCheckpoint(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.LeaseSeconds = 10 })
+	tb.fetch(1, "q")
+	hb := tb.one(&HeartbeatOp{WorkerID: "w1", Jobs: []HeartbeatJob{{JobID: id, Checkpoint: []byte(`{"offset":47000}`), Progress: []byte(`{"current":1}`)}}})
+	require.Equal(t, []HeartbeatStatus{HeartbeatOK}, hb.Heartbeats)
+	tb.advance(9 * time.Second)
+	require.Zero(t, tb.one(&ReclaimOp{}).Count, "lease was extended by the heartbeat")
+	tb.advance(time.Second)
+	require.Equal(t, uint32(1), tb.one(&ReclaimOp{}).Count)
+	v := tb.get(id)
+	require.Equal(t, StatePending, v.State.State)
+	require.Len(t, v.Errors, 1)
+
+	jobs := tb.fetch(1, "q")
+	require.Len(t, jobs, 1)
+	require.Equal(t, uint32(2), jobs[0].State.Attempt)
+	require.JSONEq(t, `{"offset":47000}`, string(jobs[0].State.Checkpoint))
+	hb = tb.one(&HeartbeatOp{WorkerID: "w1", Jobs: []HeartbeatJob{{JobID: id}, {JobID: "job_0_missing"}}})
+	require.Equal(t, []HeartbeatStatus{HeartbeatOK, HeartbeatNotFound}, hb.Heartbeats)
+	hb = tb.one(&HeartbeatOp{WorkerID: "w2", Jobs: []HeartbeatJob{{JobID: id}}})
+	require.Equal(t, []HeartbeatStatus{HeartbeatLost}, hb.Heartbeats)
+}
+
+func TestStateMachineCancel(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	pending := tb.enqueue("q", PriorityNormal)
+	scheduled := tb.enqueue("q", PriorityNormal, func(j *Job) { j.ScheduledAt = tb.now.Add(time.Hour).UnixNano() })
+	require.Equal(t, StateScheduled, tb.get(scheduled).State.State)
+	require.Equal(t, StateCancelled, tb.one(&CancelOp{JobID: pending}).State)
+	require.Equal(t, StateCancelled, tb.one(&CancelOp{JobID: scheduled}).State)
+	require.Equal(t, StatusConflict, tb.one(&CancelOp{JobID: pending}).Status)
+	tb.advance(2 * time.Hour)
+	require.Zero(t, tb.one(&PromoteOp{}).Count, "a cancelled scheduled job is not promoted")
+
+	active := tb.enqueue("q", PriorityNormal)
+	require.Len(t, tb.fetch(1, "q"), 1)
+	r := tb.one(&CancelOp{JobID: active})
+	require.Equal(t, StateActive, r.State, "cancelling: delivered on the next heartbeat")
+	hb := tb.one(&HeartbeatOp{WorkerID: "w1", Jobs: []HeartbeatJob{{JobID: active}}})
+	require.Equal(t, []HeartbeatStatus{HeartbeatCancel}, hb.Heartbeats)
+	require.Equal(t, StateCancelled, tb.get(active).State.State)
+	require.Equal(t, StatusConflict, tb.one(&AckOp{JobID: active}).Status)
+}
+
+func TestStateMachineExpiredNeverHandedOut(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.ExpireAfterMs = 1000 })
+	tb.advance(time.Second)
+	require.Empty(t, tb.fetch(1, "q"))
+	v := tb.get(id)
+	require.Equal(t, StateDead, v.State.State)
+	require.Equal(t, "expired", v.State.Reason)
+}
+
+func TestStateMachineDuplicateEntryAppliesOnce(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue("q", PriorityNormal)
+	cmd := tb.entry(&FetchOp{Queues: []string{"q"}, WorkerID: "w1", Count: 1})
+	first := tb.applyRaw(cmd)
+	require.Len(t, first[0].Jobs, 1)
+	tb.enqueue("q", PriorityNormal)
+	again := tb.applyRaw(cmd) // a proposer retry after ErrTimeout
+	require.Len(t, again[0].Jobs, 1)
+	require.Equal(t, first[0].Jobs[0].Job.ID, again[0].Jobs[0].Job.ID)
+	require.Len(t, tb.fetch(10, "q"), 1, "the retry claimed nothing new")
+}
+
+func TestStateMachineRejectsGarbage(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.index++
+	out, err := tb.sm.Update([]sm.Entry{{Index: tb.index, Cmd: []byte("garbage")}})
+	require.NoError(t, err)
+	require.Equal(t, ResultRejected, out[0].Result.Value)
+	require.Equal(t, tb.index, tb.sm.Applied())
+}
+
+// randomLog builds a seeded sequence of entries exercising every op.
+func randomLog(tb *testBundle, n int) {
+	var ids []string
+	queues := []string{"a", "b", "c"}
+	for i := 0; i < n; i++ {
+		tb.advance(time.Duration(tb.rnd.IntN(3000)) * time.Millisecond)
+		var op Op
+		switch k := tb.rnd.IntN(10); {
+		case k < 4 || len(ids) == 0:
+			id := tb.newID()
+			ids = append(ids, id)
+			op = &EnqueueOp{Job: Job{ID: id, Queue: queues[tb.rnd.IntN(3)], Payload: []byte(`{}`), Priority: Priority(tb.rnd.IntN(3)),
+				MaxRetries: 2, Backoff: BackoffFixed, BaseDelayMs: 1000, LeaseSeconds: 5}}
+		case k < 6:
+			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
+		case k == 6:
+			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}
+		case k == 7:
+			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e"}
+		case k == 8:
+			op = &PromoteOp{}
+		default:
+			if tb.rnd.IntN(2) == 0 {
+				op = &ReclaimOp{}
+			} else {
+				op = &CancelOp{JobID: ids[tb.rnd.IntN(len(ids))]}
+			}
+		}
+		tb.apply(op)
+	}
+}
+
+func TestStateMachineDeterministic(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	randomLog(a, 600)
+	b := setup(t)
+	for _, cmd := range a.log {
+		b.applyRaw(cmd)
+	}
+	require.Equal(t, a.dump(), b.dump(), "one op log, byte-identical Pebble state")
+
+	// Replaying in different Update batch sizes gives the same state too.
+	c := setup(t)
+	for i := 0; i < len(a.log); {
+		n := 1 + c.rnd.IntN(7)
+		var ents []sm.Entry
+		for ; n > 0 && i < len(a.log); n, i = n-1, i+1 {
+			c.index++
+			ents = append(ents, sm.Entry{Index: c.index, Cmd: a.log[i]})
+		}
+		_, err := c.sm.Update(ents)
+		require.NoError(t, err)
+	}
+	require.Equal(t, a.dump(), c.dump())
+}
+
+func TestStateMachineReopenAndSnapshot(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	randomLog(a, 200)
+	before := a.dump()
+	applied := a.sm.Applied()
+	a.reopen()
+	require.Equal(t, applied, a.index)
+	require.Equal(t, before, a.dump())
+
+	ctx, err := a.sm.PrepareSnapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, a.sm.SaveSnapshot(ctx, &buf, nil))
+
+	b := setup(t)
+	randomLog(b, 30) // state that the snapshot must replace
+	require.NoError(t, b.sm.RecoverFromSnapshot(&buf, nil))
+	require.Equal(t, before, b.dump())
+	require.Equal(t, applied, b.sm.Applied())
+}
+
+func TestStateMachineSyncDurable(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue("q", PriorityNormal)
+	require.NoError(t, tb.sm.Sync())
+	_, closer, err := tb.sm.db.Get([]byte(keyMeta))
+	require.NoError(t, err)
+	require.NoError(t, closer.Close())
+}
