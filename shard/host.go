@@ -1,0 +1,307 @@
+// Package shard hosts Corvo's Raft groups: one dragonboat NodeHost per
+// process, one on-disk state machine per shard. It proposes ops with
+// deadlines through a coalescing proposer per shard, serves local reads,
+// tracks leadership, runs the leader-only tickers and raises per-queue
+// "has pending" signals for long-polls. It knows nothing of HTTP.
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/raftio"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/rs/zerolog"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// Defaults for Config.
+const (
+	ShardsDefault            = 4 // measured best on 2 cores (ARCHITECTURE.md)
+	RTTMillisecondDefault    = 50
+	ElectionRTTDefault       = 20 // 1 s: shorter timeouts churned under load
+	MaxOpsPerEntryDefault    = 4096
+	MaxEntryBytesDefault     = 8 << 20
+	MaxQueuedRequestsDefault = 16384
+	ProposalTimeoutDefault   = 3 * time.Second
+	ProposalDeadlineDefault  = 10 * time.Second
+	TickIntervalDefault      = 250 * time.Millisecond
+	DedupRetentionDefault    = 5 * time.Minute
+	replicaIDSingle          = 1
+)
+
+// Clock is the wall clock; tests inject their own.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Config configures a Host.
+type Config struct {
+	DataDir     string // holds raft/ and shards/<n>/
+	RaftAddress string // host:port for Raft traffic
+	Shards      int
+	Logger      zerolog.Logger
+	Clock       Clock // nil: the real clock
+
+	RTTMillisecond    uint64
+	ElectionRTT       uint64
+	MaxOpsPerEntry    int
+	MaxEntryBytes     int
+	MaxQueuedRequests int
+	ProposalTimeout   time.Duration // one SyncPropose attempt
+	ProposalDeadline  time.Duration // all attempts of one entry
+	TickInterval      time.Duration // how often leaders look for due work
+	DedupRetention    time.Duration
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Shards, ShardsDefault)
+	def(&c.MaxOpsPerEntry, MaxOpsPerEntryDefault)
+	def(&c.MaxEntryBytes, MaxEntryBytesDefault)
+	def(&c.MaxQueuedRequests, MaxQueuedRequestsDefault)
+	if c.RTTMillisecond == 0 {
+		c.RTTMillisecond = RTTMillisecondDefault
+	}
+	if c.ElectionRTT == 0 {
+		c.ElectionRTT = ElectionRTTDefault
+	}
+	durDef := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	durDef(&c.ProposalTimeout, ProposalTimeoutDefault)
+	durDef(&c.ProposalDeadline, ProposalDeadlineDefault)
+	durDef(&c.TickInterval, TickIntervalDefault)
+	durDef(&c.DedupRetention, DedupRetentionDefault)
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	return c
+}
+
+// Validate checks a defaulted config.
+func (c Config) Validate() error {
+	switch {
+	case c.DataDir == "":
+		return errors.New("data dir is required")
+	case c.RaftAddress == "":
+		return errors.New("raft address is required")
+	case c.Shards < 1 || c.Shards > 1024:
+		return fmt.Errorf("shards must be 1–1024, got %d", c.Shards)
+	case c.MaxOpsPerEntry < 1 || c.MaxOpsPerEntry > statemachine.MaxOpsPerEntry:
+		return fmt.Errorf("max ops per entry must be 1–%d", statemachine.MaxOpsPerEntry)
+	case c.ProposalTimeout > c.ProposalDeadline:
+		return errors.New("proposal timeout must not exceed the proposal deadline")
+	}
+	return nil
+}
+
+// Host runs every shard of this node.
+type Host struct {
+	cfg   Config
+	log   zerolog.Logger
+	clock Clock
+	nh    *dragonboat.NodeHost
+	cache *pebble.Cache
+
+	proposers []*proposer
+	signals   *signals
+	leader    []atomic.Bool // by shard index
+
+	closing       chan struct{}
+	stopProposers chan struct{}
+	wg            sync.WaitGroup
+	closeOnce     sync.Once
+}
+
+// ShardID maps a shard index to its dragonboat shard ID (IDs start at 1).
+func ShardID(index int) uint64 { return uint64(index) + 1 }
+
+// Open starts (or restarts) every shard and returns once each has a leader
+// or ctx ends.
+func Open(ctx context.Context, cfg Config) (*Host, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	setupDragonboatLogging(cfg.Logger)
+	h := &Host{
+		cfg:           cfg,
+		log:           cfg.Logger.With().Str("component", "shard").Logger(),
+		clock:         cfg.Clock,
+		signals:       newSignals(),
+		leader:        make([]atomic.Bool, cfg.Shards),
+		closing:       make(chan struct{}),
+		stopProposers: make(chan struct{}),
+		cache:         pebble.NewCache(64 << 20),
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "shards"), 0o755); err != nil {
+		return nil, err
+	}
+	logdb := config.GetTinyMemLogDBConfig()
+	logdb.Shards = 1 // fsyncs of all shards share one WAL
+	nhc := config.NodeHostConfig{
+		NodeHostDir:       filepath.Join(cfg.DataDir, "raft"),
+		RTTMillisecond:    cfg.RTTMillisecond,
+		RaftAddress:       cfg.RaftAddress,
+		RaftEventListener: h,
+		Expert:            config.ExpertConfig{LogDB: logdb},
+	}
+	nh, err := dragonboat.NewNodeHost(nhc)
+	if err != nil {
+		h.cache.Unref()
+		return nil, fmt.Errorf("start raft node host: %w", err)
+	}
+	h.nh = nh
+	members := map[uint64]dragonboat.Target{replicaIDSingle: cfg.RaftAddress}
+	for i := 0; i < cfg.Shards; i++ {
+		rc := config.Config{
+			ReplicaID:          replicaIDSingle,
+			ShardID:            ShardID(i),
+			ElectionRTT:        cfg.ElectionRTT,
+			HeartbeatRTT:       2,
+			CheckQuorum:        true,
+			SnapshotEntries:    100000,
+			CompactionOverhead: 20000,
+			MaxInMemLogSize:    256 << 20,
+		}
+		if err := nh.StartOnDiskReplica(members, false, h.newStateMachine(i), rc); err != nil {
+			nh.Close()
+			h.cache.Unref()
+			return nil, fmt.Errorf("start shard %d: %w", i, err)
+		}
+	}
+	for i := 0; i < cfg.Shards; i++ {
+		p := newProposer(h, ShardID(i))
+		h.proposers = append(h.proposers, p)
+		h.wg.Add(1)
+		go p.run()
+	}
+	if err := h.waitReady(ctx); err != nil {
+		h.Close()
+		return nil, err
+	}
+	for i := 0; i < cfg.Shards; i++ {
+		h.wg.Add(1)
+		go h.tick(i)
+	}
+	return h, nil
+}
+
+func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
+	return func(shardID, replicaID uint64) sm.IOnDiskStateMachine {
+		return statemachine.New(statemachine.Config{
+			ShardID:  shardID,
+			Dir:      filepath.Join(h.cfg.DataDir, "shards", fmt.Sprint(index)),
+			Cache:    h.cache,
+			Listener: h,
+			Logger:   h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
+		})
+	}
+}
+
+// waitReady waits until every shard has a leader and has applied its log,
+// then seeds the per-queue signals.
+func (h *Host) waitReady(ctx context.Context) error {
+	for i := 0; i < h.cfg.Shards; i++ {
+		for {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			v, err := h.nh.SyncRead(rctx, ShardID(i), statemachine.ListQueuesQuery{})
+			cancel()
+			if err == nil {
+				h.signals.seed(v.([]statemachine.QueueInfo))
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("shard %d has no leader: %w", i, ctx.Err())
+			}
+			if !dragonboat.IsTempError(err) && !errors.Is(err, dragonboat.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("shard %d: %w", i, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// Applied implements statemachine.Listener.
+func (h *Host) Applied(info *statemachine.AppliedInfo) { h.signals.applied(info) }
+
+// LeaderUpdated implements raftio.IRaftEventListener.
+func (h *Host) LeaderUpdated(info raftio.LeaderInfo) {
+	i := int(info.ShardID) - 1
+	if i < 0 || i >= len(h.leader) {
+		return
+	}
+	h.leader[i].Store(info.LeaderID == info.ReplicaID && info.LeaderID != 0)
+}
+
+// Shards is the number of shards.
+func (h *Host) Shards() int { return h.cfg.Shards }
+
+// IsLeader reports whether this node leads shard index i.
+func (h *Host) IsLeader(i int) bool { return h.leader[i].Load() }
+
+// Propose commits ops to shard i in one entry and returns one result per op.
+func (h *Host) Propose(ctx context.Context, i int, ops ...statemachine.Op) ([]statemachine.Result, error) {
+	if i < 0 || i >= len(h.proposers) {
+		return nil, fmt.Errorf("no shard %d", i)
+	}
+	return h.proposers[i].submit(ctx, ops)
+}
+
+// Read answers a statemachine query from this node's replica of shard i.
+// After a Propose on this node returns, Read sees its effects.
+func (h *Host) Read(i int, query interface{}) (interface{}, error) {
+	if i < 0 || i >= h.cfg.Shards {
+		return nil, fmt.Errorf("no shard %d", i)
+	}
+	return h.nh.StaleRead(ShardID(i), query)
+}
+
+// Fetchable reports whether queue has pending jobs and is not paused, as
+// far as this node's replica knows.
+func (h *Host) Fetchable(queue string) bool { return h.signals.fetchable(queue) }
+
+// Pending is the queue's pending count on this node's replica.
+func (h *Host) Pending(queue string) int64 { return h.signals.pending(queue) }
+
+// Watch returns a channel closed when queue next gains fetchable jobs.
+func (h *Host) Watch(queue string) <-chan struct{} { return h.signals.watch(queue) }
+
+// Closing is closed when the host starts shutting down.
+func (h *Host) Closing() <-chan struct{} { return h.closing }
+
+// Close stops the tickers and proposers (queued requests fail with
+// ErrClosed; the entry in flight completes), then closes dragonboat and
+// every Pebble DB.
+func (h *Host) Close() {
+	h.closeOnce.Do(func() {
+		close(h.closing)
+		close(h.stopProposers)
+		h.wg.Wait()
+		if h.nh != nil {
+			h.nh.Close()
+		}
+		h.cache.Unref()
+	})
+}

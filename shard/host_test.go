@@ -1,0 +1,115 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func openHost(t *testing.T, dir string, shards int) *Host {
+	t.Helper()
+	return openHostAt(t, dir, freeAddr(t), shards)
+}
+
+// openHostAt reopens a data dir: dragonboat ties it to its Raft address.
+func openHostAt(t *testing.T, dir, addr string, shards int) *Host {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := Open(ctx, Config{DataDir: dir, RaftAddress: addr, Shards: shards, Logger: zerolog.Nop(), RTTMillisecond: 10, ElectionRTT: 10})
+	require.NoError(t, err)
+	return h
+}
+
+func enqueueOp(shard int, queue string) *statemachine.EnqueueOp {
+	return &statemachine.EnqueueOp{Job: statemachine.Job{ID: router.JobID(shard, ulid.Make()), Queue: queue, Payload: []byte(`{}`),
+		Priority: statemachine.PriorityNormal, MaxRetries: 3, Backoff: statemachine.BackoffExponential, BaseDelayMs: 5000}}
+}
+
+func TestShardProposeCoalescesAndSurvivesRestart(t *testing.T) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	h := openHostAt(t, dir, addr, 2)
+	ctx := context.Background()
+
+	watch := h.Watch("q")
+	require.False(t, h.Fetchable("q"))
+	const n = 200
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			op := enqueueOp(1, "q")
+			ids[i] = op.Job.ID
+			rs, err := h.Propose(ctx, 1, op)
+			require.NoError(t, err)
+			require.Len(t, rs, 1)
+			require.Equal(t, statemachine.StatusOK, rs[0].Status)
+		}(i)
+	}
+	wg.Wait()
+	<-watch // closed by the first enqueue
+	require.True(t, h.Fetchable("q"))
+	require.Equal(t, int64(n), h.Pending("q"))
+
+	v, err := h.Read(1, statemachine.GetJobQuery{ID: ids[7]})
+	require.NoError(t, err)
+	require.Equal(t, statemachine.StatePending, v.(*statemachine.JobView).State.State)
+	h.Close()
+
+	h = openHostAt(t, dir, addr, 2)
+	defer h.Close()
+	require.Equal(t, int64(n), h.Pending("q"), "signals seeded from disk at start")
+	rs, err := h.Propose(ctx, 1, &statemachine.FetchOp{Queues: []string{"q"}, WorkerID: "w", Count: 1000})
+	require.NoError(t, err)
+	require.Len(t, rs[0].Jobs, n, "every acknowledged enqueue survived the restart")
+}
+
+func TestShardLeaderTickerPromotes(t *testing.T) {
+	h := openHost(t, t.TempDir(), 1)
+	defer h.Close()
+	op := enqueueOp(0, "later")
+	op.Job.ScheduledAt = time.Now().Add(300 * time.Millisecond).UnixNano()
+	watch := h.Watch("later")
+	rs, err := h.Propose(context.Background(), 0, op)
+	require.NoError(t, err)
+	require.Equal(t, statemachine.StateScheduled, rs[0].State)
+	select {
+	case <-watch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("scheduled job was never promoted")
+	}
+	require.True(t, h.Fetchable("later"))
+}
+
+func TestShardConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []Config{
+		{RaftAddress: "x"},
+		{DataDir: "d"},
+		{DataDir: "d", RaftAddress: "x", Shards: 2000},
+		{DataDir: "d", RaftAddress: "x", ProposalTimeout: time.Minute},
+	} {
+		require.Error(t, c.WithDefaults().Validate(), fmt.Sprintf("%+v", c))
+	}
+	require.NoError(t, Config{DataDir: "d", RaftAddress: "x"}.WithDefaults().Validate())
+}

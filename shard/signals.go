@@ -1,0 +1,95 @@
+package shard
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// signals tracks, per queue, how many jobs are pending on this node's
+// replica and wakes long-polls when a queue gains fetchable jobs.
+type signals struct {
+	mu     sync.Mutex
+	queues map[string]*queueSignal
+}
+
+type queueSignal struct {
+	pending atomic.Int64
+	paused  atomic.Bool
+	seen    bool          // set by an Applied (newer than any seed); guarded by signals.mu
+	ready   chan struct{} // closed and replaced when the queue gains jobs; guarded by signals.mu
+}
+
+func newSignals() *signals { return &signals{queues: make(map[string]*queueSignal)} }
+
+// getLocked returns the queue's signal, creating it. s.mu must be held.
+func (s *signals) getLocked(q string) *queueSignal {
+	qs, ok := s.queues[q]
+	if !ok {
+		qs = &queueSignal{ready: make(chan struct{})}
+		s.queues[q] = qs
+	}
+	return qs
+}
+
+// watch returns a channel closed the next time the queue gains fetchable
+// jobs. Take it before checking Fetchable, so no wake-up is lost.
+func (s *signals) watch(q string) <-chan struct{} {
+	s.mu.Lock()
+	ch := s.getLocked(q).ready
+	s.mu.Unlock()
+	return ch
+}
+
+func (s *signals) fetchable(q string) bool {
+	s.mu.Lock()
+	qs, ok := s.queues[q]
+	s.mu.Unlock()
+	return ok && qs.pending.Load() > 0 && !qs.paused.Load()
+}
+
+func (s *signals) pending(q string) int64 {
+	s.mu.Lock()
+	qs, ok := s.queues[q]
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return qs.pending.Load()
+}
+
+// applied takes a state machine's report of a committed Update.
+func (s *signals) applied(info *statemachine.AppliedInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range info.Queues {
+		sig := &info.Queues[i]
+		qs := s.getLocked(sig.Queue)
+		qs.seen = true
+		qs.pending.Store(sig.Pending)
+		qs.paused.Store(sig.Paused)
+		if sig.Ready && sig.Pending > 0 && !sig.Paused {
+			close(qs.ready)
+			qs.ready = make(chan struct{})
+		}
+	}
+}
+
+// seed loads counts read at start-up for queues no Update has reported yet.
+func (s *signals) seed(infos []statemachine.QueueInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range infos {
+		qs := s.getLocked(infos[i].Name)
+		if qs.seen {
+			continue
+		}
+		qs.pending.Store(infos[i].Stats.Counts[statemachine.StatePending])
+		qs.paused.Store(infos[i].Config.Paused)
+		if qs.pending.Load() > 0 {
+			close(qs.ready)
+			qs.ready = make(chan struct{})
+		}
+	}
+}
