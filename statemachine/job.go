@@ -108,27 +108,27 @@ func ParseBackoff(name string) (Backoff, bool) {
 // enqueue op carries it; the state machine fills CreatedAt and Seq. Times
 // are Unix nanoseconds, 0 meaning unset.
 type Job struct {
-	ID           string
-	Queue        string
-	Payload      []byte // raw JSON
-	Priority     Priority
-	MaxRetries   uint32
-	Backoff      Backoff
-	BaseDelayMs  int64
-	MaxDelayMs   int64
-	BaseDelay    string // as sent, e.g. "5s"; "" when defaulted
-	MaxDelay     string
-	LeaseSeconds uint32
-	ScheduledAt  int64
-	ExpireAfter  string // as sent
-	ExpireAt     int64  // CreatedAt + expire_after, set by the state machine
+	ID            string
+	Queue         string
+	Payload       []byte // raw JSON
+	Priority      Priority
+	MaxRetries    uint32
+	Backoff       Backoff
+	BaseDelayMs   int64
+	MaxDelayMs    int64
+	BaseDelay     string // as sent, e.g. "5s"; "" when defaulted
+	MaxDelay      string
+	LeaseSeconds  uint32
+	ScheduledAt   int64
+	ExpireAfter   string // as sent
+	ExpireAt      int64  // CreatedAt + expire_after, set by the state machine
 	ExpireAfterMs int64
-	Tags         []byte // raw JSON object, nil when none
-	UniqueKey    string
-	UniquePeriod int64 // seconds
-	BatchID      string
-	CreatedAt    int64
-	Seq          uint64 // shard-wide FIFO tiebreak: raft index<<16 | position
+	Tags          []byte // raw JSON object, nil when none
+	UniqueKey     string
+	UniquePeriod  int64 // seconds
+	BatchID       string
+	CreatedAt     int64
+	Seq           uint64 // shard-wide FIFO tiebreak: raft index<<16 | position
 }
 
 const jobVersion = 1

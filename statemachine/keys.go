@@ -7,16 +7,16 @@ import "encoding/binary"
 // numbers are big-endian. A job is written once (j|) and its transitions only
 // touch the small state record (js|) and index keys (p|, d|, l|).
 const (
-	pfxJob      = "j|"  // j|{id}                                  → Job
-	pfxState    = "js|" // js|{id}                                 → JobState
-	pfxError    = "je|" // je|{id}\x00{attempt:4BE}                → JobError
-	pfxPending  = "p|"  // p|{queue}\x00{prio:1}{created:8BE}{seq:8BE} → job id
-	pfxDue      = "d|"  // d|{due:8BE}{id}                         → "" (scheduled + retrying)
-	pfxLease    = "l|"  // l|{lease_expires:8BE}{id}               → "" (active)
-	pfxQueueCfg = "qc|" // qc|{queue}                              → QueueConfig
-	pfxQueueSt  = "qs|" // qs|{queue}                              → QueueStats
-	pfxDedup    = "rq|" // rq|{entry id:16}                        → compact results
-	keyMeta     = "m|applied"                                   // applied index:8BE, last now:8BE
+	pfxJob      = "j|"        // j|{id}                                  → Job
+	pfxState    = "js|"       // js|{id}                                 → JobState
+	pfxError    = "je|"       // je|{id}\x00{attempt:4BE}                → JobError
+	pfxPending  = "p|"        // p|{queue}\x00{prio:1}{created:8BE}{seq:8BE} → job id
+	pfxDue      = "d|"        // d|{due:8BE}{id}                         → "" (scheduled + retrying)
+	pfxLease    = "l|"        // l|{lease_expires:8BE}{id}               → "" (active)
+	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
+	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
+	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results
+	keyMeta     = "m|applied" // applied index:8BE, last now:8BE
 )
 
 func jobKey(id string) []byte   { return append([]byte(pfxJob), id...) }

@@ -156,7 +156,7 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 type EnqueueOp struct{ Job Job }
 
 // Code implements Op.
-func (*EnqueueOp) Code() OpCode               { return OpEnqueue }
+func (*EnqueueOp) Code() OpCode                 { return OpEnqueue }
 func (o *EnqueueOp) appendBody(b []byte) []byte { return o.Job.appendTo(b) }
 func (o *EnqueueOp) decode(d *dec)              { o.Job.decode(d) }
 
@@ -307,7 +307,7 @@ func (o *HeartbeatOp) decode(d *dec) {
 type CancelOp struct{ JobID string }
 
 // Code implements Op.
-func (*CancelOp) Code() OpCode               { return OpCancel }
+func (*CancelOp) Code() OpCode                 { return OpCancel }
 func (o *CancelOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
 func (o *CancelOp) decode(d *dec)              { o.JobID = d.str() }
 
@@ -335,7 +335,7 @@ func (o *ReclaimOp) decode(d *dec) { o.Limit = uint32(d.uvarint()) }
 type PauseQueueOp struct{ Queue string }
 
 // Code implements Op.
-func (*PauseQueueOp) Code() OpCode               { return OpPauseQueue }
+func (*PauseQueueOp) Code() OpCode                 { return OpPauseQueue }
 func (o *PauseQueueOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.Queue); return e.b }
 func (o *PauseQueueOp) decode(d *dec)              { o.Queue = d.str() }
 
@@ -343,7 +343,7 @@ func (o *PauseQueueOp) decode(d *dec)              { o.Queue = d.str() }
 type ResumeQueueOp struct{ Queue string }
 
 // Code implements Op.
-func (*ResumeQueueOp) Code() OpCode               { return OpResumeQueue }
+func (*ResumeQueueOp) Code() OpCode                 { return OpResumeQueue }
 func (o *ResumeQueueOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.Queue); return e.b }
 func (o *ResumeQueueOp) decode(d *dec)              { o.Queue = d.str() }
 

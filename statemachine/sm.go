@@ -52,10 +52,10 @@ type AppliedInfo struct {
 // Config configures one shard's state machine.
 type Config struct {
 	ShardID  uint64
-	Dir      string       // the Pebble directory
-	FS       vfs.FS       // nil: the OS file system
+	Dir      string        // the Pebble directory
+	FS       vfs.FS        // nil: the OS file system
 	Cache    *pebble.Cache // shared block cache; nil: Pebble's default
-	Listener Listener     // nil: none
+	Listener Listener      // nil: none
 	Logger   zerolog.Logger
 }
 

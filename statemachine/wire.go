@@ -12,7 +12,7 @@ var errShort = errors.New("statemachine: truncated or malformed encoding")
 // varints and length-prefixed byte strings, in a fixed field order per type.
 type enc struct{ b []byte }
 
-func (e *enc) u8(v uint8)      { e.b = append(e.b, v) }
+func (e *enc) u8(v uint8)       { e.b = append(e.b, v) }
 func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
 func (e *enc) bytes(v []byte) {
