@@ -224,6 +224,14 @@ func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 func (h *Host) waitReady(ctx context.Context) error {
 	for i := 0; i < h.cfg.Shards; i++ {
 		for {
+			if _, _, ok, _ := h.nh.GetLeaderID(ShardID(i)); !ok {
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("shard %d has no leader: %w", i, ctx.Err())
+				case <-time.After(10 * time.Millisecond):
+				}
+				continue
+			}
 			rctx, cancel := context.WithTimeout(ctx, time.Second)
 			v, err := h.nh.SyncRead(rctx, ShardID(i), statemachine.ListQueuesQuery{})
 			cancel()

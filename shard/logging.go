@@ -9,12 +9,17 @@ import (
 
 var loggingOnce sync.Once
 
-// setupDragonboatLogging routes dragonboat's loggers into zerolog at
-// warning level and above. dragonboat allows one factory per process.
+// setupDragonboatLogging routes dragonboat's loggers into zerolog: errors
+// only, or warnings too when Corvo logs at debug level (elections and
+// dropped reads are routine). dragonboat allows one factory per process.
 func setupDragonboatLogging(l zerolog.Logger) {
+	level := logger.ERROR
+	if l.GetLevel() <= zerolog.DebugLevel {
+		level = logger.WARNING
+	}
 	loggingOnce.Do(func() {
 		logger.SetLoggerFactory(func(pkg string) logger.ILogger {
-			return &dbLogger{l: l.With().Str("component", "raft").Str("pkg", pkg).Logger(), level: logger.WARNING}
+			return &dbLogger{l: l.With().Str("component", "raft").Str("pkg", pkg).Logger(), level: level}
 		})
 	})
 }

@@ -444,7 +444,7 @@ func (a *applier) ack(o *AckOp) Result {
 	st.CancelRequested = false
 	a.putState(j.ID, &st)
 	a.move(j.Queue, StateActive, StateCompleted)
-	return Result{State: StateCompleted}
+	return Result{State: StateCompleted, Queue: j.Queue}
 }
 
 func (a *applier) failJob(o *FailOp) Result {
@@ -458,7 +458,9 @@ func (a *applier) failJob(o *FailOp) Result {
 		st.Checkpoint = o.Checkpoint
 	}
 	a.stats(j.Queue).Failed++
-	return a.afterFailure(j, &st)
+	r = a.afterFailure(j, &st)
+	r.Queue = j.Queue
+	return r
 }
 
 // afterFailure decides what follows a failed attempt of an active job whose

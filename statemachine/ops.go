@@ -387,6 +387,7 @@ type Result struct {
 	AttemptsRemaining uint32 // fail
 	Count             uint32 // promote, reclaim, prune: how many were affected
 	Message           string // detail for a non-OK status
+	Queue             string // the job's queue (ack, fail, cancel), for metrics
 	Jobs              []JobView
 	Heartbeats        []HeartbeatStatus
 }
@@ -405,6 +406,7 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 		e.uvarint(uint64(r.AttemptsRemaining))
 		e.uvarint(uint64(r.Count))
 		e.str(r.Message)
+		e.str(r.Queue)
 		e.uvarint(uint64(len(r.Jobs)))
 		for j := range r.Jobs {
 			if compact {
@@ -443,6 +445,7 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 		r.AttemptsRemaining = uint32(d.uvarint())
 		r.Count = uint32(d.uvarint())
 		r.Message = d.str()
+		r.Queue = d.str()
 		nj := d.uvarint()
 		if nj > MaxOpsPerEntry {
 			return nil, false, errShort

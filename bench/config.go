@@ -1,0 +1,182 @@
+// Package bench implements the HTTP load generator behind `corvo bench`.
+//
+// It is a pure HTTP client: it talks to a running Corvo server through the
+// public JSON API (enqueue, fetch, ack) and measures throughput and latency.
+// Three modes are supported:
+//
+//   - "enqueue": producers only; measures enqueue throughput and latency.
+//   - "lifecycle": enqueue everything first, then fetch+ack until drained,
+//     reporting both phases separately and the combined lifecycle rate.
+//   - "e2e": producers and workers run concurrently; measures completed jobs/s
+//     and enqueue-to-start / enqueue-to-ack latency.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Benchmark modes accepted in Config.Mode.
+const (
+	ModeEnqueue   = "enqueue"
+	ModeLifecycle = "lifecycle"
+	ModeE2E       = "e2e"
+)
+
+// Defaults applied by Config.WithDefaults for zero-valued fields.
+const (
+	DefaultProducers    = 16
+	DefaultWorkers      = 16
+	DefaultEnqueueBatch = 1
+	DefaultFetchBatch   = 1
+	DefaultAckBatch     = 1
+	DefaultQueues       = 1
+	DefaultQueuePrefix  = "bench"
+	DefaultPayloadSize  = 64
+	DefaultFetchTimeout = 1
+)
+
+// MaxEnqueueBatch is the largest batch accepted by POST /api/v1/enqueue/batch.
+const MaxEnqueueBatch = 10000
+
+// Config describes one benchmark run.
+type Config struct {
+	// URL is the base URL of the Corvo server, e.g. http://127.0.0.1:8080.
+	URL string
+	// Mode is one of "enqueue", "lifecycle" or "e2e".
+	Mode string
+	// Duration is how long to produce jobs; it is only used when Jobs == 0.
+	Duration time.Duration
+	// Jobs stops the run after this many jobs: enqueued for "enqueue" mode,
+	// completed (acked) for the other modes.
+	Jobs int
+	// Producers is the number of concurrent producer goroutines (default 16).
+	Producers int
+	// Workers is the number of concurrent worker goroutines (default 16).
+	Workers int
+	// EnqueueBatch is the number of jobs per enqueue request; 1 uses
+	// POST /enqueue, >1 uses POST /enqueue/batch (default 1).
+	EnqueueBatch int
+	// FetchBatch is the number of jobs per fetch; 1 uses a plain fetch, >1
+	// adds "count" to the fetch request (default 1).
+	FetchBatch int
+	// AckBatch is the number of acks per request; 1 uses POST /ack/{id}, >1
+	// uses POST /ack/batch (default 1).
+	AckBatch int
+	// Queues is the number of queues, named <QueuePrefix>.q0 ... (default 1).
+	// Producers spread jobs over them round-robin.
+	Queues int
+	// QueuePrefix prefixes the queue names (default "bench").
+	QueuePrefix string
+	// PayloadSize is the approximate size of each job payload in bytes
+	// (default 64).
+	PayloadSize int
+	// Rate, if > 0, is the combined steady enqueue rate of all producers in
+	// jobs/s. Useful for latency measurements below saturation.
+	Rate int
+	// FetchTimeout is the long-poll timeout of fetch requests in seconds
+	// (default 1).
+	FetchTimeout int
+	// Out receives progress lines while the benchmark runs; nil disables them.
+	Out io.Writer
+}
+
+// WithDefaults returns a copy of c with zero-valued fields set to their
+// defaults. Mode, URL, Duration, Jobs and Rate have no defaults.
+func (c Config) WithDefaults() Config {
+	setDefault(&c.Producers, DefaultProducers)
+	setDefault(&c.Workers, DefaultWorkers)
+	setDefault(&c.EnqueueBatch, DefaultEnqueueBatch)
+	setDefault(&c.FetchBatch, DefaultFetchBatch)
+	setDefault(&c.AckBatch, DefaultAckBatch)
+	setDefault(&c.Queues, DefaultQueues)
+	setDefault(&c.PayloadSize, DefaultPayloadSize)
+	setDefault(&c.FetchTimeout, DefaultFetchTimeout)
+	if c.QueuePrefix == "" {
+		c.QueuePrefix = DefaultQueuePrefix
+	}
+	c.Mode = strings.ToLower(strings.TrimSpace(c.Mode))
+	return c
+}
+
+func setDefault(v *int, def int) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Validate reports the first problem found in c. Zero values are accepted
+// wherever WithDefaults supplies a default.
+func (c Config) Validate() error {
+	if err := validateURL(c.URL); err != nil {
+		return err
+	}
+	switch strings.ToLower(strings.TrimSpace(c.Mode)) {
+	case ModeEnqueue, ModeLifecycle, ModeE2E:
+	case "":
+		return errors.New("bench: mode is required (enqueue, lifecycle or e2e)")
+	default:
+		return fmt.Errorf("bench: unknown mode %q (want enqueue, lifecycle or e2e)", c.Mode)
+	}
+	if c.Duration < 0 {
+		return fmt.Errorf("bench: duration must not be negative, got %s", c.Duration)
+	}
+	if c.Jobs < 0 {
+		return fmt.Errorf("bench: jobs must not be negative, got %d", c.Jobs)
+	}
+	if c.Jobs == 0 && c.Duration == 0 {
+		return errors.New("bench: either jobs or duration must be set")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"producers", c.Producers},
+		{"workers", c.Workers},
+		{"enqueue batch", c.EnqueueBatch},
+		{"fetch batch", c.FetchBatch},
+		{"ack batch", c.AckBatch},
+		{"queues", c.Queues},
+		{"payload size", c.PayloadSize},
+		{"rate", c.Rate},
+		{"fetch timeout", c.FetchTimeout},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("bench: %s must not be negative, got %d", f.name, f.v)
+		}
+	}
+	if c.EnqueueBatch > MaxEnqueueBatch {
+		return fmt.Errorf("bench: enqueue batch must be at most %d, got %d", MaxEnqueueBatch, c.EnqueueBatch)
+	}
+	return nil
+}
+
+func validateURL(raw string) error {
+	if raw == "" {
+		return errors.New("bench: url is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("bench: invalid url %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("bench: url %q must use http or https", raw)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("bench: url %q has no host", raw)
+	}
+	return nil
+}
+
+// queueNames returns the queue names used by the run.
+func (c Config) queueNames() []string {
+	names := make([]string, c.Queues)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s.q%d", c.QueuePrefix, i)
+	}
+	return names
+}

@@ -1,0 +1,273 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Report is the result of a benchmark run. Rates are in jobs per second,
+// durations in seconds and latencies in milliseconds.
+type Report struct {
+	// Mode is the benchmark mode that ran.
+	Mode string `json:"mode"`
+	// Config summarises the effective configuration.
+	Config ConfigSummary `json:"config"`
+	// DurationS is the active time of the run: from the start until the
+	// producers finished or the last job was acked, whichever is later.
+	// Idle long-poll waits at the very end are not included.
+	DurationS float64 `json:"duration_s"`
+	// Enqueued is the number of jobs accepted by the server.
+	Enqueued int64 `json:"enqueued"`
+	// Completed is the number of this run's jobs acked successfully.
+	Completed int64 `json:"completed"`
+	// Errors counts failed requests: non-2xx answers other than 429,
+	// transport errors and per-job errors of batch acks.
+	Errors int64 `json:"errors"`
+	// Throttled counts 429 answers (each was retried after Retry-After).
+	Throttled int64 `json:"throttled"`
+	// Stale counts fetched jobs not enqueued by this run (left over in the
+	// queues); they are acked but not counted as completed.
+	Stale int64 `json:"stale,omitempty"`
+	// EnqueueS is the time producers ran.
+	EnqueueS float64 `json:"enqueue_s"`
+	// EnqueueRate is Enqueued / EnqueueS.
+	EnqueueRate float64 `json:"enqueue_rate"`
+	// ProcessS is the time from the workers' start to the last ack.
+	ProcessS float64 `json:"process_s,omitempty"`
+	// CompleteRate is Completed / ProcessS.
+	CompleteRate float64 `json:"complete_rate"`
+	// LifecycleRate (lifecycle mode) is Completed / (EnqueueS + ProcessS).
+	LifecycleRate float64 `json:"lifecycle_rate,omitempty"`
+	// Latency holds the latency distributions that were measured.
+	Latency Latencies `json:"latency_ms"`
+	// LastError is the last error seen, if any.
+	LastError string `json:"last_error,omitempty"`
+	// Interrupted is set when the caller's context ended the run early.
+	Interrupted bool `json:"interrupted,omitempty"`
+}
+
+// ConfigSummary is the effective configuration of a run.
+type ConfigSummary struct {
+	URL          string  `json:"url"`
+	Jobs         int     `json:"jobs,omitempty"`
+	DurationS    float64 `json:"duration_s,omitempty"`
+	Producers    int     `json:"producers"`
+	Workers      int     `json:"workers"`
+	EnqueueBatch int     `json:"enqueue_batch"`
+	FetchBatch   int     `json:"fetch_batch"`
+	AckBatch     int     `json:"ack_batch"`
+	Queues       int     `json:"queues"`
+	QueuePrefix  string  `json:"queue_prefix"`
+	PayloadSize  int     `json:"payload_size"`
+	Rate         int     `json:"rate,omitempty"`
+	FetchTimeout int     `json:"fetch_timeout"`
+}
+
+// Latencies groups the measured latency distributions; nil entries were not
+// measured in this mode.
+type Latencies struct {
+	// EnqueueReq is the round trip of enqueue requests.
+	EnqueueReq *LatencySummary `json:"enqueue_req,omitempty"`
+	// FetchReq is the round trip of fetch requests that returned jobs
+	// (empty long-poll answers are not included).
+	FetchReq *LatencySummary `json:"fetch_req,omitempty"`
+	// AckReq is the round trip of ack requests.
+	AckReq *LatencySummary `json:"ack_req,omitempty"`
+	// EnqueueToStart is from the producer sending the enqueue to the
+	// worker receiving the job.
+	EnqueueToStart *LatencySummary `json:"enqueue_to_start,omitempty"`
+	// EnqueueToAck is from the producer sending the enqueue to the ack
+	// answer arriving.
+	EnqueueToAck *LatencySummary `json:"enqueue_to_ack,omitempty"`
+}
+
+// LatencySummary describes one latency distribution in milliseconds.
+type LatencySummary struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// buildReport assembles the report from the timeline and merged stats.
+func (r *runner) buildReport(tl timeline, st *stats, interrupted bool) *Report {
+	c := r.cfg
+	rep := &Report{
+		Mode: c.Mode,
+		Config: ConfigSummary{
+			URL: c.URL, Jobs: c.Jobs, Producers: c.Producers, Workers: c.Workers,
+			EnqueueBatch: c.EnqueueBatch, FetchBatch: c.FetchBatch, AckBatch: c.AckBatch,
+			Queues: c.Queues, QueuePrefix: c.QueuePrefix, PayloadSize: c.PayloadSize,
+			Rate: c.Rate, FetchTimeout: c.FetchTimeout,
+		},
+		DurationS:   activeEnd(tl, st).Sub(tl.start).Seconds(),
+		Enqueued:    r.ctr.enqueued.Load(),
+		Completed:   r.ctr.completed.Load(),
+		Errors:      r.ctr.errors.Load(),
+		Throttled:   r.ctr.throttled.Load(),
+		Stale:       r.ctr.stale.Load(),
+		EnqueueS:    tl.prodEnd.Sub(tl.start).Seconds(),
+		Interrupted: interrupted,
+		Latency: Latencies{
+			EnqueueReq:     st.summary(kindEnqueueReq),
+			FetchReq:       st.summary(kindFetchReq),
+			AckReq:         st.summary(kindAckReq),
+			EnqueueToStart: st.summary(kindToStart),
+			EnqueueToAck:   st.summary(kindToAck),
+		},
+	}
+	if c.Jobs == 0 {
+		rep.Config.DurationS = c.Duration.Seconds()
+	}
+	if c.Mode == ModeEnqueue {
+		rep.Config.Workers, rep.Config.FetchBatch, rep.Config.AckBatch = 0, 0, 0
+	}
+	if st.lastErr != nil {
+		rep.LastError = st.lastErr.Error()
+	}
+	rep.EnqueueRate = rate(rep.Enqueued, rep.EnqueueS)
+	if !tl.workStart.IsZero() && !st.lastAck.IsZero() {
+		rep.ProcessS = st.lastAck.Sub(tl.workStart).Seconds()
+		rep.CompleteRate = rate(rep.Completed, rep.ProcessS)
+	}
+	if c.Mode == ModeLifecycle {
+		rep.LifecycleRate = rate(rep.Completed, rep.EnqueueS+rep.ProcessS)
+	}
+	return rep
+}
+
+// activeEnd is when the last producer finished or the last ack arrived.
+func activeEnd(tl timeline, st *stats) time.Time {
+	if st.lastAck.After(tl.prodEnd) {
+		return st.lastAck
+	}
+	return tl.prodEnd
+}
+
+func rate(n int64, secs float64) float64 {
+	if secs <= 0 {
+		return 0
+	}
+	return float64(n) / secs
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("bench: write json report: %w", err)
+	}
+	return nil
+}
+
+// WriteText writes a human-readable summary of the report.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	r.writeHeader(&b)
+	r.writeCounts(&b)
+	r.writeLatencies(&b)
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("bench: write text report: %w", err)
+	}
+	return nil
+}
+
+func (r *Report) writeHeader(b *strings.Builder) {
+	c := r.Config
+	fmt.Fprintf(b, "mode=%s producers=%d", r.Mode, c.Producers)
+	if r.Mode != ModeEnqueue {
+		fmt.Fprintf(b, " workers=%d", c.Workers)
+	}
+	fmt.Fprintf(b, " enqueue_batch=%d", c.EnqueueBatch)
+	if r.Mode != ModeEnqueue {
+		fmt.Fprintf(b, " fetch_batch=%d ack_batch=%d", c.FetchBatch, c.AckBatch)
+	}
+	fmt.Fprintf(b, " queues=%d payload=%dB", c.Queues, c.PayloadSize)
+	if c.Rate > 0 {
+		fmt.Fprintf(b, " rate=%d/s", c.Rate)
+	}
+	b.WriteString("\n")
+}
+
+func (r *Report) writeCounts(b *strings.Builder) {
+	row := func(label, value, extra string) {
+		fmt.Fprintf(b, "%-16s%s%s\n", label, value, extra)
+	}
+	withRate := func(n int64, rate float64) string {
+		return fmt.Sprintf("%-10s(%s jobs/s)", commaInt(n), commaInt(int64(math.Round(rate))))
+	}
+	row("duration", fmtSeconds(r.DurationS), "")
+	if r.Mode == ModeLifecycle {
+		row("enqueue phase", fmt.Sprintf("%-10s", fmtSeconds(r.EnqueueS)), fmt.Sprintf("(%s jobs/s)", commaInt(int64(math.Round(r.EnqueueRate)))))
+		row("process phase", fmt.Sprintf("%-10s", fmtSeconds(r.ProcessS)), fmt.Sprintf("(%s jobs/s)", commaInt(int64(math.Round(r.CompleteRate)))))
+		row("full lifecycle", commaInt(int64(math.Round(r.LifecycleRate))), " jobs/s")
+	}
+	row("enqueued", withRate(r.Enqueued, r.EnqueueRate), "")
+	if r.Mode != ModeEnqueue {
+		row("completed", withRate(r.Completed, r.CompleteRate), "")
+	}
+	row("errors", commaInt(r.Errors), "")
+	row("throttled", commaInt(r.Throttled), "")
+	if r.Stale > 0 {
+		row("stale", commaInt(r.Stale), "  (jobs from earlier runs, acked)")
+	}
+	if r.LastError != "" {
+		row("last error", r.LastError, "")
+	}
+	if r.Interrupted {
+		row("interrupted", "yes", "")
+	}
+}
+
+func (r *Report) writeLatencies(b *strings.Builder) {
+	rows := []struct {
+		label string
+		s     *LatencySummary
+	}{
+		{"enqueue req", r.Latency.EnqueueReq},
+		{"fetch req", r.Latency.FetchReq},
+		{"ack req", r.Latency.AckReq},
+		{"enqueue->start", r.Latency.EnqueueToStart},
+		{"enqueue->ack", r.Latency.EnqueueToAck},
+	}
+	header := false
+	for _, row := range rows {
+		if row.s == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(b, "%-17s%6s%8s%8s%8s%12s\n", "latency (ms)", "p50", "p90", "p99", "max", "count")
+			header = true
+		}
+		fmt.Fprintf(b, "  %-15s%6.2f%8.2f%8.2f%8.2f%12s\n",
+			row.label, row.s.P50, row.s.P90, row.s.P99, row.s.Max, commaInt(row.s.Count))
+	}
+}
+
+func fmtSeconds(s float64) string {
+	return strconv.FormatFloat(s, 'f', 2, 64) + "s"
+}
+
+// commaInt formats n with thousands separators.
+func commaInt(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	if s[0] == '-' {
+		b.WriteByte('-')
+		s = s[1:]
+	}
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,181 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// payloadOverhead approximates the bytes of a payload besides the padding:
+// {"t":1700000000000000000,"r":"0123456789abcdef","i":123456,"pad":""}
+const payloadOverhead = len(`{"t":1700000000000000000,"r":"0123456789abcdef","i":123456,"pad":""}`)
+
+// appendPayload appends the payload of job i sent at sentNs (unix ns).
+func (r *runner) appendPayload(b []byte, i, sentNs int64) []byte {
+	b = append(b, `{"t":`...)
+	b = strconv.AppendInt(b, sentNs, 10)
+	b = append(b, `,"r":`...)
+	b = append(b, r.runIDJSON...)
+	b = append(b, `,"i":`...)
+	b = strconv.AppendInt(b, i, 10)
+	b = append(b, `,"pad":"`...)
+	b = append(b, r.pad...)
+	return append(b, `"}`...)
+}
+
+// appendJob appends {"queue":..,"payload":..} for job i.
+func (r *runner) appendJob(b []byte, i, sentNs int64) []byte {
+	b = append(b, `{"queue":`...)
+	b = append(b, r.queuesJSON[i%int64(len(r.queuesJSON))]...)
+	b = append(b, `,"payload":`...)
+	b = r.appendPayload(b, i, sentNs)
+	return append(b, '}')
+}
+
+// appendEnqueue appends the body of an enqueue request for jobs
+// first..first+n-1: a single job when n == 1 and batching is off, otherwise
+// a batch body.
+func (r *runner) appendEnqueue(b []byte, first int64, n int, sentNs int64) []byte {
+	if r.cfg.EnqueueBatch == 1 {
+		return r.appendJob(b, first, sentNs)
+	}
+	b = append(b, `{"jobs":[`...)
+	for i := range int64(n) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = r.appendJob(b, first+i, sentNs)
+	}
+	return append(b, "]}"...)
+}
+
+// fetchBody builds the (constant) fetch request body for one worker.
+func (r *runner) fetchBody(worker int) []byte {
+	req := struct {
+		Queues   []string `json:"queues"`
+		WorkerID string   `json:"worker_id"`
+		Hostname string   `json:"hostname"`
+		Timeout  int      `json:"timeout"`
+		Count    int      `json:"count,omitempty"`
+	}{
+		Queues:   r.cfg.queueNames(),
+		WorkerID: "bench-" + r.runID + "-w" + strconv.Itoa(worker),
+		Hostname: r.hostname,
+		Timeout:  r.cfg.FetchTimeout,
+	}
+	if r.cfg.FetchBatch > 1 {
+		req.Count = r.cfg.FetchBatch
+	}
+	b, _ := json.Marshal(req) // cannot fail: only strings and ints
+	return b
+}
+
+// appendAckBatch appends an /ack/batch body for jobs.
+func appendAckBatch(b []byte, jobs []fetchedJob) []byte {
+	b = append(b, `{"acks":[`...)
+	for i, j := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"job_id":`...)
+		b = appendJSONString(b, j.id)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// appendJSONString appends s as a JSON string literal.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+			i++
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			i++
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, s[i:i+size]...)
+			}
+			i += size
+		}
+	}
+	return append(b, '"')
+}
+
+// wireJob is the part of a fetched job the benchmark needs.
+type wireJob struct {
+	JobID   string          `json:"job_id"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// fetchResponse decodes both the single-job and the {"jobs":[...]} answer.
+type fetchResponse struct {
+	wireJob
+	Jobs []wireJob `json:"jobs"`
+}
+
+// benchPayload is the part of a payload written by appendPayload.
+type benchPayload struct {
+	T json.Number `json:"t"`
+	R string      `json:"r"`
+}
+
+// fetchedJob is a job held by a worker until it is acked.
+type fetchedJob struct {
+	id     string
+	sentNs int64 // producer send time, unix ns; 0 if unknown
+	own    bool  // enqueued by this run
+}
+
+// decodeFetch parses a fetch answer into jobs, classifying each as own or
+// stale using the run ID embedded in the payload.
+func (r *runner) decodeFetch(body []byte, dst []fetchedJob) ([]fetchedJob, error) {
+	var resp fetchResponse
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return dst, fmt.Errorf("decode fetch response: %w", err)
+	}
+	if resp.Jobs == nil && resp.JobID != "" {
+		return append(dst, r.toFetched(resp.wireJob)), nil
+	}
+	for _, j := range resp.Jobs {
+		dst = append(dst, r.toFetched(j))
+	}
+	return dst, nil
+}
+
+func (r *runner) toFetched(j wireJob) fetchedJob {
+	fj := fetchedJob{id: j.JobID}
+	var p benchPayload
+	if json.Unmarshal(j.Payload, &p) != nil || p.R != r.runID {
+		return fj
+	}
+	fj.own = true
+	if n, err := p.T.Int64(); err == nil {
+		fj.sentNs = n
+	} else if f, err := p.T.Float64(); err == nil {
+		fj.sentNs = int64(f) // the server re-encoded the number as a float
+	}
+	return fj
+}
+
+// ackBatchResponse is the answer of POST /ack/batch.
+type ackBatchResponse struct {
+	Acked  int `json:"acked"`
+	Errors []struct {
+		JobID string `json:"job_id"`
+		Code  string `json:"code"`
+		Error string `json:"error"`
+	} `json:"errors"`
+}

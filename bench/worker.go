@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// emptyObject is the body of a single ack without result.
+var emptyObject = []byte("{}")
+
+// worker fetches jobs until every enqueued job has been fetched or ctx
+// ends. With cfg.AckBatch == 1 it acks each job right after fetching it;
+// otherwise it hands the jobs to its own acker goroutine, which batches them
+// without holding them across long-poll fetches.
+func (r *runner) worker(ctx context.Context, id int) *stats {
+	st := &stats{}
+	c := newCaller(r.client, &r.ctr)
+	defer c.release()
+	var a *acker
+	if r.cfg.AckBatch > 1 {
+		a = r.startAcker()
+	}
+	body := r.fetchBody(id)
+	timeout := time.Duration(r.cfg.FetchTimeout)*time.Second + requestTimeout
+	for !r.fetchingDone(ctx) {
+		status, resp, lat, err := c.post(ctx, pathFetch, body, timeout)
+		if err != nil {
+			if isCancel(err) {
+				break
+			}
+			r.fail(st, err)
+			if sleepCtx(ctx, errBackoff) != nil {
+				break
+			}
+			continue
+		}
+		r.succeed()
+		if status == http.StatusNoContent {
+			continue // long-poll timeout: not a fetch latency sample
+		}
+		st.record(kindFetchReq, lat)
+		jobs := r.received(st, resp, time.Now())
+		if a != nil {
+			a.in <- jobs
+			continue
+		}
+		for _, j := range jobs {
+			r.ackOne(c, st, j)
+		}
+	}
+	if a != nil {
+		st.merge(a.stop())
+	}
+	return st
+}
+
+// received decodes a fetch answer received at recv and records the
+// enqueue-to-start latency of the jobs.
+func (r *runner) received(st *stats, body []byte, recv time.Time) []fetchedJob {
+	jobs, err := r.decodeFetch(body, make([]fetchedJob, 0, r.cfg.FetchBatch))
+	if err != nil {
+		r.fail(st, err)
+		return nil
+	}
+	var own, stale int64
+	for _, j := range jobs {
+		if !j.own {
+			stale++
+			continue
+		}
+		own++
+		if j.sentNs > 0 {
+			st.record(kindToStart, recv.Sub(time.Unix(0, j.sentNs)))
+		}
+	}
+	r.ctr.fetched.Add(own)
+	if stale > 0 {
+		r.ctr.stale.Add(stale)
+	}
+	return jobs
+}
+
+func (r *runner) ackOne(c *caller, st *stats, j fetchedJob) {
+	_, _, lat, err := c.post(r.ctx, pathAck+url.PathEscape(j.id), emptyObject, requestTimeout)
+	if err != nil {
+		if !isCancel(err) {
+			r.fail(st, err)
+		}
+		return
+	}
+	r.succeed()
+	st.record(kindAckReq, lat)
+	r.completed(st, []fetchedJob{j}, nil, time.Now())
+}
+
+func (r *runner) ackBatch(c *caller, st *stats, jobs []fetchedJob) {
+	c.scratch = appendAckBatch(c.scratch[:0], jobs)
+	_, resp, lat, err := c.post(r.ctx, pathAckBatch, c.scratch, requestTimeout)
+	if err != nil {
+		if !isCancel(err) {
+			r.fail(st, err)
+		}
+		return
+	}
+	r.succeed()
+	st.record(kindAckReq, lat)
+	done := time.Now()
+	var ar ackBatchResponse
+	if err := json.Unmarshal(resp, &ar); err != nil {
+		r.fail(st, fmt.Errorf("decode ack batch response: %w", err))
+		return
+	}
+	var failed map[string]bool
+	for _, e := range ar.Errors {
+		if failed == nil {
+			failed = make(map[string]bool, len(ar.Errors))
+		}
+		failed[e.JobID] = true
+		r.ctr.errors.Add(1)
+		st.lastErr = errors.New("ack " + e.JobID + ": " + e.Code + ": " + e.Error)
+	}
+	r.completed(st, jobs, failed, done)
+}
+
+// completed accounts for acked jobs (except those in failed) at time done.
+func (r *runner) completed(st *stats, jobs []fetchedJob, failed map[string]bool, done time.Time) {
+	var own int64
+	for _, j := range jobs {
+		if !j.own || failed[j.id] {
+			continue
+		}
+		own++
+		if j.sentNs > 0 {
+			st.record(kindToAck, done.Sub(time.Unix(0, j.sentNs)))
+		}
+	}
+	if own > 0 {
+		r.ctr.completed.Add(own)
+		st.lastAck = done
+	}
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/corvohq/corvo/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	var cfg bench.Config
+	var output string
+	var embedded bool
+	var shards int
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load-test a Corvo server over HTTP (or an embedded one in a temp dir)",
+		Example: `  corvo bench --mode lifecycle --jobs 100000
+  corvo bench --mode e2e --duration 10s --rate 1000
+  corvo bench --url http://10.0.0.5:8080 --mode enqueue --enqueue-batch 100 --jobs 1000000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return &exitError{exitUsage, fmt.Errorf("--output must be table or json")}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if embedded || !cmd.Flags().Changed("url") && os.Getenv("CORVO_URL") == "" {
+				url, shutdown, err := startEmbedded(shards)
+				if err != nil {
+					return &exitError{exitError_, err}
+				}
+				defer shutdown()
+				cfg.URL = url
+			}
+			cfg.Out = os.Stderr
+			cfg = cfg.WithDefaults()
+			if err := cfg.Validate(); err != nil {
+				return &exitError{exitUsage, err}
+			}
+			rep, err := bench.Run(ctx, cfg)
+			if rep != nil {
+				if output == "json" {
+					_ = rep.WriteJSON(cmd.OutOrStdout())
+				} else {
+					_ = rep.WriteText(cmd.OutOrStdout())
+				}
+			}
+			if err != nil {
+				return &exitError{exitError_, err}
+			}
+			return nil
+		},
+	}
+	def := os.Getenv("CORVO_URL")
+	if def == "" {
+		def = "http://127.0.0.1:8080"
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.URL, "url", def, "server to load (default: start an embedded server in a temp dir)")
+	fl.BoolVar(&embedded, "embedded", false, "start an embedded server in a temp dir even if --url/CORVO_URL is set")
+	fl.IntVar(&shards, "shards", 0, "shards of the embedded server")
+	fl.StringVar(&cfg.Mode, "mode", "e2e", "enqueue, lifecycle or e2e")
+	fl.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run (when --jobs is 0)")
+	fl.IntVar(&cfg.Jobs, "jobs", 0, "stop after this many jobs")
+	fl.IntVar(&cfg.Producers, "producers", 16, "concurrent producers")
+	fl.IntVar(&cfg.Workers, "workers", 16, "concurrent workers")
+	fl.IntVar(&cfg.EnqueueBatch, "enqueue-batch", 1, "jobs per enqueue request")
+	fl.IntVar(&cfg.FetchBatch, "fetch-batch", 1, "jobs per fetch")
+	fl.IntVar(&cfg.AckBatch, "ack-batch", 1, "acks per request")
+	fl.IntVar(&cfg.Queues, "queues", 1, "number of queues")
+	fl.IntVar(&cfg.PayloadSize, "payload-size", 64, "approximate payload bytes")
+	fl.IntVar(&cfg.Rate, "rate", 0, "steady enqueue rate in jobs/s (0: as fast as possible)")
+	fl.IntVar(&cfg.FetchTimeout, "fetch-timeout", 1, "long-poll seconds")
+	fl.StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+// startEmbedded runs `corvo server` from this same binary in a temp dir, so
+// the load generator measures a real process over real HTTP.
+func startEmbedded(shards int) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "corvo-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	httpAddr, raftAddr := freePort(), freePort()
+	if httpAddr == "" || raftAddr == "" {
+		return "", nil, fmt.Errorf("no free port")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	args := []string{"server", "--bind", httpAddr, "--raft-bind", raftAddr, "--data-dir", dir, "--log-level", "warn"}
+	if shards > 0 {
+		args = append(args, "--shards", strconv.Itoa(shards))
+	}
+	srv := exec.Command(self, args...)
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		return "", nil, err
+	}
+	shutdown := func() {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		_, _ = srv.Process.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	url := "http://" + httpAddr
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := httpClient.Get(url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return url, shutdown, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	shutdown()
+	return "", nil, fmt.Errorf("embedded server did not become healthy")
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return ""
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// clientFlags are shared by every command that talks to a server.
+type clientFlags struct {
+	url    string
+	output string
+}
+
+func (c *clientFlags) register(cmd *cobra.Command) {
+	def := os.Getenv("CORVO_URL")
+	if def == "" {
+		def = "http://localhost:8080"
+	}
+	cmd.Flags().StringVar(&c.url, "url", def, "server URL (env CORVO_URL)")
+	cmd.Flags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
+}
+
+func (c *clientFlags) validate() error {
+	if c.output != "table" && c.output != "json" {
+		return &exitError{exitUsage, fmt.Errorf("--output must be table or json, not %q", c.output)}
+	}
+	return nil
+}
+
+var httpClient = &http.Client{Timeout: 60 * time.Second}
+
+// call sends a request and returns the body of a 2xx answer; other answers
+// become exit errors carrying the server's message.
+func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error) {
+	req, err := http.NewRequest(method, strings.TrimRight(c.url, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, &exitError{exitUsage, err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, 0, &exitError{exitError_, fmt.Errorf("cannot reach %s: %w", c.url, err)}
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, resp.StatusCode, &exitError{exitError_, err}
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		msg := strings.TrimSpace(string(out))
+		if json.Unmarshal(out, &e) == nil && e.Error != "" {
+			msg = e.Error + " (" + e.Code + ")"
+		}
+		code := exitError_
+		if resp.StatusCode == http.StatusNotFound {
+			code = exitNotFound
+		}
+		return out, resp.StatusCode, &exitError{code, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, msg)}
+	}
+	return out, resp.StatusCode, nil
+}
+
+func newEnqueueCmd() *cobra.Command {
+	var c clientFlags
+	var priority, scheduledAt string
+	var maxRetries int
+	cmd := &cobra.Command{
+		Use:   "enqueue <queue> <json-payload>",
+		Short: "Enqueue a job",
+		Example: `  corvo enqueue emails.send '{"to":"user@example.com"}'
+  corvo enqueue reports '{"day":"2026-02-11"}' --priority high`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := c.validate(); err != nil {
+				return err
+			}
+			if !json.Valid([]byte(args[1])) {
+				return &exitError{exitUsage, fmt.Errorf("payload is not valid JSON: %s", args[1])}
+			}
+			req := map[string]any{"queue": args[0], "payload": json.RawMessage(args[1])}
+			if priority != "" {
+				req["priority"] = priority
+			}
+			if cmd.Flags().Changed("max-retries") {
+				req["max_retries"] = maxRetries
+			}
+			if scheduledAt != "" {
+				req["scheduled_at"] = scheduledAt
+			}
+			body, _ := json.Marshal(req)
+			out, _, err := c.call("POST", "/api/v1/enqueue", body)
+			if err != nil {
+				return err
+			}
+			if c.output == "json" {
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(out))
+				return err
+			}
+			var r struct {
+				JobID  string `json:"job_id"`
+				Status string `json:"status"`
+			}
+			if err := json.Unmarshal(out, &r); err != nil {
+				return &exitError{exitError_, err}
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", r.JobID, r.Status)
+			return err
+		},
+	}
+	c.register(cmd)
+	cmd.Flags().StringVar(&priority, "priority", "", "critical, high or normal")
+	cmd.Flags().IntVar(&maxRetries, "max-retries", 3, "attempts before the job is dead")
+	cmd.Flags().StringVar(&scheduledAt, "scheduled-at", "", "RFC 3339 time to run at")
+	return cmd
+}
+
+func newInspectCmd() *cobra.Command {
+	var c clientFlags
+	cmd := &cobra.Command{
+		Use:   "inspect <job-id>",
+		Short: "Show a job in full",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := c.validate(); err != nil {
+				return err
+			}
+			out, _, err := c.call("GET", "/api/v1/jobs/"+args[0], nil)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if c.output == "json" {
+				_, err = fmt.Fprintln(w, string(out))
+				return err
+			}
+			return printJob(w, out)
+		},
+	}
+	c.register(cmd)
+	return cmd
+}
+
+// printJob renders a job document as aligned "field  value" lines, with
+// the errors of each attempt at the end.
+func printJob(w io.Writer, doc []byte) error {
+	var job map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&job); err != nil {
+		return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
+	}
+	fields := []string{"id", "queue", "state", "priority", "attempt", "max_retries", "attempts_remaining", "retry_backoff",
+		"created_at", "scheduled_at", "started_at", "completed_at", "lease_expires_at", "expire_at", "reason", "worker",
+		"tags", "payload", "progress", "checkpoint", "result"}
+	for _, f := range fields {
+		v, ok := job[f]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		s := string(v)
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			s = str
+		}
+		if _, err := fmt.Fprintf(w, "%-20s %s\n", f, s); err != nil {
+			return err
+		}
+	}
+	var errs []struct {
+		Attempt int    `json:"attempt"`
+		Error   string `json:"error"`
+		At      string `json:"at"`
+	}
+	_ = json.Unmarshal(job["errors"], &errs)
+	for _, e := range errs {
+		if _, err := fmt.Fprintf(w, "%-20s #%d %s %s\n", "error", e.Attempt, e.At, e.Error); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+// Command corvo is the Corvo job server and its command-line client.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries a process exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Exit codes scripts can rely on.
+const (
+	exitOK       = 0
+	exitError_   = 1 // the request failed (server error, network, conflict …)
+	exitUsage    = 2 // bad flags or arguments
+	exitNotFound = 3 // the job (or other object) does not exist
+)
+
+func main() {
+	root := newRootCmd()
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		os.Exit(exitUsage)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "corvo",
+		Short:         "Corvo: a job server for every language over HTTP/JSON",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServerCmd(), newEnqueueCmd(), newInspectCmd(), newBenchCmd())
+	return root
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/shard"
+)
+
+type serverFlags struct {
+	bind            string
+	dataDir         string
+	raftBind        string
+	nodeID          string
+	shards          int
+	maxPayload      int
+	logLevel        string
+	shutdownTimeout time.Duration
+}
+
+func newServerCmd() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Start a Corvo server (single node, embedded storage)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServer(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.bind, "bind", ":8080", "HTTP listen address")
+	fl.StringVar(&f.dataDir, "data-dir", "./corvo-data", "directory for all data (Raft log and Pebble shards)")
+	fl.StringVar(&f.raftBind, "raft-bind", "127.0.0.1:9400", "Raft listen address (host:port); fixed for the life of the data dir")
+	fl.StringVar(&f.nodeID, "node-id", "node-1", "this node's name")
+	fl.IntVar(&f.shards, "shards", 0, fmt.Sprintf("number of shards, fixed at first start (default %d)", shard.ShardsDefault))
+	fl.IntVar(&f.maxPayload, "max-payload", gateway.MaxPayloadDefault, "largest job payload in bytes (413 above)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	return cmd
+}
+
+// nodeMeta is written at first start; settings that can never change are
+// checked against it on every start.
+type nodeMeta struct {
+	Shards   int    `json:"shards"`
+	RaftAddr string `json:"raft_address"`
+	NodeID   string `json:"node_id"`
+}
+
+func loadOrInitMeta(dir string, f *serverFlags) (nodeMeta, error) {
+	path := filepath.Join(dir, "corvo.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		m := nodeMeta{Shards: f.shards, RaftAddr: f.raftBind, NodeID: f.nodeID}
+		if m.Shards == 0 {
+			m.Shards = shard.ShardsDefault
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return m, err
+		}
+		out, _ := json.MarshalIndent(m, "", "  ")
+		return m, os.WriteFile(path, append(out, '\n'), 0o644)
+	}
+	if err != nil {
+		return nodeMeta{}, err
+	}
+	var m nodeMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%s is corrupt: %w", path, err)
+	}
+	if f.shards != 0 && f.shards != m.Shards {
+		return m, fmt.Errorf("--shards=%d but %s was created with %d shards; the shard count cannot change", f.shards, dir, m.Shards)
+	}
+	if f.raftBind != m.RaftAddr {
+		return m, fmt.Errorf("--raft-bind=%s but %s belongs to Raft address %s", f.raftBind, dir, m.RaftAddr)
+	}
+	return m, nil
+}
+
+func runServer(ctx context.Context, f serverFlags) error {
+	lvl, err := zerolog.ParseLevel(f.logLevel)
+	if err != nil {
+		return &exitError{exitUsage, fmt.Errorf("--log-level: %w", err)}
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", f.nodeID).Logger()
+	meta, err := loadOrInitMeta(f.dataDir, &f)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	ln, err := net.Listen("tcp", f.bind)
+	if err != nil {
+		return &exitError{exitError_, fmt.Errorf("listen on %s: %w", f.bind, err)}
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	start := time.Now()
+	openCtx, cancel := context.WithTimeout(sigCtx, 2*time.Minute)
+	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log})
+	cancel()
+	if err != nil {
+		ln.Close()
+		return &exitError{exitError_, fmt.Errorf("start shards: %w", err)}
+	}
+	gw := gateway.New(gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log}, host)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gw.Serve(ln) }()
+	log.Info().Str("http", ln.Addr().String()).Str("raft", meta.RaftAddr).Int("shards", meta.Shards).
+		Str("data_dir", f.dataDir).Dur("startup", time.Since(start)).Msg("corvo server ready")
+
+	select {
+	case <-sigCtx.Done():
+		log.Info().Msg("shutting down: draining requests")
+	case err := <-serveErr:
+		host.Close()
+		return &exitError{exitError_, fmt.Errorf("http server: %w", err)}
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	if err := gw.Shutdown(shutCtx); err != nil {
+		log.Warn().Err(err).Msg("http shutdown did not finish cleanly")
+	}
+	host.Close()
+	log.Info().Msg("corvo server stopped")
+	return nil
+}

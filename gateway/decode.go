@@ -1,0 +1,376 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// Request limits (documented in docs/api.md).
+const (
+	MaxBatchJobsDefault  = 10000
+	MaxPayloadDefault    = 1 << 20
+	maxTags              = 64
+	maxTagKey            = 128
+	maxTagValue          = 1024
+	maxFetchCount        = 1000
+	maxFetchTimeout      = 120 // seconds
+	maxErrorText         = 64 << 10
+	maxLeaseSeconds      = 24 * 3600
+	maxRetriesLimit      = 1000
+	maxWorkerIDLen       = 256
+	defaultMaxRetries    = 3
+	defaultBaseDelayMs   = 5000
+	defaultMaxDelayMs    = 600000
+	defaultFetchQueueMax = 64
+)
+
+// apiError is a client error: an HTTP status, a stable code and a message.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(code, format string, args ...any) *apiError {
+	return &apiError{status: 400, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func invalid(format string, args ...any) *apiError {
+	return badRequest("invalid_request", format, args...)
+}
+
+// decodeBody parses a JSON object strictly: unknown fields, wrong types and
+// trailing data are errors. An empty body is allowed only when allowEmpty.
+func decodeBody(body []byte, v any, allowEmpty bool) *apiError {
+	if len(bytes.TrimSpace(body)) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return badRequest("invalid_json", "request body is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("invalid_json", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) *apiError {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return badRequest("invalid_json", "request body must be a JSON object")
+		}
+		return invalid("field %q must be %s, not %s", field, jsonKind(te.Type.String()), te.Value)
+	case errors.As(err, &se):
+		return badRequest("invalid_json", "malformed JSON at byte %d: %v", se.Offset, se)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return invalid("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return badRequest("invalid_json", "malformed JSON: unexpected end of input")
+	}
+	return badRequest("invalid_json", "malformed JSON: %v", err)
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "map["):
+		return "an object"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case strings.Contains(goType, "float"):
+		return "a number"
+	case strings.Contains(goType, "string"):
+		return "a string"
+	case strings.Contains(goType, "bool"):
+		return "a boolean"
+	}
+	return goType
+}
+
+// rawOrNil treats an absent or JSON-null raw value as unset.
+func rawOrNil(r json.RawMessage) []byte {
+	if len(r) == 0 || string(r) == "null" {
+		return nil
+	}
+	return r
+}
+
+// enqueueRequest is one job as POST /enqueue and /enqueue/batch take it.
+type enqueueRequest struct {
+	Queue          *string           `json:"queue"`
+	Payload        json.RawMessage   `json:"payload"`
+	Priority       *string           `json:"priority"`
+	MaxRetries     *int64            `json:"max_retries"`
+	RetryBackoff   *string           `json:"retry_backoff"`
+	RetryBaseDelay *string           `json:"retry_base_delay"`
+	RetryMaxDelay  *string           `json:"retry_max_delay"`
+	LeaseDuration  *int64            `json:"lease_duration"`
+	ScheduledAt    *string           `json:"scheduled_at"`
+	ExpireAfter    *string           `json:"expire_after"`
+	Tags           map[string]string `json:"tags"`
+	UniqueKey      *string           `json:"unique_key"`
+	UniquePeriod   *int64            `json:"unique_period"`
+	Chain          json.RawMessage   `json:"chain"`
+	DependsOn      json.RawMessage   `json:"depends_on"`
+}
+
+func parseDuration(field, s string, allowZero bool) (int64, *apiError) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, invalid("field %q: %q is not a duration (use e.g. \"500ms\", \"5s\", \"10m\", \"1h\")", field, s)
+	}
+	if d < 0 || (!allowZero && d == 0) {
+		return 0, invalid("field %q must be positive", field)
+	}
+	return d.Milliseconds(), nil
+}
+
+// toJob validates a request and builds the job an EnqueueOp carries (ID
+// excluded). idx prefixes error messages inside a batch.
+func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *apiError) {
+	wrap := func(e *apiError) *apiError {
+		if e != nil && idx != "" {
+			e.msg = idx + ": " + e.msg
+		}
+		return e
+	}
+	j := statemachine.Job{
+		Priority:     statemachine.PriorityNormal,
+		MaxRetries:   defaultMaxRetries,
+		Backoff:      statemachine.BackoffExponential,
+		BaseDelayMs:  defaultBaseDelayMs,
+		MaxDelayMs:   defaultMaxDelayMs,
+		LeaseSeconds: statemachine.DefaultLeaseSeconds,
+	}
+	if r.Queue == nil {
+		return j, wrap(invalid("field \"queue\" is required"))
+	}
+	if err := router.ValidateQueueName(*r.Queue); err != nil {
+		return j, wrap(invalid("field \"queue\": %v", err))
+	}
+	j.Queue = *r.Queue
+	switch {
+	case len(r.Payload) == 0:
+		j.Payload = []byte("{}")
+	case len(r.Payload) > maxPayload:
+		return j, wrap(&apiError{status: 413, code: "payload_too_large", msg: fmt.Sprintf("payload is %d bytes, over the %d-byte limit", len(r.Payload), maxPayload)})
+	default:
+		j.Payload = r.Payload
+	}
+	if r.Priority != nil {
+		p, ok := statemachine.ParsePriority(*r.Priority)
+		if !ok {
+			return j, wrap(invalid("field \"priority\": unknown value %q (use critical, high or normal)", *r.Priority))
+		}
+		j.Priority = p
+	}
+	if r.MaxRetries != nil {
+		if *r.MaxRetries < 0 || *r.MaxRetries > maxRetriesLimit {
+			return j, wrap(invalid("field \"max_retries\" must be 0–%d", maxRetriesLimit))
+		}
+		j.MaxRetries = uint32(*r.MaxRetries)
+	}
+	if r.RetryBackoff != nil {
+		b, ok := statemachine.ParseBackoff(*r.RetryBackoff)
+		if !ok {
+			return j, wrap(invalid("field \"retry_backoff\": unknown value %q (use none, fixed, linear or exponential)", *r.RetryBackoff))
+		}
+		j.Backoff = b
+	}
+	var err *apiError
+	if r.RetryBaseDelay != nil {
+		if j.BaseDelayMs, err = parseDuration("retry_base_delay", *r.RetryBaseDelay, true); err != nil {
+			return j, wrap(err)
+		}
+		j.BaseDelay = *r.RetryBaseDelay
+	}
+	if r.RetryMaxDelay != nil {
+		if j.MaxDelayMs, err = parseDuration("retry_max_delay", *r.RetryMaxDelay, false); err != nil {
+			return j, wrap(err)
+		}
+		j.MaxDelay = *r.RetryMaxDelay
+	}
+	if j.BaseDelayMs > j.MaxDelayMs {
+		return j, wrap(invalid("retry_base_delay must not exceed retry_max_delay"))
+	}
+	if r.LeaseDuration != nil {
+		if *r.LeaseDuration < 1 || *r.LeaseDuration > maxLeaseSeconds {
+			return j, wrap(invalid("field \"lease_duration\" must be 1–%d seconds", maxLeaseSeconds))
+		}
+		j.LeaseSeconds = uint32(*r.LeaseDuration)
+	}
+	if r.ScheduledAt != nil {
+		t, perr := time.Parse(time.RFC3339Nano, *r.ScheduledAt)
+		if perr != nil {
+			return j, wrap(invalid("field \"scheduled_at\": %q is not an RFC 3339 timestamp", *r.ScheduledAt))
+		}
+		j.ScheduledAt = t.UnixNano()
+	}
+	if r.ExpireAfter != nil {
+		if j.ExpireAfterMs, err = parseDuration("expire_after", *r.ExpireAfter, false); err != nil {
+			return j, wrap(err)
+		}
+		j.ExpireAfter = *r.ExpireAfter
+	}
+	if r.Tags != nil {
+		if len(r.Tags) > maxTags {
+			return j, wrap(invalid("at most %d tags", maxTags))
+		}
+		for k, v := range r.Tags {
+			if k == "" || len(k) > maxTagKey || len(v) > maxTagValue {
+				return j, wrap(invalid("tag keys must be 1–%d bytes and values at most %d bytes", maxTagKey, maxTagValue))
+			}
+		}
+		if len(r.Tags) > 0 {
+			j.Tags, _ = json.Marshal(r.Tags) // sorted keys: deterministic
+		}
+	}
+	for field, set := range map[string]bool{
+		"unique_key": r.UniqueKey != nil, "unique_period": r.UniquePeriod != nil,
+		"chain": len(r.Chain) > 0, "depends_on": len(r.DependsOn) > 0,
+	} {
+		if set {
+			return j, wrap(&apiError{status: 400, code: "unsupported", msg: fmt.Sprintf("field %q is not supported by this server version yet", field)})
+		}
+	}
+	return j, nil
+}
+
+type batchEnqueueRequest struct {
+	Jobs  []enqueueRequest `json:"jobs"`
+	Batch json.RawMessage  `json:"batch"`
+}
+
+type fetchRequest struct {
+	Queues   []string `json:"queues"`
+	WorkerID string   `json:"worker_id"`
+	Hostname string   `json:"hostname"`
+	Timeout  *float64 `json:"timeout"`
+	Count    *int     `json:"count"`
+}
+
+func (r *fetchRequest) validate() (time.Duration, int, *apiError) {
+	if len(r.Queues) == 0 {
+		return 0, 0, invalid("field \"queues\" must list at least one queue")
+	}
+	if len(r.Queues) > defaultFetchQueueMax {
+		return 0, 0, invalid("at most %d queues per fetch", defaultFetchQueueMax)
+	}
+	for _, q := range r.Queues {
+		if err := router.ValidateQueueName(q); err != nil {
+			return 0, 0, invalid("field \"queues\": %v", err)
+		}
+	}
+	if len(r.WorkerID) > maxWorkerIDLen || len(r.Hostname) > maxWorkerIDLen {
+		return 0, 0, invalid("worker_id and hostname must be at most %d bytes", maxWorkerIDLen)
+	}
+	var timeout time.Duration
+	if r.Timeout != nil {
+		t := *r.Timeout
+		if t < 0 || t > maxFetchTimeout || math.IsNaN(t) {
+			return 0, 0, invalid("field \"timeout\" must be 0–%d seconds", maxFetchTimeout)
+		}
+		timeout = time.Duration(t * float64(time.Second))
+	}
+	count := 1
+	if r.Count != nil {
+		if *r.Count < 1 || *r.Count > maxFetchCount {
+			return 0, 0, invalid("field \"count\" must be 1–%d", maxFetchCount)
+		}
+		count = *r.Count
+	}
+	return timeout, count, nil
+}
+
+type holderFields struct {
+	WorkerID string  `json:"worker_id"`
+	Attempt  *uint32 `json:"attempt"`
+}
+
+func (h holderFields) holder() statemachine.Holder {
+	out := statemachine.Holder{WorkerID: h.WorkerID}
+	if h.Attempt != nil {
+		out.Attempt = *h.Attempt
+	}
+	return out
+}
+
+type ackRequest struct {
+	Result     json.RawMessage `json:"result"`
+	StepStatus *string         `json:"step_status"`
+	holderFields
+}
+
+func (r *ackRequest) validate() *apiError {
+	if r.StepStatus != nil && *r.StepStatus != "continue" && *r.StepStatus != "exit" {
+		return invalid("field \"step_status\": unknown value %q (use continue or exit)", *r.StepStatus)
+	}
+	return nil
+}
+
+type ackBatchItem struct {
+	JobID *string `json:"job_id"`
+	ackRequest
+}
+
+type ackBatchRequest struct {
+	Acks []ackBatchItem `json:"acks"`
+}
+
+type failRequest struct {
+	Error      *string         `json:"error"`
+	Backtrace  string          `json:"backtrace"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	holderFields
+}
+
+func (r *failRequest) validate() *apiError {
+	if r.Error == nil {
+		return invalid("field \"error\" is required")
+	}
+	if len(*r.Error) > maxErrorText || len(r.Backtrace) > maxErrorText {
+		return invalid("error and backtrace must be at most %d bytes each", maxErrorText)
+	}
+	return nil
+}
+
+type heartbeatJob struct {
+	Progress   json.RawMessage `json:"progress"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+}
+
+type heartbeatRequest struct {
+	WorkerID string                  `json:"worker_id"`
+	Jobs     map[string]heartbeatJob `json:"jobs"`
+}
+
+func (r *heartbeatRequest) sortedIDs() []string {
+	ids := make([]string, 0, len(r.Jobs))
+	for id := range r.Jobs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,534 @@
+package gateway
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+func (s *Server) newJobID(shardIdx int) string { return router.JobID(shardIdx, ulid.Make()) }
+
+func stateName(st statemachine.State) string { return st.String() }
+
+// POST /api/v1/enqueue
+func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
+	var req enqueueRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	job, aerr := req.toJob(s.cfg.MaxPayloadBytes, "")
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	sh := s.rt.ShardForQueue(job.Queue)
+	job.ID = s.newJobID(sh)
+	rs, aerr := s.propose(sh, &statemachine.EnqueueOp{Job: job})
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	if e := resultError(&rs[0]); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	s.counters(job.Queue).enqueued.Inc()
+	b := append([]byte(`{"job_id":`), appendString(nil, job.ID)...)
+	b = append(b, `,"status":`...)
+	b = appendString(b, stateName(rs[0].State))
+	b = append(b, `,"unique_existing":false}`...)
+	writeJSON(ctx, 201, b)
+}
+
+// POST /api/v1/enqueue/batch — the jobs of each shard travel in one entry,
+// shards in parallel.
+func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
+	var req batchEnqueueRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if len(req.Jobs) == 0 {
+		writeError(ctx, invalid("field \"jobs\" must hold at least one job"))
+		return
+	}
+	if len(req.Jobs) > s.cfg.MaxBatchJobs {
+		writeError(ctx, &apiError{status: 413, code: "batch_too_large", msg: "at most " + itoa(s.cfg.MaxBatchJobs) + " jobs per batch"})
+		return
+	}
+	if len(rawOrNil(req.Batch)) > 0 {
+		writeError(ctx, &apiError{status: 400, code: "unsupported", msg: "field \"batch\" (batch callbacks) is not supported by this server version yet"})
+		return
+	}
+	ids := make([]string, len(req.Jobs))
+	perShard := make([][]statemachine.Op, s.eng.Shards())
+	where := make([][]int, s.eng.Shards())
+	for i := range req.Jobs {
+		job, aerr := req.Jobs[i].toJob(s.cfg.MaxPayloadBytes, "jobs["+itoa(i)+"]")
+		if aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+		sh := s.rt.ShardForQueue(job.Queue)
+		job.ID = s.newJobID(sh)
+		ids[i] = job.ID
+		perShard[sh] = append(perShard[sh], &statemachine.EnqueueOp{Job: job})
+		where[sh] = append(where[sh], i)
+	}
+	errs := s.proposeShards(perShard)
+	var failed []int
+	var firstErr *apiError
+	for sh, e := range errs {
+		if e != nil {
+			failed = append(failed, where[sh]...)
+			if firstErr == nil {
+				firstErr = e
+			}
+		}
+	}
+	for sh, ops := range perShard {
+		if errs[sh] != nil {
+			continue
+		}
+		for _, op := range ops {
+			s.counters(op.(*statemachine.EnqueueOp).Job.Queue).enqueued.Inc()
+		}
+	}
+	b := []byte(`{"job_ids":[`)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, id)
+	}
+	b = append(b, `],"batch_id":null`...)
+	if firstErr != nil {
+		// A partial failure names exactly the jobs that were not applied.
+		sort.Ints(failed)
+		b = append(b, `,"error":`...)
+		b = appendString(b, firstErr.msg)
+		b = append(b, `,"code":`...)
+		b = appendString(b, firstErr.code)
+		b = append(b, `,"not_applied":[`...)
+		for i, idx := range failed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendInt(b, int64(idx))
+		}
+		b = append(b, "]}"...)
+		if firstErr.status == 429 || firstErr.status == 503 {
+			ctx.Response.Header.Set("Retry-After", "1")
+		}
+		writeJSON(ctx, firstErr.status, b)
+		return
+	}
+	writeJSON(ctx, 201, append(b, '}'))
+}
+
+// proposeShards proposes each shard's ops in parallel; errs[shard] is set
+// for shards whose entry failed. Op-level failures are the caller's.
+func (s *Server) proposeShards(perShard [][]statemachine.Op) []*apiError {
+	errs := make([]*apiError, len(perShard))
+	var wg sync.WaitGroup
+	for sh, ops := range perShard {
+		if len(ops) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func(sh int, ops []statemachine.Op) {
+			defer wg.Done()
+			rs, err := s.propose(sh, ops...)
+			if err == nil {
+				for i := range rs {
+					if e := resultError(&rs[i]); e != nil {
+						err = e
+						break
+					}
+				}
+			}
+			errs[sh] = err
+		}(sh, ops)
+	}
+	wg.Wait()
+	return errs
+}
+
+// GET /api/v1/jobs/{id}
+func (s *Server) handleGetJob(ctx *fasthttp.RequestCtx) {
+	id, sh, ok := s.jobParam(ctx)
+	if !ok {
+		return
+	}
+	v, err := s.eng.Read(sh, statemachine.GetJobQuery{ID: id})
+	if err != nil {
+		writeError(ctx, engineError(err))
+		return
+	}
+	jv, _ := v.(*statemachine.JobView)
+	if jv == nil {
+		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"})
+		return
+	}
+	writeJSON(ctx, 200, appendJob(make([]byte, 0, 512+len(jv.Job.Payload)), jv))
+}
+
+// jobParam reads {id} and routes it; it answers 404 itself for IDs that
+// cannot exist.
+func (s *Server) jobParam(ctx *fasthttp.RequestCtx) (string, int, bool) {
+	id, _ := ctx.UserValue("id").(string)
+	sh, err := s.rt.ShardForJob(id)
+	if err != nil {
+		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"})
+		return "", 0, false
+	}
+	return id, sh, true
+}
+
+// POST /api/v1/ack/{id}
+func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
+	var req ackRequest
+	if err := decodeBody(ctx.PostBody(), &req, true); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	id, sh, ok := s.jobParam(ctx)
+	if !ok {
+		return
+	}
+	rs, aerr := s.propose(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result)})
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	s.counters(rs[0].Queue).completed.Inc()
+	writeJSON(ctx, 200, []byte(`{"status":"completed"}`))
+}
+
+// POST /api/v1/ack/batch
+func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
+	var req ackBatchRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if len(req.Acks) == 0 || len(req.Acks) > s.cfg.MaxBatchJobs {
+		writeError(ctx, invalid("field \"acks\" must hold 1–%d acks", s.cfg.MaxBatchJobs))
+		return
+	}
+	perShard := make([][]statemachine.Op, s.eng.Shards())
+	var errs []byte
+	nerr := 0
+	addErr := func(id string, e *apiError) {
+		if nerr > 0 {
+			errs = append(errs, ',')
+		}
+		nerr++
+		errs = append(errs, `{"job_id":`...)
+		errs = appendString(errs, id)
+		errs = append(errs, `,"code":`...)
+		errs = appendString(errs, e.code)
+		errs = append(errs, `,"error":`...)
+		errs = appendString(errs, e.msg)
+		errs = append(errs, '}')
+	}
+	for i := range req.Acks {
+		a := &req.Acks[i]
+		if a.JobID == nil {
+			writeError(ctx, invalid("acks[%d]: field \"job_id\" is required", i))
+			return
+		}
+		if err := a.validate(); err != nil {
+			writeError(ctx, err)
+			return
+		}
+		sh, err := s.rt.ShardForJob(*a.JobID)
+		if err != nil {
+			addErr(*a.JobID, &apiError{status: 404, code: "not_found", msg: "job not found"})
+			continue
+		}
+		perShard[sh] = append(perShard[sh], &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result)})
+	}
+	acked := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var fatal *apiError
+	for sh, ops := range perShard {
+		if len(ops) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func(sh int, ops []statemachine.Op) {
+			defer wg.Done()
+			rs, aerr := s.propose(sh, ops...)
+			mu.Lock()
+			defer mu.Unlock()
+			if aerr != nil {
+				if fatal == nil {
+					fatal = aerr
+				}
+				for _, op := range ops {
+					addErr(op.(*statemachine.AckOp).JobID, aerr)
+				}
+				return
+			}
+			for i := range rs {
+				if e := resultError(&rs[i]); e != nil {
+					addErr(ops[i].(*statemachine.AckOp).JobID, e)
+					continue
+				}
+				acked++
+				s.counters(rs[i].Queue).completed.Inc()
+			}
+		}(sh, ops)
+	}
+	wg.Wait()
+	b := append([]byte(`{"acked":`), appendInt(nil, int64(acked))...)
+	b = append(b, `,"errors":[`...)
+	b = append(b, errs...)
+	b = append(b, "]}"...)
+	if acked == 0 && fatal != nil {
+		if fatal.status == 429 || fatal.status == 503 {
+			ctx.Response.Header.Set("Retry-After", "1")
+		}
+		writeJSON(ctx, fatal.status, b)
+		return
+	}
+	writeJSON(ctx, 200, b)
+}
+
+// POST /api/v1/fail/{id}
+func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
+	var req failRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	id, sh, ok := s.jobParam(ctx)
+	if !ok {
+		return
+	}
+	rs, aerr := s.propose(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint)})
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	r := &rs[0]
+	c := s.counters(r.Queue)
+	c.failed.Inc()
+	if r.State == statemachine.StateDead {
+		c.dead.Inc()
+	}
+	b := append([]byte(`{"status":`), appendString(nil, stateName(r.State))...)
+	if r.State == statemachine.StateRetrying || r.State == statemachine.StatePending {
+		b = append(b, `,"next_attempt_at":`...)
+		b = appendTime(b, r.NextAttemptAt)
+	}
+	b = append(b, `,"attempts_remaining":`...)
+	b = appendInt(b, int64(r.AttemptsRemaining))
+	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// POST /api/v1/heartbeat — one request for every job a worker holds; jobs
+// on different shards are proposed in parallel.
+func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
+	var req heartbeatRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if len(req.Jobs) == 0 || len(req.Jobs) > s.cfg.MaxBatchJobs {
+		writeError(ctx, invalid("field \"jobs\" must hold 1–%d jobs", s.cfg.MaxBatchJobs))
+		return
+	}
+	ids := req.sortedIDs()
+	status := make(map[string]string, len(ids))
+	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards())
+	for _, id := range ids {
+		sh, err := s.rt.ShardForJob(id)
+		if err != nil {
+			status[id] = "not_found"
+			continue
+		}
+		if perShard[sh] == nil {
+			perShard[sh] = &statemachine.HeartbeatOp{WorkerID: req.WorkerID}
+		}
+		hj := req.Jobs[id]
+		perShard[sh].Jobs = append(perShard[sh].Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint)})
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var fatal *apiError
+	for sh, op := range perShard {
+		if op == nil {
+			continue
+		}
+		wg.Add(1)
+		go func(sh int, op *statemachine.HeartbeatOp) {
+			defer wg.Done()
+			rs, aerr := s.propose(sh, op)
+			mu.Lock()
+			defer mu.Unlock()
+			if aerr != nil {
+				fatal = aerr
+				return
+			}
+			for i, hs := range rs[0].Heartbeats {
+				status[op.Jobs[i].JobID] = heartbeatName(hs)
+			}
+		}(sh, op)
+	}
+	wg.Wait()
+	if fatal != nil {
+		writeError(ctx, fatal)
+		return
+	}
+	held := false
+	b := []byte(`{"jobs":{`)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, id)
+		b = append(b, `:{"status":`...)
+		b = appendString(b, status[id])
+		b = append(b, '}')
+		if st := status[id]; st == "ok" || st == "cancel" {
+			held = true
+		}
+	}
+	b = append(b, "}}"...)
+	if !held {
+		// No job in the request is held by this worker any more.
+		writeJSON(ctx, 409, b)
+		return
+	}
+	writeJSON(ctx, 200, b)
+}
+
+func heartbeatName(h statemachine.HeartbeatStatus) string {
+	switch h {
+	case statemachine.HeartbeatOK:
+		return "ok"
+	case statemachine.HeartbeatCancel:
+		return "cancel"
+	case statemachine.HeartbeatLost:
+		return "lost"
+	}
+	return "not_found"
+}
+
+// POST /api/v1/jobs/{id}/cancel
+func (s *Server) handleCancel(ctx *fasthttp.RequestCtx) {
+	id, sh, ok := s.jobParam(ctx)
+	if !ok {
+		return
+	}
+	rs, aerr := s.propose(sh, &statemachine.CancelOp{JobID: id})
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	if rs[0].State == statemachine.StateActive {
+		writeJSON(ctx, 200, []byte(`{"status":"cancelling"}`))
+		return
+	}
+	writeJSON(ctx, 200, []byte(`{"status":"cancelled"}`))
+}
+
+// GET /api/v1/queues — every queue with its counts, from each shard's
+// replica on this node.
+func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
+	var all []statemachine.QueueInfo
+	for sh := 0; sh < s.eng.Shards(); sh++ {
+		v, err := s.eng.Read(sh, statemachine.ListQueuesQuery{})
+		if err != nil {
+			writeError(ctx, engineError(err))
+			return
+		}
+		all = append(all, v.([]statemachine.QueueInfo)...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	b := []byte(`{"queues":[`)
+	for i := range all {
+		q := &all[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendString(b, q.Name)
+		for _, st := range []statemachine.State{statemachine.StatePending, statemachine.StateActive, statemachine.StateScheduled,
+			statemachine.StateRetrying, statemachine.StateCompleted, statemachine.StateDead, statemachine.StateCancelled} {
+			b = append(b, ',', '"')
+			b = append(b, st.String()...)
+			b = append(b, '"', ':')
+			b = appendInt(b, q.Stats.Counts[st])
+		}
+		b = append(b, `,"paused":`...)
+		if q.Config.Paused {
+			b = append(b, "true"...)
+		} else {
+			b = append(b, "false"...)
+		}
+		b = append(b, `,"totals":{"enqueued":`...)
+		b = appendInt(b, q.Stats.Enqueued)
+		b = append(b, `,"completed":`...)
+		b = appendInt(b, q.Stats.Completed)
+		b = append(b, `,"failed":`...)
+		b = appendInt(b, q.Stats.Failed)
+		b = append(b, `,"dead":`...)
+		b = appendInt(b, q.Stats.Dead)
+		b = append(b, "}}"...)
+	}
+	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+// POST /api/v1/queues/{name}/pause and /resume
+func (s *Server) handlePause(pause bool) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		name, _ := ctx.UserValue("name").(string)
+		if err := router.ValidateQueueName(name); err != nil {
+			writeError(ctx, invalid("%v", err))
+			return
+		}
+		var op statemachine.Op = &statemachine.ResumeQueueOp{Queue: name}
+		if pause {
+			op = &statemachine.PauseQueueOp{Queue: name}
+		}
+		if _, aerr := s.propose(s.rt.ShardForQueue(name), op); aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+		b := append([]byte(`{"queue":`), appendString(nil, name)...)
+		b = append(b, `,"paused":`...)
+		if pause {
+			b = append(b, "true}"...)
+		} else {
+			b = append(b, "false}"...)
+		}
+		writeJSON(ctx, 200, b)
+	}
+}

@@ -1,0 +1,267 @@
+// Package gateway is Corvo's HTTP front door (fasthttp + fasthttp/router):
+// every route, JSON in and out, errors, metrics. It validates and stamps
+// requests, routes them to shards and renders results; lifecycle rules live
+// in the state machine.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	frouter "github.com/fasthttp/router"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/shard"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// Engine is what the gateway needs from the shard layer.
+type Engine interface {
+	Shards() int
+	Propose(ctx context.Context, shard int, ops ...statemachine.Op) ([]statemachine.Result, error)
+	Read(shard int, query interface{}) (interface{}, error)
+	Fetchable(queue string) bool
+	Watch(queue string) <-chan struct{}
+	IsLeader(shard int) bool
+}
+
+// Config configures the gateway.
+type Config struct {
+	MaxPayloadBytes int           // largest job payload (413 above)
+	MaxBatchJobs    int           // most jobs per batch enqueue
+	MaxBodyBytes    int           // largest request body
+	RequestTimeout  time.Duration // how long a write may wait for Raft
+	Logger          zerolog.Logger
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = MaxPayloadDefault
+	}
+	if c.MaxBatchJobs == 0 {
+		c.MaxBatchJobs = MaxBatchJobsDefault
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 64 << 20
+		if min := c.MaxPayloadBytes + 64<<10; c.MaxBodyBytes < min {
+			c.MaxBodyBytes = min
+		}
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 15 * time.Second
+	}
+	return c
+}
+
+// Server serves the HTTP API.
+type Server struct {
+	cfg    Config
+	eng    Engine
+	rt     *router.Router
+	log    zerolog.Logger
+	srv    *fasthttp.Server
+	closed chan struct{}
+	once   sync.Once
+
+	queueMetrics sync.Map // queue → *queueCounters
+}
+
+// New builds a server over an engine.
+func New(cfg Config, eng Engine) *Server {
+	cfg = cfg.WithDefaults()
+	s := &Server{
+		cfg:    cfg,
+		eng:    eng,
+		rt:     router.New(eng.Shards()),
+		log:    cfg.Logger.With().Str("component", "gateway").Logger(),
+		closed: make(chan struct{}),
+	}
+	r := frouter.New()
+	r.RedirectTrailingSlash = false
+	s.route(r, "POST", "/api/v1/enqueue", s.handleEnqueue)
+	s.route(r, "POST", "/api/v1/enqueue/batch", s.handleEnqueueBatch)
+	s.route(r, "POST", "/api/v1/fetch", s.handleFetch)
+	s.route(r, "POST", "/api/v1/ack/batch", s.handleAckBatch)
+	s.route(r, "POST", "/api/v1/ack/{id}", s.handleAck)
+	s.route(r, "POST", "/api/v1/fail/{id}", s.handleFail)
+	s.route(r, "POST", "/api/v1/heartbeat", s.handleHeartbeat)
+	s.route(r, "GET", "/api/v1/jobs/{id}", s.handleGetJob)
+	s.route(r, "POST", "/api/v1/jobs/{id}/cancel", s.handleCancel)
+	s.route(r, "GET", "/api/v1/queues", s.handleListQueues)
+	s.route(r, "POST", "/api/v1/queues/{name}/pause", s.handlePause(true))
+	s.route(r, "POST", "/api/v1/queues/{name}/resume", s.handlePause(false))
+	s.route(r, "GET", "/healthz", s.handleHealth)
+	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
+	r.NotFound = func(ctx *fasthttp.RequestCtx) {
+		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "no such endpoint: " + string(ctx.Method()) + " " + string(ctx.Path())})
+	}
+	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
+		writeError(ctx, &apiError{status: 405, code: "method_not_allowed", msg: string(ctx.Method()) + " is not allowed on " + string(ctx.Path())})
+	}
+	r.PanicHandler = func(ctx *fasthttp.RequestCtx, v interface{}) {
+		s.log.Error().Interface("panic", v).Str("path", string(ctx.Path())).Msg("handler panicked")
+		writeError(ctx, &apiError{status: 500, code: "internal", msg: "internal error"})
+	}
+	s.srv = &fasthttp.Server{
+		Handler:                       r.Handler,
+		Name:                          "corvo",
+		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		ReadTimeout:                   5 * time.Minute,
+		IdleTimeout:                   2 * time.Minute,
+		NoDefaultContentType:          true,
+		DisablePreParseMultipartForm:  true,
+		DisableHeaderNamesNormalizing: false,
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				writeError(ctx, &apiError{status: 413, code: "payload_too_large", msg: "request body is over the size limit"})
+				return
+			}
+			writeError(ctx, badRequest("bad_request", "cannot read the request: %v", err))
+		},
+	}
+	return s
+}
+
+// route registers a handler wrapped with per-route metrics.
+func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.RequestHandler) {
+	lat := metrics.GetOrCreateHistogram(`corvo_http_request_duration_seconds{route="` + method + ` ` + path + `"}`)
+	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
+	var codes sync.Map // status → *metrics.Counter
+	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		h(ctx)
+		lat.UpdateDuration(start)
+		code := ctx.Response.StatusCode()
+		c, ok := codes.Load(code)
+		if !ok {
+			c, _ = codes.LoadOrStore(code, metrics.GetOrCreateCounter(prefix+itoa(code)+`"}`))
+		}
+		c.(*metrics.Counter).Inc()
+	})
+}
+
+// Serve serves HTTP on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting connections, ends long-polls and waits for
+// in-flight requests.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.once.Do(func() { close(s.closed) })
+	return s.srv.ShutdownWithContext(ctx)
+}
+
+func itoa(v int) string { return string(appendInt(nil, int64(v))) }
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
+	if e.status == 429 || e.status == 503 {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+	b := append([]byte(`{"error":`), appendString(nil, e.msg)...)
+	b = append(b, `,"code":`...)
+	b = appendString(b, e.code)
+	b = append(b, '}')
+	writeJSON(ctx, e.status, b)
+}
+
+// engineError maps a shard-layer error to an API error.
+func engineError(err error) *apiError {
+	switch {
+	case errors.Is(err, shard.ErrBusy):
+		return &apiError{status: 429, code: "overloaded", msg: "the server is overloaded; retry after the Retry-After delay"}
+	case errors.Is(err, shard.ErrClosed):
+		return &apiError{status: 503, code: "shutting_down", msg: "the server is shutting down"}
+	case errors.Is(err, shard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return &apiError{status: 503, code: "unavailable", msg: "no leader could commit the request in time; it may or may not have been applied"}
+	}
+	return &apiError{status: 500, code: "internal", msg: err.Error()}
+}
+
+func (s *Server) propose(shardIdx int, ops ...statemachine.Op) ([]statemachine.Result, *apiError) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	rs, err := s.eng.Propose(ctx, shardIdx, ops...)
+	if err != nil {
+		return nil, engineError(err)
+	}
+	return rs, nil
+}
+
+// resultError maps a non-OK op result to an API error.
+func resultError(r *statemachine.Result) *apiError {
+	switch r.Status {
+	case statemachine.StatusNotFound:
+		return &apiError{status: 404, code: "not_found", msg: r.Message}
+	case statemachine.StatusConflict:
+		return &apiError{status: 409, code: "conflict", msg: r.Message}
+	case statemachine.StatusInvalid:
+		return invalid("%s", r.Message)
+	}
+	return nil
+}
+
+func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
+	select {
+	case <-s.closed:
+		writeError(ctx, &apiError{status: 503, code: "shutting_down", msg: "shutting down"})
+		return
+	default:
+	}
+	led := 0
+	for i := 0; i < s.eng.Shards(); i++ {
+		if s.eng.IsLeader(i) {
+			led++
+		}
+	}
+	b := append([]byte(`{"status":"ok","shards":`), appendInt(nil, int64(s.eng.Shards()))...)
+	b = append(b, `,"shards_led":`...)
+	b = appendInt(b, int64(led))
+	writeJSON(ctx, 200, append(b, '}'))
+}
+
+func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
+	led := 0
+	for i := 0; i < s.eng.Shards(); i++ {
+		if s.eng.IsLeader(i) {
+			led++
+		}
+	}
+	shardsLed.Set(uint64(led))
+	ctx.SetContentType("text/plain; version=0.0.4")
+	metrics.WritePrometheus(ctx, true)
+}
+
+var shardsLed = metrics.NewCounter(`corvo_shards_led`)
+
+// queueCounters are the per-queue job counters of /metrics.
+type queueCounters struct {
+	enqueued, fetched, completed, failed, dead *metrics.Counter
+}
+
+func (s *Server) counters(queue string) *queueCounters {
+	if c, ok := s.queueMetrics.Load(queue); ok {
+		return c.(*queueCounters)
+	}
+	l := `{queue="` + queue + `"}` // queue names need no escaping (validated charset)
+	c := &queueCounters{
+		enqueued:  metrics.GetOrCreateCounter(`corvo_jobs_enqueued_total` + l),
+		fetched:   metrics.GetOrCreateCounter(`corvo_jobs_fetched_total` + l),
+		completed: metrics.GetOrCreateCounter(`corvo_jobs_completed_total` + l),
+		failed:    metrics.GetOrCreateCounter(`corvo_jobs_failed_total` + l),
+		dead:      metrics.GetOrCreateCounter(`corvo_jobs_dead_total` + l),
+	}
+	v, _ := s.queueMetrics.LoadOrStore(queue, c)
+	return v.(*queueCounters)
+}
