@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// corvoBin is the binary built once for the end-to-end tests.
+var corvoBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "corvo-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	corvoBin = filepath.Join(dir, "corvo")
+	args := []string{"build", "-o", corvoBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		panic("building corvo: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// server is one real `corvo server` process.
+type server struct {
+	t        *testing.T
+	dir      string
+	http     string
+	raft     string
+	url      string
+	cmd      *exec.Cmd
+	stderr   *bytes.Buffer
+	extra    []string
+	exited   chan struct{}
+	exitCode int
+}
+
+func newServer(t *testing.T, extra ...string) *server {
+	t.Helper()
+	s := &server{t: t, dir: t.TempDir(), http: freeAddr(t), raft: freeAddr(t), extra: extra}
+	s.url = "http://" + s.http
+	s.start()
+	t.Cleanup(func() {
+		if s.cmd != nil && s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+		if t.Failed() {
+			t.Logf("server stderr:\n%s", s.stderr.String())
+		}
+	})
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	args := append([]string{"server", "--bind", s.http, "--raft-bind", s.raft, "--data-dir", s.dir, "--log-level", "warn"}, s.extra...)
+	s.cmd = exec.Command(corvoBin, args...)
+	s.stderr = &bytes.Buffer{}
+	s.cmd.Stderr = s.stderr
+	require.NoError(s.t, s.cmd.Start())
+	s.exited = make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		s.exitCode = s.cmd.ProcessState.ExitCode()
+		close(s.exited)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			s.t.Fatalf("server exited during start-up: %s", s.stderr.String())
+		default:
+		}
+		if resp, err := http.Get(s.url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("server did not become healthy: %s", s.stderr.String())
+}
+
+// kill9 SIGKILLs the process: no shutdown code runs.
+func (s *server) kill9() {
+	require.NoError(s.t, s.cmd.Process.Signal(syscall.SIGKILL))
+	<-s.exited
+}
+
+// stop sends SIGTERM and returns how long the process took to exit.
+func (s *server) stop() time.Duration {
+	start := time.Now()
+	require.NoError(s.t, s.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.t.Fatal("server did not stop within 30s of SIGTERM")
+	}
+	return time.Since(start)
+}
+
+var client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+
+// do sends a JSON request and returns status and body.
+func do(t testing.TB, method, url string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
+		require.NoError(t, err)
+		rd = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
+}
+
+func decode[T any](t testing.TB, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return v
+}
+
+type fetched struct {
+	JobID      string          `json:"job_id"`
+	Queue      string          `json:"queue"`
+	Payload    json.RawMessage `json:"payload"`
+	Priority   string          `json:"priority"`
+	Attempt    int             `json:"attempt"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+}
+
+type jobDoc struct {
+	ID       string `json:"id"`
+	Queue    string `json:"queue"`
+	State    string `json:"state"`
+	Attempt  int    `json:"attempt"`
+	Priority string `json:"priority"`
+	Errors   []struct {
+		Attempt int    `json:"attempt"`
+		Error   string `json:"error"`
+	} `json:"errors"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	Progress   json.RawMessage `json:"progress"`
+}
+
+func (s *server) job(t testing.TB, id string) jobDoc {
+	t.Helper()
+	code, body := do(t, "GET", s.url+"/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	return decode[jobDoc](t, body)
+}
+
+func (s *server) enqueue(t testing.TB, job map[string]any) string {
+	t.Helper()
+	code, body := do(t, "POST", s.url+"/api/v1/enqueue", job)
+	require.Equal(t, 201, code, string(body))
+	return decode[struct {
+		JobID string `json:"job_id"`
+	}](t, body).JobID
+}
+
+func queueName(i int) string { return fmt.Sprintf("q%02d", i) }

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestE2EQuickStart runs the README's quick start (spec 000 "Quick start"):
+// curl enqueue, then the bash worker loop, against a real server.
+func TestE2EQuickStart(t *testing.T) {
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (make test installs it via scripts/ensure-tools.sh)", tool)
+		}
+	}
+	s := newServer(t)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	enqueue, worker := quickStartBlocks(t, string(readme))
+	fix := func(sh string) string { return strings.ReplaceAll(sh, "http://localhost:8080", s.url) }
+
+	out, err := exec.Command("bash", "-c", fix(enqueue)).CombinedOutput()
+	require.NoError(t, err, string(out))
+	var enq struct {
+		JobID  string `json:"job_id"`
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal(out, &enq), string(out))
+	require.Equal(t, "pending", enq.Status)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	loop := exec.CommandContext(ctx, "bash", "-c", fix(worker))
+	var loopOut strings.Builder
+	loop.Stdout, loop.Stderr = &loopOut, &loopOut
+	require.NoError(t, loop.Start())
+	defer func() { _ = loop.Process.Kill(); _ = loop.Wait() }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for s.job(t, enq.JobID).State != "completed" {
+		require.True(t, time.Now().Before(deadline), "the worker loop never completed the job; output:\n%s", loopOut.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Contains(t, loopOut.String(), "Processing: ")
+	require.Contains(t, loopOut.String(), enq.JobID)
+}
+
+// quickStartBlocks pulls the enqueue command and the worker loop out of the
+// README's quick start, so the test runs exactly what users copy.
+func quickStartBlocks(t *testing.T, readme string) (string, string) {
+	t.Helper()
+	start := strings.Index(readme, "<!-- quickstart:enqueue -->")
+	wstart := strings.Index(readme, "<!-- quickstart:worker -->")
+	require.True(t, start >= 0 && wstart >= 0, "README lacks the quick-start markers")
+	block := func(from int) string {
+		s := readme[from:]
+		s = s[strings.Index(s, "```bash")+len("```bash"):]
+		return s[:strings.Index(s, "```")]
+	}
+	return block(start), block(wstart)
+}
+
+// TestE2EKillDashNine enqueues 10,000 jobs over 20 queues while workers
+// ack, SIGKILLs the server mid-way, restarts it on the same data dir and
+// finishes: every enqueue that got a 2xx is completed, and no job is
+// completed twice.
+func TestE2EKillDashNine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t)
+	const total, queues = 10000, 20
+	var (
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		acks     = map[string]int{}
+		attempts atomic.Int64
+		acked    atomic.Int64
+		done     = make(chan struct{})
+	)
+	var qs []string
+	for i := 0; i < queues; i++ {
+		qs = append(qs, queueName(i))
+	}
+	var wg sync.WaitGroup
+	// Producers: single enqueues and batches of 25, retried on failure.
+	for p := 0; p < 8; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for {
+				n := attempts.Add(1)
+				if n > total {
+					return
+				}
+				i := int(n)
+				job := map[string]any{"queue": qs[i%queues], "payload": map[string]int{"i": i}, "lease_duration": 2}
+				for {
+					code, body := do(t, "POST", s.url+"/api/v1/enqueue", job)
+					if code == 201 {
+						var r struct {
+							JobID string `json:"job_id"`
+						}
+						_ = json.Unmarshal(body, &r)
+						mu.Lock()
+						accepted[r.JobID] = true
+						mu.Unlock()
+						break
+					}
+					time.Sleep(20 * time.Millisecond) // server down: retry (a new job; the old one may exist too)
+				}
+			}
+		}(p)
+	}
+	// Workers: fetch up to 10, ack each with the lease they hold.
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			wid := fmt.Sprintf("w%d", w)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				code, body := do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": qs, "worker_id": wid, "timeout": 0.2, "count": 10})
+				if code != 200 {
+					if code != 204 {
+						time.Sleep(20 * time.Millisecond)
+					}
+					continue
+				}
+				var r struct{ Jobs []fetched }
+				require.NoError(t, json.Unmarshal(body, &r))
+				for _, j := range r.Jobs {
+					code, _ := do(t, "POST", s.url+"/api/v1/ack/"+j.JobID, map[string]any{"worker_id": wid, "attempt": j.Attempt})
+					if code == 200 {
+						mu.Lock()
+						acks[j.JobID]++
+						mu.Unlock()
+						acked.Add(1)
+					}
+				}
+			}
+		}(w)
+	}
+	for acked.Load() < 3000 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.kill9()
+	t.Logf("SIGKILL after %d acks and %d enqueue attempts", acked.Load(), attempts.Load())
+	s.start()
+
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		mu.Lock()
+		nAcc := len(accepted)
+		mu.Unlock()
+		if attempts.Load() > total && nAcc >= total {
+			// every producer finished; wait for all accepted jobs to complete
+			mu.Lock()
+			missing := 0
+			for id := range accepted {
+				if acks[id] == 0 {
+					missing++
+				}
+			}
+			mu.Unlock()
+			if missing == 0 {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "work did not finish after the restart")
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(done)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(accepted), total)
+	for id := range accepted {
+		require.Equal(t, 1, acks[id], "job %s acked %d times", id, acks[id])
+		require.Equal(t, "completed", s.job(t, id).State, id)
+	}
+	for id, n := range acks {
+		require.Equal(t, 1, n, "job %s completed %d times", id, n)
+	}
+	took := s.stop()
+	require.Less(t, took, 10*time.Second, "SIGTERM shutdown")
+	require.Equal(t, 0, s.exitCode)
+}
+
+// TestE2EConcurrentFetchersExactlyOnce: 32 concurrent fetchers over 5,000
+// jobs; every job is handed out exactly once while leases are valid.
+func TestE2EConcurrentFetchersExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t)
+	const total = 5000
+	queues := []string{"a", "b", "c"}
+	want := map[string]bool{}
+	for b := 0; b < total/500; b++ {
+		var jobs []map[string]any
+		for i := 0; i < 500; i++ {
+			jobs = append(jobs, map[string]any{"queue": queues[i%3], "payload": map[string]int{"i": b*500 + i}})
+		}
+		code, body := do(t, "POST", s.url+"/api/v1/enqueue/batch", map[string]any{"jobs": jobs})
+		require.Equal(t, 201, code, string(body))
+		for _, id := range decode[struct {
+			JobIDs []string `json:"job_ids"`
+		}](t, body).JobIDs {
+			want[id] = true
+		}
+	}
+	require.Len(t, want, total)
+
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for f := 0; f < 32; f++ {
+		wg.Add(1)
+		go func(f int) {
+			defer wg.Done()
+			for {
+				code, body := do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": queues, "worker_id": fmt.Sprint("f", f), "timeout": 0.3})
+				if code == 204 {
+					return
+				}
+				require.Equal(t, 200, code, string(body))
+				j := decode[fetched](t, body)
+				mu.Lock()
+				got[j.JobID]++
+				mu.Unlock()
+			}
+		}(f)
+	}
+	wg.Wait()
+	require.Len(t, got, total)
+	for id, n := range got {
+		require.True(t, want[id], id)
+		require.Equal(t, 1, n, "job %s handed out %d times", id, n)
+	}
+}
