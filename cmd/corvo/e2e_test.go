@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestE2EQuickStart(t *testing.T) {
 	enqueue, worker := quickStartBlocks(t, string(readme))
 	fix := func(sh string) string { return strings.ReplaceAll(sh, "http://localhost:8080", s.url) }
 
-	out, err := exec.Command("bash", "-c", fix(enqueue)).CombinedOutput()
+	out, err := exec.Command("bash", "-c", fix(enqueue)).Output()
 	require.NoError(t, err, string(out))
 	var enq struct {
 		JobID  string `json:"job_id"`
@@ -43,8 +44,9 @@ func TestE2EQuickStart(t *testing.T) {
 	loop := exec.CommandContext(ctx, "bash", "-c", fix(worker))
 	var loopOut strings.Builder
 	loop.Stdout, loop.Stderr = &loopOut, &loopOut
+	loop.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so curl dies with bash
 	require.NoError(t, loop.Start())
-	defer func() { _ = loop.Process.Kill(); _ = loop.Wait() }()
+	defer func() { _ = syscall.Kill(-loop.Process.Pid, syscall.SIGKILL); _ = loop.Wait() }()
 
 	deadline := time.Now().Add(30 * time.Second)
 	for s.job(t, enq.JobID).State != "completed" {
@@ -168,17 +170,27 @@ func TestE2EKillDashNine(t *testing.T) {
 		nAcc := len(accepted)
 		mu.Unlock()
 		if attempts.Load() > total && nAcc >= total {
-			// every producer finished; wait for all accepted jobs to complete
+			// Every producer finished; wait for all accepted jobs to
+			// complete. An ack whose response the kill swallowed completed
+			// its job without a 200, so ask the server about those.
 			mu.Lock()
-			missing := 0
+			var unacked []string
 			for id := range accepted {
 				if acks[id] == 0 {
-					missing++
+					unacked = append(unacked, id)
 				}
 			}
 			mu.Unlock()
-			if missing == 0 {
-				break
+			if len(unacked) <= 200 {
+				pending := 0
+				for _, id := range unacked {
+					if s.job(t, id).State != "completed" {
+						pending++
+					}
+				}
+				if pending == 0 {
+					break
+				}
 			}
 		}
 		require.True(t, time.Now().Before(deadline), "work did not finish after the restart")
@@ -190,13 +202,18 @@ func TestE2EKillDashNine(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.GreaterOrEqual(t, len(accepted), total)
+	lost := 0
 	for id := range accepted {
-		require.Equal(t, 1, acks[id], "job %s acked %d times", id, acks[id])
 		require.Equal(t, "completed", s.job(t, id).State, id)
+		if acks[id] == 0 {
+			lost++ // completed by an ack whose response the kill swallowed
+		}
 	}
+	require.LessOrEqual(t, lost, 8*10, "only acks in flight at the kill can lack a 200")
 	for id, n := range acks {
 		require.Equal(t, 1, n, "job %s completed %d times", id, n)
 	}
+	t.Logf("%d jobs accepted, all completed; %d completed by acks in flight at the kill", len(accepted), lost)
 	took := s.stop()
 	require.Less(t, took, 10*time.Second, "SIGTERM shutdown")
 	require.Equal(t, 0, s.exitCode)
