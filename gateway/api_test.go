@@ -1,0 +1,383 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/router"
+)
+
+var httpc = &http.Client{Timeout: 30 * time.Second}
+
+func call(t *testing.T, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
+		require.NoError(t, err)
+		rd = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, baseURL+path, rd)
+	require.NoError(t, err)
+	resp, err := httpc.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
+}
+
+func mustJSON[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return v
+}
+
+func enqueue(t *testing.T, job map[string]any) string {
+	t.Helper()
+	code, body := call(t, "POST", "/api/v1/enqueue", job)
+	require.Equal(t, 201, code, string(body))
+	return mustJSON[struct {
+		JobID string `json:"job_id"`
+	}](t, body).JobID
+}
+
+type fetchedJob struct {
+	JobID      string          `json:"job_id"`
+	Queue      string          `json:"queue"`
+	Priority   string          `json:"priority"`
+	Attempt    int             `json:"attempt"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
+func fetchOne(t *testing.T, timeout float64, queues ...string) (fetchedJob, bool) {
+	t.Helper()
+	code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": queues, "worker_id": "w-" + t.Name(), "timeout": timeout})
+	if code == 204 {
+		return fetchedJob{}, false
+	}
+	require.Equal(t, 200, code, string(body))
+	return mustJSON[fetchedJob](t, body), true
+}
+
+type jobDoc struct {
+	ID               string          `json:"id"`
+	State            string          `json:"state"`
+	Attempt          int             `json:"attempt"`
+	AttemptsRemain   int             `json:"attempts_remaining"`
+	FailedAt         string          `json:"failed_at"`
+	Reason           *string         `json:"reason"`
+	Checkpoint       json.RawMessage `json:"checkpoint"`
+	Progress         json.RawMessage `json:"progress"`
+	Tags             map[string]any  `json:"tags"`
+	Errors           []jobError      `json:"errors"`
+	RetryBaseDelay   string          `json:"retry_base_delay"`
+	CancelRequested  bool            `json:"cancel_requested"`
+	LeaseDurationSec int             `json:"lease_duration"`
+}
+
+type jobError struct {
+	Attempt   int     `json:"attempt"`
+	Error     string  `json:"error"`
+	Backtrace *string `json:"backtrace"`
+	At        string  `json:"at"`
+}
+
+func getJob(t *testing.T, id string) jobDoc {
+	t.Helper()
+	code, body := call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	return mustJSON[jobDoc](t, body)
+}
+
+// queuesOnDistinctShards returns n queue names that live on n different
+// shards, so a test crosses shard boundaries for sure.
+func queuesOnDistinctShards(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	rt := router.New(4)
+	seen := map[int]bool{}
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		q := fmt.Sprintf("%s-%d", prefix, i)
+		if s := rt.ShardForQueue(q); !seen[s] {
+			seen[s] = true
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func TestAPIPriorityAcrossShardsAndQueues(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "prio", 3)
+	type e struct {
+		q    string
+		prio string
+	}
+	plan := []e{{qs[0], "normal"}, {qs[1], "high"}, {qs[2], "normal"}, {qs[2], "critical"}, {qs[0], "high"},
+		{qs[1], "critical"}, {qs[1], "normal"}, {qs[0], "critical"}, {qs[2], "high"}}
+	byTier := map[string][]string{}
+	for _, p := range plan {
+		id := enqueue(t, map[string]any{"queue": p.q, "payload": map[string]string{"p": p.prio}, "priority": p.prio})
+		byTier[p.prio] = append(byTier[p.prio], id)
+	}
+	want := append(append(append([]string{}, byTier["critical"]...), byTier["high"]...), byTier["normal"]...)
+	var got []string
+	for range want {
+		j, ok := fetchOne(t, 0, qs...)
+		require.True(t, ok)
+		got = append(got, j.JobID)
+	}
+	require.Equal(t, want, got, "critical before high before normal, FIFO within a tier")
+	_, ok := fetchOne(t, 0, qs...)
+	require.False(t, ok)
+}
+
+func TestAPIBackoffSchedulesAndDead(t *testing.T) {
+	t.Parallel()
+	delays := map[string][]time.Duration{
+		"none":        {0, 0, 0},
+		"fixed":       {100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
+		"linear":      {100 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond},
+		"exponential": {100 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond},
+	}
+	for strategy, want := range delays {
+		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
+			q := "backoff-" + strategy
+			id := enqueue(t, map[string]any{"queue": q, "payload": map[string]int{}, "max_retries": 4,
+				"retry_backoff": strategy, "retry_base_delay": "100ms", "retry_max_delay": "250ms"})
+			for attempt := 1; attempt <= 4; attempt++ {
+				j, ok := fetchOne(t, 5, q)
+				require.True(t, ok, "attempt %d was never fetched", attempt)
+				require.Equal(t, attempt, j.Attempt)
+				code, body := call(t, "POST", "/api/v1/fail/"+id, map[string]any{"error": fmt.Sprintf("boom %d", attempt), "backtrace": "at x:1"})
+				require.Equal(t, 200, code, string(body))
+				r := mustJSON[struct {
+					Status        string `json:"status"`
+					NextAttemptAt string `json:"next_attempt_at"`
+					Remaining     int    `json:"attempts_remaining"`
+				}](t, body)
+				require.Equal(t, 4-attempt, r.Remaining)
+				if attempt == 4 {
+					require.Equal(t, "dead", r.Status)
+					break
+				}
+				doc := getJob(t, id)
+				failedAt, err := time.Parse(time.RFC3339Nano, doc.FailedAt)
+				require.NoError(t, err)
+				next, err := time.Parse(time.RFC3339Nano, r.NextAttemptAt)
+				require.NoError(t, err)
+				require.Equal(t, want[attempt-1], next.Sub(failedAt), "delay after attempt %d", attempt)
+				if want[attempt-1] == 0 {
+					require.Equal(t, "pending", r.Status)
+				} else {
+					require.Equal(t, "retrying", r.Status)
+				}
+			}
+			doc := getJob(t, id)
+			require.Equal(t, "dead", doc.State)
+			require.Equal(t, 0, doc.AttemptsRemain)
+			require.Len(t, doc.Errors, 4)
+			for i, e := range doc.Errors {
+				require.Equal(t, i+1, e.Attempt)
+				require.Equal(t, fmt.Sprintf("boom %d", i+1), e.Error)
+				require.Equal(t, "at x:1", *e.Backtrace)
+			}
+		})
+	}
+}
+
+func TestAPIReclaimKeepsCheckpoint(t *testing.T) {
+	t.Parallel()
+	q := "reclaim"
+	id := enqueue(t, map[string]any{"queue": q, "payload": map[string]int{}, "lease_duration": 1})
+	j, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	require.Equal(t, id, j.JobID)
+	code, body := call(t, "POST", "/api/v1/heartbeat", map[string]any{"worker_id": "w-" + t.Name(),
+		"jobs": map[string]any{id: map[string]any{"checkpoint": map[string]int{"offset": 47000}, "progress": map[string]any{"current": 450, "total": 1000}}}})
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"jobs":{"`+id+`":{"status":"ok"}}}`, string(body))
+	// The worker goes silent; the lease expires and the job comes back.
+	j, ok = fetchOne(t, 10, q)
+	require.True(t, ok, "the job was never reclaimed")
+	require.Equal(t, id, j.JobID)
+	require.Equal(t, 2, j.Attempt)
+	require.JSONEq(t, `{"offset":47000}`, string(j.Checkpoint))
+	doc := getJob(t, id)
+	require.Len(t, doc.Errors, 1)
+	require.Contains(t, doc.Errors[0].Error, "lease expired")
+	// The first worker's lease is gone: its heartbeat and ack conflict.
+	code, _ = call(t, "POST", "/api/v1/ack/"+id, map[string]any{"attempt": 1})
+	require.Equal(t, 409, code)
+}
+
+func TestAPICancel(t *testing.T) {
+	t.Parallel()
+	q := "cancel"
+	pending := enqueue(t, map[string]any{"queue": q, "payload": 1})
+	code, body := call(t, "POST", "/api/v1/jobs/"+pending+"/cancel", nil)
+	require.Equal(t, 200, code)
+	require.JSONEq(t, `{"status":"cancelled"}`, string(body))
+	code, _ = call(t, "POST", "/api/v1/jobs/"+pending+"/cancel", nil)
+	require.Equal(t, 409, code, "a cancelled job cannot be cancelled again")
+
+	active := enqueue(t, map[string]any{"queue": q, "payload": 2})
+	j, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	require.Equal(t, active, j.JobID)
+	code, body = call(t, "POST", "/api/v1/jobs/"+active+"/cancel", nil)
+	require.Equal(t, 200, code)
+	require.JSONEq(t, `{"status":"cancelling"}`, string(body))
+	require.True(t, getJob(t, active).CancelRequested)
+	code, body = call(t, "POST", "/api/v1/heartbeat", map[string]any{"jobs": map[string]any{active: map[string]any{}}})
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"jobs":{"`+active+`":{"status":"cancel"}}}`, string(body))
+	require.Equal(t, "cancelled", getJob(t, active).State)
+	code, _ = call(t, "POST", "/api/v1/ack/"+active, nil)
+	require.Equal(t, 409, code)
+}
+
+func TestAPIFetchBatchAndAckBatch(t *testing.T) {
+	t.Parallel()
+	q := "batches"
+	var jobs []map[string]any
+	for i := 0; i < 25; i++ {
+		jobs = append(jobs, map[string]any{"queue": q, "payload": map[string]int{"i": i}, "tags": map[string]string{"tenant": "acme"}})
+	}
+	code, body := call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": jobs})
+	require.Equal(t, 201, code, string(body))
+	ids := mustJSON[struct {
+		JobIDs []string `json:"job_ids"`
+	}](t, body).JobIDs
+	require.Len(t, ids, 25)
+	require.Equal(t, map[string]any{"tenant": "acme"}, getJob(t, ids[3]).Tags)
+
+	code, body = call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "count": 10, "worker_id": "w"})
+	require.Equal(t, 200, code, string(body))
+	got := mustJSON[struct{ Jobs []fetchedJob }](t, body).Jobs
+	require.Len(t, got, 10)
+	var acks []map[string]any
+	for i, j := range got {
+		require.Equal(t, ids[i], j.JobID, "FIFO")
+		acks = append(acks, map[string]any{"job_id": j.JobID, "result": map[string]int{"n": i}})
+	}
+	acks = append(acks, map[string]any{"job_id": ids[20]}) // never fetched: 409
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": acks})
+	require.Equal(t, 200, code, string(body))
+	r := mustJSON[struct {
+		Acked  int `json:"acked"`
+		Errors []struct {
+			JobID string `json:"job_id"`
+			Code  string `json:"code"`
+		} `json:"errors"`
+	}](t, body)
+	require.Equal(t, 10, r.Acked)
+	require.Len(t, r.Errors, 1)
+	require.Equal(t, ids[20], r.Errors[0].JobID)
+	require.Equal(t, "conflict", r.Errors[0].Code)
+	require.Equal(t, "completed", getJob(t, ids[0]).State)
+}
+
+func TestAPIScheduledJobPromoted(t *testing.T) {
+	t.Parallel()
+	q := "scheduled"
+	at := time.Now().Add(300 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	code, body := call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": 1, "scheduled_at": at})
+	require.Equal(t, 201, code, string(body))
+	require.Contains(t, string(body), `"status":"scheduled"`)
+	_, ok := fetchOne(t, 0, q)
+	require.False(t, ok, "not before scheduled_at")
+	j, ok := fetchOne(t, 5, q)
+	require.True(t, ok, "the long-poll wakes when the job is promoted")
+	require.Equal(t, 1, j.Attempt)
+}
+
+// TestAPIBadInput: every malformed request gets the right 4xx JSON error
+// and changes nothing.
+func TestAPIBadInput(t *testing.T) {
+	t.Parallel()
+	held := enqueue(t, map[string]any{"queue": "bad-held", "payload": 1})
+	_, ok := fetchOne(t, 1, "bad-held")
+	require.True(t, ok)
+	big := `{"queue":"bad-input","payload":"` + strings.Repeat("x", MaxPayloadDefault) + `"}`
+	tooMany := make([]map[string]any, MaxBatchJobsDefault+1)
+	for i := range tooMany {
+		tooMany[i] = map[string]any{"queue": "bad-input"}
+	}
+	cases := []struct {
+		method, path string
+		body         any
+		status       int
+		code         string
+	}{
+		{"POST", "/api/v1/enqueue", `{"queue":`, 400, "invalid_json"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input"} trailing`, 400, "invalid_json"},
+		{"POST", "/api/v1/enqueue", `[]`, 400, "invalid_json"},
+		{"POST", "/api/v1/enqueue", ``, 400, "invalid_json"},
+		{"POST", "/api/v1/enqueue", `{"payload":{}}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"has space"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":42}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","tags":"x"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","max_retries":"5"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","max_retries":-1}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","priority":"urgent"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","retry_backoff":"random"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","retry_base_delay":"5x"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","expire_after":"0s"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","scheduled_at":"tomorrow"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", `{"queue":"bad-input","prioritty":"high"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue", big, 413, "payload_too_large"},
+		{"POST", "/api/v1/enqueue/batch", `{"jobs":[]}`, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []any{map[string]any{"queue": "bad-input"}, map[string]any{"queue": "bad input"}}}, 400, "invalid_request"},
+		{"POST", "/api/v1/enqueue/batch", map[string]any{"jobs": tooMany}, 413, "batch_too_large"},
+		{"POST", "/api/v1/fetch", `{"queues":[]}`, 400, "invalid_request"},
+		{"POST", "/api/v1/fetch", `{"queues":["bad-input"],"count":0}`, 400, "invalid_request"},
+		{"POST", "/api/v1/fetch", `{"queues":["bad-input"],"timeout":-1}`, 400, "invalid_request"},
+		{"POST", "/api/v1/fetch", `{"queues":"bad-input"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/ack/" + held, `{"result":`, 400, "invalid_json"},
+		{"POST", "/api/v1/ack/" + held, `{"step_status":"later"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/ack/" + held, `{"worker_id":"someone-else"}`, 409, "conflict"},
+		{"POST", "/api/v1/ack/job_0_01HX7Y2K3M0000000000000000", `{}`, 404, "not_found"},
+		{"POST", "/api/v1/ack/nonsense", `{}`, 404, "not_found"},
+		{"POST", "/api/v1/fail/" + held, `{}`, 400, "invalid_request"},
+		{"POST", "/api/v1/fail/" + held, `{"error":5}`, 400, "invalid_request"},
+		{"POST", "/api/v1/heartbeat", `{"jobs":{}}`, 400, "invalid_request"},
+		{"POST", "/api/v1/heartbeat", `{"jobs":[]}`, 400, "invalid_request"},
+		{"GET", "/api/v1/jobs/job_9_01HX7Y2K3M0000000000000000", nil, 404, "not_found"},
+		{"POST", "/api/v1/jobs/nonsense/cancel", nil, 404, "not_found"},
+		{"GET", "/api/v1/nope", nil, 404, "not_found"},
+		{"DELETE", "/api/v1/enqueue", nil, 405, "method_not_allowed"},
+	}
+	for _, c := range cases {
+		code, body := call(t, c.method, c.path, c.body)
+		name := fmt.Sprintf("%s %s %.60v", c.method, c.path, c.body)
+		require.Equal(t, c.status, code, "%s → %s", name, body)
+		e := mustJSON[struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}](t, body)
+		require.Equal(t, c.code, e.Code, name)
+		require.NotEmpty(t, e.Error, name)
+	}
+	// Nothing changed: no queue was created, the held job is still active.
+	code, body := call(t, "GET", "/api/v1/queues", nil)
+	require.Equal(t, 200, code)
+	require.NotContains(t, string(body), `"bad-input"`)
+	require.Equal(t, "active", getJob(t, held).State)
+}
