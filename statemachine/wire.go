@@ -45,8 +45,6 @@ func (d *dec) fail() {
 	d.b = nil
 }
 
-func (d *dec) more() bool { return d.err == nil && len(d.b) > 0 }
-
 func (d *dec) u8() uint8 {
 	if len(d.b) < 1 {
 		d.fail()

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ type server struct {
 	raft     string
 	url      string
 	cmd      *exec.Cmd
-	stderr   *bytes.Buffer
+	stderr   *lockedBuffer
 	extra    []string
 	exited   chan struct{}
 	exitCode int
@@ -84,7 +85,7 @@ func (s *server) start() {
 	s.t.Helper()
 	args := append([]string{"server", "--bind", s.http, "--raft-bind", s.raft, "--data-dir", s.dir, "--log-level", "warn"}, s.extra...)
 	s.cmd = exec.Command(corvoBin, args...)
-	s.stderr = &bytes.Buffer{}
+	s.stderr = &lockedBuffer{}
 	s.cmd.Stderr = s.stderr
 	require.NoError(s.t, s.cmd.Start())
 	s.exited = make(chan struct{})
@@ -196,13 +197,23 @@ func (s *server) job(t testing.TB, id string) jobDoc {
 	return decode[jobDoc](t, body)
 }
 
-func (s *server) enqueue(t testing.TB, job map[string]any) string {
-	t.Helper()
-	code, body := do(t, "POST", s.url+"/api/v1/enqueue", job)
-	require.Equal(t, 201, code, string(body))
-	return decode[struct {
-		JobID string `json:"job_id"`
-	}](t, body).JobID
+// lockedBuffer is an io.Writer a child process writes to while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func queueName(i int) string { return fmt.Sprintf("q%02d", i) }

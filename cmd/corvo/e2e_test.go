@@ -42,8 +42,8 @@ func TestE2EQuickStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	loop := exec.CommandContext(ctx, "bash", "-c", fix(worker))
-	var loopOut strings.Builder
-	loop.Stdout, loop.Stderr = &loopOut, &loopOut
+	loopOut := &lockedBuffer{}
+	loop.Stdout, loop.Stderr = loopOut, loopOut
 	loop.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so curl dies with bash
 	require.NoError(t, loop.Start())
 	defer func() { _ = syscall.Kill(-loop.Process.Pid, syscall.SIGKILL); _ = loop.Wait() }()

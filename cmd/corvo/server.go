@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // served only with --pprof-bind
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +30,7 @@ type serverFlags struct {
 	maxPayload      int
 	logLevel        string
 	shutdownTimeout time.Duration
+	pprofBind       string
 }
 
 func newServerCmd() *cobra.Command {
@@ -49,6 +52,7 @@ func newServerCmd() *cobra.Command {
 	fl.IntVar(&f.maxPayload, "max-payload", gateway.MaxPayloadDefault, "largest job payload in bytes (413 above)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	return cmd
 }
 
@@ -106,6 +110,13 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if f.pprofBind != "" {
+		go func() {
+			if err := http.ListenAndServe(f.pprofBind, nil); err != nil {
+				log.Warn().Err(err).Msg("pprof listener stopped")
+			}
+		}()
 	}
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
