@@ -127,7 +127,7 @@ func (s *Server) tryFetch(queues []string, req *fetchRequest, count int) ([]stat
 	if len(order) > 1 {
 		rank := make(map[int]statemachine.QueueHead, len(order))
 		for _, sh := range order {
-			rank[sh] = s.bestHead(sh, byShard[sh])
+			rank[sh] = s.bestHead(byShard[sh])
 		}
 		sort.Slice(order, func(i, j int) bool {
 			a, b := rank[order[i]], rank[order[j]]
@@ -160,14 +160,12 @@ func (s *Server) tryFetch(queues []string, req *fetchRequest, count int) ([]stat
 	return jobs, nil
 }
 
-// bestHead is the highest-ranked head among a shard's queues.
-func (s *Server) bestHead(sh int, queues []string) statemachine.QueueHead {
-	v, err := s.eng.Read(sh, statemachine.PeekQuery{Queues: queues})
-	if err != nil {
-		return statemachine.QueueHead{}
-	}
+// bestHead is the highest-ranked head among a shard's queues, from the
+// signals each Update leaves (no read on the hot path).
+func (s *Server) bestHead(queues []string) statemachine.QueueHead {
 	var best statemachine.QueueHead
-	for _, h := range v.([]statemachine.QueueHead) {
+	for _, q := range queues {
+		h := s.eng.Head(q)
 		if !h.OK {
 			continue
 		}

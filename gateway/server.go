@@ -28,6 +28,7 @@ type Engine interface {
 	Read(shard int, query interface{}) (interface{}, error)
 	Fetchable(queue string) bool
 	Watch(queue string) <-chan struct{}
+	Head(queue string) statemachine.QueueHead
 	IsLeader(shard int) bool
 }
 

@@ -37,6 +37,7 @@ const (
 	ProposalDeadlineDefault  = 10 * time.Second
 	TickIntervalDefault      = 250 * time.Millisecond
 	DedupRetentionDefault    = 5 * time.Minute
+	CacheBytesDefault        = 256 << 20
 	replicaIDSingle          = 1
 )
 
@@ -64,6 +65,7 @@ type Config struct {
 	ProposalDeadline  time.Duration // all attempts of one entry
 	TickInterval      time.Duration // how often leaders look for due work
 	DedupRetention    time.Duration
+	CacheBytes        int64 // Pebble block cache shared by every shard
 }
 
 // WithDefaults fills unset fields.
@@ -92,6 +94,9 @@ func (c Config) WithDefaults() Config {
 	durDef(&c.ProposalDeadline, ProposalDeadlineDefault)
 	durDef(&c.TickInterval, TickIntervalDefault)
 	durDef(&c.DedupRetention, DedupRetentionDefault)
+	if c.CacheBytes == 0 {
+		c.CacheBytes = CacheBytesDefault
+	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -148,11 +153,11 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		cfg:           cfg,
 		log:           cfg.Logger.With().Str("component", "shard").Logger(),
 		clock:         cfg.Clock,
-		signals:       newSignals(),
+		signals:       newSignals(cfg.Shards),
 		leader:        make([]atomic.Bool, cfg.Shards),
 		closing:       make(chan struct{}),
 		stopProposers: make(chan struct{}),
-		cache:         pebble.NewCache(64 << 20),
+		cache:         pebble.NewCache(cfg.CacheBytes),
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "shards"), 0o755); err != nil {
 		return nil, err
@@ -236,7 +241,16 @@ func (h *Host) waitReady(ctx context.Context) error {
 			v, err := h.nh.SyncRead(rctx, ShardID(i), statemachine.ListQueuesQuery{})
 			cancel()
 			if err == nil {
-				h.signals.seed(v.([]statemachine.QueueInfo))
+				infos := v.([]statemachine.QueueInfo)
+				names := make([]string, len(infos))
+				for k := range infos {
+					names[k] = infos[k].Name
+				}
+				heads, err := h.nh.StaleRead(ShardID(i), statemachine.PeekQuery{Queues: names})
+				if err != nil {
+					return fmt.Errorf("shard %d: %w", i, err)
+				}
+				h.signals.seed(i, infos, heads.([]statemachine.QueueHead))
 				break
 			}
 			if ctx.Err() != nil {
@@ -292,6 +306,10 @@ func (h *Host) Fetchable(queue string) bool { return h.signals.fetchable(queue) 
 
 // Pending is the queue's pending count on this node's replica.
 func (h *Host) Pending(queue string) int64 { return h.signals.pending(queue) }
+
+// Head is the queue's first pending job (priority, age) as this node's
+// replica last saw it; OK is false when nothing is pending.
+func (h *Host) Head(queue string) statemachine.QueueHead { return h.signals.headOf(queue) }
 
 // Watch returns a channel closed when queue next gains fetchable jobs.
 func (h *Host) Watch(queue string) <-chan struct{} { return h.signals.watch(queue) }

@@ -51,7 +51,6 @@ type proposer struct {
 	in      chan *request
 	carry   *request // a request that did not fit in the last entry
 	rnd     *rand.Rand
-	buf     []byte
 
 	latency *metrics.Histogram
 	entries *metrics.Counter
@@ -181,9 +180,11 @@ func (p *proposer) flush(batch []*request, nops int) {
 	}
 	now := p.h.clock.Now().UnixNano()
 	e := statemachine.Entry{ID: statemachine.NewEntryID(now, p.rnd.Uint64()), Now: now, Ops: ops}
-	p.buf = e.Encode(p.buf[:0])
+	// A fresh buffer per entry: dragonboat keeps the slice in its in-memory
+	// log (and sends it to followers) after SyncPropose returns.
+	cmd := e.Encode(make([]byte, 0, 64+len(ops)*96))
 	start := time.Now()
-	results, err := p.propose(p.buf)
+	results, err := p.propose(cmd)
 	p.latency.UpdateDuration(start)
 	p.entries.Inc()
 	p.ops.Add(len(ops))
@@ -206,7 +207,14 @@ func (p *proposer) flush(batch []*request, nops int) {
 func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
 	deadline := time.Now().Add(p.h.cfg.ProposalDeadline)
 	backoff := 10 * time.Millisecond
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == 1 {
+			// Same bytes but the retry flag, in a new slice (the first
+			// attempt's may still be in flight): the state machine then
+			// checks for a duplicate.
+			cmd = append([]byte(nil), cmd...)
+			cmd[statemachine.RetryFlagOffset] = 1
+		}
 		timeout := time.Until(deadline)
 		if timeout > p.h.cfg.ProposalTimeout {
 			timeout = p.h.cfg.ProposalTimeout

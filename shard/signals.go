@@ -12,16 +12,31 @@ import (
 type signals struct {
 	mu     sync.Mutex
 	queues map[string]*queueSignal
+	// Per shard index: active and scheduled+retrying totals.
+	active, due []atomic.Int64
 }
 
 type queueSignal struct {
 	pending atomic.Int64
 	paused  atomic.Bool
+	head    statemachine.QueueHead // guarded by signals.mu
 	seen    bool          // set by an Applied (newer than any seed); guarded by signals.mu
 	ready   chan struct{} // closed and replaced when the queue gains jobs; guarded by signals.mu
 }
 
-func newSignals() *signals { return &signals{queues: make(map[string]*queueSignal)} }
+func newSignals(shards int) *signals {
+	return &signals{queues: make(map[string]*queueSignal), active: make([]atomic.Int64, shards), due: make([]atomic.Int64, shards)}
+}
+
+// head is the queue's first pending job as of the last Update.
+func (s *signals) headOf(q string) statemachine.QueueHead {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if qs, ok := s.queues[q]; ok && qs.pending.Load() > 0 {
+		return qs.head
+	}
+	return statemachine.QueueHead{Queue: q}
+}
 
 // getLocked returns the queue's signal, creating it. s.mu must be held.
 func (s *signals) getLocked(q string) *queueSignal {
@@ -61,6 +76,10 @@ func (s *signals) pending(q string) int64 {
 
 // applied takes a state machine's report of a committed Update.
 func (s *signals) applied(info *statemachine.AppliedInfo) {
+	if i := int(info.ShardID) - 1; i >= 0 && i < len(s.active) {
+		s.active[i].Store(info.Active)
+		s.due[i].Store(info.Due)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range info.Queues {
@@ -69,6 +88,7 @@ func (s *signals) applied(info *statemachine.AppliedInfo) {
 		qs.seen = true
 		qs.pending.Store(sig.Pending)
 		qs.paused.Store(sig.Paused)
+		qs.head = sig.Head
 		if sig.Ready && sig.Pending > 0 && !sig.Paused {
 			close(qs.ready)
 			qs.ready = make(chan struct{})
@@ -77,7 +97,15 @@ func (s *signals) applied(info *statemachine.AppliedInfo) {
 }
 
 // seed loads counts read at start-up for queues no Update has reported yet.
-func (s *signals) seed(infos []statemachine.QueueInfo) {
+func (s *signals) seed(shard int, infos []statemachine.QueueInfo, heads []statemachine.QueueHead) {
+	var active, due int64
+	for i := range infos {
+		c := &infos[i].Stats.Counts
+		active += c[statemachine.StateActive]
+		due += c[statemachine.StateScheduled] + c[statemachine.StateRetrying]
+	}
+	s.active[shard].CompareAndSwap(0, active)
+	s.due[shard].CompareAndSwap(0, due)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range infos {
@@ -87,6 +115,7 @@ func (s *signals) seed(infos []statemachine.QueueInfo) {
 		}
 		qs.pending.Store(infos[i].Stats.Counts[statemachine.StatePending])
 		qs.paused.Store(infos[i].Config.Paused)
+		qs.head = heads[i]
 		if qs.pending.Load() > 0 {
 			close(qs.ready)
 			qs.ready = make(chan struct{})

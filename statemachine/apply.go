@@ -51,8 +51,10 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	a.now = a.s.lastNow
 
 	dk := dedupKey(e.ID)
-	if prev, ok := a.get(dk); ok {
-		return a.replayResults(prev), true
+	if e.Retry {
+		if prev, ok := a.get(dk); ok {
+			return a.replayResults(prev), true
+		}
 	}
 	results := make([]Result, len(e.Ops))
 	for i, op := range e.Ops {
@@ -140,7 +142,12 @@ func (a *applier) del(k []byte) {
 	}
 }
 
+// loadJob reads a job record. The result is shared with the job cache:
+// callers must not modify it.
 func (a *applier) loadJob(id string) (*Job, bool) {
+	if c := a.s.jobs.get(id); c != nil {
+		return c.job, true
+	}
 	v, ok := a.get(jobKey(id))
 	if !ok {
 		return nil, false
@@ -157,6 +164,9 @@ func (a *applier) loadJob(id string) (*Job, bool) {
 
 // loadState reads a job's state record; a job without one is pending.
 func (a *applier) loadState(id string) JobState {
+	if c := a.s.jobs.get(id); c != nil {
+		return c.st
+	}
 	v, ok := a.get(stateKey(id))
 	if !ok {
 		return JobState{State: StatePending}
@@ -172,6 +182,7 @@ func (a *applier) loadState(id string) JobState {
 
 func (a *applier) putState(id string, st *JobState) {
 	a.set(stateKey(id), st.appendTo(nil))
+	a.s.jobs.update(id, st)
 }
 
 func (a *applier) view(id string) (*JobView, bool) {
@@ -231,9 +242,11 @@ func (a *applier) move(q string, from, to State) {
 	st := a.stats(q)
 	if from != 0 {
 		st.Counts[from]--
+		a.s.total(from, -1)
 	}
 	if to != 0 {
 		st.Counts[to]++
+		a.s.total(to, 1)
 	}
 	a.dirty[q] = struct{}{}
 	switch to {
@@ -255,10 +268,40 @@ func (a *applier) flushStats() []QueueSignal {
 		st := a.stats(q)
 		a.set(queueStatsKey(q), st.appendTo(nil))
 		_, ready := a.ready[q]
-		sigs = append(sigs, QueueSignal{Queue: q, Pending: st.Counts[StatePending], Paused: a.config(q).Paused, Ready: ready})
+		sig := QueueSignal{Queue: q, Pending: st.Counts[StatePending], Paused: a.config(q).Paused, Ready: ready}
+		if sig.Pending > 0 {
+			sig.Head = a.head(q)
+		}
+		sigs = append(sigs, sig)
 	}
 	sort.Slice(sigs, func(i, j int) bool { return sigs[i].Queue < sigs[j].Queue })
 	return sigs
+}
+
+// head returns a queue's first pending job, from the head cache or, when
+// that is unknown, by seeking in the batch.
+func (a *applier) head(q string) QueueHead {
+	pfx := pendingPrefix(q)
+	k := a.s.heads[q]
+	if k == nil {
+		it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: a.s.cursor(q), UpperBound: prefixEnd(pfx)})
+		if err != nil {
+			a.fail(err)
+			return QueueHead{Queue: q}
+		}
+		if it.First() {
+			k = append([]byte(nil), it.Key()...)
+			a.s.heads[q] = k
+		}
+		if err := it.Close(); err != nil {
+			a.fail(err)
+		}
+	}
+	h := QueueHead{Queue: q}
+	if k != nil {
+		h.Priority, h.CreatedAt, h.OK = pendingSuffix(k[len(pfx):])
+	}
+	return h
 }
 
 func (a *applier) addPending(j *Job) {
@@ -266,10 +309,19 @@ func (a *applier) addPending(j *Job) {
 	a.set(k, []byte(j.ID))
 	a.s.lowerCursor(j.Queue, k)
 	a.ready[j.Queue] = struct{}{}
+	// The head cache stays exact: a first pending job is the head, and a
+	// new key before the known head replaces it.
+	if h := a.s.heads[j.Queue]; (h == nil && a.stats(j.Queue).Counts[StatePending] == 0) || (h != nil && bytes.Compare(k, h) < 0) {
+		a.s.heads[j.Queue] = k
+	}
 }
 
 func (a *applier) delPending(j *Job) {
-	a.del(pendingKey(j.Queue, j.Priority, j.CreatedAt, j.Seq))
+	k := pendingKey(j.Queue, j.Priority, j.CreatedAt, j.Seq)
+	a.del(k)
+	if h := a.s.heads[j.Queue]; h != nil && bytes.Equal(h, k) {
+		delete(a.s.heads, j.Queue) // unknown until the next seek
+	}
 }
 
 func (a *applier) addError(j *Job, st *JobState, msg, backtrace string) {
@@ -295,9 +347,6 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	if j.ID == "" || j.Queue == "" {
 		return Result{Status: StatusInvalid, Message: "job id and queue are required"}
 	}
-	if _, exists := a.get(jobKey(j.ID)); exists {
-		return Result{Status: StatusConflict, Message: "job id already exists"}
-	}
 	j.CreatedAt = a.now
 	j.Seq = a.index<<16 | uint64(a.pos)
 	if j.LeaseSeconds == 0 {
@@ -309,6 +358,7 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	a.set(jobKey(j.ID), j.appendTo(nil))
 	st := a.stats(j.Queue)
 	st.Enqueued++
+	a.s.jobs.add(j, JobState{State: StatePending})
 	if j.ScheduledAt > a.now {
 		js := JobState{State: StateScheduled, DueAt: j.ScheduledAt}
 		a.putState(j.ID, &js)
@@ -348,7 +398,11 @@ func (a *applier) fetch(o *FetchOp) Result {
 			continue
 		}
 		pfx := pendingPrefix(q)
-		it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: a.s.cursor(q), UpperBound: prefixEnd(pfx)})
+		lower := a.s.heads[q]
+		if lower == nil {
+			lower = a.s.cursor(q)
+		}
+		it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(pfx)})
 		if err != nil {
 			a.fail(err)
 			return Result{}
@@ -359,6 +413,13 @@ func (a *applier) fetch(o *FetchOp) Result {
 		}
 		heads = append(heads, &fetchHead{queue: q, prefix: len(pfx), it: it})
 	}
+	// Whatever the iterators stop on is each queue's new head (the batch
+	// has no pending inserts the iterators cannot see: fetch adds none).
+	defer func() {
+		for _, h := range heads {
+			a.s.heads[h.queue] = append([]byte(nil), h.it.Key()...)
+		}
+	}()
 	res := Result{}
 	for len(res.Jobs) < want && len(heads) > 0 {
 		best := 0
@@ -373,6 +434,7 @@ func (a *applier) fetch(o *FetchOp) Result {
 		if !h.it.Next() {
 			h.it.Close()
 			heads = append(heads[:best], heads[best+1:]...)
+			delete(a.s.heads, h.queue)
 		}
 		a.s.setCursor(h.queue, key)
 		if v, ok := a.claim(id, o); ok {
@@ -574,7 +636,7 @@ func (a *applier) promote(o *PromoteOp) Result {
 	if limit <= 0 {
 		limit = 10000
 	}
-	keys := a.scanTimeIndex(pfxDue, limit)
+	keys := a.scanTimeIndex(pfxDue, &a.s.dueCursor, limit)
 	n := uint32(0)
 	for _, k := range keys {
 		_, id, _ := splitTimeIndexKey(pfxDue, k)
@@ -605,7 +667,7 @@ func (a *applier) reclaim(o *ReclaimOp) Result {
 	if limit <= 0 {
 		limit = 10000
 	}
-	keys := a.scanTimeIndex(pfxLease, limit)
+	keys := a.scanTimeIndex(pfxLease, &a.s.leaseCursor, limit)
 	n := uint32(0)
 	for _, k := range keys {
 		_, id, _ := splitTimeIndexKey(pfxLease, k)
@@ -648,9 +710,18 @@ func (a *applier) afterReclaim(j *Job, st *JobState) {
 }
 
 // scanTimeIndex returns up to limit keys of a time index due at or before
-// now.
-func (a *applier) scanTimeIndex(pfx string, limit int) [][]byte {
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: []byte(pfx), UpperBound: timeIndexUpper(pfx, a.now)})
+// now, starting at the index's cursor; the caller deletes every key it is
+// given, so the cursor then moves past them.
+func (a *applier) scanTimeIndex(pfx string, cursor *[]byte, limit int) [][]byte {
+	lower := *cursor
+	if lower == nil {
+		lower = []byte(pfx)
+	}
+	upper := timeIndexUpper(pfx, a.now)
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil
+	}
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		a.fail(err)
 		return nil
@@ -662,6 +733,12 @@ func (a *applier) scanTimeIndex(pfx string, limit int) [][]byte {
 	}
 	if err := it.Error(); err != nil {
 		a.fail(err)
+		return nil
+	}
+	if len(keys) < limit {
+		*cursor = upper
+	} else {
+		*cursor = keys[len(keys)-1]
 	}
 	return keys
 }

@@ -13,30 +13,20 @@ type (
 	// GetJobQuery reads one job with its errors; the answer is *JobView, nil
 	// when there is no such job.
 	GetJobQuery struct{ ID string }
-	// PeekQuery reads the head of each queue's pending set; the answer is
-	// []QueueHead in the order asked.
+	// PeekQuery reads the head of each queue's pending set (paused or not);
+	// the answer is []QueueHead in the order asked.
 	PeekQuery struct{ Queues []string }
 	// ListQueuesQuery reads every queue's stats and config; the answer is
 	// []QueueInfo sorted by name.
 	ListQueuesQuery struct{}
-	// NextDueQuery asks when the leader's tickers next have work; the answer
-	// is DueTimes.
-	NextDueQuery struct{}
 )
 
 // QueueHead is the first pending job of a queue.
 type QueueHead struct {
 	Queue     string
-	OK        bool // false: nothing pending (or paused)
+	OK        bool // false: nothing pending
 	Priority  Priority
 	CreatedAt int64
-}
-
-// DueTimes says when the first scheduled/retrying job is due and when the
-// first lease expires (0: none).
-type DueTimes struct {
-	NextDue   int64
-	NextLease int64
 }
 
 // Lookup answers a query from committed state.
@@ -48,8 +38,6 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.peek(q.Queues)
 	case ListQueuesQuery:
 		return s.listQueues()
-	case NextDueQuery:
-		return s.nextDue()
 	}
 	return nil, fmt.Errorf("statemachine: unknown query %T", q)
 }
@@ -107,13 +95,6 @@ func (s *StateMachine) peek(queues []string) ([]QueueHead, error) {
 	out := make([]QueueHead, len(queues))
 	for i, q := range queues {
 		out[i].Queue = q
-		var cfg QueueConfig
-		if _, err := s.read(queueCfgKey(q), cfg.decode); err != nil {
-			return nil, err
-		}
-		if cfg.Paused {
-			continue
-		}
 		pfx := pendingPrefix(q)
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: s.cursor(q), UpperBound: prefixEnd(pfx)})
 		if err != nil {
@@ -154,28 +135,6 @@ func (s *StateMachine) listQueues() ([]QueueInfo, error) {
 	return out, it.Error()
 }
 
-func (s *StateMachine) nextDue() (DueTimes, error) {
-	var dt DueTimes
-	for _, x := range []struct {
-		pfx string
-		dst *int64
-	}{{pfxDue, &dt.NextDue}, {pfxLease, &dt.NextLease}} {
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(x.pfx), UpperBound: prefixEnd([]byte(x.pfx))})
-		if err != nil {
-			return dt, err
-		}
-		if it.First() {
-			if at, _, ok := splitTimeIndexKey(x.pfx, it.Key()); ok {
-				*x.dst = at
-			}
-		}
-		if err := it.Close(); err != nil {
-			return dt, err
-		}
-	}
-	return dt, nil
-}
-
 func cloneBytes(b []byte) []byte {
 	if b == nil {
 		return nil
@@ -183,6 +142,8 @@ func cloneBytes(b []byte) []byte {
 	return append([]byte(nil), b...)
 }
 
+// cloneJob copies the byte slices a decoded job shares with its buffer
+// (strings are already copies).
 func cloneJob(j Job) Job {
 	j.Payload = cloneBytes(j.Payload)
 	j.Tags = cloneBytes(j.Tags)
@@ -195,3 +156,4 @@ func cloneState(s JobState) JobState {
 	s.Result = cloneBytes(s.Result)
 	return s
 }
+

@@ -54,15 +54,27 @@ type Op interface {
 // the entry's time, stamped by the proposer (the state machine never reads a
 // clock).
 type Entry struct {
-	ID  EntryID
-	Now int64 // Unix ns
-	Ops []Op
+	ID EntryID
+	// Retry marks a proposal sent again after a timeout: only a retry can
+	// find its ID already applied, so only a retry pays for the lookup.
+	Retry bool
+	Now   int64 // Unix ns
+	Ops   []Op
 }
+
+// RetryFlagOffset is where an encoded entry's retry flag byte sits, so a
+// proposer can mark its retry without re-encoding.
+const RetryFlagOffset = 1 + 16
 
 // Encode appends the entry's wire form to b.
 func (e *Entry) Encode(b []byte) []byte {
 	b = append(b, entryVersion)
 	b = append(b, e.ID[:]...)
+	if e.Retry {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
 	b = binary.AppendVarint(b, e.Now)
 	b = binary.AppendUvarint(b, uint64(len(e.Ops)))
 	for _, op := range e.Ops {
@@ -77,12 +89,19 @@ func (e *Entry) Encode(b []byte) []byte {
 
 // DecodeEntry parses an entry.
 func DecodeEntry(b []byte) (*Entry, error) {
-	if len(b) < 1+16 || b[0] != entryVersion {
+	if len(b) < RetryFlagOffset+1 || b[0] != entryVersion {
 		return nil, errors.New("statemachine: unknown entry version")
 	}
 	e := &Entry{}
 	copy(e.ID[:], b[1:17])
-	d := dec{b: b[17:]}
+	switch b[RetryFlagOffset] {
+	case 0:
+	case 1:
+		e.Retry = true
+	default:
+		return nil, errors.New("statemachine: bad entry flags")
+	}
+	d := dec{b: b[RetryFlagOffset+1:]}
 	e.Now = d.varint()
 	n := d.uvarint()
 	if d.err != nil || n > MaxOpsPerEntry {

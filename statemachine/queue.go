@@ -105,3 +105,14 @@ func BackoffDelayMs(b Backoff, baseMs, maxMs int64, attempt uint32) int64 {
 	}
 	return d
 }
+
+// total keeps the shard-wide active and due counts in step with a state
+// count change.
+func (s *StateMachine) total(st State, d int64) {
+	switch st {
+	case StateActive:
+		s.active += d
+	case StateScheduled, StateRetrying:
+		s.due += d
+	}
+}

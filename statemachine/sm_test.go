@@ -22,18 +22,23 @@ type testBundle struct {
 	now   time.Time
 	rnd   *rand.Rand
 	log   [][]byte // every entry applied, for replay
+
+	jobCache int64
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t *testing.T) *testBundle { return setupWith(t, 0) }
+
+// setupWith sets the job cache size (negative: off).
+func setupWith(t *testing.T, jobCache int64) *testBundle {
 	t.Helper()
-	tb := &testBundle{t: t, dir: t.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
+	tb := &testBundle{t: t, dir: t.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2)), jobCache: jobCache}
 	tb.open()
 	t.Cleanup(func() { _ = tb.sm.Close() })
 	return tb
 }
 
 func (tb *testBundle) open() {
-	tb.sm = New(Config{ShardID: 1, Dir: tb.dir})
+	tb.sm = New(Config{ShardID: 1, Dir: tb.dir, JobCacheBytes: tb.jobCache})
 	idx, err := tb.sm.Open(nil)
 	require.NoError(tb.t, err)
 	tb.index = idx
@@ -321,6 +326,7 @@ func TestStateMachineDuplicateEntryAppliesOnce(t *testing.T) {
 	first := tb.applyRaw(cmd)
 	require.Len(t, first[0].Jobs, 1)
 	tb.enqueue("q", PriorityNormal)
+	cmd[RetryFlagOffset] = 1
 	again := tb.applyRaw(cmd) // a proposer retry after ErrTimeout
 	require.Len(t, again[0].Jobs, 1)
 	require.Equal(t, first[0].Jobs[0].Job.ID, again[0].Jobs[0].Job.ID)
@@ -392,6 +398,16 @@ func TestStateMachineDeterministic(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, a.dump(), c.dump())
+
+	// The job cache never changes a result: no cache, a tiny one and the
+	// default give the same bytes.
+	for _, size := range []int64{-1, 2000} {
+		d := setupWith(t, size)
+		for _, cmd := range a.log {
+			d.applyRaw(cmd)
+		}
+		require.Equal(t, a.dump(), d.dump(), "job cache %d", size)
+	}
 }
 
 func TestStateMachineReopenAndSnapshot(t *testing.T) {

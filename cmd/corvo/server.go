@@ -31,6 +31,7 @@ type serverFlags struct {
 	logLevel        string
 	shutdownTimeout time.Duration
 	pprofBind       string
+	cacheMB         int
 }
 
 func newServerCmd() *cobra.Command {
@@ -52,6 +53,7 @@ func newServerCmd() *cobra.Command {
 	fl.IntVar(&f.maxPayload, "max-payload", gateway.MaxPayloadDefault, "largest job payload in bytes (413 above)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	fl.IntVar(&f.cacheMB, "cache-mb", shard.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	return cmd
 }
@@ -123,7 +125,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 
 	start := time.Now()
 	openCtx, cancel := context.WithTimeout(sigCtx, 2*time.Minute)
-	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log})
+	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20})
 	cancel()
 	if err != nil {
 		ln.Close()

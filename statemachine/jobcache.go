@@ -1,0 +1,74 @@
+package statemachine
+
+// JobCacheBytesDefault bounds each shard's cache of live jobs.
+const JobCacheBytesDefault = 64 << 20
+
+// jobCache keeps the records of live jobs (enqueued, then fetched) in
+// memory so the hot path — a fetch claiming a job enqueued moments ago, an
+// ack of a job fetched moments ago — reads no Pebble keys. It is written
+// through: every record in it equals what Pebble holds, so results never
+// depend on what is cached. A job leaves when it reaches a terminal state;
+// when the cache is full new jobs are simply not cached. Owned by the apply
+// goroutine.
+type jobCache struct {
+	max   int64
+	bytes int64
+	m     map[string]*cachedJob
+}
+
+type cachedJob struct {
+	job  *Job
+	st   JobState
+	size int64
+}
+
+func newJobCache(max int64) *jobCache {
+	if max == 0 {
+		max = JobCacheBytesDefault
+	}
+	return &jobCache{max: max, m: make(map[string]*cachedJob)}
+}
+
+func jobSize(j *Job, st *JobState) int64 {
+	return int64(256 + len(j.ID) + len(j.Queue) + len(j.Payload) + len(j.Tags) + len(j.UniqueKey) +
+		len(st.Progress) + len(st.Checkpoint) + len(st.Result) + len(st.LastError) + len(st.WorkerID))
+}
+
+func (c *jobCache) get(id string) *cachedJob {
+	if c == nil {
+		return nil
+	}
+	return c.m[id]
+}
+
+// add caches a job that was just written with state st.
+func (c *jobCache) add(j *Job, st JobState) {
+	if c == nil || c.max < 0 {
+		return
+	}
+	size := jobSize(j, &st)
+	if c.bytes+size > c.max {
+		return
+	}
+	// Own copies: decoded ops alias Raft entry buffers that dragonboat
+	// reuses after Update returns.
+	jc := cloneJob(*j)
+	c.m[j.ID] = &cachedJob{job: &jc, st: cloneState(st), size: size}
+	c.bytes += size
+}
+
+// update follows a state write; terminal jobs leave the cache.
+func (c *jobCache) update(id string, st *JobState) {
+	e := c.get(id)
+	if e == nil {
+		return
+	}
+	c.bytes -= e.size
+	if st.State.Terminal() {
+		delete(c.m, id)
+		return
+	}
+	e.st = cloneState(*st)
+	e.size = jobSize(e.job, st)
+	c.bytes += e.size
+}
