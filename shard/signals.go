@@ -20,8 +20,8 @@ type queueSignal struct {
 	pending atomic.Int64
 	paused  atomic.Bool
 	head    statemachine.QueueHead // guarded by signals.mu
-	seen    bool          // set by an Applied (newer than any seed); guarded by signals.mu
-	ready   chan struct{} // closed and replaced when the queue gains jobs; guarded by signals.mu
+	seen    bool                   // set by an Applied (newer than any seed); guarded by signals.mu
+	ready   chan struct{}          // closed and replaced when the queue gains jobs; guarded by signals.mu
 }
 
 func newSignals(shards int) *signals {

@@ -156,4 +156,3 @@ func cloneState(s JobState) JobState {
 	s.Result = cloneBytes(s.Result)
 	return s
 }
-
