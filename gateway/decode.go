@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
@@ -51,8 +53,11 @@ func invalid(format string, args ...any) *apiError {
 	return badRequest("invalid_request", format, args...)
 }
 
-// decodeBody parses a JSON object strictly: unknown fields, wrong types and
-// trailing data are errors. An empty body is allowed only when allowEmpty.
+// decodeBody parses a JSON object strictly: unknown or duplicate fields,
+// wrong types, invalid UTF-8 and trailing data are errors. An empty body is
+// allowed only when allowEmpty. It uses json v2 (go-json-experiment, the
+// code behind encoding/json/v2): several times faster than encoding/json
+// on the hot enqueue and fetch bodies, and strict by default.
 func decodeBody(body []byte, v any, allowEmpty bool) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		if allowEmpty {
@@ -60,38 +65,57 @@ func decodeBody(body []byte, v any, allowEmpty bool) *apiError {
 		}
 		return badRequest("invalid_json", "request body is required")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(body, v, json.RejectUnknownMembers(true)); err != nil {
 		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("invalid_json", "unexpected data after the JSON object")
 	}
 	return nil
 }
 
 func jsonError(err error) *apiError {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
+	var se *json.SemanticError
+	var syn *jsontext.SyntacticError
 	switch {
-	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			return badRequest("invalid_json", "request body must be a JSON object")
-		}
-		return invalid("field %q must be %s, not %s", field, jsonKind(te.Type.String()), te.Value)
+	case errors.As(err, &syn):
+		return badRequest("invalid_json", "malformed JSON at byte %d: %v", syn.ByteOffset, syn.Err)
 	case errors.As(err, &se):
-		return badRequest("invalid_json", "malformed JSON at byte %d: %v", se.Offset, se)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return invalid("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		field := strings.TrimPrefix(string(se.JSONPointer), "/")
+		switch {
+		case errors.Is(se.Err, json.ErrUnknownName):
+			return invalid("unknown field %q", field)
+		case errors.Is(se.Err, io.ErrUnexpectedEOF):
+			return badRequest("invalid_json", "malformed JSON: unexpected end of input")
+		case field == "":
+			return badRequest("invalid_json", "request body must be a JSON object")
+		case se.GoType != nil && se.JSONKind != 0:
+			return invalid("field %q must be %s, not %s", field, jsonKind(se.GoType.String()), kindName(se.JSONKind))
+		}
+		return invalid("field %q: %v", field, se.Err)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return badRequest("invalid_json", "malformed JSON: unexpected end of input")
 	}
 	return badRequest("invalid_json", "malformed JSON: %v", err)
 }
 
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return k.String()
+}
+
 func jsonKind(goType string) string {
+	goType = strings.TrimPrefix(goType, "*")
 	switch {
 	case strings.HasPrefix(goType, "map["):
 		return "an object"
@@ -110,7 +134,7 @@ func jsonKind(goType string) string {
 }
 
 // rawOrNil treats an absent or JSON-null raw value as unset.
-func rawOrNil(r json.RawMessage) []byte {
+func rawOrNil(r jsontext.Value) []byte {
 	if len(r) == 0 || string(r) == "null" {
 		return nil
 	}
@@ -120,7 +144,7 @@ func rawOrNil(r json.RawMessage) []byte {
 // enqueueRequest is one job as POST /enqueue and /enqueue/batch take it.
 type enqueueRequest struct {
 	Queue          *string           `json:"queue"`
-	Payload        json.RawMessage   `json:"payload"`
+	Payload        jsontext.Value   `json:"payload"`
 	Priority       *string           `json:"priority"`
 	MaxRetries     *int64            `json:"max_retries"`
 	RetryBackoff   *string           `json:"retry_backoff"`
@@ -132,8 +156,8 @@ type enqueueRequest struct {
 	Tags           map[string]string `json:"tags"`
 	UniqueKey      *string           `json:"unique_key"`
 	UniquePeriod   *int64            `json:"unique_period"`
-	Chain          json.RawMessage   `json:"chain"`
-	DependsOn      json.RawMessage   `json:"depends_on"`
+	Chain          jsontext.Value   `json:"chain"`
+	DependsOn      jsontext.Value   `json:"depends_on"`
 }
 
 func parseDuration(field, s string, allowZero bool) (int64, *apiError) {
@@ -244,7 +268,7 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 			}
 		}
 		if len(r.Tags) > 0 {
-			j.Tags, _ = json.Marshal(r.Tags) // sorted keys: deterministic
+			j.Tags, _ = json.Marshal(r.Tags, json.Deterministic(true)) // sorted keys
 		}
 	}
 	for field, set := range map[string]bool{
@@ -260,7 +284,7 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 
 type batchEnqueueRequest struct {
 	Jobs  []enqueueRequest `json:"jobs"`
-	Batch json.RawMessage  `json:"batch"`
+	Batch jsontext.Value  `json:"batch"`
 }
 
 type fetchRequest struct {
@@ -318,7 +342,7 @@ func (h holderFields) holder() statemachine.Holder {
 }
 
 type ackRequest struct {
-	Result     json.RawMessage `json:"result"`
+	Result     jsontext.Value `json:"result"`
 	StepStatus *string         `json:"step_status"`
 	holderFields
 }
@@ -342,7 +366,7 @@ type ackBatchRequest struct {
 type failRequest struct {
 	Error      *string         `json:"error"`
 	Backtrace  string          `json:"backtrace"`
-	Checkpoint json.RawMessage `json:"checkpoint"`
+	Checkpoint jsontext.Value `json:"checkpoint"`
 	holderFields
 }
 
@@ -357,8 +381,8 @@ func (r *failRequest) validate() *apiError {
 }
 
 type heartbeatJob struct {
-	Progress   json.RawMessage `json:"progress"`
-	Checkpoint json.RawMessage `json:"checkpoint"`
+	Progress   jsontext.Value `json:"progress"`
+	Checkpoint jsontext.Value `json:"checkpoint"`
 }
 
 type heartbeatRequest struct {

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/shard"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// busyEngine answers every proposal with one error.
+type busyEngine struct{ err error }
+
+func (busyEngine) Shards() int { return 4 }
+func (b busyEngine) Propose(context.Context, int, ...statemachine.Op) ([]statemachine.Result, error) {
+	return nil, b.err
+}
+func (busyEngine) Read(int, interface{}) (interface{}, error) { return nil, nil }
+func (busyEngine) Fetchable(string) bool                      { return true }
+func (busyEngine) Watch(string) <-chan struct{}               { return make(chan struct{}) }
+func (busyEngine) Head(q string) statemachine.QueueHead       { return statemachine.QueueHead{Queue: q} }
+func (busyEngine) IsLeader(int) bool                          { return true }
+
+func TestOverloadAndUnavailableCarryRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{shard.ErrBusy, 429, "overloaded"},
+		{shard.ErrUnavailable, 503, "unavailable"},
+		{shard.ErrClosed, 503, "shutting_down"},
+	} {
+		srv := New(Config{Logger: zerolog.Nop()}, busyEngine{c.err})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		go func() { _ = srv.Serve(ln) }()
+		for _, body := range []string{`{"queue":"q"}`, `{"jobs":[{"queue":"q"}]}`} {
+			path := "/api/v1/enqueue"
+			if body[2] == 'j' {
+				path += "/batch"
+			}
+			req := fasthttp.AcquireRequest()
+			resp := fasthttp.AcquireResponse()
+			req.SetRequestURI("http://" + ln.Addr().String() + path)
+			req.Header.SetMethod("POST")
+			req.SetBodyString(body)
+			require.NoError(t, fasthttp.Do(req, resp))
+			require.Equal(t, c.status, resp.StatusCode(), path)
+			require.Equal(t, "1", string(resp.Header.Peek("Retry-After")), path)
+			require.Contains(t, string(resp.Body()), `"code":"`+c.code+`"`)
+			fasthttp.ReleaseRequest(req)
+			fasthttp.ReleaseResponse(resp)
+		}
+		require.NoError(t, srv.Shutdown(context.Background()))
+	}
+}
