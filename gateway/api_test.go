@@ -381,3 +381,41 @@ func TestAPIBadInput(t *testing.T) {
 	require.NotContains(t, string(body), `"bad-input"`)
 	require.Equal(t, "active", getJob(t, held).State)
 }
+
+// TestAPILongPollHandoff: fetches waiting on a queue are served from the
+// entry that enqueues into it; every job goes to exactly one of them.
+func TestAPILongPollHandoff(t *testing.T) {
+	t.Parallel()
+	q := "handoff"
+	const waiters = 8
+	got := make(chan string, waiters)
+	for i := 0; i < waiters; i++ {
+		go func() {
+			code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w", "timeout": 3})
+			if code == 200 {
+				got <- mustJSON[fetchedJob](t, body).JobID
+				return
+			}
+			got <- ""
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // let the fetches park (the test holds either way)
+	want := map[string]bool{}
+	for i := 0; i < 5; i++ {
+		want[enqueue(t, map[string]any{"queue": q, "payload": i})] = true
+	}
+	seen := map[string]bool{}
+	empty := 0
+	for i := 0; i < waiters; i++ {
+		id := <-got
+		if id == "" {
+			empty++
+			continue
+		}
+		require.True(t, want[id], id)
+		require.False(t, seen[id], "job %s handed out twice", id)
+		seen[id] = true
+	}
+	require.Len(t, seen, 5)
+	require.Equal(t, 3, empty)
+}

@@ -25,6 +25,8 @@ func (busyEngine) Fetchable(string) bool                      { return true }
 func (busyEngine) Watch(string) <-chan struct{}               { return make(chan struct{}) }
 func (busyEngine) Head(q string) statemachine.QueueHead       { return statemachine.QueueHead{Queue: q} }
 func (busyEngine) IsLeader(int) bool                          { return true }
+func (busyEngine) Park(int, *statemachine.FetchOp) *shard.Parked { return nil }
+func (busyEngine) Unpark(int, *shard.Parked) bool                { return true }
 
 func TestOverloadAndUnavailableCarryRetryAfter(t *testing.T) {
 	t.Parallel()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -50,14 +51,87 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		if s.anyFetchable(queues) && wait > retryEmptyFetch {
+		fetchable := s.anyFetchable(queues)
+		if fetchable && wait > retryEmptyFetch {
 			wait = retryEmptyFetch
+		}
+		if sh, ok := s.singleShard(queues); ok && !fetchable {
+			op := &statemachine.FetchOp{Queues: queues, WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(count)}
+			jobs, aerr, alive := s.waitParked(sh, op, watches, wait)
+			if aerr != nil {
+				writeError(ctx, aerr)
+				return
+			}
+			if len(jobs) > 0 {
+				s.writeFetched(ctx, jobs, req.Count != nil)
+				return
+			}
+			if !alive {
+				ctx.SetStatusCode(fasthttp.StatusNoContent)
+				return
+			}
+			continue
 		}
 		if !s.waitAny(watches, wait) {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
 	}
+}
+
+// singleShard reports the shard when every queue lives on the same one.
+func (s *Server) singleShard(queues []string) (int, bool) {
+	sh := s.rt.ShardForQueue(queues[0])
+	for _, q := range queues[1:] {
+		if s.rt.ShardForQueue(q) != sh {
+			return 0, false
+		}
+	}
+	return sh, true
+}
+
+// waitParked parks the fetch at its shard's proposer and waits for it to be
+// served, for a queue signal (promotions, reclaims and resumes do not go
+// through parked fetches) or for the wait to end. alive is false when the
+// server is shutting down.
+func (s *Server) waitParked(sh int, op *statemachine.FetchOp, watches []<-chan struct{}, wait time.Duration) ([]statemachine.JobView, *apiError, bool) {
+	pk := s.eng.Park(sh, op)
+	if pk == nil {
+		return nil, nil, s.waitAny(watches, wait)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var resp shard.Response
+	got, alive := false, true
+	if len(watches) == 1 {
+		select {
+		case resp = <-pk.Result():
+			got = true
+		case <-watches[0]:
+		case <-t.C:
+		case <-s.closed:
+			alive = false
+		}
+	} else {
+		chosen, v, _ := reflect.Select(selectCases(s.closed, t.C, pk.Result(), watches))
+		switch chosen {
+		case 0:
+			alive = false
+		case 2:
+			resp, got = v.Interface().(shard.Response), true
+		}
+	}
+	if !got {
+		if s.eng.Unpark(sh, pk) {
+			return nil, nil, alive
+		}
+		resp = <-pk.Result() // it rides in an entry already: its jobs are ours
+	}
+	jobs, err := resp.Jobs()
+	if err != nil {
+		return nil, engineError(err), alive
+	}
+	return jobs, nil, alive
 }
 
 func dedupe(qs []string) []string {
@@ -95,14 +169,22 @@ func (s *Server) waitAny(watches []<-chan struct{}, d time.Duration) bool {
 		}
 		return true
 	}
-	cases := make([]reflect.SelectCase, 0, len(watches)+2)
-	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.closed)},
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
+	chosen, _, _ := reflect.Select(selectCases(s.closed, t.C, nil, watches))
+	return chosen != 0
+}
+
+// selectCases builds [closed, timer, parked?, watches...] for reflect.Select.
+func selectCases(closed <-chan struct{}, timer <-chan time.Time, parked <-chan shard.Response, watches []<-chan struct{}) []reflect.SelectCase {
+	cases := make([]reflect.SelectCase, 0, len(watches)+3)
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(closed)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer)})
+	if parked != nil {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(parked)})
+	}
 	for _, w := range watches {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
 	}
-	chosen, _, _ := reflect.Select(cases)
-	return chosen != 0
+	return cases
 }
 
 // tryFetch claims up to count jobs from the fetchable queues. Queues on one

@@ -30,6 +30,11 @@ type Engine interface {
 	Watch(queue string) <-chan struct{}
 	Head(queue string) statemachine.QueueHead
 	IsLeader(shard int) bool
+	// Park leaves a fetch at a shard's proposer to ride in the next entry
+	// that enqueues into its queues; Unpark withdraws it (false: too late,
+	// its result will arrive).
+	Park(shard int, op *statemachine.FetchOp) *shard.Parked
+	Unpark(shard int, pk *shard.Parked) bool
 }
 
 // Config configures the gateway.

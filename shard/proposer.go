@@ -33,12 +33,14 @@ type request struct {
 	ctx  context.Context
 	ops  []statemachine.Op
 	size int
-	done chan response
+	done chan Response
 }
 
-type response struct {
-	results []statemachine.Result
-	err     error
+// Response is what a proposal's caller gets back: one result per op, or the
+// error that kept the entry from committing.
+type Response struct {
+	Results []statemachine.Result
+	Err     error
 }
 
 // proposer coalesces concurrent requests to one shard into multi-op Raft
@@ -50,6 +52,7 @@ type proposer struct {
 	session *client.Session
 	in      chan *request
 	carry   *request // a request that did not fit in the last entry
+	parked  parking
 	rnd     *rand.Rand
 
 	latency *metrics.Histogram
@@ -93,7 +96,7 @@ func (p *proposer) submit(ctx context.Context, ops []statemachine.Op) ([]statema
 	if len(ops) > statemachine.MaxOpsPerEntry {
 		return nil, fmt.Errorf("%d ops exceed one entry (%d)", len(ops), statemachine.MaxOpsPerEntry)
 	}
-	r := &request{ctx: ctx, ops: ops, size: opsSize(ops), done: make(chan response, 1)}
+	r := &request{ctx: ctx, ops: ops, size: opsSize(ops), done: make(chan Response, 1)}
 	select {
 	case <-p.h.closing:
 		return nil, ErrClosed
@@ -106,7 +109,7 @@ func (p *proposer) submit(ctx context.Context, ops []statemachine.Op) ([]statema
 	}
 	select {
 	case resp := <-r.done:
-		return resp.results, resp.err
+		return resp.Results, resp.Err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -123,6 +126,7 @@ func (p *proposer) run() {
 			case first = <-p.in:
 			case <-p.h.stopProposers:
 				p.drain()
+				p.parked.failAll(ErrClosed)
 				return
 			}
 		}
@@ -143,6 +147,10 @@ func (p *proposer) run() {
 				break collect
 			}
 		}
+		if extra := p.parked.take(batch, p.h.clock.Now().UnixNano(), statemachine.MaxOpsPerEntry-nops); extra != nil {
+			batch = append(batch, extra...)
+			nops += len(extra)
+		}
 		p.flush(batch, nops)
 	}
 }
@@ -150,12 +158,12 @@ func (p *proposer) run() {
 // drain fails requests still queued at shutdown.
 func (p *proposer) drain() {
 	if p.carry != nil {
-		p.carry.done <- response{err: ErrClosed}
+		p.carry.done <- Response{Err: ErrClosed}
 	}
 	for {
 		select {
 		case r := <-p.in:
-			r.done <- response{err: ErrClosed}
+			r.done <- Response{Err: ErrClosed}
 		default:
 			return
 		}
@@ -166,7 +174,7 @@ func (p *proposer) flush(batch []*request, nops int) {
 	live := batch[:0]
 	for _, r := range batch {
 		if r.ctx.Err() != nil {
-			r.done <- response{err: r.ctx.Err()}
+			r.done <- Response{Err: r.ctx.Err()}
 			continue
 		}
 		live = append(live, r)
@@ -194,10 +202,10 @@ func (p *proposer) flush(batch []*request, nops int) {
 	at := 0
 	for _, r := range live {
 		if err != nil {
-			r.done <- response{err: err}
+			r.done <- Response{Err: err}
 			continue
 		}
-		r.done <- response{results: results[at : at+len(r.ops) : at+len(r.ops)]}
+		r.done <- Response{Results: results[at : at+len(r.ops) : at+len(r.ops)]}
 		at += len(r.ops)
 	}
 }
