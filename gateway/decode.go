@@ -144,7 +144,7 @@ func rawOrNil(r jsontext.Value) []byte {
 // enqueueRequest is one job as POST /enqueue and /enqueue/batch take it.
 type enqueueRequest struct {
 	Queue          *string           `json:"queue"`
-	Payload        jsontext.Value   `json:"payload"`
+	Payload        jsontext.Value    `json:"payload"`
 	Priority       *string           `json:"priority"`
 	MaxRetries     *int64            `json:"max_retries"`
 	RetryBackoff   *string           `json:"retry_backoff"`
@@ -156,8 +156,8 @@ type enqueueRequest struct {
 	Tags           map[string]string `json:"tags"`
 	UniqueKey      *string           `json:"unique_key"`
 	UniquePeriod   *int64            `json:"unique_period"`
-	Chain          jsontext.Value   `json:"chain"`
-	DependsOn      jsontext.Value   `json:"depends_on"`
+	Chain          jsontext.Value    `json:"chain"`
+	DependsOn      jsontext.Value    `json:"depends_on"`
 }
 
 func parseDuration(field, s string, allowZero bool) (int64, *apiError) {
@@ -284,7 +284,7 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 
 type batchEnqueueRequest struct {
 	Jobs  []enqueueRequest `json:"jobs"`
-	Batch jsontext.Value  `json:"batch"`
+	Batch jsontext.Value   `json:"batch"`
 }
 
 type fetchRequest struct {
@@ -343,7 +343,7 @@ func (h holderFields) holder() statemachine.Holder {
 
 type ackRequest struct {
 	Result     jsontext.Value `json:"result"`
-	StepStatus *string         `json:"step_status"`
+	StepStatus *string        `json:"step_status"`
 	holderFields
 }
 
@@ -364,8 +364,8 @@ type ackBatchRequest struct {
 }
 
 type failRequest struct {
-	Error      *string         `json:"error"`
-	Backtrace  string          `json:"backtrace"`
+	Error      *string        `json:"error"`
+	Backtrace  string         `json:"backtrace"`
 	Checkpoint jsontext.Value `json:"checkpoint"`
 	holderFields
 }
