@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -363,6 +365,13 @@ func TestAPIBadInput(t *testing.T) {
 		{"POST", "/api/v1/jobs/nonsense/cancel", nil, 404, "not_found"},
 		{"GET", "/api/v1/nope", nil, 404, "not_found"},
 		{"DELETE", "/api/v1/enqueue", nil, 405, "method_not_allowed"},
+		{"POST", "/api/v1/queues/bad-input/concurrency", `{"max":-1}`, 400, "invalid_request"},
+		{"POST", "/api/v1/queues/bad-input/concurrency", `{"max":"1"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/queues/bad input/concurrency", `{"max":1}`, 400, "invalid_request"},
+		{"POST", "/api/v1/queues/bad-input/throttle", `{"period":"1m"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/queues/bad-input/throttle", `{"rate":10,"period":"5x"}`, 400, "invalid_request"},
+		{"POST", "/api/v1/queues/bad-input/throttle", `{"rate":10,"period":"1m","window_ms":5}`, 400, "invalid_request"},
+		{"POST", "/api/v1/queues/bad-input/throttle", `{"rate":10}`, 400, "invalid_request"},
 	}
 	for _, c := range cases {
 		code, body := call(t, c.method, c.path, c.body)
@@ -418,4 +427,89 @@ func TestAPILongPollHandoff(t *testing.T) {
 	}
 	require.Len(t, seen, 5)
 	require.Equal(t, 3, empty)
+}
+
+// TestAPISingletonQueue: a queue capped at 1 never has two active jobs,
+// whatever 16 concurrent fetchers do.
+func TestAPISingletonQueue(t *testing.T) {
+	t.Parallel()
+	q := "singleton"
+	code, body := call(t, "POST", "/api/v1/queues/"+q+"/concurrency", map[string]any{"max": 1})
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"queue":"singleton","max_concurrency":1}`, string(body))
+	const total = 40
+	for i := 0; i < total; i++ {
+		enqueue(t, map[string]any{"queue": q, "payload": i})
+	}
+	var active, maxActive, done atomic.Int64
+	var wg sync.WaitGroup
+	for f := 0; f < 16; f++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Load() < total {
+				code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w", "timeout": 0.5})
+				if code != 200 {
+					continue
+				}
+				j := mustJSON[fetchedJob](t, body)
+				n := active.Add(1)
+				for {
+					m := maxActive.Load()
+					if n <= m || maxActive.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				active.Add(-1) // before the ack commits: the next job can only follow it
+				code, _ = call(t, "POST", "/api/v1/ack/"+j.JobID, nil)
+				require.Equal(t, 200, code)
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(1), maxActive.Load(), "two jobs of a singleton queue were active at once")
+	require.Equal(t, int64(total), done.Load())
+	code, body = call(t, "GET", "/api/v1/queues", nil)
+	require.Equal(t, 200, code)
+	require.Contains(t, string(body), `"name":"singleton","pending":0,"active":0`)
+}
+
+// TestAPIThrottle: 10 per second lets 30±1 jobs through in 3 seconds.
+func TestAPIThrottle(t *testing.T) {
+	t.Parallel()
+	q := "throttled"
+	for i := 0; i < 100; i++ {
+		enqueue(t, map[string]any{"queue": q, "payload": i})
+	}
+	code, body := call(t, "POST", "/api/v1/queues/"+q+"/throttle", map[string]any{"rate": 10, "period": "1s"})
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"queue":"throttled","throttle":{"rate":10,"period":"1s","window_ms":1000}}`, string(body))
+	start := time.Now()
+	end := start.Add(3 * time.Second)
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	for f := 0; f < 4; f++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				left := time.Until(end)
+				if left <= 0 {
+					return
+				}
+				code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w", "timeout": left.Seconds(), "count": 100})
+				if code == 200 && time.Now().Before(end) {
+					got.Add(int64(len(mustJSON[struct{ Jobs []fetchedJob }](t, body).Jobs)))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.InDelta(t, 30, got.Load(), 1, "jobs through a 10/s throttle in 3 s")
+	code, _ = call(t, "DELETE", "/api/v1/queues/"+q+"/throttle", nil)
+	require.Equal(t, 200, code)
+	code, body = call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "count": 100})
+	require.Equal(t, 200, code)
+	require.Greater(t, len(mustJSON[struct{ Jobs []fetchedJob }](t, body).Jobs), 30, "throttle removed")
 }

@@ -55,6 +55,12 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 		if fetchable && wait > retryEmptyFetch {
 			wait = retryEmptyFetch
 		}
+		if until := s.throttledUntil(queues); until > 0 {
+			// A throttle window frees up then; nothing will signal it.
+			if d := time.Until(time.Unix(0, until)); d < wait {
+				wait = max(d, time.Millisecond)
+			}
+		}
 		if sh, ok := s.singleShard(queues); ok && !fetchable {
 			op := &statemachine.FetchOp{Queues: queues, WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(count)}
 			jobs, aerr, alive := s.waitParked(sh, op, watches, wait)
@@ -144,6 +150,18 @@ func dedupe(qs []string) []string {
 		}
 	}
 	return out
+}
+
+// throttledUntil is the earliest time a throttled queue among queues frees
+// up (0: none is waiting on a throttle).
+func (s *Server) throttledUntil(queues []string) int64 {
+	var until int64
+	for _, q := range queues {
+		if t := s.eng.ThrottledUntil(q); t > 0 && (until == 0 || t < until) {
+			until = t
+		}
+	}
+	return until
 }
 
 func (s *Server) anyFetchable(queues []string) bool {

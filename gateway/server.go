@@ -27,6 +27,7 @@ type Engine interface {
 	Propose(ctx context.Context, shard int, ops ...statemachine.Op) ([]statemachine.Result, error)
 	Read(shard int, query interface{}) (interface{}, error)
 	Fetchable(queue string) bool
+	ThrottledUntil(queue string) int64
 	Watch(queue string) <-chan struct{}
 	Head(queue string) statemachine.QueueHead
 	IsLeader(shard int) bool
@@ -103,6 +104,9 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "GET", "/api/v1/queues", s.handleListQueues)
 	s.route(r, "POST", "/api/v1/queues/{name}/pause", s.handlePause(true))
 	s.route(r, "POST", "/api/v1/queues/{name}/resume", s.handlePause(false))
+	s.route(r, "POST", "/api/v1/queues/{name}/concurrency", s.handleConcurrency)
+	s.route(r, "POST", "/api/v1/queues/{name}/throttle", s.handleThrottle)
+	s.route(r, "DELETE", "/api/v1/queues/{name}/throttle", s.handleThrottle)
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {

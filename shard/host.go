@@ -302,7 +302,13 @@ func (h *Host) Read(i int, query interface{}) (interface{}, error) {
 
 // Fetchable reports whether queue has pending jobs and is not paused, as
 // far as this node's replica knows.
-func (h *Host) Fetchable(queue string) bool { return h.signals.fetchable(queue) }
+func (h *Host) Fetchable(queue string) bool {
+	return h.signals.fetchable(queue, h.clock.Now().UnixNano())
+}
+
+// ThrottledUntil is when a throttled queue may hand out jobs again (Unix
+// ns; 0 when it is not waiting on a throttle window).
+func (h *Host) ThrottledUntil(queue string) int64 { return h.signals.blockedUntil(queue) }
 
 // Pending is the queue's pending count on this node's replica.
 func (h *Host) Pending(queue string) int64 { return h.signals.pending(queue) }

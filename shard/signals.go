@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -19,6 +20,7 @@ type signals struct {
 type queueSignal struct {
 	pending atomic.Int64
 	paused  atomic.Bool
+	blocked atomic.Int64 // QueueSignal.BlockedUntil
 	head    statemachine.QueueHead // guarded by signals.mu
 	seen    bool                   // set by an Applied (newer than any seed); guarded by signals.mu
 	ready   chan struct{}          // closed and replaced when the queue gains jobs; guarded by signals.mu
@@ -57,11 +59,26 @@ func (s *signals) watch(q string) <-chan struct{} {
 	return ch
 }
 
-func (s *signals) fetchable(q string) bool {
+func (s *signals) fetchable(q string, now int64) bool {
 	s.mu.Lock()
 	qs, ok := s.queues[q]
 	s.mu.Unlock()
-	return ok && qs.pending.Load() > 0 && !qs.paused.Load()
+	return ok && qs.pending.Load() > 0 && !qs.paused.Load() && qs.blocked.Load() <= now
+}
+
+// blockedUntil is when a throttled queue with pending jobs may hand them
+// out again (0: not blocked by a throttle).
+func (s *signals) blockedUntil(q string) int64 {
+	s.mu.Lock()
+	qs, ok := s.queues[q]
+	s.mu.Unlock()
+	if !ok || qs.pending.Load() == 0 || qs.paused.Load() {
+		return 0
+	}
+	if b := qs.blocked.Load(); b != math.MaxInt64 {
+		return b
+	}
+	return 0
 }
 
 func (s *signals) pending(q string) int64 {
@@ -88,8 +105,9 @@ func (s *signals) applied(info *statemachine.AppliedInfo) {
 		qs.seen = true
 		qs.pending.Store(sig.Pending)
 		qs.paused.Store(sig.Paused)
+		qs.blocked.Store(sig.BlockedUntil)
 		qs.head = sig.Head
-		if sig.Ready && sig.Pending > 0 && !sig.Paused {
+		if sig.Ready && sig.Pending > 0 && !sig.Paused && sig.BlockedUntil != math.MaxInt64 {
 			close(qs.ready)
 			qs.ready = make(chan struct{})
 		}

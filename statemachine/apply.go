@@ -23,6 +23,8 @@ type applier struct {
 
 	dirty map[string]struct{} // queues whose stats changed
 	ready map[string]struct{} // queues that gained fetchable jobs
+
+	rateSeq uint32 // tiebreak of rate-window keys within one Update
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
@@ -110,6 +112,8 @@ func (a *applier) apply(op Op) Result {
 		return a.setPaused(o.Queue, false)
 	case *PruneDedupOp:
 		return a.pruneDedup(o)
+	case *SetLimitsOp:
+		return a.setLimits(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }
@@ -243,6 +247,9 @@ func (a *applier) move(q string, from, to State) {
 	if from != 0 {
 		st.Counts[from]--
 		a.s.total(from, -1)
+		if from == StateActive && a.config(q).MaxConcurrency > 0 {
+			a.ready[q] = struct{}{} // a slot opened under the cap
+		}
 	}
 	if to != 0 {
 		st.Counts[to]++
@@ -271,6 +278,7 @@ func (a *applier) flushStats() []QueueSignal {
 		sig := QueueSignal{Queue: q, Pending: st.Counts[StatePending], Paused: a.config(q).Paused, Ready: ready}
 		if sig.Pending > 0 {
 			sig.Head = a.head(q)
+			sig.BlockedUntil = a.blockedUntil(q)
 		}
 		sigs = append(sigs, sig)
 	}
@@ -375,6 +383,7 @@ type fetchHead struct {
 	queue  string
 	prefix int
 	it     *pebble.Iterator
+	room   int // jobs the queue may still hand out (limits)
 }
 
 func (a *applier) fetch(o *FetchOp) Result {
@@ -397,6 +406,11 @@ func (a *applier) fetch(o *FetchOp) Result {
 		if !a.knownQueue(q) || a.stats(q).Counts[StatePending] <= 0 || a.config(q).Paused {
 			continue
 		}
+		room := a.fetchRoom(q)
+		if room == 0 {
+			a.dirty[q] = struct{}{} // its signal then says until when it is blocked
+			continue
+		}
 		pfx := pendingPrefix(q)
 		lower := a.s.heads[q]
 		if lower == nil {
@@ -411,7 +425,7 @@ func (a *applier) fetch(o *FetchOp) Result {
 			it.Close()
 			continue
 		}
-		heads = append(heads, &fetchHead{queue: q, prefix: len(pfx), it: it})
+		heads = append(heads, &fetchHead{queue: q, prefix: len(pfx), it: it, room: room})
 	}
 	// Whatever the iterators stop on is each queue's new head (the batch
 	// has no pending inserts the iterators cannot see: fetch adds none).
@@ -439,6 +453,19 @@ func (a *applier) fetch(o *FetchOp) Result {
 		a.s.setCursor(h.queue, key)
 		if v, ok := a.claim(id, o); ok {
 			res.Jobs = append(res.Jobs, v)
+			a.recordFetch(h.queue)
+			if h.room--; h.room == 0 {
+				// The queue reached a limit: it leaves this fetch, its
+				// iterator's position still being its head.
+				for i, x := range heads {
+					if x == h {
+						a.s.heads[h.queue] = append([]byte(nil), h.it.Key()...)
+						h.it.Close()
+						heads = append(heads[:i], heads[i+1:]...)
+						break
+					}
+				}
+			}
 		}
 		if a.err != nil {
 			return Result{}

@@ -16,6 +16,7 @@ const (
 	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
 	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
 	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results
+	pfxRate     = "rl|"       // rl|{queue}\x00{fetched:8BE}{seq:8BE}   → "" (throttled queues' sliding window)
 	keyMeta     = "m|applied" // applied index:8BE, last now:8BE
 )
 
@@ -79,7 +80,18 @@ func splitTimeIndexKey(pfx string, k []byte) (int64, string, bool) {
 	return int64(binary.BigEndian.Uint64(k[len(pfx):])), string(k[len(pfx)+8:]), true
 }
 
-func queueCfgKey(q string) []byte   { return append([]byte(pfxQueueCfg), q...) }
+func queueCfgKey(q string) []byte { return append([]byte(pfxQueueCfg), q...) }
+
+func ratePrefix(q string) []byte {
+	k := append([]byte(pfxRate), q...)
+	return append(k, 0)
+}
+
+func rateKey(q string, at int64, seq uint64) []byte {
+	k := ratePrefix(q)
+	k = binary.BigEndian.AppendUint64(k, uint64(at))
+	return binary.BigEndian.AppendUint64(k, seq)
+}
 func queueStatsKey(q string) []byte { return append([]byte(pfxQueueSt), q...) }
 
 func dedupKey(id EntryID) []byte { return append([]byte(pfxDedup), id[:]...) }

@@ -23,6 +23,7 @@ const (
 	OpPauseQueue  OpCode = 9
 	OpResumeQueue OpCode = 10
 	OpPruneDedup  OpCode = 11
+	OpSetLimits   OpCode = 12
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -160,6 +161,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &ResumeQueueOp{}
 	case OpPruneDedup:
 		op = &PruneDedupOp{}
+	case OpSetLimits:
+		op = &SetLimitsOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -365,6 +368,37 @@ type ResumeQueueOp struct{ Queue string }
 func (*ResumeQueueOp) Code() OpCode                 { return OpResumeQueue }
 func (o *ResumeQueueOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.Queue); return e.b }
 func (o *ResumeQueueOp) decode(d *dec)              { o.Queue = d.str() }
+
+// SetLimitsOp changes a queue's concurrency cap and/or throttle.
+type SetLimitsOp struct {
+	Queue          string
+	SetConcurrency bool
+	MaxConcurrency uint32 // 0: no cap
+	SetThrottle    bool
+	RateLimit      uint32 // 0: no throttle
+	RateWindowMs   int64
+}
+
+// Code implements Op.
+func (*SetLimitsOp) Code() OpCode { return OpSetLimits }
+func (o *SetLimitsOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.Queue)
+	e.boolean(o.SetConcurrency)
+	e.uvarint(uint64(o.MaxConcurrency))
+	e.boolean(o.SetThrottle)
+	e.uvarint(uint64(o.RateLimit))
+	e.varint(o.RateWindowMs)
+	return e.b
+}
+func (o *SetLimitsOp) decode(d *dec) {
+	o.Queue = d.str()
+	o.SetConcurrency = d.boolean()
+	o.MaxConcurrency = uint32(d.uvarint())
+	o.SetThrottle = d.boolean()
+	o.RateLimit = uint32(d.uvarint())
+	o.RateWindowMs = d.varint()
+}
 
 // PruneDedupOp forgets the results of entries proposed before Before (ns).
 type PruneDedupOp struct{ Before int64 }

@@ -46,12 +46,22 @@ func (s *QueueStats) decode(d *dec) {
 // QueueConfig is a queue's settings (key qc|{queue}).
 type QueueConfig struct {
 	Paused bool
+	// MaxConcurrency caps the queue's active jobs across every worker (0:
+	// no cap; 1: a singleton queue).
+	MaxConcurrency uint32
+	// RateLimit jobs may be fetched in any RateWindowMs window (0: no
+	// throttle).
+	RateLimit    uint32
+	RateWindowMs int64
 }
 
 func (c *QueueConfig) appendTo(b []byte) []byte {
 	e := enc{b: b}
 	e.u8(1)
 	e.boolean(c.Paused)
+	e.uvarint(uint64(c.MaxConcurrency))
+	e.uvarint(uint64(c.RateLimit))
+	e.varint(c.RateWindowMs)
 	return e.b
 }
 
@@ -61,6 +71,9 @@ func (c *QueueConfig) decode(d *dec) {
 		return
 	}
 	c.Paused = d.boolean()
+	c.MaxConcurrency = uint32(d.uvarint())
+	c.RateLimit = uint32(d.uvarint())
+	c.RateWindowMs = d.varint()
 }
 
 // QueueInfo is a queue's stats and settings as a lookup returns them.

@@ -42,6 +42,11 @@ type QueueSignal struct {
 	Paused  bool
 	Ready   bool      // it gained fetchable jobs (enqueue, promote, reclaim, resume …)
 	Head    QueueHead // its first pending job, when Pending > 0
+	// BlockedUntil says a limit keeps the queue's pending jobs from being
+	// fetched: until this time (a throttle window frees up), or until a
+	// later signal (math.MaxInt64: the concurrency cap is reached). 0: not
+	// blocked.
+	BlockedUntil int64
 }
 
 // AppliedInfo describes one committed Update.
@@ -91,6 +96,9 @@ type StateMachine struct {
 	heads map[string][]byte
 	// jobs caches the records of live jobs, write-through (see jobcache.go).
 	jobs *jobCache
+	// rates[queue] holds the fetch times of a throttled queue inside its
+	// window, oldest first: a copy of its rl| keys, loaded on first use.
+	rates map[string][]int64
 
 	// cursors[queue] is a key no greater than the queue's first pending key,
 	// so fetches seek past the tombstones of consumed jobs. It only speeds
@@ -147,6 +155,7 @@ func (s *StateMachine) resetCaches() {
 	s.dueCursor, s.leaseCursor = nil, nil
 	s.heads = make(map[string][]byte)
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
+	s.rates = make(map[string][]int64)
 	s.active, s.due = 0, 0
 	s.mu.Lock()
 	s.cursors = make(map[string][]byte)

@@ -365,10 +365,15 @@ func randomLog(tb *testBundle, n int) {
 		case k == 8:
 			op = &PromoteOp{}
 		default:
-			if tb.rnd.IntN(2) == 0 {
+			switch tb.rnd.IntN(4) {
+			case 0:
 				op = &ReclaimOp{}
-			} else {
+			case 1:
 				op = &CancelOp{JobID: ids[tb.rnd.IntN(len(ids))]}
+			case 2:
+				op = &SetLimitsOp{Queue: queues[tb.rnd.IntN(3)], SetConcurrency: true, MaxConcurrency: uint32(tb.rnd.IntN(3))}
+			default:
+				op = &SetLimitsOp{Queue: queues[tb.rnd.IntN(3)], SetThrottle: true, RateLimit: uint32(tb.rnd.IntN(4)), RateWindowMs: 2000}
 			}
 		}
 		tb.apply(op)
@@ -440,4 +445,44 @@ func TestStateMachineSyncDurable(t *testing.T) {
 	_, closer, err := tb.sm.db.Get([]byte(keyMeta))
 	require.NoError(t, err)
 	require.NoError(t, closer.Close())
+}
+
+func TestStateMachineConcurrencyCap(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		ids = append(ids, tb.enqueue("single", PriorityNormal))
+	}
+	tb.one(&SetLimitsOp{Queue: "single", SetConcurrency: true, MaxConcurrency: 1})
+	jobs := tb.fetch(5, "single")
+	require.Len(t, jobs, 1, "a singleton queue hands out one job at a time")
+	require.Empty(t, tb.fetch(5, "single"))
+	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: jobs[0].Job.ID}).Status)
+	jobs = tb.fetch(5, "single")
+	require.Len(t, jobs, 1)
+	require.Equal(t, ids[1], jobs[0].Job.ID, "FIFO under the cap")
+	tb.one(&SetLimitsOp{Queue: "single", SetConcurrency: true, MaxConcurrency: 0})
+	require.Len(t, tb.fetch(5, "single"), 1, "cap removed")
+}
+
+func TestStateMachineThrottleSlidingWindow(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for i := 0; i < 50; i++ {
+		tb.enqueue("slow", PriorityNormal)
+	}
+	tb.one(&SetLimitsOp{Queue: "slow", SetThrottle: true, RateLimit: 10, RateWindowMs: 1000})
+	require.Len(t, tb.fetch(100, "slow"), 10)
+	tb.advance(400 * time.Millisecond)
+	require.Empty(t, tb.fetch(100, "slow"))
+	tb.advance(599 * time.Millisecond)
+	require.Empty(t, tb.fetch(1, "slow"), "the window has not moved past the first fetches")
+	tb.advance(time.Millisecond)
+	require.Len(t, tb.fetch(100, "slow"), 10)
+	tb.reopen() // the window survives a restart (it lives in rl| keys)
+	tb.advance(500 * time.Millisecond)
+	require.Empty(t, tb.fetch(100, "slow"))
+	tb.one(&SetLimitsOp{Queue: "slow", SetThrottle: true})
+	require.Len(t, tb.fetch(100, "slow"), 30, "throttle removed")
 }

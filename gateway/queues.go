@@ -1,0 +1,225 @@
+package gateway
+
+import (
+	"sort"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// maxLimit bounds concurrency caps and throttle rates.
+const maxLimit = 1 << 30
+
+// queueParam reads and checks {name}.
+func queueParam(ctx *fasthttp.RequestCtx) (string, bool) {
+	name, _ := ctx.UserValue("name").(string)
+	if err := router.ValidateQueueName(name); err != nil {
+		writeError(ctx, invalid("%v", err))
+		return "", false
+	}
+	return name, true
+}
+
+// GET /api/v1/queues — every queue with its counts, from each shard's
+// replica on this node.
+func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
+	var all []statemachine.QueueInfo
+	for sh := 0; sh < s.eng.Shards(); sh++ {
+		v, err := s.eng.Read(sh, statemachine.ListQueuesQuery{})
+		if err != nil {
+			writeError(ctx, engineError(err))
+			return
+		}
+		all = append(all, v.([]statemachine.QueueInfo)...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	b := []byte(`{"queues":[`)
+	for i := range all {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendQueue(b, &all[i])
+	}
+	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+func appendQueue(b []byte, q *statemachine.QueueInfo) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, q.Name)
+	for _, st := range []statemachine.State{statemachine.StatePending, statemachine.StateActive, statemachine.StateScheduled,
+		statemachine.StateRetrying, statemachine.StateCompleted, statemachine.StateDead, statemachine.StateCancelled} {
+		b = append(b, ',', '"')
+		b = append(b, st.String()...)
+		b = append(b, '"', ':')
+		b = appendInt(b, q.Stats.Counts[st])
+	}
+	b = append(b, `,"paused":`...)
+	b = appendBool(b, q.Config.Paused)
+	b = append(b, `,"max_concurrency":`...)
+	if q.Config.MaxConcurrency == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = appendInt(b, int64(q.Config.MaxConcurrency))
+	}
+	b = append(b, `,"throttle":`...)
+	if q.Config.RateLimit == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, `{"rate":`...)
+		b = appendInt(b, int64(q.Config.RateLimit))
+		b = append(b, `,"period":`...)
+		b = appendString(b, formatMs(q.Config.RateWindowMs))
+		b = append(b, `,"window_ms":`...)
+		b = appendInt(b, q.Config.RateWindowMs)
+		b = append(b, '}')
+	}
+	b = append(b, `,"totals":{"enqueued":`...)
+	b = appendInt(b, q.Stats.Enqueued)
+	b = append(b, `,"completed":`...)
+	b = appendInt(b, q.Stats.Completed)
+	b = append(b, `,"failed":`...)
+	b = appendInt(b, q.Stats.Failed)
+	b = append(b, `,"dead":`...)
+	b = appendInt(b, q.Stats.Dead)
+	return append(b, "}}"...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, "true"...)
+	}
+	return append(b, "false"...)
+}
+
+// POST /api/v1/queues/{name}/pause and /resume
+func (s *Server) handlePause(pause bool) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		name, ok := queueParam(ctx)
+		if !ok {
+			return
+		}
+		var op statemachine.Op = &statemachine.ResumeQueueOp{Queue: name}
+		if pause {
+			op = &statemachine.PauseQueueOp{Queue: name}
+		}
+		if _, aerr := s.propose(s.rt.ShardForQueue(name), op); aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+		b := append([]byte(`{"queue":`), appendString(nil, name)...)
+		b = append(b, `,"paused":`...)
+		writeJSON(ctx, 200, append(appendBool(b, pause), '}'))
+	}
+}
+
+type concurrencyRequest struct {
+	Max *int64 `json:"max"`
+}
+
+// POST /api/v1/queues/{name}/concurrency {"max": N} — cap the queue's
+// active jobs across all workers; 1 makes a singleton queue, null or 0
+// removes the cap.
+func (s *Server) handleConcurrency(ctx *fasthttp.RequestCtx) {
+	name, ok := queueParam(ctx)
+	if !ok {
+		return
+	}
+	var req concurrencyRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	var max uint32
+	if req.Max != nil {
+		if *req.Max < 0 || *req.Max > maxLimit {
+			writeError(ctx, invalid("field \"max\" must be 0–%d (0 or null: no cap)", maxLimit))
+			return
+		}
+		max = uint32(*req.Max)
+	}
+	op := &statemachine.SetLimitsOp{Queue: name, SetConcurrency: true, MaxConcurrency: max}
+	if _, aerr := s.propose(s.rt.ShardForQueue(name), op); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b = append(b, `,"max_concurrency":`...)
+	if max == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = appendInt(b, int64(max))
+	}
+	writeJSON(ctx, 200, append(b, '}'))
+}
+
+type throttleRequest struct {
+	Rate     *int64  `json:"rate"`
+	Period   *string `json:"period"`
+	WindowMs *int64  `json:"window_ms"`
+}
+
+// POST /api/v1/queues/{name}/throttle {"rate": 100, "period": "1m"} (or
+// "window_ms": 60000) — at most rate jobs fetched in any such window.
+// DELETE removes the throttle.
+func (s *Server) handleThrottle(ctx *fasthttp.RequestCtx) {
+	name, ok := queueParam(ctx)
+	if !ok {
+		return
+	}
+	op := &statemachine.SetLimitsOp{Queue: name, SetThrottle: true}
+	if string(ctx.Method()) == fasthttp.MethodPost {
+		var req throttleRequest
+		if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+			writeError(ctx, err)
+			return
+		}
+		if req.Rate == nil || *req.Rate < 1 || *req.Rate > maxLimit {
+			writeError(ctx, invalid("field \"rate\" must be 1–%d", maxLimit))
+			return
+		}
+		var window int64
+		switch {
+		case req.Period != nil && req.WindowMs != nil:
+			writeError(ctx, invalid("give \"period\" or \"window_ms\", not both"))
+			return
+		case req.Period != nil:
+			ms, aerr := parseDuration("period", *req.Period, false)
+			if aerr != nil {
+				writeError(ctx, aerr)
+				return
+			}
+			window = ms
+		case req.WindowMs != nil:
+			window = *req.WindowMs
+		default:
+			writeError(ctx, invalid("field \"period\" (e.g. \"1m\") or \"window_ms\" is required"))
+			return
+		}
+		if window < 1 || window > int64(30*24*time.Hour/time.Millisecond) {
+			writeError(ctx, invalid("the throttle window must be 1 ms – 30 days"))
+			return
+		}
+		op.RateLimit, op.RateWindowMs = uint32(*req.Rate), window
+	}
+	if _, aerr := s.propose(s.rt.ShardForQueue(name), op); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b = append(b, `,"throttle":`...)
+	if op.RateLimit == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, `{"rate":`...)
+		b = appendInt(b, int64(op.RateLimit))
+		b = append(b, `,"period":`...)
+		b = appendString(b, formatMs(op.RateWindowMs))
+		b = append(b, `,"window_ms":`...)
+		b = appendInt(b, op.RateWindowMs)
+		b = append(b, '}')
+	}
+	writeJSON(ctx, 200, append(b, '}'))
+}
