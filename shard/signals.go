@@ -20,7 +20,7 @@ type signals struct {
 type queueSignal struct {
 	pending atomic.Int64
 	paused  atomic.Bool
-	blocked atomic.Int64 // QueueSignal.BlockedUntil
+	blocked atomic.Int64           // QueueSignal.BlockedUntil
 	head    statemachine.QueueHead // guarded by signals.mu
 	seen    bool                   // set by an Applied (newer than any seed); guarded by signals.mu
 	ready   chan struct{}          // closed and replaced when the queue gains jobs; guarded by signals.mu
