@@ -114,6 +114,14 @@ func (a *applier) apply(op Op) Result {
 		return a.pruneDedup(o)
 	case *SetLimitsOp:
 		return a.setLimits(o)
+	case *SweepOp:
+		return a.sweep(o)
+	case *RetryJobOp:
+		return a.retryJob(o)
+	case *DeleteJobOp:
+		return a.deleteJob(o)
+	case *MoveJobOp:
+		return a.moveJob(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }
@@ -184,9 +192,15 @@ func (a *applier) loadState(id string) JobState {
 	return st
 }
 
-func (a *applier) putState(id string, st *JobState) {
-	a.set(stateKey(id), st.appendTo(nil))
-	a.s.jobs.update(id, st)
+// putState writes a job's state record. A job that reaches a terminal state
+// enters the retention index (t|) and releases its unique key.
+func (a *applier) putState(j *Job, st *JobState) {
+	a.set(stateKey(j.ID), st.appendTo(nil))
+	a.s.jobs.update(j.ID, st)
+	if st.State.Terminal() {
+		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
+		a.releaseUnique(j)
+	}
 }
 
 func (a *applier) view(id string) (*JobView, bool) {
@@ -334,8 +348,8 @@ func (a *applier) delPending(j *Job) {
 
 func (a *applier) addError(j *Job, st *JobState, msg, backtrace string) {
 	je := JobError{Attempt: st.Attempt, Error: msg, Backtrace: backtrace, At: a.now}
-	a.set(errorKey(j.ID, st.Attempt), je.appendTo(nil))
-	st.Errors++
+	st.Errors++ // error records are numbered, so a retried job keeps its history
+	a.set(errorKey(j.ID, st.Errors), je.appendTo(nil))
 	st.LastError = msg
 	st.FailedAt = a.now
 }
@@ -360,8 +374,19 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	if j.LeaseSeconds == 0 {
 		j.LeaseSeconds = DefaultLeaseSeconds
 	}
+	if j.UniqueKey != "" {
+		if holder, ok := a.uniqueHolder(j.Queue, j.UniqueKey); ok {
+			r := Result{Existing: true, JobID: holder, State: StatePending}
+			if hj, ok := a.loadJob(holder); ok {
+				r.State = a.loadState(hj.ID).State
+			}
+			return r
+		}
+		a.lockUnique(j)
+	}
 	if j.ExpireAfterMs > 0 {
 		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
+		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
 	}
 	a.set(jobKey(j.ID), j.appendTo(nil))
 	st := a.stats(j.Queue)
@@ -369,7 +394,7 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	a.s.jobs.add(j, JobState{State: StatePending})
 	if j.ScheduledAt > a.now {
 		js := JobState{State: StateScheduled, DueAt: j.ScheduledAt}
-		a.putState(j.ID, &js)
+		a.putState(j, &js)
 		a.set(timeIndexKey(pfxDue, j.ScheduledAt, j.ID), nil)
 		a.move(j.Queue, 0, StateScheduled)
 		return Result{State: StateScheduled}
@@ -486,7 +511,7 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 	a.delPending(j)
 	if a.expired(j) {
 		st.State, st.Reason, st.CompletedAt = StateDead, "expired", a.now
-		a.putState(id, &st)
+		a.putState(j, &st)
 		a.move(j.Queue, StatePending, StateDead)
 		return JobView{}, false
 	}
@@ -497,7 +522,7 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 	st.DueAt = 0
 	st.CancelRequested = false
 	st.LeaseExpiresAt = a.now + int64(j.LeaseSeconds)*1e9
-	a.putState(id, &st)
+	a.putState(j, &st)
 	a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, id), nil)
 	a.move(j.Queue, StatePending, StateActive)
 	return JobView{Job: *j, State: st}, true
@@ -531,7 +556,7 @@ func (a *applier) ack(o *AckOp) Result {
 	st.CompletedAt = a.now
 	st.Result = o.Result
 	st.CancelRequested = false
-	a.putState(j.ID, &st)
+	a.putState(j, &st)
 	a.move(j.Queue, StateActive, StateCompleted)
 	return Result{State: StateCompleted, Queue: j.Queue}
 }
@@ -568,20 +593,20 @@ func (a *applier) afterFailure(j *Job, st *JobState) Result {
 		st.State, st.Reason, st.CompletedAt = StateDead, "max_retries", a.now
 	}
 	if st.State != StateActive {
-		a.putState(j.ID, st)
+		a.putState(j, st)
 		a.move(j.Queue, StateActive, st.State)
 		return Result{State: st.State, AttemptsRemaining: 0}
 	}
 	delay := BackoffDelayMs(j.Backoff, j.BaseDelayMs, j.MaxDelayMs, st.Attempt)
 	if delay <= 0 {
 		st.State, st.DueAt = StatePending, 0
-		a.putState(j.ID, st)
+		a.putState(j, st)
 		a.addPending(j)
 		a.move(j.Queue, StateActive, StatePending)
 		return Result{State: StatePending, NextAttemptAt: a.now, AttemptsRemaining: remaining}
 	}
 	st.State, st.DueAt = StateRetrying, a.now+delay*1e6
-	a.putState(j.ID, st)
+	a.putState(j, st)
 	a.set(timeIndexKey(pfxDue, st.DueAt, j.ID), nil)
 	a.move(j.Queue, StateActive, StateRetrying)
 	return Result{State: StateRetrying, NextAttemptAt: st.DueAt, AttemptsRemaining: remaining}
@@ -613,14 +638,14 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 			// The worker hears about the cancel now; the job is done.
 			st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
 			st.CancelRequested = false
-			a.putState(j.ID, &st)
+			a.putState(j, &st)
 			a.move(j.Queue, StateActive, StateCancelled)
 			res.Heartbeats[i] = HeartbeatCancel
 			continue
 		}
 		st.LeaseExpiresAt = a.now + int64(j.LeaseSeconds)*1e9
 		a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, j.ID), nil)
-		a.putState(j.ID, &st)
+		a.putState(j, &st)
 		res.Heartbeats[i] = HeartbeatOK
 	}
 	return res
@@ -645,14 +670,14 @@ func (a *applier) cancel(o *CancelOp) Result {
 		// (and its lease valid) until then.
 		if !st.CancelRequested {
 			st.CancelRequested = true
-			a.putState(j.ID, &st)
+			a.putState(j, &st)
 		}
 		return Result{State: StateActive}
 	default:
 		return Result{Status: StatusConflict, State: from, Message: "job is " + from.String() + " and cannot be cancelled"}
 	}
 	st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
-	a.putState(j.ID, &st)
+	a.putState(j, &st)
 	a.move(j.Queue, from, StateCancelled)
 	return Result{State: StateCancelled}
 }
@@ -678,7 +703,7 @@ func (a *applier) promote(o *PromoteOp) Result {
 		}
 		from := st.State
 		st.State, st.DueAt = StatePending, 0
-		a.putState(id, &st)
+		a.putState(j, &st)
 		a.addPending(j)
 		a.move(j.Queue, from, StatePending)
 		n++
@@ -732,7 +757,7 @@ func (a *applier) afterReclaim(j *Job, st *JobState) {
 		st.WorkerID, st.Hostname = "", ""
 		a.addPending(j)
 	}
-	a.putState(j.ID, st)
+	a.putState(j, st)
 	a.move(j.Queue, StateActive, st.State)
 }
 
@@ -740,11 +765,18 @@ func (a *applier) afterReclaim(j *Job, st *JobState) {
 // now, starting at the index's cursor; the caller deletes every key it is
 // given, so the cursor then moves past them.
 func (a *applier) scanTimeIndex(pfx string, cursor *[]byte, limit int) [][]byte {
+	return a.scanTimeIndexUntil(pfx, cursor, a.now, limit)
+}
+
+// scanTimeIndexUntil is scanTimeIndex up to and including time until; keys
+// are never inserted at or before until after the scan (their times are
+// later), so the cursor stays valid.
+func (a *applier) scanTimeIndexUntil(pfx string, cursor *[]byte, until int64, limit int) [][]byte {
 	lower := *cursor
 	if lower == nil {
 		lower = []byte(pfx)
 	}
-	upper := timeIndexUpper(pfx, a.now)
+	upper := timeIndexUpper(pfx, until)
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil
 	}

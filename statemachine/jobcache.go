@@ -72,3 +72,11 @@ func (c *jobCache) update(id string, st *JobState) {
 	e.size = jobSize(e.job, st)
 	c.bytes += e.size
 }
+
+// drop forgets a job (deleted or re-filed).
+func (c *jobCache) drop(id string) {
+	if e := c.get(id); e != nil {
+		c.bytes -= e.size
+		delete(c.m, id)
+	}
+}

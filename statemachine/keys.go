@@ -9,10 +9,14 @@ import "encoding/binary"
 const (
 	pfxJob      = "j|"        // j|{id}                                  → Job
 	pfxState    = "js|"       // js|{id}                                 → JobState
-	pfxError    = "je|"       // je|{id}\x00{attempt:4BE}                → JobError
+	pfxError    = "je|"       // je|{id}\x00{n:4BE} → the job's n-th JobError
 	pfxPending  = "p|"        // p|{queue}\x00{prio:1}{created:8BE}{seq:8BE} → job id
 	pfxDue      = "d|"        // d|{due:8BE}{id}                         → "" (scheduled + retrying)
 	pfxLease    = "l|"        // l|{lease_expires:8BE}{id}               → "" (active)
+	pfxFinished = "t|"        // t|{finished:8BE}{id} → "" (completed, dead, cancelled: retention)
+	pfxExpire   = "x|"        // x|{expire_at:8BE}{id} → "" (jobs with expire_after)
+	pfxUnique   = "u|"        // u|{queue}\x00{unique key} → job id, expires:8BE (0: until done)
+	pfxUniqueX  = "ux|"       // ux|{expires:8BE}{queue}\x00{unique key} → "" (expiring unique locks)
 	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
 	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
 	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results
@@ -23,12 +27,12 @@ const (
 func jobKey(id string) []byte   { return append([]byte(pfxJob), id...) }
 func stateKey(id string) []byte { return append([]byte(pfxState), id...) }
 
-func errorKey(id string, attempt uint32) []byte {
+func errorKey(id string, n uint32) []byte {
 	k := make([]byte, 0, len(pfxError)+len(id)+5)
 	k = append(k, pfxError...)
 	k = append(k, id...)
 	k = append(k, 0)
-	return binary.BigEndian.AppendUint32(k, attempt)
+	return binary.BigEndian.AppendUint32(k, n)
 }
 
 func errorPrefix(id string) []byte {

@@ -24,6 +24,10 @@ const (
 	OpResumeQueue OpCode = 10
 	OpPruneDedup  OpCode = 11
 	OpSetLimits   OpCode = 12
+	OpSweep       OpCode = 13
+	OpRetryJob    OpCode = 14
+	OpDeleteJob   OpCode = 15
+	OpMoveJob     OpCode = 16
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -163,6 +167,14 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &PruneDedupOp{}
 	case OpSetLimits:
 		op = &SetLimitsOp{}
+	case OpSweep:
+		op = &SweepOp{}
+	case OpRetryJob:
+		op = &RetryJobOp{}
+	case OpDeleteJob:
+		op = &DeleteJobOp{}
+	case OpMoveJob:
+		op = &MoveJobOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -400,6 +412,67 @@ func (o *SetLimitsOp) decode(d *dec) {
 	o.RateWindowMs = d.varint()
 }
 
+// SweepOp is the leader's periodic housekeeping: jobs past expire_at go
+// dead, expired unique locks go, and terminal jobs finished before
+// PurgeBefore (0: none) are deleted. Each part handles at most Limit items.
+type SweepOp struct {
+	Limit       uint32
+	PurgeBefore int64
+}
+
+// Code implements Op.
+func (*SweepOp) Code() OpCode { return OpSweep }
+func (o *SweepOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.uvarint(uint64(o.Limit))
+	e.varint(o.PurgeBefore)
+	return e.b
+}
+func (o *SweepOp) decode(d *dec) {
+	o.Limit = uint32(d.uvarint())
+	o.PurgeBefore = d.varint()
+}
+
+// RetryJobOp sends a completed, dead or cancelled job back to pending with
+// its attempts reset (its error history kept).
+type RetryJobOp struct{ JobID string }
+
+// Code implements Op.
+func (*RetryJobOp) Code() OpCode               { return OpRetryJob }
+func (o *RetryJobOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
+func (o *RetryJobOp) decode(d *dec)              { o.JobID = d.str() }
+
+// DeleteJobOp removes a job and everything about it, in any state.
+type DeleteJobOp struct{ JobID string }
+
+// Code implements Op.
+func (*DeleteJobOp) Code() OpCode               { return OpDeleteJob }
+func (o *DeleteJobOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
+func (o *DeleteJobOp) decode(d *dec)              { o.JobID = d.str() }
+
+// MoveJobOp moves a pending, scheduled, dead or completed job to another
+// queue of the same shard (optionally resetting its attempts).
+type MoveJobOp struct {
+	JobID        string
+	Queue        string
+	ResetAttempt bool
+}
+
+// Code implements Op.
+func (*MoveJobOp) Code() OpCode { return OpMoveJob }
+func (o *MoveJobOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.JobID)
+	e.str(o.Queue)
+	e.boolean(o.ResetAttempt)
+	return e.b
+}
+func (o *MoveJobOp) decode(d *dec) {
+	o.JobID = d.str()
+	o.Queue = d.str()
+	o.ResetAttempt = d.boolean()
+}
+
 // PruneDedupOp forgets the results of entries proposed before Before (ns).
 type PruneDedupOp struct{ Before int64 }
 
@@ -441,6 +514,8 @@ type Result struct {
 	Count             uint32 // promote, reclaim, prune: how many were affected
 	Message           string // detail for a non-OK status
 	Queue             string // the job's queue (ack, fail, cancel), for metrics
+	Existing          bool   // enqueue: a live job holds the unique key …
+	JobID             string // … and this is it
 	Jobs              []JobView
 	Heartbeats        []HeartbeatStatus
 }
@@ -460,6 +535,8 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 		e.uvarint(uint64(r.Count))
 		e.str(r.Message)
 		e.str(r.Queue)
+		e.boolean(r.Existing)
+		e.str(r.JobID)
 		e.uvarint(uint64(len(r.Jobs)))
 		for j := range r.Jobs {
 			if compact {
@@ -499,6 +576,8 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 		r.Count = uint32(d.uvarint())
 		r.Message = d.str()
 		r.Queue = d.str()
+		r.Existing = d.boolean()
+		r.JobID = d.str()
 		nj := d.uvarint()
 		if nj > MaxOpsPerEntry {
 			return nil, false, errShort

@@ -354,8 +354,15 @@ func randomLog(tb *testBundle, n int) {
 		case k < 4 || len(ids) == 0:
 			id := tb.newID()
 			ids = append(ids, id)
-			op = &EnqueueOp{Job: Job{ID: id, Queue: queues[tb.rnd.IntN(3)], Payload: []byte(`{}`), Priority: Priority(tb.rnd.IntN(3)),
-				MaxRetries: 2, Backoff: BackoffFixed, BaseDelayMs: 1000, LeaseSeconds: 5}}
+			j := Job{ID: id, Queue: queues[tb.rnd.IntN(3)], Payload: []byte(`{}`), Priority: Priority(tb.rnd.IntN(3)),
+				MaxRetries: 2, Backoff: BackoffFixed, BaseDelayMs: 1000, LeaseSeconds: 5}
+			if tb.rnd.IntN(4) == 0 {
+				j.UniqueKey, j.UniquePeriod = fmt.Sprint("u", tb.rnd.IntN(5)), int64(tb.rnd.IntN(20))
+			}
+			if tb.rnd.IntN(4) == 0 {
+				j.ExpireAfterMs = int64(1000 + tb.rnd.IntN(20000))
+			}
+			op = &EnqueueOp{Job: j}
 		case k < 6:
 			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
 		case k == 6:
@@ -372,8 +379,18 @@ func randomLog(tb *testBundle, n int) {
 				op = &CancelOp{JobID: ids[tb.rnd.IntN(len(ids))]}
 			case 2:
 				op = &SetLimitsOp{Queue: queues[tb.rnd.IntN(3)], SetConcurrency: true, MaxConcurrency: uint32(tb.rnd.IntN(3))}
-			default:
+			case 3:
 				op = &SetLimitsOp{Queue: queues[tb.rnd.IntN(3)], SetThrottle: true, RateLimit: uint32(tb.rnd.IntN(4)), RateWindowMs: 2000}
+			}
+			switch tb.rnd.IntN(6) {
+			case 0:
+				op = &RetryJobOp{JobID: ids[tb.rnd.IntN(len(ids))]}
+			case 1:
+				op = &DeleteJobOp{JobID: ids[tb.rnd.IntN(len(ids))]}
+			case 2:
+				op = &MoveJobOp{JobID: ids[tb.rnd.IntN(len(ids))], Queue: queues[tb.rnd.IntN(3)]}
+			case 3:
+				op = &SweepOp{PurgeBefore: tb.now.Add(-10 * time.Second).UnixNano()}
 			}
 		}
 		tb.apply(op)
@@ -485,4 +502,132 @@ func TestStateMachineThrottleSlidingWindow(t *testing.T) {
 	require.Empty(t, tb.fetch(100, "slow"))
 	tb.one(&SetLimitsOp{Queue: "slow", SetThrottle: true})
 	require.Len(t, tb.fetch(100, "slow"), 30, "throttle removed")
+}
+
+func TestStateMachineUniqueJobs(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	uniq := func(period int64) func(*Job) {
+		return func(j *Job) { j.UniqueKey, j.UniquePeriod = "sync-user-42", period }
+	}
+	first := tb.enqueue("q", PriorityNormal, uniq(3600))
+	dup := tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), UniqueKey: "sync-user-42", UniquePeriod: 3600}})
+	require.True(t, dup.Existing)
+	require.Equal(t, first, dup.JobID)
+	require.Equal(t, StatePending, dup.State)
+	// Another queue has its own key space.
+	require.False(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "other", Payload: []byte(`{}`), UniqueKey: "sync-user-42"}}).Existing)
+
+	// Completion releases the key.
+	tb.fetch(1, "q")
+	tb.one(&AckOp{JobID: first})
+	second := tb.enqueue("q", PriorityNormal, uniq(3600))
+	require.NotEqual(t, first, second)
+	// The period expires the key even while the job waits.
+	tb.advance(3600 * time.Second)
+	third := tb.enqueue("q", PriorityNormal, uniq(0))
+	require.NotEqual(t, second, third)
+	// Without a period the key lives until the job is done (cancelled here).
+	tb.advance(100 * time.Hour)
+	require.True(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), UniqueKey: "sync-user-42"}}).Existing)
+	tb.one(&CancelOp{JobID: third})
+	require.False(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), UniqueKey: "sync-user-42"}}).Existing)
+	// The sweep removes expired locks and keeps live ones.
+	tb.enqueue("q", PriorityNormal, func(j *Job) { j.UniqueKey, j.UniquePeriod = "short", 10 })
+	tb.advance(11 * time.Second)
+	require.Equal(t, uint32(1), tb.one(&SweepOp{}).Count)
+	has := func(key string) bool {
+		_, closer, err := tb.sm.db.Get(uniqueKey("q", key))
+		if err == nil {
+			closer.Close()
+		}
+		return err == nil
+	}
+	require.False(t, has("short"))
+	require.True(t, has("sync-user-42"), "the live lock (no period) is kept")
+}
+
+func TestStateMachineExpirySweepAndRetention(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	exp := tb.enqueue("q", PriorityNormal, func(j *Job) { j.ExpireAfterMs = 60000 })
+	sched := tb.enqueue("q", PriorityNormal, func(j *Job) { j.ExpireAfterMs = 60000; j.ScheduledAt = tb.now.Add(time.Hour).UnixNano() })
+	done := tb.enqueue("q2", PriorityNormal)
+	tb.fetch(1, "q2")
+	tb.one(&AckOp{JobID: done})
+	tb.advance(time.Minute)
+	require.Equal(t, uint32(2), tb.one(&SweepOp{}).Count)
+	for _, id := range []string{exp, sched} {
+		v := tb.get(id)
+		require.Equal(t, StateDead, v.State.State)
+		require.Equal(t, "expired", v.State.Reason)
+	}
+	tb.advance(time.Hour)
+	require.Zero(t, tb.one(&PromoteOp{}).Count, "the expired scheduled job left the due index")
+
+	// Retention: jobs finished before the cutoff are deleted.
+	r := tb.one(&SweepOp{PurgeBefore: tb.now.Add(-30 * time.Minute).UnixNano()})
+	require.Equal(t, uint32(3), r.Count)
+	for _, id := range []string{exp, sched, done} {
+		require.Nil(t, tb.get(id))
+	}
+	qs, err := tb.sm.Lookup(ListQueuesQuery{})
+	require.NoError(t, err)
+	for _, q := range qs.([]QueueInfo) {
+		for st, n := range q.Stats.Counts {
+			require.Zero(t, n, "queue %s state %d", q.Name, st)
+		}
+	}
+}
+
+func TestStateMachineRetryDeleteMove(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.MaxRetries = 1 })
+	tb.fetch(1, "q")
+	require.Equal(t, StateDead, tb.one(&FailOp{JobID: id, Error: "boom"}).State)
+	require.Equal(t, StatusConflict, tb.one(&RetryJobOp{JobID: tb.enqueue("q", PriorityNormal)}).Status, "pending jobs are not retried")
+	require.Equal(t, StatePending, tb.one(&RetryJobOp{JobID: id}).State)
+	v := tb.get(id)
+	require.Zero(t, v.State.Attempt)
+	require.Len(t, v.Errors, 1, "history kept")
+	jobs := tb.fetch(10, "q")
+	require.Len(t, jobs, 2)
+	require.Equal(t, id, jobs[0].Job.ID, "a retried job keeps its place in time")
+	require.Equal(t, StateDead, tb.one(&FailOp{JobID: id, Error: "boom again"}).State)
+	require.Len(t, tb.get(id).Errors, 2, "a new error record, not an overwrite")
+
+	// Move: pending job to another queue of the shard.
+	m := tb.enqueue("from", PriorityHigh)
+	r := tb.one(&MoveJobOp{JobID: m, Queue: "to"})
+	require.Equal(t, StatusOK, r.Status)
+	require.Empty(t, tb.fetch(1, "from"))
+	got := tb.fetch(1, "to")
+	require.Len(t, got, 1)
+	require.Equal(t, m, got[0].Job.ID)
+	require.Equal(t, "to", got[0].Job.Queue)
+	require.Equal(t, StatusConflict, tb.one(&MoveJobOp{JobID: m, Queue: "x"}).Status, "active jobs stay")
+
+	// Delete in every state.
+	for _, mk := range []func() string{
+		func() string { return tb.enqueue("d", PriorityNormal) },
+		func() string {
+			return tb.enqueue("d", PriorityNormal, func(j *Job) { j.ScheduledAt = tb.now.Add(time.Hour).UnixNano() })
+		},
+		func() string { i := tb.enqueue("d", PriorityNormal); tb.fetch(1, "d"); return i },
+	} {
+		del := mk()
+		require.Equal(t, StatusOK, tb.one(&DeleteJobOp{JobID: del}).Status)
+		require.Nil(t, tb.get(del))
+		require.Equal(t, StatusNotFound, tb.one(&DeleteJobOp{JobID: del}).Status)
+	}
+	require.Equal(t, StatusOK, tb.one(&DeleteJobOp{JobID: id}).Status)
+	tb.advance(time.Hour)
+	require.Equal(t, uint32(2), tb.one(&ReclaimOp{}).Count, "the two live active jobs; the deleted one left the lease index")
+	qs, _ := tb.sm.Lookup(ListQueuesQuery{})
+	for _, q := range qs.([]QueueInfo) {
+		if q.Name == "d" {
+			require.Equal(t, [StateHeld + 1]int64{}, q.Stats.Counts)
+		}
+	}
 }
