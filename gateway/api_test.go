@@ -513,3 +513,96 @@ func TestAPIThrottle(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Greater(t, len(mustJSON[struct{ Jobs []fetchedJob }](t, body).Jobs), 30, "throttle removed")
 }
+
+func TestAPIUniqueJobs(t *testing.T) {
+	t.Parallel()
+	q := "unique"
+	job := map[string]any{"queue": q, "payload": map[string]int{"user": 42}, "unique_key": "sync-user-42", "unique_period": 3600}
+	code, body := call(t, "POST", "/api/v1/enqueue", job)
+	require.Equal(t, 201, code, string(body))
+	first := mustJSON[struct {
+		JobID    string `json:"job_id"`
+		Existing bool   `json:"unique_existing"`
+	}](t, body)
+	require.False(t, first.Existing)
+	code, body = call(t, "POST", "/api/v1/enqueue", job)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"job_id":"`+first.JobID+`","status":"pending","unique_existing":true}`, string(body))
+
+	code, body = call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []any{job, map[string]any{"queue": q}}})
+	require.Equal(t, 201, code, string(body))
+	batch := mustJSON[struct {
+		JobIDs   []string `json:"job_ids"`
+		Existing []bool   `json:"unique_existing"`
+	}](t, body)
+	require.Equal(t, first.JobID, batch.JobIDs[0])
+	require.Equal(t, []bool{true, false}, batch.Existing)
+
+	// Completed: the key is free again.
+	for {
+		j, ok := fetchOne(t, 1, q)
+		require.True(t, ok)
+		code, _ = call(t, "POST", "/api/v1/ack/"+j.JobID, nil)
+		require.Equal(t, 200, code)
+		if j.JobID == first.JobID {
+			break
+		}
+	}
+	code, body = call(t, "POST", "/api/v1/enqueue", job)
+	require.Equal(t, 201, code, string(body))
+	require.NotContains(t, string(body), first.JobID)
+	code, _ = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "unique_period": 5})
+	require.Equal(t, 400, code, "a period needs a key")
+}
+
+func TestAPIRetryDeleteMoveExpire(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "manage", 2)
+	q := qs[0]
+	// Another queue on the same shard for the move.
+	rt := router.New(4)
+	same := ""
+	for i := 0; same == ""; i++ {
+		if c := fmt.Sprintf("manage-same-%d", i); rt.ShardForQueue(c) == rt.ShardForQueue(q) {
+			same = c
+		}
+	}
+	id := enqueue(t, map[string]any{"queue": q, "payload": 1, "max_retries": 0})
+	_, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	code, _ := call(t, "POST", "/api/v1/fail/"+id, map[string]any{"error": "boom"})
+	require.Equal(t, 200, code)
+	require.Equal(t, "dead", getJob(t, id).State)
+	code, body := call(t, "POST", "/api/v1/jobs/"+id+"/retry", nil)
+	require.Equal(t, 200, code, string(body))
+	doc := getJob(t, id)
+	require.Equal(t, "pending", doc.State)
+	require.Equal(t, 0, doc.Attempt)
+	require.Len(t, doc.Errors, 1)
+	code, _ = call(t, "POST", "/api/v1/jobs/"+id+"/retry", nil)
+	require.Equal(t, 409, code, "only finished jobs are retried")
+
+	code, body = call(t, "POST", "/api/v1/jobs/"+id+"/move", map[string]any{"queue": same})
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"job_id":"`+id+`","queue":"`+same+`","status":"pending"}`, string(body))
+	_, ok = fetchOne(t, 0, q)
+	require.False(t, ok)
+	code, body = call(t, "POST", "/api/v1/jobs/"+id+"/move", map[string]any{"queue": qs[1]})
+	require.Equal(t, 400, code, string(body))
+
+	code, _ = call(t, "DELETE", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code)
+	code, _ = call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 404, code)
+	code, _ = call(t, "DELETE", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 404, code)
+
+	// expire_after: the sweep makes an unfetched job dead.
+	exp := enqueue(t, map[string]any{"queue": q, "payload": 1, "expire_after": "300ms"})
+	deadline := time.Now().Add(10 * time.Second)
+	for getJob(t, exp).State != "dead" {
+		require.True(t, time.Now().Before(deadline), "the expired job was never swept")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, "expired", *getJob(t, exp).Reason)
+}

@@ -34,6 +34,8 @@ const (
 	defaultBaseDelayMs   = 5000
 	defaultMaxDelayMs    = 600000
 	defaultFetchQueueMax = 64
+	maxUniqueKey         = 1024
+	maxUniquePeriod      = 365 * 24 * 3600
 )
 
 // apiError is a client error: an HTTP status, a stable code and a message.
@@ -271,8 +273,22 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 			j.Tags, _ = json.Marshal(r.Tags, json.Deterministic(true)) // sorted keys
 		}
 	}
+	if r.UniqueKey != nil {
+		if *r.UniqueKey == "" || len(*r.UniqueKey) > maxUniqueKey {
+			return j, wrap(invalid("field \"unique_key\" must be 1–%d bytes", maxUniqueKey))
+		}
+		j.UniqueKey = *r.UniqueKey
+	}
+	if r.UniquePeriod != nil {
+		if r.UniqueKey == nil {
+			return j, wrap(invalid("field \"unique_period\" needs a \"unique_key\""))
+		}
+		if *r.UniquePeriod < 0 || *r.UniquePeriod > maxUniquePeriod {
+			return j, wrap(invalid("field \"unique_period\" must be 0–%d seconds (0: until the job finishes)", maxUniquePeriod))
+		}
+		j.UniquePeriod = *r.UniquePeriod
+	}
 	for field, set := range map[string]bool{
-		"unique_key": r.UniqueKey != nil, "unique_period": r.UniquePeriod != nil,
 		"chain": len(r.Chain) > 0, "depends_on": len(r.DependsOn) > 0,
 	} {
 		if set {

@@ -38,6 +38,15 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, e)
 		return
 	}
+	if rs[0].Existing {
+		// A live job holds the unique key: answer it (DECISIONS.md: 200).
+		b := append([]byte(`{"job_id":`), appendString(nil, rs[0].JobID)...)
+		b = append(b, `,"status":`...)
+		b = appendString(b, stateName(rs[0].State))
+		b = append(b, `,"unique_existing":true}`...)
+		writeJSON(ctx, 200, b)
+		return
+	}
 	s.counters(job.Queue).enqueued.Inc()
 	b := append([]byte(`{"job_id":`), appendString(nil, job.ID)...)
 	b = append(b, `,"status":`...)
@@ -81,7 +90,16 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		perShard[sh] = append(perShard[sh], &statemachine.EnqueueOp{Job: job})
 		where[sh] = append(where[sh], i)
 	}
-	errs := s.proposeShards(perShard)
+	errs, results := s.proposeShards(perShard)
+	existing := false
+	for sh, rs := range results {
+		for k := range rs {
+			if rs[k].Existing {
+				ids[where[sh][k]] = rs[k].JobID
+				existing = true
+			}
+		}
+	}
 	var failed []int
 	var firstErr *apiError
 	for sh, e := range errs {
@@ -96,8 +114,10 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		if errs[sh] != nil {
 			continue
 		}
-		for _, op := range ops {
-			s.counters(op.(*statemachine.EnqueueOp).Job.Queue).enqueued.Inc()
+		for k, op := range ops {
+			if !results[sh][k].Existing {
+				s.counters(op.(*statemachine.EnqueueOp).Job.Queue).enqueued.Inc()
+			}
 		}
 	}
 	b := []byte(`{"job_ids":[`)
@@ -108,6 +128,23 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		b = appendString(b, id)
 	}
 	b = append(b, `],"batch_id":null`...)
+	if existing {
+		// Which job_ids name a live job that already held the unique key.
+		b = append(b, `,"unique_existing":[`...)
+		flags := make([]bool, len(ids))
+		for sh, rs := range results {
+			for k := range rs {
+				flags[where[sh][k]] = rs[k].Existing
+			}
+		}
+		for i, f := range flags {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendBool(b, f)
+		}
+		b = append(b, ']')
+	}
 	if firstErr != nil {
 		// A partial failure names exactly the jobs that were not applied.
 		sort.Ints(failed)
@@ -133,9 +170,10 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 }
 
 // proposeShards proposes each shard's ops in parallel; errs[shard] is set
-// for shards whose entry failed. Op-level failures are the caller's.
-func (s *Server) proposeShards(perShard [][]statemachine.Op) []*apiError {
+// for shards whose entry failed or had an op rejected.
+func (s *Server) proposeShards(perShard [][]statemachine.Op) ([]*apiError, [][]statemachine.Result) {
 	errs := make([]*apiError, len(perShard))
+	results := make([][]statemachine.Result, len(perShard))
 	var wg sync.WaitGroup
 	for sh, ops := range perShard {
 		if len(ops) == 0 {
@@ -153,11 +191,11 @@ func (s *Server) proposeShards(perShard [][]statemachine.Op) []*apiError {
 					}
 				}
 			}
-			errs[sh] = err
+			errs[sh], results[sh] = err, rs
 		}(sh, ops)
 	}
 	wg.Wait()
-	return errs
+	return errs, results
 }
 
 // GET /api/v1/jobs/{id}

@@ -38,6 +38,8 @@ const (
 	TickIntervalDefault      = 250 * time.Millisecond
 	DedupRetentionDefault    = 5 * time.Minute
 	CacheBytesDefault        = 256 << 20
+	RetentionDefault         = 7 * 24 * time.Hour
+	SweepIntervalDefault     = time.Second
 	replicaIDSingle          = 1
 )
 
@@ -66,6 +68,10 @@ type Config struct {
 	TickInterval      time.Duration // how often leaders look for due work
 	DedupRetention    time.Duration
 	CacheBytes        int64 // Pebble block cache shared by every shard
+	// Retention is how long completed, dead and cancelled jobs are kept
+	// (negative: forever).
+	Retention     time.Duration
+	SweepInterval time.Duration // expiry, unique-lock and retention sweeps
 }
 
 // WithDefaults fills unset fields.
@@ -97,6 +103,8 @@ func (c Config) WithDefaults() Config {
 	if c.CacheBytes == 0 {
 		c.CacheBytes = CacheBytesDefault
 	}
+	durDef(&c.Retention, RetentionDefault)
+	durDef(&c.SweepInterval, SweepIntervalDefault)
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}

@@ -13,8 +13,8 @@ const reclaimInterval = time.Second
 
 // tick runs shard i's leader-only maintenance: promote due scheduled and
 // retrying jobs (every tick while there are any), reclaim expired leases
-// (every second while jobs are active), prune old dedup records. Idle
-// shards propose nothing. The ops are safe from a stale leader: they commit
+// (every second while jobs are active), sweep expired jobs, unique locks
+// and jobs past retention (every SweepInterval), prune old dedup records. The ops are safe from a stale leader: they commit
 // through Raft and the state machine re-checks everything against the
 // entry's own time.
 func (h *Host) tick(i int) {
@@ -22,7 +22,7 @@ func (h *Host) tick(i int) {
 	t := time.NewTicker(h.cfg.TickInterval)
 	defer t.Stop()
 	now := h.clock.Now()
-	lastPrune, lastReclaim := now, now
+	lastPrune, lastReclaim, lastSweep := now, now, now
 	for {
 		select {
 		case <-h.closing:
@@ -40,6 +40,14 @@ func (h *Host) tick(i int) {
 		if h.signals.active[i].Load() > 0 && now.Sub(lastReclaim) >= reclaimInterval-h.cfg.TickInterval/2 {
 			ops = append(ops, &statemachine.ReclaimOp{Limit: 5000})
 			lastReclaim = now
+		}
+		if now.Sub(lastSweep) >= h.cfg.SweepInterval {
+			sw := &statemachine.SweepOp{Limit: 5000}
+			if h.cfg.Retention > 0 {
+				sw.PurgeBefore = now.Add(-h.cfg.Retention).UnixNano()
+			}
+			ops = append(ops, sw)
+			lastSweep = now
 		}
 		if now.Sub(lastPrune) >= h.cfg.DedupRetention/5 {
 			ops = append(ops, &statemachine.PruneDedupOp{Before: now.Add(-h.cfg.DedupRetention).UnixNano()})

@@ -32,6 +32,7 @@ type serverFlags struct {
 	shutdownTimeout time.Duration
 	pprofBind       string
 	cacheMB         int
+	retention       time.Duration
 }
 
 func newServerCmd() *cobra.Command {
@@ -53,6 +54,7 @@ func newServerCmd() *cobra.Command {
 	fl.IntVar(&f.maxPayload, "max-payload", gateway.MaxPayloadDefault, "largest job payload in bytes (413 above)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	fl.DurationVar(&f.retention, "retention", shard.RetentionDefault, "how long completed, dead and cancelled jobs are kept (e.g. 168h); negative: forever")
 	fl.IntVar(&f.cacheMB, "cache-mb", shard.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	return cmd
@@ -125,7 +127,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 
 	start := time.Now()
 	openCtx, cancel := context.WithTimeout(sigCtx, 2*time.Minute)
-	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20})
+	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention})
 	cancel()
 	if err != nil {
 		ln.Close()

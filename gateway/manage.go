@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// jobOp proposes one op for the job in {id} and answers its error, if any.
+func (s *Server) jobOp(ctx *fasthttp.RequestCtx, mk func(id string) statemachine.Op) (*statemachine.Result, bool) {
+	id, sh, ok := s.jobParam(ctx)
+	if !ok {
+		return nil, false
+	}
+	rs, aerr := s.propose(sh, mk(id))
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return nil, false
+	}
+	return &rs[0], true
+}
+
+// POST /api/v1/jobs/{id}/retry — a completed, dead or cancelled job goes
+// back to pending, attempts reset, error history kept.
+func (s *Server) handleRetry(ctx *fasthttp.RequestCtx) {
+	if _, ok := s.jobOp(ctx, func(id string) statemachine.Op { return &statemachine.RetryJobOp{JobID: id} }); ok {
+		writeJSON(ctx, 200, []byte(`{"status":"pending"}`))
+	}
+}
+
+// DELETE /api/v1/jobs/{id} — the job and everything about it, any state.
+func (s *Server) handleDelete(ctx *fasthttp.RequestCtx) {
+	if _, ok := s.jobOp(ctx, func(id string) statemachine.Op { return &statemachine.DeleteJobOp{JobID: id} }); ok {
+		writeJSON(ctx, 200, []byte(`{"deleted":true}`))
+	}
+}
+
+type moveRequest struct {
+	Queue        *string `json:"queue"`
+	ResetAttempt bool    `json:"reset_attempt"`
+}
+
+// POST /api/v1/jobs/{id}/move {"queue": "target", "reset_attempt": true}
+func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
+	var req moveRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if req.Queue == nil {
+		writeError(ctx, invalid("field \"queue\" is required"))
+		return
+	}
+	if err := router.ValidateQueueName(*req.Queue); err != nil {
+		writeError(ctx, invalid("field \"queue\": %v", err))
+		return
+	}
+	id, _ := ctx.UserValue("id").(string)
+	if sh, err := s.rt.ShardForJob(id); err == nil && s.rt.ShardForQueue(*req.Queue) != sh {
+		writeError(ctx, &apiError{status: 400, code: "unsupported",
+			msg: "moving a job to a queue on another shard is not supported by this server version yet"})
+		return
+	}
+	r, ok := s.jobOp(ctx, func(id string) statemachine.Op {
+		return &statemachine.MoveJobOp{JobID: id, Queue: *req.Queue, ResetAttempt: req.ResetAttempt}
+	})
+	if !ok {
+		return
+	}
+	b := append([]byte(`{"job_id":`), appendString(nil, id)...)
+	b = append(b, `,"queue":`...)
+	b = appendString(b, r.Queue)
+	b = append(b, `,"status":`...)
+	b = appendString(b, r.State.String())
+	writeJSON(ctx, 200, append(b, '}'))
+}
