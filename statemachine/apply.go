@@ -24,7 +24,7 @@ type applier struct {
 	dirty map[string]struct{} // queues whose stats changed
 	ready map[string]struct{} // queues that gained fetchable jobs
 
-	rateSeq uint32 // tiebreak of rate-window keys within one Update
+	rateSeq uint32 // tiebreak of rate-window keys within one entry
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
@@ -51,6 +51,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		a.s.lastNow = e.Now
 	}
 	a.now = a.s.lastNow
+	a.rateSeq = 0 // per entry, so keys never depend on how entries were batched
 
 	dk := dedupKey(e.ID)
 	if e.Retry {
@@ -122,6 +123,8 @@ func (a *applier) apply(op Op) Result {
 		return a.deleteJob(o)
 	case *MoveJobOp:
 		return a.moveJob(o)
+	case *DropQueueOp:
+		return a.dropQueue(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }

@@ -74,14 +74,27 @@ func (a *applier) recordFetch(q string) {
 }
 
 // blockedUntil is the QueueSignal.BlockedUntil of a queue with pending jobs.
+// It runs once per Update (not per entry), so it must change nothing: how
+// entries are grouped into Updates must never show in the state.
 func (a *applier) blockedUntil(q string) int64 {
 	c := a.config(q)
 	if c.MaxConcurrency > 0 && a.stats(q).Counts[StateActive] >= int64(c.MaxConcurrency) {
 		return math.MaxInt64
 	}
 	if c.RateLimit > 0 {
-		if w := a.rateWindow(q, c); len(w) >= int(c.RateLimit) {
-			return w[len(w)-int(c.RateLimit)] + c.RateWindowMs*1e6 + 1
+		times, ok := a.s.rates[q]
+		if !ok {
+			times = a.loadRates(q)
+		}
+		cutoff := a.now - c.RateWindowMs*1e6
+		inWindow := 0
+		for _, t := range times {
+			if t > cutoff {
+				inWindow++
+			}
+		}
+		if inWindow >= int(c.RateLimit) {
+			return times[len(times)-int(c.RateLimit)] + c.RateWindowMs*1e6 + 1
 		}
 	}
 	return 0

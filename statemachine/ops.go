@@ -28,6 +28,7 @@ const (
 	OpRetryJob    OpCode = 14
 	OpDeleteJob   OpCode = 15
 	OpMoveJob     OpCode = 16
+	OpDropQueue   OpCode = 17
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -175,6 +176,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &DeleteJobOp{}
 	case OpMoveJob:
 		op = &MoveJobOp{}
+	case OpDropQueue:
+		op = &DropQueueOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -473,6 +476,42 @@ func (o *MoveJobOp) decode(d *dec) {
 	o.ResetAttempt = d.boolean()
 }
 
+// Indexes DropQueueOp walks.
+const (
+	DropPending  uint8 = 0 // p| (pending)
+	DropDue      uint8 = 1 // d| (scheduled, retrying)
+	DropActive   uint8 = 2 // l| (active)
+	DropFinished uint8 = 3 // t| (completed, dead, cancelled)
+	DropConfig   uint8 = 4 // the queue's stats and settings, once it has no job
+)
+
+// DropQueueOp deletes a queue's jobs found in one index, examining at most
+// Limit keys after After; the result's Cursor says where to go on (nil:
+// done). Clearing a queue walks pending and due; deleting it walks all.
+type DropQueueOp struct {
+	Queue string
+	Index uint8
+	After []byte
+	Limit uint32
+}
+
+// Code implements Op.
+func (*DropQueueOp) Code() OpCode { return OpDropQueue }
+func (o *DropQueueOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.Queue)
+	e.u8(o.Index)
+	e.bytes(o.After)
+	e.uvarint(uint64(o.Limit))
+	return e.b
+}
+func (o *DropQueueOp) decode(d *dec) {
+	o.Queue = d.str()
+	o.Index = d.u8()
+	o.After = d.bytes()
+	o.Limit = uint32(d.uvarint())
+}
+
 // PruneDedupOp forgets the results of entries proposed before Before (ns).
 type PruneDedupOp struct{ Before int64 }
 
@@ -516,6 +555,7 @@ type Result struct {
 	Queue             string // the job's queue (ack, fail, cancel), for metrics
 	Existing          bool   // enqueue: a live job holds the unique key …
 	JobID             string // … and this is it
+	Cursor            []byte // DropQueueOp: where to go on (nil: done)
 	Jobs              []JobView
 	Heartbeats        []HeartbeatStatus
 }
@@ -537,6 +577,7 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 		e.str(r.Queue)
 		e.boolean(r.Existing)
 		e.str(r.JobID)
+		e.bytes(r.Cursor)
 		e.uvarint(uint64(len(r.Jobs)))
 		for j := range r.Jobs {
 			if compact {
@@ -578,6 +619,7 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 		r.Queue = d.str()
 		r.Existing = d.boolean()
 		r.JobID = d.str()
+		r.Cursor = cloneBytes(d.bytes())
 		nj := d.uvarint()
 		if nj > MaxOpsPerEntry {
 			return nil, false, errShort

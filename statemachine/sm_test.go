@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -391,6 +393,10 @@ func randomLog(tb *testBundle, n int) {
 				op = &MoveJobOp{JobID: ids[tb.rnd.IntN(len(ids))], Queue: queues[tb.rnd.IntN(3)]}
 			case 3:
 				op = &SweepOp{PurgeBefore: tb.now.Add(-10 * time.Second).UnixNano()}
+			case 4:
+				if tb.rnd.IntN(10) == 0 {
+					op = &DropQueueOp{Queue: queues[tb.rnd.IntN(3)], Index: uint8(tb.rnd.IntN(4)), Limit: 3}
+				}
 			}
 		}
 		tb.apply(op)
@@ -399,7 +405,17 @@ func randomLog(tb *testBundle, n int) {
 
 func TestStateMachineDeterministic(t *testing.T) {
 	t.Parallel()
+	for seed := uint64(1); seed <= seeds; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel()
+			testDeterministic(t, seed)
+		})
+	}
+}
+
+func testDeterministic(t *testing.T, seed uint64) {
 	a := setup(t)
+	a.rnd = rand.New(rand.NewPCG(seed, seed*7919))
 	randomLog(a, 600)
 	b := setup(t)
 	for _, cmd := range a.log {
@@ -631,3 +647,59 @@ func TestStateMachineRetryDeleteMove(t *testing.T) {
 		}
 	}
 }
+
+func TestStateMachineDropQueue(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for i := 0; i < 7; i++ {
+		tb.enqueue("a", PriorityNormal)
+		tb.enqueue("b", PriorityNormal)
+	}
+	tb.enqueue("a", PriorityNormal, func(j *Job) { j.ScheduledAt = tb.now.Add(time.Hour).UnixNano() })
+	tb.enqueue("b", PriorityNormal, func(j *Job) { j.ScheduledAt = tb.now.Add(time.Hour).UnixNano() })
+	active := tb.fetch(2, "a")
+	tb.one(&AckOp{JobID: active[0].Job.ID})
+	counts := func(q string) [StateHeld + 1]int64 {
+		qs, err := tb.sm.Lookup(ListQueuesQuery{})
+		require.NoError(t, err)
+		for _, info := range qs.([]QueueInfo) {
+			if info.Name == q {
+				return info.Stats.Counts
+			}
+		}
+		return [StateHeld + 1]int64{}
+	}
+	before := counts("b")
+	total := uint32(0)
+	for _, idx := range []uint8{DropPending, DropDue, DropActive, DropFinished} {
+		var after []byte
+		for steps := 0; ; steps++ {
+			require.Less(t, steps, 50)
+			r := tb.one(&DropQueueOp{Queue: "a", Index: idx, After: after, Limit: 2})
+			require.Equal(t, StatusOK, r.Status)
+			total += r.Count
+			if r.Cursor == nil {
+				break
+			}
+			after = r.Cursor
+		}
+	}
+	require.Equal(t, uint32(8), total, "5 pending + 1 scheduled + 1 active + 1 completed")
+	require.Equal(t, [StateHeld + 1]int64{}, counts("a"))
+	require.Equal(t, before, counts("b"), "the other queue is untouched")
+	require.Empty(t, tb.fetch(10, "a"))
+	require.Nil(t, tb.get(active[1].Job.ID))
+	require.Equal(t, StatusConflict, tb.one(&DropQueueOp{Queue: "b", Index: DropConfig}).Status)
+	require.Equal(t, StatusOK, tb.one(&DropQueueOp{Queue: "a", Index: DropConfig}).Status)
+	qs, _ := tb.sm.Lookup(ListQueuesQuery{})
+	require.Len(t, qs.([]QueueInfo), 1)
+}
+
+// seeds is how many random op logs TestStateMachineDeterministic replays;
+// CORVO_SEEDS raises it for a longer hunt.
+var seeds = func() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("CORVO_SEEDS"), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return 4
+}()
