@@ -441,7 +441,7 @@ func (o *SweepOp) decode(d *dec) {
 type RetryJobOp struct{ JobID string }
 
 // Code implements Op.
-func (*RetryJobOp) Code() OpCode               { return OpRetryJob }
+func (*RetryJobOp) Code() OpCode                 { return OpRetryJob }
 func (o *RetryJobOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
 func (o *RetryJobOp) decode(d *dec)              { o.JobID = d.str() }
 
@@ -449,7 +449,7 @@ func (o *RetryJobOp) decode(d *dec)              { o.JobID = d.str() }
 type DeleteJobOp struct{ JobID string }
 
 // Code implements Op.
-func (*DeleteJobOp) Code() OpCode               { return OpDeleteJob }
+func (*DeleteJobOp) Code() OpCode                 { return OpDeleteJob }
 func (o *DeleteJobOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
 func (o *DeleteJobOp) decode(d *dec)              { o.JobID = d.str() }
 
