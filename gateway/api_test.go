@@ -606,3 +606,41 @@ func TestAPIRetryDeleteMoveExpire(t *testing.T) {
 	}
 	require.Equal(t, "expired", *getJob(t, exp).Reason)
 }
+
+func TestAPIQueueClearDrainDelete(t *testing.T) {
+	t.Parallel()
+	q := "qmanage"
+	for i := 0; i < 5; i++ {
+		enqueue(t, map[string]any{"queue": q, "payload": i})
+	}
+	enqueue(t, map[string]any{"queue": q, "payload": "later", "scheduled_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
+	held, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	code, body := call(t, "POST", "/api/v1/queues/"+q+"/clear", nil)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"queue":"qmanage","cleared":5}`, string(body), "4 pending + 1 scheduled; the active job stays")
+	_, ok = fetchOne(t, 0, q)
+	require.False(t, ok, "nothing left to fetch")
+	require.Equal(t, "active", getJob(t, held.JobID).State)
+
+	enqueue(t, map[string]any{"queue": q, "payload": "new"})
+	code, body = call(t, "POST", "/api/v1/queues/"+q+"/drain", nil)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"queue":"qmanage","paused":true,"draining":true,"active":1}`, string(body))
+	_, ok = fetchOne(t, 0, q)
+	require.False(t, ok, "a draining queue hands out nothing")
+	code, _ = call(t, "POST", "/api/v1/ack/"+held.JobID, nil)
+	require.Equal(t, 200, code, "active jobs finish")
+
+	code, body = call(t, "DELETE", "/api/v1/queues/"+q, nil)
+	require.Equal(t, 400, code, string(body))
+	require.Contains(t, string(body), "confirm=true")
+	code, body = call(t, "DELETE", "/api/v1/queues/"+q+"?confirm=true", nil)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"queue":"qmanage","deleted":true,"jobs_deleted":2}`, string(body))
+	code, body = call(t, "GET", "/api/v1/queues", nil)
+	require.Equal(t, 200, code)
+	require.NotContains(t, string(body), `"qmanage"`)
+	code, _ = call(t, "GET", "/api/v1/jobs/"+held.JobID, nil)
+	require.Equal(t, 404, code)
+}

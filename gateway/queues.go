@@ -223,3 +223,97 @@ func (s *Server) handleThrottle(ctx *fasthttp.RequestCtx) {
 	}
 	writeJSON(ctx, 200, append(b, '}'))
 }
+
+// dropQueue walks the given indexes of a queue's shard, step by step, and
+// returns how many jobs it deleted.
+func (s *Server) dropQueue(name string, indexes ...uint8) (int, *apiError) {
+	sh := s.rt.ShardForQueue(name)
+	total := 0
+	for _, idx := range indexes {
+		var after []byte
+		for {
+			rs, aerr := s.propose(sh, &statemachine.DropQueueOp{Queue: name, Index: idx, After: after, Limit: 2000})
+			if aerr == nil {
+				aerr = resultError(&rs[0])
+			}
+			if aerr != nil {
+				return total, aerr
+			}
+			total += int(rs[0].Count)
+			if rs[0].Cursor == nil {
+				break
+			}
+			after = rs[0].Cursor
+		}
+	}
+	return total, nil
+}
+
+// POST /api/v1/queues/{name}/clear — delete every pending, scheduled and
+// retrying job: afterwards none can be fetched (DECISIONS.md).
+func (s *Server) handleClear(ctx *fasthttp.RequestCtx) {
+	name, ok := queueParam(ctx)
+	if !ok {
+		return
+	}
+	n, aerr := s.dropQueue(name, statemachine.DropPending, statemachine.DropDue)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b = append(b, `,"cleared":`...)
+	b = appendInt(b, int64(n))
+	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// POST /api/v1/queues/{name}/drain — stop handing out new jobs (pause) and
+// let active ones finish; the answer says how many are still active (poll
+// GET /api/v1/queues until it is 0).
+func (s *Server) handleDrain(ctx *fasthttp.RequestCtx) {
+	name, ok := queueParam(ctx)
+	if !ok {
+		return
+	}
+	sh := s.rt.ShardForQueue(name)
+	if _, aerr := s.propose(sh, &statemachine.PauseQueueOp{Queue: name}); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	var active int64
+	if v, err := s.eng.Read(sh, statemachine.ListQueuesQuery{}); err == nil {
+		for _, q := range v.([]statemachine.QueueInfo) {
+			if q.Name == name {
+				active = q.Stats.Counts[statemachine.StateActive]
+			}
+		}
+	}
+	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b = append(b, `,"paused":true,"draining":`...)
+	b = appendBool(b, active > 0)
+	b = append(b, `,"active":`...)
+	b = appendInt(b, active)
+	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// DELETE /api/v1/queues/{name}?confirm=true — the queue and all its jobs.
+func (s *Server) handleDeleteQueue(ctx *fasthttp.RequestCtx) {
+	name, ok := queueParam(ctx)
+	if !ok {
+		return
+	}
+	if string(ctx.QueryArgs().Peek("confirm")) != "true" {
+		writeError(ctx, invalid("deleting a queue deletes all its jobs: add ?confirm=true"))
+		return
+	}
+	n, aerr := s.dropQueue(name, statemachine.DropPending, statemachine.DropDue, statemachine.DropActive,
+		statemachine.DropFinished, statemachine.DropConfig)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b = append(b, `,"deleted":true,"jobs_deleted":`...)
+	b = appendInt(b, int64(n))
+	writeJSON(ctx, 200, append(b, '}'))
+}
