@@ -644,3 +644,39 @@ func TestAPIQueueClearDrainDelete(t *testing.T) {
 	code, _ = call(t, "GET", "/api/v1/jobs/"+held.JobID, nil)
 	require.Equal(t, 404, code)
 }
+
+func TestAPIWorkers(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "workers", 2)
+	enqueue(t, map[string]any{"queue": qs[0], "payload": 1})
+	enqueue(t, map[string]any{"queue": qs[1], "payload": 2})
+	for range 2 {
+		code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": qs, "worker_id": "worker-registry-test", "hostname": "pod-xyz", "timeout": 1})
+		require.Equal(t, 200, code, string(body))
+	}
+	code, body := call(t, "GET", "/api/v1/workers", nil)
+	require.Equal(t, 200, code)
+	var r struct {
+		Workers []struct {
+			ID         string   `json:"id"`
+			Hostname   string   `json:"hostname"`
+			Queues     []string `json:"queues"`
+			ActiveJobs int      `json:"active_jobs"`
+			Jobs       []string `json:"jobs"`
+			LastSeen   string   `json:"last_seen"`
+		} `json:"workers"`
+	}
+	require.NoError(t, json.Unmarshal(body, &r))
+	found := false
+	for _, w := range r.Workers {
+		if w.ID == "worker-registry-test" {
+			found = true
+			require.Equal(t, "pod-xyz", w.Hostname)
+			require.ElementsMatch(t, qs, w.Queues, "queues merged across shards")
+			require.Equal(t, 2, w.ActiveJobs)
+			require.Len(t, w.Jobs, 2)
+			require.NotEmpty(t, w.LastSeen)
+		}
+	}
+	require.True(t, found, string(body))
+}

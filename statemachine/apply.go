@@ -415,6 +415,7 @@ type fetchHead struct {
 }
 
 func (a *applier) fetch(o *FetchOp) Result {
+	a.touchWorker(o.WorkerID, o.Hostname, o.Queues)
 	want := int(o.Count)
 	if want <= 0 {
 		want = 1
@@ -616,6 +617,7 @@ func (a *applier) afterFailure(j *Job, st *JobState) Result {
 }
 
 func (a *applier) heartbeat(o *HeartbeatOp) Result {
+	a.touchWorker(o.WorkerID, "", nil)
 	res := Result{Heartbeats: make([]HeartbeatStatus, len(o.Jobs))}
 	for i := range o.Jobs {
 		hj := &o.Jobs[i]

@@ -17,6 +17,8 @@ const (
 	pfxExpire   = "x|"        // x|{expire_at:8BE}{id} → "" (jobs with expire_after)
 	pfxUnique   = "u|"        // u|{queue}\x00{unique key} → job id, expires:8BE (0: until done)
 	pfxUniqueX  = "ux|"       // ux|{expires:8BE}{queue}\x00{unique key} → "" (expiring unique locks)
+	pfxWorker   = "w|"        // w|{worker id} → Worker
+	pfxWorkerX  = "wx|"       // wx|{last seen:8BE}{worker id} → "" (forgetting silent workers)
 	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
 	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
 	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results

@@ -38,6 +38,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.peek(q.Queues)
 	case ListQueuesQuery:
 		return s.listQueues()
+	case WorkersQuery:
+		return s.listWorkers()
 	}
 	return nil, fmt.Errorf("statemachine: unknown query %T", q)
 }

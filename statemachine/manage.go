@@ -66,6 +66,7 @@ func (a *applier) sweep(o *SweepOp) Result {
 	if limit <= 0 {
 		limit = 5000
 	}
+	a.forgetWorkers(limit)
 	n := a.expireJobs(limit) + a.cleanUnique(limit)
 	if o.PurgeBefore > 0 {
 		n += a.purge(o.PurgeBefore, limit)

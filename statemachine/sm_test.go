@@ -703,3 +703,29 @@ var seeds = func() uint64 {
 	}
 	return 4
 }()
+
+func TestStateMachineWorkers(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue("q", PriorityNormal)
+	tb.enqueue("q", PriorityNormal)
+	tb.one(&FetchOp{Queues: []string{"q", "r"}, WorkerID: "w-a", Hostname: "pod-1", Count: 1})
+	tb.one(&FetchOp{Queues: []string{"q"}, WorkerID: "w-b", Hostname: "pod-2", Count: 5})
+	v, err := tb.sm.Lookup(WorkersQuery{})
+	require.NoError(t, err)
+	ws := v.([]WorkerInfo)
+	require.Len(t, ws, 2)
+	require.Equal(t, "w-a", ws[0].ID)
+	require.Equal(t, "pod-1", ws[0].Hostname)
+	require.Equal(t, []string{"q", "r"}, ws[0].Queues)
+	require.Len(t, ws[0].ActiveJobs, 1)
+	require.Len(t, ws[1].ActiveJobs, 1)
+	tb.advance(2 * time.Hour)
+	tb.one(&HeartbeatOp{WorkerID: "w-b", Jobs: []HeartbeatJob{{JobID: ws[1].ActiveJobs[0]}}})
+	tb.advance(23 * time.Hour)
+	tb.one(&SweepOp{})
+	v, _ = tb.sm.Lookup(WorkersQuery{})
+	ws = v.([]WorkerInfo)
+	require.Len(t, ws, 1, "a worker silent for a day is forgotten")
+	require.Equal(t, "w-b", ws[0].ID)
+}
