@@ -41,6 +41,12 @@ func call(t *testing.T, method, path string, body any) (int, []byte) {
 	return resp.StatusCode, out
 }
 
+// uq makes a queue name unique to this test run: the server is shared by
+// every test and every -count repetition.
+func uq(name string) string { return fmt.Sprintf("%s-r%d", name, queueSeq.Add(1)) }
+
+var queueSeq atomic.Int64
+
 func mustJSON[T any](t *testing.T, b []byte) T {
 	t.Helper()
 	var v T
@@ -113,6 +119,7 @@ func queuesOnDistinctShards(t *testing.T, prefix string, n int) []string {
 	rt := router.New(4)
 	seen := map[int]bool{}
 	var out []string
+	prefix = uq(prefix)
 	for i := 0; len(out) < n; i++ {
 		q := fmt.Sprintf("%s-%d", prefix, i)
 		if s := rt.ShardForQueue(q); !seen[s] {
@@ -160,7 +167,7 @@ func TestAPIBackoffSchedulesAndDead(t *testing.T) {
 	for strategy, want := range delays {
 		t.Run(strategy, func(t *testing.T) {
 			t.Parallel()
-			q := "backoff-" + strategy
+			q := uq("backoff-" + strategy)
 			id := enqueue(t, map[string]any{"queue": q, "payload": map[string]int{}, "max_retries": 4,
 				"retry_backoff": strategy, "retry_base_delay": "100ms", "retry_max_delay": "250ms"})
 			for attempt := 1; attempt <= 4; attempt++ {
@@ -206,7 +213,7 @@ func TestAPIBackoffSchedulesAndDead(t *testing.T) {
 
 func TestAPIReclaimKeepsCheckpoint(t *testing.T) {
 	t.Parallel()
-	q := "reclaim"
+	q := uq("reclaim")
 	id := enqueue(t, map[string]any{"queue": q, "payload": map[string]int{}, "lease_duration": 1})
 	j, ok := fetchOne(t, 1, q)
 	require.True(t, ok)
@@ -231,7 +238,7 @@ func TestAPIReclaimKeepsCheckpoint(t *testing.T) {
 
 func TestAPICancel(t *testing.T) {
 	t.Parallel()
-	q := "cancel"
+	q := uq("cancel")
 	pending := enqueue(t, map[string]any{"queue": q, "payload": 1})
 	code, body := call(t, "POST", "/api/v1/jobs/"+pending+"/cancel", nil)
 	require.Equal(t, 200, code)
@@ -257,7 +264,7 @@ func TestAPICancel(t *testing.T) {
 
 func TestAPIFetchBatchAndAckBatch(t *testing.T) {
 	t.Parallel()
-	q := "batches"
+	q := uq("batches")
 	var jobs []map[string]any
 	for i := 0; i < 25; i++ {
 		jobs = append(jobs, map[string]any{"queue": q, "payload": map[string]int{"i": i}, "tags": map[string]string{"tenant": "acme"}})
@@ -298,7 +305,7 @@ func TestAPIFetchBatchAndAckBatch(t *testing.T) {
 
 func TestAPIScheduledJobPromoted(t *testing.T) {
 	t.Parallel()
-	q := "scheduled"
+	q := uq("scheduled")
 	at := time.Now().Add(300 * time.Millisecond).UTC().Format(time.RFC3339Nano)
 	code, body := call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": 1, "scheduled_at": at})
 	require.Equal(t, 201, code, string(body))
@@ -314,8 +321,9 @@ func TestAPIScheduledJobPromoted(t *testing.T) {
 // and changes nothing.
 func TestAPIBadInput(t *testing.T) {
 	t.Parallel()
-	held := enqueue(t, map[string]any{"queue": "bad-held", "payload": 1})
-	_, ok := fetchOne(t, 1, "bad-held")
+	heldQ := uq("bad-held")
+	held := enqueue(t, map[string]any{"queue": heldQ, "payload": 1})
+	_, ok := fetchOne(t, 1, heldQ)
 	require.True(t, ok)
 	big := `{"queue":"bad-input","payload":"` + strings.Repeat("x", MaxPayloadDefault) + `"}`
 	tooMany := make([]map[string]any, MaxBatchJobsDefault+1)
@@ -395,7 +403,7 @@ func TestAPIBadInput(t *testing.T) {
 // entry that enqueues into it; every job goes to exactly one of them.
 func TestAPILongPollHandoff(t *testing.T) {
 	t.Parallel()
-	q := "handoff"
+	q := uq("handoff")
 	const waiters = 8
 	got := make(chan string, waiters)
 	for i := 0; i < waiters; i++ {
@@ -433,10 +441,10 @@ func TestAPILongPollHandoff(t *testing.T) {
 // whatever 16 concurrent fetchers do.
 func TestAPISingletonQueue(t *testing.T) {
 	t.Parallel()
-	q := "singleton"
+	q := uq("singleton")
 	code, body := call(t, "POST", "/api/v1/queues/"+q+"/concurrency", map[string]any{"max": 1})
 	require.Equal(t, 200, code, string(body))
-	require.JSONEq(t, `{"queue":"singleton","max_concurrency":1}`, string(body))
+	require.JSONEq(t, `{"queue":"`+q+`","max_concurrency":1}`, string(body))
 	const total = 40
 	for i := 0; i < total; i++ {
 		enqueue(t, map[string]any{"queue": q, "payload": i})
@@ -472,19 +480,19 @@ func TestAPISingletonQueue(t *testing.T) {
 	require.Equal(t, int64(total), done.Load())
 	code, body = call(t, "GET", "/api/v1/queues", nil)
 	require.Equal(t, 200, code)
-	require.Contains(t, string(body), `"name":"singleton","pending":0,"active":0`)
+	require.Contains(t, string(body), `"name":"`+q+`","pending":0,"active":0`)
 }
 
 // TestAPIThrottle: 10 per second lets 30±1 jobs through in 3 seconds.
 func TestAPIThrottle(t *testing.T) {
 	t.Parallel()
-	q := "throttled"
+	q := uq("throttled")
 	for i := 0; i < 100; i++ {
 		enqueue(t, map[string]any{"queue": q, "payload": i})
 	}
 	code, body := call(t, "POST", "/api/v1/queues/"+q+"/throttle", map[string]any{"rate": 10, "period": "1s"})
 	require.Equal(t, 200, code, string(body))
-	require.JSONEq(t, `{"queue":"throttled","throttle":{"rate":10,"period":"1s","window_ms":1000}}`, string(body))
+	require.JSONEq(t, `{"queue":"`+q+`","throttle":{"rate":10,"period":"1s","window_ms":1000}}`, string(body))
 	start := time.Now()
 	end := start.Add(3 * time.Second)
 	var got atomic.Int64
@@ -516,7 +524,7 @@ func TestAPIThrottle(t *testing.T) {
 
 func TestAPIUniqueJobs(t *testing.T) {
 	t.Parallel()
-	q := "unique"
+	q := uq("unique")
 	job := map[string]any{"queue": q, "payload": map[string]int{"user": 42}, "unique_key": "sync-user-42", "unique_period": 3600}
 	code, body := call(t, "POST", "/api/v1/enqueue", job)
 	require.Equal(t, 201, code, string(body))
@@ -587,9 +595,6 @@ func TestAPIRetryDeleteMoveExpire(t *testing.T) {
 	require.JSONEq(t, `{"job_id":"`+id+`","queue":"`+same+`","status":"pending"}`, string(body))
 	_, ok = fetchOne(t, 0, q)
 	require.False(t, ok)
-	code, body = call(t, "POST", "/api/v1/jobs/"+id+"/move", map[string]any{"queue": qs[1]})
-	require.Equal(t, 400, code, string(body))
-
 	code, _ = call(t, "DELETE", "/api/v1/jobs/"+id, nil)
 	require.Equal(t, 200, code)
 	code, _ = call(t, "GET", "/api/v1/jobs/"+id, nil)
@@ -609,7 +614,7 @@ func TestAPIRetryDeleteMoveExpire(t *testing.T) {
 
 func TestAPIQueueClearDrainDelete(t *testing.T) {
 	t.Parallel()
-	q := "qmanage"
+	q := uq("qmanage")
 	for i := 0; i < 5; i++ {
 		enqueue(t, map[string]any{"queue": q, "payload": i})
 	}
@@ -618,7 +623,7 @@ func TestAPIQueueClearDrainDelete(t *testing.T) {
 	require.True(t, ok)
 	code, body := call(t, "POST", "/api/v1/queues/"+q+"/clear", nil)
 	require.Equal(t, 200, code, string(body))
-	require.JSONEq(t, `{"queue":"qmanage","cleared":5}`, string(body), "4 pending + 1 scheduled; the active job stays")
+	require.JSONEq(t, `{"queue":"`+q+`","cleared":5}`, string(body), "4 pending + 1 scheduled; the active job stays")
 	_, ok = fetchOne(t, 0, q)
 	require.False(t, ok, "nothing left to fetch")
 	require.Equal(t, "active", getJob(t, held.JobID).State)
@@ -626,7 +631,7 @@ func TestAPIQueueClearDrainDelete(t *testing.T) {
 	enqueue(t, map[string]any{"queue": q, "payload": "new"})
 	code, body = call(t, "POST", "/api/v1/queues/"+q+"/drain", nil)
 	require.Equal(t, 200, code, string(body))
-	require.JSONEq(t, `{"queue":"qmanage","paused":true,"draining":true,"active":1}`, string(body))
+	require.JSONEq(t, `{"queue":"`+q+`","paused":true,"draining":true,"active":1}`, string(body))
 	_, ok = fetchOne(t, 0, q)
 	require.False(t, ok, "a draining queue hands out nothing")
 	code, _ = call(t, "POST", "/api/v1/ack/"+held.JobID, nil)
@@ -637,10 +642,10 @@ func TestAPIQueueClearDrainDelete(t *testing.T) {
 	require.Contains(t, string(body), "confirm=true")
 	code, body = call(t, "DELETE", "/api/v1/queues/"+q+"?confirm=true", nil)
 	require.Equal(t, 200, code, string(body))
-	require.JSONEq(t, `{"queue":"qmanage","deleted":true,"jobs_deleted":2}`, string(body))
+	require.JSONEq(t, `{"queue":"`+q+`","deleted":true,"jobs_deleted":2}`, string(body))
 	code, body = call(t, "GET", "/api/v1/queues", nil)
 	require.Equal(t, 200, code)
-	require.NotContains(t, string(body), `"qmanage"`)
+	require.NotContains(t, string(body), `"`+q+`"`)
 	code, _ = call(t, "GET", "/api/v1/jobs/"+held.JobID, nil)
 	require.Equal(t, 404, code)
 }
@@ -648,10 +653,11 @@ func TestAPIQueueClearDrainDelete(t *testing.T) {
 func TestAPIWorkers(t *testing.T) {
 	t.Parallel()
 	qs := queuesOnDistinctShards(t, "workers", 2)
+	wid := uq("worker-registry-test")
 	enqueue(t, map[string]any{"queue": qs[0], "payload": 1})
 	enqueue(t, map[string]any{"queue": qs[1], "payload": 2})
 	for range 2 {
-		code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": qs, "worker_id": "worker-registry-test", "hostname": "pod-xyz", "timeout": 1})
+		code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": qs, "worker_id": wid, "hostname": "pod-xyz", "timeout": 1})
 		require.Equal(t, 200, code, string(body))
 	}
 	code, body := call(t, "GET", "/api/v1/workers", nil)
@@ -669,7 +675,7 @@ func TestAPIWorkers(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &r))
 	found := false
 	for _, w := range r.Workers {
-		if w.ID == "worker-registry-test" {
+		if w.ID == wid {
 			found = true
 			require.Equal(t, "pod-xyz", w.Hostname)
 			require.ElementsMatch(t, qs, w.Queues, "queues merged across shards")
@@ -679,4 +685,96 @@ func TestAPIWorkers(t *testing.T) {
 		}
 	}
 	require.True(t, found, string(body))
+}
+
+// TestAPICrossShardMoveUnderFetches moves jobs between queues on different
+// shards while workers fetch from both: every job is processed exactly
+// once, none is lost, none is in both queues.
+func TestAPICrossShardMoveUnderFetches(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "xmove", 2)
+	const total = 200
+	var ids []string
+	for i := 0; i < total; i++ {
+		ids = append(ids, enqueue(t, map[string]any{"queue": qs[0], "payload": map[string]int{"n": i}}))
+	}
+	var mu sync.Mutex
+	seen := map[int]int{}
+	var processed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": qs, "worker_id": "mover-test", "timeout": 0.2})
+				if code != 200 {
+					continue
+				}
+				j := mustJSON[fetchedJob](t, body)
+				var p struct{ N int }
+				require.NoError(t, json.Unmarshal(j.Payload, &p))
+				mu.Lock()
+				seen[p.N]++
+				mu.Unlock()
+				code, _ = call(t, "POST", "/api/v1/ack/"+j.JobID, nil)
+				require.Equal(t, 200, code)
+				processed.Add(1)
+			}
+		}()
+	}
+	moved := 0
+	for _, id := range ids {
+		code, body := call(t, "POST", "/api/v1/jobs/"+id+"/move", map[string]any{"queue": qs[1]})
+		switch code {
+		case 200:
+			moved++
+			r := mustJSON[struct {
+				JobID     string `json:"job_id"`
+				MovedFrom string `json:"moved_from"`
+			}](t, body)
+			require.Equal(t, id, r.MovedFrom)
+			require.NotEqual(t, id, r.JobID)
+		case 409, 404:
+			// already active (409) — or the job was fetched, acked and is
+			// now completed, which moves fine; 404 never happens here.
+			require.Equal(t, 409, code, string(body))
+		default:
+			t.Fatalf("move: %d %s", code, body)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for processed.Load() < total {
+		require.True(t, time.Now().Before(deadline), "only %d of %d jobs processed", processed.Load(), total)
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	require.Greater(t, moved, 0, "some jobs were moved while pending")
+	for i := 0; i < total; i++ {
+		require.Equal(t, 1, seen[i], "job %d processed %d times", i, seen[i])
+	}
+	// A moved job's old ID points at the new one (301 + Location).
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, id := range ids {
+		resp, err := noRedirect.Get(baseURL + "/api/v1/jobs/" + id)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 301 {
+			require.Contains(t, string(body), `"code":"moved"`)
+			loc := resp.Header.Get("Location")
+			require.True(t, strings.HasPrefix(loc, "/api/v1/jobs/job_"), loc)
+			doc := getJob(t, strings.TrimPrefix(loc, "/api/v1/jobs/"))
+			require.Equal(t, "completed", doc.State)
+			return
+		}
+	}
+	t.Fatal("no moved job answered 301")
 }

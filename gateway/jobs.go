@@ -211,6 +211,15 @@ func (s *Server) handleGetJob(ctx *fasthttp.RequestCtx) {
 	}
 	jv, _ := v.(*statemachine.JobView)
 	if jv == nil {
+		if to, err := s.eng.Read(sh, statemachine.MovedQuery{ID: id}); err == nil && to.(string) != "" {
+			// Moved to a queue on another shard, under a new ID.
+			ctx.Response.Header.Set("Location", "/api/v1/jobs/"+to.(string))
+			b := append([]byte(`{"error":`), appendString(nil, "job "+id+" moved to "+to.(string))...)
+			b = append(b, `,"code":"moved","moved_to":`...)
+			b = appendString(b, to.(string))
+			writeJSON(ctx, 301, append(b, '}'))
+			return
+		}
 		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"})
 		return
 	}

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"strings"
+
+	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/router"
@@ -60,18 +63,26 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	id, _ := ctx.UserValue("id").(string)
-	if sh, err := s.rt.ShardForJob(id); err == nil && s.rt.ShardForQueue(*req.Queue) != sh {
-		writeError(ctx, &apiError{status: 400, code: "unsupported",
-			msg: "moving a job to a queue on another shard is not supported by this server version yet"})
-		return
-	}
+	newID := id
 	r, ok := s.jobOp(ctx, func(id string) statemachine.Op {
-		return &statemachine.MoveJobOp{JobID: id, Queue: *req.Queue, ResetAttempt: req.ResetAttempt}
+		sh, _ := s.rt.ShardForJob(id)
+		target := s.rt.ShardForQueue(*req.Queue)
+		if target == sh {
+			return &statemachine.MoveJobOp{JobID: id, Queue: *req.Queue, ResetAttempt: req.ResetAttempt}
+		}
+		// Job IDs carry their shard: on another shard the job gets a new
+		// ID (same ULID), and travels there through the outbox.
+		newID = router.JobID(target, ulid.MustParse(id[strings.LastIndexByte(id, '_')+1:]))
+		return &statemachine.MoveOutOp{JobID: id, NewID: newID, Queue: *req.Queue, Target: target, ResetAttempt: req.ResetAttempt}
 	})
 	if !ok {
 		return
 	}
-	b := append([]byte(`{"job_id":`), appendString(nil, id)...)
+	b := append([]byte(`{"job_id":`), appendString(nil, newID)...)
+	if newID != id {
+		b = append(b, `,"moved_from":`...)
+		b = appendString(b, id)
+	}
 	b = append(b, `,"queue":`...)
 	b = appendString(b, r.Queue)
 	b = append(b, `,"status":`...)

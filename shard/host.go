@@ -138,6 +138,7 @@ type Host struct {
 
 	proposers []*proposer
 	signals   *signals
+	relayWake []chan struct{}
 	leader    []atomic.Bool // by shard index
 
 	closing       chan struct{}
@@ -213,9 +214,11 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		h.Close()
 		return nil, err
 	}
+	h.relayWake = h.signals.relayWake
 	for i := 0; i < cfg.Shards; i++ {
-		h.wg.Add(1)
+		h.wg.Add(2)
 		go h.tick(i)
+		go h.relay(i)
 	}
 	return h, nil
 }

@@ -13,8 +13,10 @@ import (
 type signals struct {
 	mu     sync.Mutex
 	queues map[string]*queueSignal
-	// Per shard index: active and scheduled+retrying totals.
-	active, due []atomic.Int64
+	// Per shard index: active and scheduled+retrying totals, outbox size.
+	active, due, outbox []atomic.Int64
+	// relayWake[i] nudges shard i's outbox relay.
+	relayWake []chan struct{}
 }
 
 type queueSignal struct {
@@ -27,7 +29,12 @@ type queueSignal struct {
 }
 
 func newSignals(shards int) *signals {
-	return &signals{queues: make(map[string]*queueSignal), active: make([]atomic.Int64, shards), due: make([]atomic.Int64, shards)}
+	s := &signals{queues: make(map[string]*queueSignal), active: make([]atomic.Int64, shards), due: make([]atomic.Int64, shards),
+		outbox: make([]atomic.Int64, shards), relayWake: make([]chan struct{}, shards)}
+	for i := range s.relayWake {
+		s.relayWake[i] = make(chan struct{}, 1)
+	}
+	return s
 }
 
 // head is the queue's first pending job as of the last Update.
@@ -96,6 +103,13 @@ func (s *signals) applied(info *statemachine.AppliedInfo) {
 	if i := int(info.ShardID) - 1; i >= 0 && i < len(s.active) {
 		s.active[i].Store(info.Active)
 		s.due[i].Store(info.Due)
+		s.outbox[i].Store(info.Outbox)
+		if info.Outbox > 0 {
+			select {
+			case s.relayWake[i] <- struct{}{}:
+			default:
+			}
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -25,6 +25,7 @@ type applier struct {
 	ready map[string]struct{} // queues that gained fetchable jobs
 
 	rateSeq uint32 // tiebreak of rate-window keys within one entry
+	outSeq  uint32 // numbers outbox records within one entry
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
@@ -51,7 +52,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		a.s.lastNow = e.Now
 	}
 	a.now = a.s.lastNow
-	a.rateSeq = 0 // per entry, so keys never depend on how entries were batched
+	a.rateSeq, a.outSeq = 0, 0 // per entry, so keys never depend on how entries were batched
 
 	dk := dedupKey(e.ID)
 	if e.Retry {
@@ -125,6 +126,12 @@ func (a *applier) apply(op Op) Result {
 		return a.moveJob(o)
 	case *DropQueueOp:
 		return a.dropQueue(o)
+	case *MoveOutOp:
+		return a.moveOut(o)
+	case *MoveInOp:
+		return a.moveIn(o)
+	case *OutboxAckOp:
+		return a.outboxAck(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }

@@ -19,6 +19,8 @@ const (
 	pfxUniqueX  = "ux|"       // ux|{expires:8BE}{queue}\x00{unique key} → "" (expiring unique locks)
 	pfxWorker   = "w|"        // w|{worker id} → Worker
 	pfxWorkerX  = "wx|"       // wx|{last seen:8BE}{worker id} → "" (forgetting silent workers)
+	pfxOutbox   = "ob|"       // ob|{seq:8BE} → OutboxRecord (cross-shard effects awaiting delivery)
+	pfxMoved    = "mv|"       // mv|{old id} → new id (jobs moved to another shard)
 	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
 	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
 	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results

@@ -40,6 +40,10 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.listQueues()
 	case WorkersQuery:
 		return s.listWorkers()
+	case OutboxQuery:
+		return s.readOutbox(q.Limit)
+	case MovedQuery:
+		return s.movedTo(q.ID)
 	}
 	return nil, fmt.Errorf("statemachine: unknown query %T", q)
 }

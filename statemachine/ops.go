@@ -29,6 +29,9 @@ const (
 	OpDeleteJob   OpCode = 15
 	OpMoveJob     OpCode = 16
 	OpDropQueue   OpCode = 17
+	OpMoveOut     OpCode = 18
+	OpMoveIn      OpCode = 19
+	OpOutboxAck   OpCode = 20
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -178,6 +181,12 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &MoveJobOp{}
 	case OpDropQueue:
 		op = &DropQueueOp{}
+	case OpMoveOut:
+		op = &MoveOutOp{}
+	case OpMoveIn:
+		op = &MoveInOp{}
+	case OpOutboxAck:
+		op = &OutboxAckOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}

@@ -58,6 +58,7 @@ type AppliedInfo struct {
 	// watch, and scheduled + retrying jobs the promote ticker must watch.
 	Active int64
 	Due    int64
+	Outbox int64 // outbox records awaiting delivery
 }
 
 // Config configures one shard's state machine.
@@ -93,6 +94,8 @@ type StateMachine struct {
 	dueCursor, leaseCursor, expireCursor, uniqueCursor, purgeCursor, workerCursor []byte
 	// workers mirrors w| records touched since open (write-through).
 	workers map[string]*Worker
+	// outbox counts the records awaiting delivery.
+	outbox int64
 	// heads[queue] is the queue's exact first pending key when known (nil
 	// when not), so the per-Update queue signals rarely need a seek.
 	heads map[string][]byte
@@ -159,7 +162,7 @@ func (s *StateMachine) resetCaches() {
 	s.heads = make(map[string][]byte)
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
 	s.rates = make(map[string][]int64)
-	s.active, s.due = 0, 0
+	s.active, s.due, s.outbox = 0, 0, 0
 	s.mu.Lock()
 	s.cursors = make(map[string][]byte)
 	s.mu.Unlock()
@@ -176,6 +179,9 @@ func (s *StateMachine) loadMeta() error {
 		c := &infos[i].Stats.Counts
 		s.active += c[StateActive]
 		s.due += c[StateScheduled] + c[StateRetrying]
+	}
+	if err := s.countOutbox(); err != nil {
+		return err
 	}
 	v, closer, err := s.db.Get([]byte(keyMeta))
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -236,7 +242,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	}
 	s.applied = last
 	if s.cfg.Listener != nil {
-		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due})
+		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due, Outbox: s.outbox})
 	}
 	return entries, nil
 }

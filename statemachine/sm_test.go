@@ -729,3 +729,46 @@ func TestStateMachineWorkers(t *testing.T) {
 	require.Len(t, ws, 1, "a worker silent for a day is forgotten")
 	require.Equal(t, "w-b", ws[0].ID)
 }
+
+// TestStateMachineCrossShardMove plays the relay by hand between two
+// shards: the job leaves one, lands once on the other, history intact.
+func TestStateMachineCrossShardMove(t *testing.T) {
+	t.Parallel()
+	src, dst := setup(t), setup(t)
+	id := src.enqueue("from", PriorityHigh, func(j *Job) { j.MaxRetries = 5; j.Tags = []byte(`{"t":"x"}`) })
+	src.fetch(1, "from")
+	src.one(&FailOp{JobID: id, Error: "first try failed"})
+	newID := "job_1_" + id[len("job_0_"):]
+	r := src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1})
+	require.Equal(t, StatusOK, r.Status)
+	require.Equal(t, newID, r.JobID)
+	require.Nil(t, src.get(id))
+	moved, err := src.sm.Lookup(MovedQuery{ID: id})
+	require.NoError(t, err)
+	require.Equal(t, newID, moved)
+
+	v, err := src.sm.Lookup(OutboxQuery{Limit: 10})
+	require.NoError(t, err)
+	recs := v.([]OutboxRecord)
+	require.Len(t, recs, 1)
+	require.Equal(t, 1, recs[0].Target)
+	for range 2 { // delivered twice: applied once
+		require.Equal(t, StatusOK, dst.one(recs[0].Op).Status)
+	}
+	got := dst.get(newID)
+	require.NotNil(t, got)
+	require.Equal(t, "to", got.Job.Queue)
+	require.Equal(t, StateRetrying, got.State.State)
+	require.Len(t, got.Errors, 1)
+	require.JSONEq(t, `{"t":"x"}`, string(got.Job.Tags))
+	dst.advance(time.Hour)
+	dst.one(&PromoteOp{})
+	jobs := dst.fetch(5, "to")
+	require.Len(t, jobs, 1)
+	require.Equal(t, uint32(2), jobs[0].State.Attempt)
+
+	require.Equal(t, uint32(1), src.one(&OutboxAckOp{Seqs: []uint64{recs[0].Seq}}).Count)
+	v, _ = src.sm.Lookup(OutboxQuery{Limit: 10})
+	require.Empty(t, v.([]OutboxRecord))
+	require.Equal(t, StatusNotFound, src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1}).Status)
+}
