@@ -778,3 +778,126 @@ func TestAPICrossShardMoveUnderFetches(t *testing.T) {
 	}
 	t.Fatal("no moved job answered 301")
 }
+
+// drain fetches and handles every job of q that arrives within timeout:
+// handle returns the ack body, or nil to fail the job.
+func drainQueue(t *testing.T, q string, timeout float64, handle func(j fetchedJob) map[string]any) []fetchedJob {
+	t.Helper()
+	var got []fetchedJob
+	for {
+		j, ok := fetchOne(t, timeout, q)
+		if !ok {
+			return got
+		}
+		got = append(got, j)
+		if ack := handle(j); ack != nil {
+			code, body := call(t, "POST", "/api/v1/ack/"+j.JobID, ack)
+			require.Equal(t, 200, code, string(body))
+		} else {
+			code, body := call(t, "POST", "/api/v1/fail/"+j.JobID, map[string]any{"error": "boom"})
+			require.Equal(t, 200, code, string(body))
+		}
+	}
+}
+
+// TestAPIBatchCallback: a batch whose jobs partly die still calls back once
+// every job finished, with the counts.
+func TestAPIBatchCallback(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "batch", 3)
+	cbq := qs[2]
+	var jobs []map[string]any
+	for i := 0; i < 6; i++ {
+		jobs = append(jobs, map[string]any{"queue": qs[i%2], "payload": map[string]int{"i": i}, "max_retries": 0})
+	}
+	code, body := call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": jobs,
+		"batch": map[string]any{"callback_queue": cbq, "callback_payload": map[string]string{"campaign_id": "camp_123"}}})
+	require.Equal(t, 201, code, string(body))
+	r := mustJSON[struct {
+		JobIDs  []string `json:"job_ids"`
+		BatchID string   `json:"batch_id"`
+	}](t, body)
+	require.True(t, strings.HasPrefix(r.BatchID, "batch_"), r.BatchID)
+	_, ok := fetchOne(t, 0, cbq)
+	require.False(t, ok, "no callback before the jobs finish")
+	handled := 0
+	for _, q := range qs[:2] {
+		handled += len(drainQueue(t, q, 0.3, func(j fetchedJob) map[string]any {
+			var p struct{ I int }
+			require.NoError(t, json.Unmarshal(j.Payload, &p))
+			if p.I == 4 || p.I == 5 {
+				return nil // dies (max_retries 0)
+			}
+			return map[string]any{}
+		}))
+	}
+	require.Equal(t, 6, handled)
+	cb, ok := fetchOne(t, 5, cbq)
+	require.True(t, ok, "the callback never came")
+	require.JSONEq(t, `{"campaign_id":"camp_123","batch":{"id":"`+r.BatchID+`","total":6,"succeeded":4,"failed":2}}`, string(cb.Payload))
+	code, body = call(t, "GET", "/api/v1/batches/"+r.BatchID, nil)
+	require.Equal(t, 200, code, string(body))
+	bt := mustJSON[map[string]any](t, body)
+	require.EqualValues(t, 6, bt["total"])
+	require.EqualValues(t, 0, bt["pending"])
+	require.EqualValues(t, 4, bt["succeeded"])
+	require.EqualValues(t, 2, bt["failed"])
+	require.Equal(t, cb.JobID, bt["callback_job_id"])
+	_, ok = fetchOne(t, 0.3, cbq)
+	require.False(t, ok, "exactly one callback")
+}
+
+// TestAPIChains: a chain that exits early runs on_exit; one whose step dies
+// runs on_failure; results travel to the next step.
+func TestAPIChains(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "chain", 4)
+	extract, summarize, review, handlers := qs[0], qs[1], qs[2], qs[3]
+	chain := map[string]any{
+		"steps":      []any{map[string]any{"queue": extract}, map[string]any{"queue": summarize}, map[string]any{"queue": review}},
+		"on_failure": map[string]any{"queue": handlers, "payload": map[string]string{"notify": "ops"}},
+		"on_exit":    map[string]any{"queue": handlers, "payload": map[string]string{"cleanup": "yes"}},
+	}
+	// Chain 1 runs all three steps.
+	first := enqueue(t, map[string]any{"queue": extract, "payload": map[string]string{"doc": "a.pdf"}, "chain": chain})
+	doc := getJob(t, first)
+	require.Equal(t, "pending", doc.State)
+	drainQueue(t, extract, 1, func(fetchedJob) map[string]any { return map[string]any{"result": map[string]string{"text": "hi"}} })
+	steps := drainQueue(t, summarize, 1, func(fetchedJob) map[string]any { return map[string]any{"result": "summary"} })
+	require.Len(t, steps, 1)
+	require.JSONEq(t, `{"doc":"a.pdf","previous_result":{"text":"hi"}}`, string(steps[0].Payload))
+	last := drainQueue(t, review, 1, func(fetchedJob) map[string]any { return map[string]any{} })
+	require.Len(t, last, 1)
+	require.JSONEq(t, `{"doc":"a.pdf","previous_result":"summary"}`, string(last[0].Payload))
+	code, body := call(t, "GET", "/api/v1/jobs/"+last[0].JobID, nil)
+	require.Equal(t, 200, code)
+	require.Contains(t, string(body), `"chain_id":"`+first+`","chain_step":2`)
+
+	// Chain 2 exits at step 0.
+	enqueue(t, map[string]any{"queue": extract, "payload": 2, "chain": chain})
+	drainQueue(t, extract, 1, func(fetchedJob) map[string]any { return map[string]any{"step_status": "exit", "result": "nothing to do"} })
+	exit := drainQueue(t, handlers, 1, func(fetchedJob) map[string]any { return map[string]any{} })
+	require.Len(t, exit, 1)
+	require.Contains(t, string(exit[0].Payload), `"cleanup":"yes"`)
+	require.Contains(t, string(exit[0].Payload), `"previous_result":"nothing to do"`)
+	_, ok := fetchOne(t, 0.3, summarize)
+	require.False(t, ok, "an exited chain runs no further step")
+
+	// Chain 3's second step dies.
+	third := enqueue(t, map[string]any{"queue": extract, "payload": 3, "chain": chain, "max_retries": 0})
+	drainQueue(t, extract, 1, func(fetchedJob) map[string]any { return map[string]any{} })
+	drainQueue(t, summarize, 1, func(fetchedJob) map[string]any { return nil })
+	fail := drainQueue(t, handlers, 1, func(fetchedJob) map[string]any { return map[string]any{} })
+	require.Len(t, fail, 1)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(fail[0].Payload, &p))
+	require.Equal(t, "ops", p["notify"])
+	require.Equal(t, third, p["chain_id"])
+	require.EqualValues(t, 1, p["failed_step"])
+	require.Equal(t, "boom", p["error"])
+	_, ok = fetchOne(t, 0.3, review)
+	require.False(t, ok)
+
+	code, body = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": summarize, "chain": chain})
+	require.Equal(t, 400, code, string(body))
+}

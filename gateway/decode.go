@@ -158,7 +158,7 @@ type enqueueRequest struct {
 	Tags           map[string]string `json:"tags"`
 	UniqueKey      *string           `json:"unique_key"`
 	UniquePeriod   *int64            `json:"unique_period"`
-	Chain          jsontext.Value    `json:"chain"`
+	Chain          *chainRequest     `json:"chain"`
 	DependsOn      jsontext.Value    `json:"depends_on"`
 }
 
@@ -174,8 +174,9 @@ func parseDuration(field, s string, allowZero bool) (int64, *apiError) {
 }
 
 // toJob validates a request and builds the job an EnqueueOp carries (ID
-// excluded). idx prefixes error messages inside a batch.
-func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *apiError) {
+// excluded; a chain's ID is the job's, set with it). idx prefixes error
+// messages inside a batch.
+func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (statemachine.Job, *apiError) {
 	wrap := func(e *apiError) *apiError {
 		if e != nil && idx != "" {
 			e.msg = idx + ": " + e.msg
@@ -189,6 +190,9 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 		BaseDelayMs:  defaultBaseDelayMs,
 		MaxDelayMs:   defaultMaxDelayMs,
 		LeaseSeconds: statemachine.DefaultLeaseSeconds,
+	}
+	if r.Queue == nil && r.Chain != nil && len(r.Chain.Steps) > 0 {
+		r.Queue = r.Chain.Steps[0].Queue // a chain's job runs its first step
 	}
 	if r.Queue == nil {
 		return j, wrap(invalid("field \"queue\" is required"))
@@ -273,6 +277,13 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 			j.Tags, _ = json.Marshal(r.Tags, json.Deterministic(true)) // sorted keys
 		}
 	}
+	if r.Chain != nil {
+		c, err := r.Chain.chain(rt, j.Queue, maxPayload)
+		if err != nil {
+			return j, wrap(err)
+		}
+		j.Chain = c
+	}
 	if r.UniqueKey != nil {
 		if *r.UniqueKey == "" || len(*r.UniqueKey) > maxUniqueKey {
 			return j, wrap(invalid("field \"unique_key\" must be 1–%d bytes", maxUniqueKey))
@@ -289,7 +300,7 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 		j.UniquePeriod = *r.UniquePeriod
 	}
 	for field, set := range map[string]bool{
-		"chain": len(r.Chain) > 0, "depends_on": len(r.DependsOn) > 0,
+		"depends_on": len(r.DependsOn) > 0,
 	} {
 		if set {
 			return j, wrap(&apiError{status: 400, code: "unsupported", msg: fmt.Sprintf("field %q is not supported by this server version yet", field)})
@@ -300,7 +311,74 @@ func (r *enqueueRequest) toJob(maxPayload int, idx string) (statemachine.Job, *a
 
 type batchEnqueueRequest struct {
 	Jobs  []enqueueRequest `json:"jobs"`
-	Batch jsontext.Value   `json:"batch"`
+	Batch *batchRequest    `json:"batch"`
+}
+
+type batchRequest struct {
+	CallbackQueue   *string        `json:"callback_queue"`
+	CallbackPayload jsontext.Value `json:"callback_payload"`
+}
+
+// chainTargetRequest is a step or handler of a chain.
+type chainTargetRequest struct {
+	Queue   *string        `json:"queue"`
+	Payload jsontext.Value `json:"payload"`
+}
+
+type chainRequest struct {
+	Steps     []chainTargetRequest `json:"steps"`
+	OnFailure *chainTargetRequest  `json:"on_failure"`
+	OnExit    *chainTargetRequest  `json:"on_exit"`
+}
+
+const maxChainSteps = 100
+
+func (t *chainTargetRequest) target(rt *router.Router, field string, maxPayload int) (statemachine.ChainTarget, *apiError) {
+	if t.Queue == nil {
+		return statemachine.ChainTarget{}, invalid("%s: field \"queue\" is required", field)
+	}
+	if err := router.ValidateQueueName(*t.Queue); err != nil {
+		return statemachine.ChainTarget{}, invalid("%s: %v", field, err)
+	}
+	if len(t.Payload) > maxPayload {
+		return statemachine.ChainTarget{}, &apiError{status: 413, code: "payload_too_large", msg: field + ": payload over the limit"}
+	}
+	return statemachine.ChainTarget{Queue: *t.Queue, Shard: uint32(rt.ShardForQueue(*t.Queue)), Payload: rawOrNil(t.Payload)}, nil
+}
+
+// chain validates a chain and builds the job's chain state (its ID is set
+// by the caller once the job has one).
+func (r *chainRequest) chain(rt *router.Router, queue string, maxPayload int) (*statemachine.Chain, *apiError) {
+	if len(r.Steps) == 0 || len(r.Steps) > maxChainSteps {
+		return nil, invalid("field \"chain.steps\" must hold 1–%d steps", maxChainSteps)
+	}
+	c := &statemachine.Chain{}
+	for i := range r.Steps {
+		t, err := r.Steps[i].target(rt, fmt.Sprintf("chain.steps[%d]", i), maxPayload)
+		if err != nil {
+			return nil, err
+		}
+		c.Steps = append(c.Steps, t)
+	}
+	if c.Steps[0].Queue != queue {
+		return nil, invalid("chain.steps[0].queue (%q) must be the job's queue (%q): the first step is the job itself", c.Steps[0].Queue, queue)
+	}
+	for name, h := range map[string]*chainTargetRequest{"on_failure": r.OnFailure, "on_exit": r.OnExit} {
+		if h == nil {
+			continue
+		}
+		t, err := h.target(rt, "chain."+name, maxPayload)
+		if err != nil {
+			return nil, err
+		}
+		if name == "on_failure" {
+			c.OnFailure = &t
+		} else {
+			c.OnExit = &t
+		}
+	}
+	c.Config, _ = json.Marshal(r, json.Deterministic(true))
+	return c, nil
 }
 
 type fetchRequest struct {
@@ -361,6 +439,13 @@ type ackRequest struct {
 	Result     jsontext.Value `json:"result"`
 	StepStatus *string        `json:"step_status"`
 	holderFields
+}
+
+func (r *ackRequest) stepStatus() string {
+	if r.StepStatus == nil {
+		return ""
+	}
+	return *r.StepStatus
 }
 
 func (r *ackRequest) validate() *apiError {

@@ -17,6 +17,8 @@ var enqueueSeeds = []string{
 	`{"queue":"test","payload":{"hello":"world"}}`,
 	`{"queue":"q","lease_duration":1,"scheduled_at":"2026-02-12T09:00:00Z"}`,
 	`{"queue":"q","unique_key":"k","unique_period":3600}`,
+	`{"queue":"ai.extract","payload":{"u":1},"chain":{"steps":[{"queue":"ai.extract"},{"queue":"ai.summarize"}],"on_failure":{"queue":"alerts","payload":{"notify":"ops"}},"on_exit":{"queue":"cleanup"}}}`,
+	`{"chain":{"steps":[{"queue":"a"}]}}`,
 	`{"queue":"q","payload":[1,2,3],"tags":{}}`,
 	`{"queue":"","payload":null}`,
 	`{"queue":"q","retry_base_delay":"-1s"}`,
@@ -37,7 +39,7 @@ func FuzzDecodeEnqueue(f *testing.F) {
 			require.NotEmpty(t, aerr.code)
 			return
 		}
-		job, aerr := req.toJob(MaxPayloadDefault, "")
+		job, aerr := req.toJob(router.New(4), MaxPayloadDefault, "")
 		if aerr != nil {
 			require.GreaterOrEqual(t, aerr.status, 400)
 			require.Less(t, aerr.status, 500)

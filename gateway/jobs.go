@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/oklog/ulid/v2"
@@ -22,13 +25,16 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	job, aerr := req.toJob(s.cfg.MaxPayloadBytes, "")
+	job, aerr := req.toJob(s.rt, s.cfg.MaxPayloadBytes, "")
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}
 	sh := s.rt.ShardForQueue(job.Queue)
 	job.ID = s.newJobID(sh)
+	if job.Chain != nil {
+		job.Chain.ID = job.ID
+	}
 	rs, aerr := s.propose(sh, &statemachine.EnqueueOp{Job: job})
 	if aerr != nil {
 		writeError(ctx, aerr)
@@ -71,30 +77,43 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, &apiError{status: 413, code: "batch_too_large", msg: "at most " + itoa(s.cfg.MaxBatchJobs) + " jobs per batch"})
 		return
 	}
-	if len(rawOrNil(req.Batch)) > 0 {
-		writeError(ctx, &apiError{status: 400, code: "unsupported", msg: "field \"batch\" (batch callbacks) is not supported by this server version yet"})
-		return
-	}
 	ids := make([]string, len(req.Jobs))
 	perShard := make([][]statemachine.Op, s.eng.Shards())
 	where := make([][]int, s.eng.Shards())
+	batchID, batchShard, create := s.newBatch(req.Batch, len(req.Jobs))
+	if create != nil && create.Batch.CallbackQueue == "" && req.Batch.CallbackQueue != nil {
+		writeError(ctx, invalid("field \"batch.callback_queue\": %v", router.ValidateQueueName(*req.Batch.CallbackQueue)))
+		return
+	}
 	for i := range req.Jobs {
-		job, aerr := req.Jobs[i].toJob(s.cfg.MaxPayloadBytes, "jobs["+itoa(i)+"]")
+		job, aerr := req.Jobs[i].toJob(s.rt, s.cfg.MaxPayloadBytes, "jobs["+itoa(i)+"]")
 		if aerr != nil {
 			writeError(ctx, aerr)
 			return
 		}
 		sh := s.rt.ShardForQueue(job.Queue)
 		job.ID = s.newJobID(sh)
+		if job.Chain != nil {
+			job.Chain.ID = job.ID
+		}
+		if create != nil {
+			job.BatchID, job.BatchShard = batchID, uint32(batchShard)
+		}
 		ids[i] = job.ID
 		perShard[sh] = append(perShard[sh], &statemachine.EnqueueOp{Job: job})
 		where[sh] = append(where[sh], i)
+	}
+	if create != nil {
+		// The batch record travels first in its shard's entry; done-reports
+		// that beat it there are kept anyway.
+		perShard[batchShard] = append([]statemachine.Op{create}, perShard[batchShard]...)
+		where[batchShard] = append([]int{-1}, where[batchShard]...)
 	}
 	errs, results := s.proposeShards(perShard)
 	existing := false
 	for sh, rs := range results {
 		for k := range rs {
-			if rs[k].Existing {
+			if rs[k].Existing && where[sh][k] >= 0 {
 				ids[where[sh][k]] = rs[k].JobID
 				existing = true
 			}
@@ -115,8 +134,8 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 			continue
 		}
 		for k, op := range ops {
-			if !results[sh][k].Existing {
-				s.counters(op.(*statemachine.EnqueueOp).Job.Queue).enqueued.Inc()
+			if e, ok := op.(*statemachine.EnqueueOp); ok && !results[sh][k].Existing {
+				s.counters(e.Job.Queue).enqueued.Inc()
 			}
 		}
 	}
@@ -127,14 +146,17 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		}
 		b = appendString(b, id)
 	}
-	b = append(b, `],"batch_id":null`...)
+	b = append(b, `],"batch_id":`...)
+	b = appendNullableString(b, batchID)
 	if existing {
 		// Which job_ids name a live job that already held the unique key.
 		b = append(b, `,"unique_existing":[`...)
 		flags := make([]bool, len(ids))
 		for sh, rs := range results {
 			for k := range rs {
-				flags[where[sh][k]] = rs[k].Existing
+				if where[sh][k] >= 0 {
+					flags[where[sh][k]] = rs[k].Existing
+				}
 			}
 		}
 		for i, f := range flags {
@@ -147,6 +169,7 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 	}
 	if firstErr != nil {
 		// A partial failure names exactly the jobs that were not applied.
+		failed = slices.DeleteFunc(failed, func(i int) bool { return i < 0 })
 		sort.Ints(failed)
 		b = append(b, `,"error":`...)
 		b = appendString(b, firstErr.msg)
@@ -253,7 +276,7 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	rs, aerr := s.propose(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result)})
+	rs, aerr := s.propose(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()})
 	if aerr == nil {
 		aerr = resultError(&rs[0])
 	}
@@ -307,7 +330,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			addErr(*a.JobID, &apiError{status: 404, code: "not_found", msg: "job not found"})
 			continue
 		}
-		perShard[sh] = append(perShard[sh], &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result)})
+		perShard[sh] = append(perShard[sh], &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
 	}
 	acked := 0
 	var mu sync.Mutex
@@ -504,4 +527,73 @@ func (s *Server) handleCancel(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(ctx, 200, []byte(`{"status":"cancelled"}`))
+}
+
+// newBatch prepares a batch for a batch enqueue with a "batch" object: its
+// ID (on the callback queue's shard, so the callback is local) and the op
+// that creates it. No batch object: no batch.
+func (s *Server) newBatch(req *batchRequest, total int) (string, int, *statemachine.BatchCreateOp) {
+	if req == nil {
+		return "", 0, nil
+	}
+	b := statemachine.Batch{Total: uint32(total), CallbackPayload: rawOrNil(req.CallbackPayload)}
+	shard := 0
+	if req.CallbackQueue != nil {
+		if router.ValidateQueueName(*req.CallbackQueue) != nil {
+			return "", 0, &statemachine.BatchCreateOp{} // invalid: the caller answers 400
+		}
+		shard = s.rt.ShardForQueue(*req.CallbackQueue)
+		b.CallbackQueue, b.CallbackShard = *req.CallbackQueue, uint32(shard)
+		b.CallbackJobID = s.newJobID(shard)
+	} else {
+		shard = int(ulid.Make().Time() % uint64(s.eng.Shards()))
+	}
+	b.ID = "batch_" + itoa(shard) + "_" + ulid.Make().String()
+	return b.ID, shard, &statemachine.BatchCreateOp{Batch: b}
+}
+
+// GET /api/v1/batches/{id}
+func (s *Server) handleGetBatch(ctx *fasthttp.RequestCtx) {
+	id, _ := ctx.UserValue("id").(string)
+	rest, ok := strings.CutPrefix(id, "batch_")
+	num, _, ok2 := strings.Cut(rest, "_")
+	sh, err := strconv.Atoi(num)
+	if !ok || !ok2 || err != nil || sh < 0 || sh >= s.eng.Shards() {
+		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "batch " + id + " not found"})
+		return
+	}
+	v, rerr := s.eng.Read(sh, statemachine.BatchQuery{ID: id})
+	if rerr != nil {
+		writeError(ctx, engineError(rerr))
+		return
+	}
+	bt, _ := v.(*statemachine.Batch)
+	if bt == nil || bt.Total == 0 {
+		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "batch " + id + " not found"})
+		return
+	}
+	b := append([]byte(`{"id":`), appendString(nil, bt.ID)...)
+	b = append(b, `,"total":`...)
+	b = appendInt(b, int64(bt.Total))
+	b = append(b, `,"pending":`...)
+	b = appendInt(b, int64(bt.Total)-int64(bt.Succeeded)-int64(bt.Failed))
+	b = append(b, `,"succeeded":`...)
+	b = appendInt(b, int64(bt.Succeeded))
+	b = append(b, `,"failed":`...)
+	b = appendInt(b, int64(bt.Failed))
+	b = append(b, `,"callback_queue":`...)
+	b = appendNullableString(b, bt.CallbackQueue)
+	b = append(b, `,"callback_payload":`...)
+	b = appendRaw(b, bt.CallbackPayload, "null")
+	b = append(b, `,"callback_job_id":`...)
+	if bt.CompletedAt != 0 && bt.CallbackQueue != "" {
+		b = appendString(b, bt.CallbackJobID)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"created_at":`...)
+	b = appendTime(b, bt.CreatedAt)
+	b = append(b, `,"completed_at":`...)
+	b = appendTime(b, bt.CompletedAt)
+	writeJSON(ctx, 200, append(b, '}'))
 }

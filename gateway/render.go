@@ -198,6 +198,16 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 	}
 	b = append(b, `,"batch_id":`...)
 	b = appendNullableString(b, j.BatchID)
+	b = append(b, `,"chain_id":`...)
+	if c := j.Chain; c != nil {
+		b = appendString(b, c.ID)
+		b = append(b, `,"chain_step":`...)
+		b = appendInt(b, int64(c.Step))
+		b = append(b, `,"chain_config":`...)
+		b = appendRaw(b, c.Config, "null")
+	} else {
+		b = append(b, `null,"chain_step":null,"chain_config":null`...)
+	}
 	b = append(b, `,"tags":`...)
 	b = appendRaw(b, j.Tags, "{}")
 	b = append(b, `,"progress":`...)

@@ -25,11 +25,20 @@ type applier struct {
 	ready map[string]struct{} // queues that gained fetchable jobs
 
 	rateSeq uint32 // tiebreak of rate-window keys within one entry
+	ackStep string // the step_status of the ack being applied (chains)
 	outSeq  uint32 // numbers outbox records within one entry
+	jobSeq  uint32 // numbers the jobs created within one entry
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
 	return &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
+}
+
+// nextSeq is the FIFO sequence of a job created now: entry order, then
+// creation order within the entry (an op may create several jobs).
+func (a *applier) nextSeq() uint64 {
+	a.jobSeq++
+	return a.index<<24 | uint64(a.jobSeq)
 }
 
 func (a *applier) fail(err error) {
@@ -52,7 +61,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		a.s.lastNow = e.Now
 	}
 	a.now = a.s.lastNow
-	a.rateSeq, a.outSeq = 0, 0 // per entry, so keys never depend on how entries were batched
+	a.rateSeq, a.outSeq, a.jobSeq = 0, 0, 0 // per entry, so keys never depend on how entries were batched
 
 	dk := dedupKey(e.ID)
 	if e.Retry {
@@ -132,6 +141,10 @@ func (a *applier) apply(op Op) Result {
 		return a.moveIn(o)
 	case *OutboxAckOp:
 		return a.outboxAck(o)
+	case *BatchCreateOp:
+		return a.batchCreate(o)
+	case *BatchDoneOp:
+		return a.batchDone(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }
@@ -202,15 +215,20 @@ func (a *applier) loadState(id string) JobState {
 	return st
 }
 
-// putState writes a job's state record. A job that reaches a terminal state
-// enters the retention index (t|) and releases its unique key.
+// putState writes a job's state record.
 func (a *applier) putState(j *Job, st *JobState) {
 	a.set(stateKey(j.ID), st.appendTo(nil))
 	a.s.jobs.update(j.ID, st)
-	if st.State.Terminal() {
-		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
-		a.releaseUnique(j)
-	}
+}
+
+// finish writes the state of a job that just reached a terminal state: it
+// enters the retention index, releases its unique key, and tells its batch
+// and its chain.
+func (a *applier) finish(j *Job, st *JobState) {
+	a.putState(j, st)
+	a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
+	a.releaseUnique(j)
+	a.afterFinish(j, st)
 }
 
 func (a *applier) view(id string) (*JobView, bool) {
@@ -379,8 +397,13 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	if j.ID == "" || j.Queue == "" {
 		return Result{Status: StatusInvalid, Message: "job id and queue are required"}
 	}
+	if o.IfAbsent {
+		if _, exists := a.get(jobKey(j.ID)); exists {
+			return Result{State: a.loadState(j.ID).State, Existing: true, JobID: j.ID}
+		}
+	}
 	j.CreatedAt = a.now
-	j.Seq = a.index<<16 | uint64(a.pos)
+	j.Seq = a.nextSeq()
 	if j.LeaseSeconds == 0 {
 		j.LeaseSeconds = DefaultLeaseSeconds
 	}
@@ -522,7 +545,7 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 	a.delPending(j)
 	if a.expired(j) {
 		st.State, st.Reason, st.CompletedAt = StateDead, "expired", a.now
-		a.putState(j, &st)
+		a.finish(j, &st)
 		a.move(j.Queue, StatePending, StateDead)
 		return JobView{}, false
 	}
@@ -567,7 +590,9 @@ func (a *applier) ack(o *AckOp) Result {
 	st.CompletedAt = a.now
 	st.Result = o.Result
 	st.CancelRequested = false
-	a.putState(j, &st)
+	a.ackStep = o.StepStatus
+	a.finish(j, &st)
+	a.ackStep = ""
 	a.move(j.Queue, StateActive, StateCompleted)
 	return Result{State: StateCompleted, Queue: j.Queue}
 }
@@ -604,7 +629,7 @@ func (a *applier) afterFailure(j *Job, st *JobState) Result {
 		st.State, st.Reason, st.CompletedAt = StateDead, "max_retries", a.now
 	}
 	if st.State != StateActive {
-		a.putState(j, st)
+		a.finish(j, st)
 		a.move(j.Queue, StateActive, st.State)
 		return Result{State: st.State, AttemptsRemaining: 0}
 	}
@@ -650,7 +675,7 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 			// The worker hears about the cancel now; the job is done.
 			st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
 			st.CancelRequested = false
-			a.putState(j, &st)
+			a.finish(j, &st)
 			a.move(j.Queue, StateActive, StateCancelled)
 			res.Heartbeats[i] = HeartbeatCancel
 			continue
@@ -689,7 +714,7 @@ func (a *applier) cancel(o *CancelOp) Result {
 		return Result{Status: StatusConflict, State: from, Message: "job is " + from.String() + " and cannot be cancelled"}
 	}
 	st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
-	a.putState(j, &st)
+	a.finish(j, &st)
 	a.move(j.Queue, from, StateCancelled)
 	return Result{State: StateCancelled}
 }
@@ -769,7 +794,11 @@ func (a *applier) afterReclaim(j *Job, st *JobState) {
 		st.WorkerID, st.Hostname = "", ""
 		a.addPending(j)
 	}
-	a.putState(j, st)
+	if st.State.Terminal() {
+		a.finish(j, st)
+	} else {
+		a.putState(j, st)
+	}
 	a.move(j.Queue, StateActive, st.State)
 }
 

@@ -128,7 +128,76 @@ type Job struct {
 	UniquePeriod  int64 // seconds
 	BatchID       string
 	CreatedAt     int64
-	Seq           uint64 // shard-wide FIFO tiebreak: raft index<<16 | position
+	Seq           uint64 // shard-wide FIFO tiebreak: raft index<<24 | creation order in the entry
+	BatchShard    uint32 // the shard holding the batch record, when BatchID is set
+	Chain         *Chain // nil unless the job is a step of a chain
+}
+
+// ChainTarget is a queue a chain may send work to, with its shard (the
+// gateway routes; the state machine only follows).
+type ChainTarget struct {
+	Queue   string
+	Shard   uint32
+	Payload []byte // raw JSON; nil: none given
+}
+
+// Chain is a job's place in a sequential pipeline (spec 000 "job chain").
+type Chain struct {
+	ID        string // the first step's job ID
+	Step      uint32 // this job's index in Steps
+	Steps     []ChainTarget
+	OnFailure *ChainTarget
+	OnExit    *ChainTarget
+	Config    []byte // the chain object as sent, for display
+}
+
+func (t *ChainTarget) append(e *enc) {
+	e.str(t.Queue)
+	e.uvarint(uint64(t.Shard))
+	e.bytes(t.Payload)
+}
+
+func (t *ChainTarget) decode(d *dec) {
+	t.Queue = d.str()
+	t.Shard = uint32(d.uvarint())
+	t.Payload = d.bytes()
+}
+
+func (c *Chain) append(e *enc) {
+	e.str(c.ID)
+	e.uvarint(uint64(c.Step))
+	e.uvarint(uint64(len(c.Steps)))
+	for i := range c.Steps {
+		c.Steps[i].append(e)
+	}
+	for _, h := range []*ChainTarget{c.OnFailure, c.OnExit} {
+		e.boolean(h != nil)
+		if h != nil {
+			h.append(e)
+		}
+	}
+	e.bytes(c.Config)
+}
+
+func (c *Chain) decode(d *dec) {
+	c.ID = d.str()
+	c.Step = uint32(d.uvarint())
+	n := d.uvarint()
+	if n > 1000 {
+		d.fail()
+		return
+	}
+	c.Steps = make([]ChainTarget, n)
+	for i := range c.Steps {
+		c.Steps[i].decode(d)
+	}
+	for _, h := range []**ChainTarget{&c.OnFailure, &c.OnExit} {
+		if d.boolean() {
+			*h = &ChainTarget{}
+			(*h).decode(d)
+		}
+	}
+	c.Config = d.bytes()
 }
 
 const jobVersion = 1
@@ -157,6 +226,11 @@ func (j *Job) appendTo(b []byte) []byte {
 	e.str(j.BatchID)
 	e.varint(j.CreatedAt)
 	e.uvarint(j.Seq)
+	e.uvarint(uint64(j.BatchShard))
+	e.boolean(j.Chain != nil)
+	if j.Chain != nil {
+		j.Chain.append(&e)
+	}
 	return e.b
 }
 
@@ -186,6 +260,11 @@ func (j *Job) decode(d *dec) {
 	j.BatchID = d.str()
 	j.CreatedAt = d.varint()
 	j.Seq = d.uvarint()
+	j.BatchShard = uint32(d.uvarint())
+	if d.boolean() {
+		j.Chain = &Chain{}
+		j.Chain.decode(d)
+	}
 }
 
 // JobState is the small, mutable part of a job (key js|{id}). A pending job

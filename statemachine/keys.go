@@ -21,6 +21,8 @@ const (
 	pfxWorkerX  = "wx|"       // wx|{last seen:8BE}{worker id} → "" (forgetting silent workers)
 	pfxOutbox   = "ob|"       // ob|{seq:8BE} → OutboxRecord (cross-shard effects awaiting delivery)
 	pfxMoved    = "mv|"       // mv|{old id} → new id (jobs moved to another shard)
+	pfxBatch    = "b|"        // b|{batch id} → Batch
+	pfxBatchJob = "bj|"       // bj|{batch id}\x00{job id} → "" (counted finished jobs)
 	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
 	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
 	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results

@@ -44,6 +44,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.readOutbox(q.Limit)
 	case MovedQuery:
 		return s.movedTo(q.ID)
+	case BatchQuery:
+		return s.getBatch(q.ID)
 	}
 	return nil, fmt.Errorf("statemachine: unknown query %T", q)
 }

@@ -91,7 +91,7 @@ func (a *applier) expireJobs(limit int) int {
 		}
 		from := st.State
 		st.State, st.Reason, st.CompletedAt = StateDead, "expired", a.now
-		a.putState(j, &st)
+		a.finish(j, &st)
 		a.move(j.Queue, from, StateDead)
 		n++
 	}
@@ -153,6 +153,14 @@ func (a *applier) purge(before int64, limit int) int {
 	return n
 }
 
+// forgetFromBatch counts an unfinished batch job that is being deleted as
+// failed, so its batch still completes.
+func (a *applier) forgetFromBatch(j *Job, st *JobState) {
+	if j.BatchID != "" && !st.State.Terminal() {
+		a.send(j.BatchShard, &BatchDoneOp{BatchID: j.BatchID, JobID: j.ID, OK: false})
+	}
+}
+
 // dropJob deletes every key of a job that is out of every index.
 func (a *applier) dropJob(j *Job, st *JobState) {
 	a.del(jobKey(j.ID))
@@ -204,6 +212,7 @@ func (a *applier) deleteJob(o *DeleteJobOp) Result {
 	default:
 		a.unindex(j, &st)
 	}
+	a.forgetFromBatch(j, &st)
 	a.dropJob(j, &st)
 	return Result{State: st.State, Queue: j.Queue}
 }
@@ -354,6 +363,7 @@ func (a *applier) dropQueue(o *DropQueueOp) Result {
 			}
 			a.del(h.key)
 		}
+		a.forgetFromBatch(j, &st)
 		a.dropJob(j, &st)
 		n++
 	}

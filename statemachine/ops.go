@@ -32,6 +32,8 @@ const (
 	OpMoveOut     OpCode = 18
 	OpMoveIn      OpCode = 19
 	OpOutboxAck   OpCode = 20
+	OpBatchCreate OpCode = 21
+	OpBatchDone   OpCode = 22
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -187,6 +189,10 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &MoveInOp{}
 	case OpOutboxAck:
 		op = &OutboxAckOp{}
+	case OpBatchCreate:
+		op = &BatchCreateOp{}
+	case OpBatchDone:
+		op = &BatchDoneOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -198,13 +204,27 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 }
 
 // EnqueueOp creates a job. The gateway fills the job's ID and options; the
-// state machine sets CreatedAt, Seq and ExpireAt.
-type EnqueueOp struct{ Job Job }
+// state machine sets CreatedAt, Seq and ExpireAt. IfAbsent makes it a no-op
+// when the ID exists: jobs a shard creates for another (chain steps, batch
+// callbacks) travel the outbox and may arrive twice.
+type EnqueueOp struct {
+	Job      Job
+	IfAbsent bool
+}
 
 // Code implements Op.
-func (*EnqueueOp) Code() OpCode                 { return OpEnqueue }
-func (o *EnqueueOp) appendBody(b []byte) []byte { return o.Job.appendTo(b) }
-func (o *EnqueueOp) decode(d *dec)              { o.Job.decode(d) }
+func (*EnqueueOp) Code() OpCode { return OpEnqueue }
+func (o *EnqueueOp) appendBody(b []byte) []byte {
+	b = o.Job.appendTo(b)
+	if o.IfAbsent {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+func (o *EnqueueOp) decode(d *dec) {
+	o.Job.decode(d)
+	o.IfAbsent = d.boolean()
+}
 
 // FetchOp claims up to Count pending jobs from Queues (all on this shard).
 type FetchOp struct {
@@ -263,6 +283,9 @@ type AckOp struct {
 	JobID  string
 	Holder Holder
 	Result []byte
+	// StepStatus steers a chain: "" or "continue" runs the next step,
+	// "exit" skips the rest (and runs on_exit).
+	StepStatus string
 }
 
 // Code implements Op.
@@ -272,12 +295,14 @@ func (o *AckOp) appendBody(b []byte) []byte {
 	e.str(o.JobID)
 	o.Holder.append(&e)
 	e.bytes(o.Result)
+	e.str(o.StepStatus)
 	return e.b
 }
 func (o *AckOp) decode(d *dec) {
 	o.JobID = d.str()
 	o.Holder.decode(d)
 	o.Result = d.bytes()
+	o.StepStatus = d.str()
 }
 
 // FailOp records a failed attempt of an active job.

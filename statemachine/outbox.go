@@ -263,7 +263,7 @@ func (a *applier) moveIn(o *MoveInOp) Result {
 		return Result{State: o.State.State, Queue: j.Queue} // delivered before
 	}
 	st := o.State
-	j.Seq = a.index<<16 | uint64(a.pos) // a place in this shard's FIFO
+	j.Seq = a.nextSeq() // a place in this shard's FIFO
 	a.set(jobKey(j.ID), j.appendTo(nil))
 	for i := range o.Errors {
 		a.set(errorKey(j.ID, uint32(i+1)), o.Errors[i].appendTo(nil))
@@ -277,8 +277,9 @@ func (a *applier) moveIn(o *MoveInOp) Result {
 	case StateScheduled, StateRetrying:
 		a.putState(j, &st)
 		a.set(timeIndexKey(pfxDue, st.DueAt, j.ID), nil)
-	default:
-		a.putState(j, &st) // terminal: enters the retention index
+	default: // terminal: into the retention index, no second finish
+		a.putState(j, &st)
+		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
 	}
 	a.move(j.Queue, 0, st.State)
 	return Result{State: st.State, Queue: j.Queue}

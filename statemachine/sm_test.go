@@ -349,6 +349,7 @@ func TestStateMachineRejectsGarbage(t *testing.T) {
 func randomLog(tb *testBundle, n int) {
 	var ids []string
 	queues := []string{"a", "b", "c"}
+	tb.apply(&BatchCreateOp{Batch: Batch{ID: "batch_0_r", Total: 20, CallbackQueue: "b", CallbackJobID: "job_0_01KH630VS4806TTT36SZ4F6XQC"}})
 	for i := 0; i < n; i++ {
 		tb.advance(time.Duration(tb.rnd.IntN(3000)) * time.Millisecond)
 		var op Op
@@ -364,11 +365,17 @@ func randomLog(tb *testBundle, n int) {
 			if tb.rnd.IntN(4) == 0 {
 				j.ExpireAfterMs = int64(1000 + tb.rnd.IntN(20000))
 			}
+			switch tb.rnd.IntN(6) {
+			case 0:
+				j.Chain = &Chain{ID: id, Steps: []ChainTarget{{Queue: "a"}, {Queue: "b"}, {Queue: "c"}}, OnFailure: &ChainTarget{Queue: "c"}, OnExit: &ChainTarget{Queue: "a"}}
+			case 1:
+				j.BatchID = "batch_0_r"
+			}
 			op = &EnqueueOp{Job: j}
 		case k < 6:
 			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
 		case k == 6:
-			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}
+			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))], StepStatus: []string{"", "continue", "exit"}[tb.rnd.IntN(3)]}
 		case k == 7:
 			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e"}
 		case k == 8:
@@ -771,4 +778,80 @@ func TestStateMachineCrossShardMove(t *testing.T) {
 	v, _ = src.sm.Lookup(OutboxQuery{Limit: 10})
 	require.Empty(t, v.([]OutboxRecord))
 	require.Equal(t, StatusNotFound, src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1}).Status)
+}
+
+func TestStateMachineBatchCallback(t *testing.T) {
+	t.Parallel()
+	tb := setup(t) // shard index 0
+	var ids []string
+	for i := 0; i < 3; i++ {
+		ids = append(ids, tb.enqueue("imgs", PriorityNormal, func(j *Job) { j.BatchID = "batch_0_x"; j.MaxRetries = 0 }))
+	}
+	cbID := tb.newID()
+	// A done-report may arrive before the batch record: it is kept.
+	jobs := tb.fetch(3, "imgs")
+	require.Len(t, jobs, 3)
+	tb.one(&AckOp{JobID: ids[0]})
+	tb.one(&BatchCreateOp{Batch: Batch{ID: "batch_0_x", Total: 3, CallbackQueue: "done", CallbackPayload: []byte(`{"album_id":"album_42"}`), CallbackJobID: cbID}})
+	tb.one(&FailOp{JobID: ids[1], Error: "resize failed"})
+	require.Empty(t, tb.fetch(1, "done"), "not before every job finished")
+	tb.one(&AckOp{JobID: ids[2]})
+	cb := tb.fetch(1, "done")
+	require.Len(t, cb, 1)
+	require.Equal(t, cbID, cb[0].Job.ID)
+	require.JSONEq(t, `{"album_id":"album_42","batch":{"id":"batch_0_x","total":3,"succeeded":2,"failed":1}}`, string(cb[0].Job.Payload))
+	v, err := tb.sm.Lookup(BatchQuery{ID: "batch_0_x"})
+	require.NoError(t, err)
+	b := v.(*Batch)
+	require.Equal(t, uint32(2), b.Succeeded)
+	require.Equal(t, uint32(1), b.Failed)
+	require.NotZero(t, b.CompletedAt)
+	// Duplicate reports change nothing.
+	tb.one(&BatchDoneOp{BatchID: "batch_0_x", JobID: ids[0], OK: true})
+	v, _ = tb.sm.Lookup(BatchQuery{ID: "batch_0_x"})
+	require.Equal(t, uint32(2), v.(*Batch).Succeeded)
+
+	// A batch on another shard hears through the outbox.
+	other := tb.enqueue("imgs", PriorityNormal, func(j *Job) { j.BatchID = "batch_1_y"; j.BatchShard = 1 })
+	tb.fetch(1, "imgs")
+	tb.one(&AckOp{JobID: other})
+	ob, _ := tb.sm.Lookup(OutboxQuery{Limit: 10})
+	recs := ob.([]OutboxRecord)
+	require.Len(t, recs, 1)
+	require.Equal(t, 1, recs[0].Target)
+	require.Equal(t, &BatchDoneOp{BatchID: "batch_1_y", JobID: other, OK: true}, recs[0].Op)
+}
+
+func TestStateMachineChains(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	chain := func(id string) *Chain {
+		return &Chain{ID: id, Steps: []ChainTarget{{Queue: "extract"}, {Queue: "summarize"}, {Queue: "review"}},
+			OnFailure: &ChainTarget{Queue: "alerts", Payload: []byte(`{"notify":"ops"}`)},
+			OnExit:    &ChainTarget{Queue: "cleanup"}}
+	}
+	var first string
+	first = tb.enqueue("extract", PriorityNormal, func(j *Job) { j.Chain = chain(j.ID); j.Payload = []byte(`{"doc":"a.pdf"}`) })
+	tb.fetch(1, "extract")
+	tb.one(&AckOp{JobID: first, Result: []byte(`{"text":"hello"}`)})
+	step1 := tb.fetch(1, "summarize")
+	require.Len(t, step1, 1)
+	require.JSONEq(t, `{"doc":"a.pdf","previous_result":{"text":"hello"}}`, string(step1[0].Job.Payload))
+	require.Equal(t, uint32(1), step1[0].Job.Chain.Step)
+	require.Equal(t, first, step1[0].Job.Chain.ID)
+	// step_status exit: skip the rest, run on_exit.
+	tb.one(&AckOp{JobID: step1[0].Job.ID, Result: []byte(`"short"`), StepStatus: "exit"})
+	require.Empty(t, tb.fetch(1, "review"))
+	exit := tb.fetch(1, "cleanup")
+	require.Len(t, exit, 1)
+	require.JSONEq(t, `{"chain_id":"`+first+`","exited_at_step":1,"previous_result":"short"}`, string(exit[0].Job.Payload))
+
+	// A step that dies runs on_failure with the error.
+	second := tb.enqueue("extract", PriorityNormal, func(j *Job) { j.Chain = chain(j.ID); j.MaxRetries = 0 })
+	tb.fetch(1, "extract")
+	tb.one(&FailOp{JobID: second, Error: "OCR crashed"})
+	alert := tb.fetch(1, "alerts")
+	require.Len(t, alert, 1)
+	require.JSONEq(t, `{"notify":"ops","chain_id":"`+second+`","failed_step":0,"failed_job_id":"`+second+`","error":"OCR crashed","reason":"max_retries"}`, string(alert[0].Job.Payload))
+	require.Empty(t, tb.fetch(1, "summarize"))
 }
