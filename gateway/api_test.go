@@ -875,7 +875,9 @@ func TestAPIChains(t *testing.T) {
 
 	// Chain 2 exits at step 0.
 	enqueue(t, map[string]any{"queue": extract, "payload": 2, "chain": chain})
-	drainQueue(t, extract, 1, func(fetchedJob) map[string]any { return map[string]any{"step_status": "exit", "result": "nothing to do"} })
+	drainQueue(t, extract, 1, func(fetchedJob) map[string]any {
+		return map[string]any{"step_status": "exit", "result": "nothing to do"}
+	})
 	exit := drainQueue(t, handlers, 1, func(fetchedJob) map[string]any { return map[string]any{} })
 	require.Len(t, exit, 1)
 	require.Contains(t, string(exit[0].Payload), `"cleanup":"yes"`)
