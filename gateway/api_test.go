@@ -903,3 +903,53 @@ func TestAPIChains(t *testing.T) {
 	code, body = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": summarize, "chain": chain})
 	require.Equal(t, 400, code, string(body))
 }
+
+// TestAPIDependencies: a job runs after its dependencies (on other shards)
+// complete; a dependency that dies takes it down; held jobs can be released.
+func TestAPIDependencies(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "deps", 3)
+	a := enqueue(t, map[string]any{"queue": qs[0], "payload": "a"})
+	b := enqueue(t, map[string]any{"queue": qs[1], "payload": "b", "max_retries": 0})
+	code, body := call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": qs[2], "payload": "after", "depends_on": []string{a, b}})
+	require.Equal(t, 201, code, string(body))
+	require.Contains(t, string(body), `"status":"held"`)
+	after := mustJSON[struct {
+		JobID string `json:"job_id"`
+	}](t, body).JobID
+	drainQueue(t, qs[0], 0.5, func(fetchedJob) map[string]any { return map[string]any{} })
+	_, ok := fetchOne(t, 0.3, qs[2])
+	require.False(t, ok, "b has not completed")
+	drainQueue(t, qs[1], 0.5, func(fetchedJob) map[string]any { return map[string]any{} })
+	j, ok := fetchOne(t, 5, qs[2])
+	require.True(t, ok, "never released after both dependencies completed")
+	require.Equal(t, after, j.JobID)
+
+	c := enqueue(t, map[string]any{"queue": qs[0], "payload": "c", "max_retries": 0})
+	code, body = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": qs[2], "depends_on": []string{c}})
+	require.Equal(t, 201, code, string(body))
+	doomed := mustJSON[struct {
+		JobID string `json:"job_id"`
+	}](t, body).JobID
+	drainQueue(t, qs[0], 0.5, func(fetchedJob) map[string]any { return nil })
+	deadline := time.Now().Add(5 * time.Second)
+	for getJob(t, doomed).State != "dead" {
+		require.True(t, time.Now().Before(deadline), "the dependent never died")
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, "dependency "+c+" dead", *getJob(t, doomed).Reason)
+
+	d := enqueue(t, map[string]any{"queue": qs[0], "payload": "d"})
+	code, body = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": qs[2], "depends_on": []string{d}})
+	require.Equal(t, 201, code, string(body))
+	held := mustJSON[struct {
+		JobID string `json:"job_id"`
+	}](t, body).JobID
+	code, body = call(t, "POST", "/api/v1/jobs/"+held+"/approve", nil)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"status":"pending"}`, string(body))
+	code, _ = call(t, "POST", "/api/v1/jobs/"+held+"/reject", nil)
+	require.Equal(t, 409, code, "no longer held")
+	code, _ = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": qs[2], "depends_on": []string{"not-a-job"}})
+	require.Equal(t, 400, code)
+}

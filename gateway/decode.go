@@ -35,6 +35,7 @@ const (
 	defaultMaxDelayMs    = 600000
 	defaultFetchQueueMax = 64
 	maxUniqueKey         = 1024
+	maxDependsOn         = 100
 	maxUniquePeriod      = 365 * 24 * 3600
 )
 
@@ -159,7 +160,7 @@ type enqueueRequest struct {
 	UniqueKey      *string           `json:"unique_key"`
 	UniquePeriod   *int64            `json:"unique_period"`
 	Chain          *chainRequest     `json:"chain"`
-	DependsOn      jsontext.Value    `json:"depends_on"`
+	DependsOn      []string          `json:"depends_on"`
 }
 
 func parseDuration(field, s string, allowZero bool) (int64, *apiError) {
@@ -299,11 +300,18 @@ func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (s
 		}
 		j.UniquePeriod = *r.UniquePeriod
 	}
-	for field, set := range map[string]bool{
-		"depends_on": len(r.DependsOn) > 0,
-	} {
-		if set {
-			return j, wrap(&apiError{status: 400, code: "unsupported", msg: fmt.Sprintf("field %q is not supported by this server version yet", field)})
+	if len(r.DependsOn) > maxDependsOn {
+		return j, wrap(invalid("at most %d jobs in \"depends_on\"", maxDependsOn))
+	}
+	seen := map[string]bool{}
+	for i, id := range r.DependsOn {
+		sh, err := rt.ShardForJob(id)
+		if err != nil {
+			return j, wrap(invalid("depends_on[%d]: %q is not a job id", i, id))
+		}
+		if !seen[id] {
+			seen[id] = true
+			j.DependsOn = append(j.DependsOn, statemachine.Dep{ID: id, Shard: uint32(sh)})
 		}
 	}
 	return j, nil

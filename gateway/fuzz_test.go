@@ -19,6 +19,7 @@ var enqueueSeeds = []string{
 	`{"queue":"q","unique_key":"k","unique_period":3600}`,
 	`{"queue":"ai.extract","payload":{"u":1},"chain":{"steps":[{"queue":"ai.extract"},{"queue":"ai.summarize"}],"on_failure":{"queue":"alerts","payload":{"notify":"ops"}},"on_exit":{"queue":"cleanup"}}}`,
 	`{"chain":{"steps":[{"queue":"a"}]}}`,
+	`{"queue":"q","depends_on":["job_0_01HX7Y2K3M0000000000000000","nope"]}`,
 	`{"queue":"q","payload":[1,2,3],"tags":{}}`,
 	`{"queue":"","payload":null}`,
 	`{"queue":"q","retry_base_delay":"-1s"}`,

@@ -89,3 +89,15 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 	b = appendString(b, r.State.String())
 	writeJSON(ctx, 200, append(b, '}'))
 }
+
+// POST /api/v1/jobs/{id}/approve and /reject — release a held job to
+// pending, or make it dead ("rejected").
+func (s *Server) handleRelease(approve bool) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		r, ok := s.jobOp(ctx, func(id string) statemachine.Op { return &statemachine.ReleaseOp{JobID: id, Approve: approve} })
+		if !ok {
+			return
+		}
+		writeJSON(ctx, 200, append(append([]byte(`{"status":`), appendString(nil, r.State.String())...), '}'))
+	}
+}

@@ -103,6 +103,8 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/jobs/{id}/cancel", s.handleCancel)
 	s.route(r, "POST", "/api/v1/jobs/{id}/retry", s.handleRetry)
 	s.route(r, "POST", "/api/v1/jobs/{id}/move", s.handleMove)
+	s.route(r, "POST", "/api/v1/jobs/{id}/approve", s.handleRelease(true))
+	s.route(r, "POST", "/api/v1/jobs/{id}/reject", s.handleRelease(false))
 	s.route(r, "DELETE", "/api/v1/jobs/{id}", s.handleDelete)
 	s.route(r, "GET", "/api/v1/queues", s.handleListQueues)
 	s.route(r, "POST", "/api/v1/queues/{name}/pause", s.handlePause(true))

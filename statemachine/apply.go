@@ -145,6 +145,12 @@ func (a *applier) apply(op Op) Result {
 		return a.batchCreate(o)
 	case *BatchDoneOp:
 		return a.batchDone(o)
+	case *DepWatchOp:
+		return a.depWatch(o)
+	case *DepDoneOp:
+		return a.depDone(o)
+	case *ReleaseOp:
+		return a.release(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }
@@ -425,6 +431,15 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	st := a.stats(j.Queue)
 	st.Enqueued++
 	a.s.jobs.add(j, JobState{State: StatePending})
+	if len(j.DependsOn) > 0 {
+		js := JobState{State: StateHeld, Reason: HoldDependencies}
+		a.putState(j, &js)
+		a.move(j.Queue, 0, StateHeld)
+		for _, d := range j.DependsOn {
+			a.send(d.Shard, &DepWatchOp{Dep: d.ID, Dependent: j.ID, DependentShard: a.selfShard()})
+		}
+		return Result{State: StateHeld}
+	}
 	if j.ScheduledAt > a.now {
 		js := JobState{State: StateScheduled, DueAt: j.ScheduledAt}
 		a.putState(j, &js)

@@ -38,6 +38,8 @@ func (a *applier) derivedID(shard uint32, origin, what string) string {
 // afterFinish runs the batch and chain consequences of a job that just
 // finished (completed, dead or cancelled).
 func (a *applier) afterFinish(j *Job, st *JobState) {
+	ok, reason := finishedHow(st.State)
+	a.notifyWatchers(j.ID, ok, reason)
 	if j.BatchID != "" {
 		a.send(j.BatchShard, &BatchDoneOp{BatchID: j.BatchID, JobID: j.ID, OK: st.State == StateCompleted})
 	}

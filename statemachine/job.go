@@ -131,6 +131,13 @@ type Job struct {
 	Seq           uint64 // shard-wide FIFO tiebreak: raft index<<24 | creation order in the entry
 	BatchShard    uint32 // the shard holding the batch record, when BatchID is set
 	Chain         *Chain // nil unless the job is a step of a chain
+	DependsOn     []Dep  // jobs that must complete before this one may run
+}
+
+// Dep names a job another job waits for, with the shard it lives on.
+type Dep struct {
+	ID    string
+	Shard uint32
 }
 
 // ChainTarget is a queue a chain may send work to, with its shard (the
@@ -231,6 +238,11 @@ func (j *Job) appendTo(b []byte) []byte {
 	if j.Chain != nil {
 		j.Chain.append(&e)
 	}
+	e.uvarint(uint64(len(j.DependsOn)))
+	for _, d := range j.DependsOn {
+		e.str(d.ID)
+		e.uvarint(uint64(d.Shard))
+	}
 	return e.b
 }
 
@@ -265,6 +277,14 @@ func (j *Job) decode(d *dec) {
 		j.Chain = &Chain{}
 		j.Chain.decode(d)
 	}
+	n := d.uvarint()
+	if n > 1000 {
+		d.fail()
+		return
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		j.DependsOn = append(j.DependsOn, Dep{ID: d.str(), Shard: uint32(d.uvarint())})
+	}
 }
 
 // JobState is the small, mutable part of a job (key js|{id}). A pending job
@@ -286,6 +306,7 @@ type JobState struct {
 	Reason          string // why a job is dead or cancelled ("expired", …)
 	Errors          uint32 // number of error records (je|)
 	LastError       string
+	DepsDone        uint32 // dependencies reported completed (a held job waiting on depends_on)
 }
 
 const stateVersion = 1
@@ -309,6 +330,7 @@ func (s *JobState) appendTo(b []byte) []byte {
 	e.str(s.Reason)
 	e.uvarint(uint64(s.Errors))
 	e.str(s.LastError)
+	e.uvarint(uint64(s.DepsDone))
 	return e.b
 }
 
@@ -333,6 +355,7 @@ func (s *JobState) decode(d *dec) {
 	s.Reason = d.str()
 	s.Errors = uint32(d.uvarint())
 	s.LastError = d.str()
+	s.DepsDone = uint32(d.uvarint())
 }
 
 // JobError is one failed attempt (key je|{id}\x00{attempt}).

@@ -23,6 +23,8 @@ const (
 	pfxMoved    = "mv|"       // mv|{old id} → new id (jobs moved to another shard)
 	pfxBatch    = "b|"        // b|{batch id} → Batch
 	pfxBatchJob = "bj|"       // bj|{batch id}\x00{job id} → "" (counted finished jobs)
+	pfxDepWatch = "dw|"       // dw|{dep id}\x00{dependent id} → dependent shard (uvarint)
+	pfxDepDone  = "dd|"       // dd|{dependent id}\x00{dep id} → "" (reported dependencies)
 	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
 	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
 	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results

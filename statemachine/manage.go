@@ -154,11 +154,15 @@ func (a *applier) purge(before int64, limit int) int {
 }
 
 // forgetFromBatch counts an unfinished batch job that is being deleted as
-// failed, so its batch still completes.
+// failed, so its batch still completes, and tells the jobs waiting on it.
 func (a *applier) forgetFromBatch(j *Job, st *JobState) {
-	if j.BatchID != "" && !st.State.Terminal() {
+	if st.State.Terminal() {
+		return
+	}
+	if j.BatchID != "" {
 		a.send(j.BatchShard, &BatchDoneOp{BatchID: j.BatchID, JobID: j.ID, OK: false})
 	}
+	a.notifyWatchers(j.ID, false, "deleted")
 }
 
 // dropJob deletes every key of a job that is out of every index.
@@ -167,6 +171,12 @@ func (a *applier) dropJob(j *Job, st *JobState) {
 	a.del(stateKey(j.ID))
 	if st.Errors > 0 {
 		pfx := errorPrefix(j.ID)
+		if err := a.b.DeleteRange(pfx, prefixEnd(pfx), nil); err != nil {
+			a.fail(err)
+		}
+	}
+	if len(j.DependsOn) > 0 {
+		pfx := append(append([]byte(pfxDepDone), j.ID...), 0)
 		if err := a.b.DeleteRange(pfx, prefixEnd(pfx), nil); err != nil {
 			a.fail(err)
 		}

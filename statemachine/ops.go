@@ -34,6 +34,9 @@ const (
 	OpOutboxAck   OpCode = 20
 	OpBatchCreate OpCode = 21
 	OpBatchDone   OpCode = 22
+	OpDepWatch    OpCode = 23
+	OpDepDone     OpCode = 24
+	OpRelease     OpCode = 25
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -193,6 +196,12 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &BatchCreateOp{}
 	case OpBatchDone:
 		op = &BatchDoneOp{}
+	case OpDepWatch:
+		op = &DepWatchOp{}
+	case OpDepDone:
+		op = &DepDoneOp{}
+	case OpRelease:
+		op = &ReleaseOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}

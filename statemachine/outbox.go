@@ -210,6 +210,9 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 	if st.State == StateActive {
 		return Result{Status: StatusConflict, State: st.State, Message: "an active job cannot be moved"}
 	}
+	if a.hasWatchers(j0.ID) || (st.State == StateHeld && st.Reason == HoldDependencies) {
+		return Result{Status: StatusConflict, State: st.State, Message: "a job with dependency links cannot move to another shard"}
+	}
 	errs := a.errorsOf(j0.ID, st.Errors)
 	// Off every index here, then gone.
 	if st.State.Terminal() {

@@ -370,6 +370,10 @@ func randomLog(tb *testBundle, n int) {
 				j.Chain = &Chain{ID: id, Steps: []ChainTarget{{Queue: "a"}, {Queue: "b"}, {Queue: "c"}}, OnFailure: &ChainTarget{Queue: "c"}, OnExit: &ChainTarget{Queue: "a"}}
 			case 1:
 				j.BatchID = "batch_0_r"
+			case 2:
+				if len(ids) > 0 {
+					j.DependsOn = []Dep{{ID: ids[tb.rnd.IntN(len(ids))]}}
+				}
 			}
 			op = &EnqueueOp{Job: j}
 		case k < 6:
@@ -400,6 +404,8 @@ func randomLog(tb *testBundle, n int) {
 				op = &MoveJobOp{JobID: ids[tb.rnd.IntN(len(ids))], Queue: queues[tb.rnd.IntN(3)]}
 			case 3:
 				op = &SweepOp{PurgeBefore: tb.now.Add(-10 * time.Second).UnixNano()}
+			case 5:
+				op = &ReleaseOp{JobID: ids[tb.rnd.IntN(len(ids))], Approve: tb.rnd.IntN(2) == 0}
 			case 4:
 				if tb.rnd.IntN(10) == 0 {
 					op = &DropQueueOp{Queue: queues[tb.rnd.IntN(3)], Index: uint8(tb.rnd.IntN(4)), Limit: 3}
@@ -830,8 +836,7 @@ func TestStateMachineChains(t *testing.T) {
 			OnFailure: &ChainTarget{Queue: "alerts", Payload: []byte(`{"notify":"ops"}`)},
 			OnExit:    &ChainTarget{Queue: "cleanup"}}
 	}
-	var first string
-	first = tb.enqueue("extract", PriorityNormal, func(j *Job) { j.Chain = chain(j.ID); j.Payload = []byte(`{"doc":"a.pdf"}`) })
+	first := tb.enqueue("extract", PriorityNormal, func(j *Job) { j.Chain = chain(j.ID); j.Payload = []byte(`{"doc":"a.pdf"}`) })
 	tb.fetch(1, "extract")
 	tb.one(&AckOp{JobID: first, Result: []byte(`{"text":"hello"}`)})
 	step1 := tb.fetch(1, "summarize")
@@ -854,4 +859,56 @@ func TestStateMachineChains(t *testing.T) {
 	require.Len(t, alert, 1)
 	require.JSONEq(t, `{"notify":"ops","chain_id":"`+second+`","failed_step":0,"failed_job_id":"`+second+`","error":"OCR crashed","reason":"max_retries"}`, string(alert[0].Job.Payload))
 	require.Empty(t, tb.fetch(1, "summarize"))
+}
+
+func TestStateMachineDependencies(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	a := tb.enqueue("q", PriorityNormal)
+	b := tb.enqueue("q", PriorityNormal, func(j *Job) { j.MaxRetries = 0 })
+	waiting := tb.enqueue("after", PriorityNormal, func(j *Job) { j.DependsOn = []Dep{{ID: a}, {ID: b}} })
+	require.Equal(t, StateHeld, tb.get(waiting).State.State)
+	tb.fetch(2, "q")
+	tb.one(&AckOp{JobID: a})
+	require.Empty(t, tb.fetch(1, "after"), "one dependency is not enough")
+	tb.one(&AckOp{JobID: b})
+	jobs := tb.fetch(1, "after")
+	require.Len(t, jobs, 1, "both dependencies completed")
+	require.Equal(t, waiting, jobs[0].Job.ID)
+
+	// A dependency that dies kills the dependent.
+	c := tb.enqueue("q", PriorityNormal, func(j *Job) { j.MaxRetries = 0 })
+	doomed := tb.enqueue("after", PriorityNormal, func(j *Job) { j.DependsOn = []Dep{{ID: c}} })
+	tb.fetch(1, "q")
+	tb.one(&FailOp{JobID: c, Error: "x"})
+	v := tb.get(doomed)
+	require.Equal(t, StateDead, v.State.State)
+	require.Equal(t, "dependency "+c+" dead", v.State.Reason)
+
+	// Already finished, unknown or deleted dependencies answer at once.
+	gone := tb.enqueue("after", PriorityNormal, func(j *Job) { j.DependsOn = []Dep{{ID: a}, {ID: "job_0_01HX7Y2K3M0000000000000000"}} })
+	require.Equal(t, "dependency job_0_01HX7Y2K3M0000000000000000 deleted", tb.get(gone).State.Reason)
+	d := tb.enqueue("q", PriorityNormal)
+	orphan := tb.enqueue("after", PriorityNormal, func(j *Job) { j.DependsOn = []Dep{{ID: d}} })
+	tb.one(&DeleteJobOp{JobID: d})
+	require.Equal(t, StateDead, tb.get(orphan).State.State)
+
+	// Held jobs are released by hand.
+	e := tb.enqueue("q", PriorityNormal)
+	h1 := tb.enqueue("after", PriorityNormal, func(j *Job) { j.DependsOn = []Dep{{ID: e}} })
+	h2 := tb.enqueue("after", PriorityNormal, func(j *Job) { j.DependsOn = []Dep{{ID: e}} })
+	require.Equal(t, StatePending, tb.one(&ReleaseOp{JobID: h1, Approve: true}).State)
+	require.Equal(t, StateDead, tb.one(&ReleaseOp{JobID: h2}).State)
+	require.Equal(t, "rejected", tb.get(h2).State.Reason)
+	require.Equal(t, StatusConflict, tb.one(&ReleaseOp{JobID: h2}).Status)
+	tb.fetch(10, "q")
+	tb.one(&AckOp{JobID: e}) // late reports to released jobs change nothing
+	require.Equal(t, StatePending, tb.get(h1).State.State)
+
+	// A dependency on another shard is asked through the outbox.
+	tb.enqueue("after", PriorityNormal, func(j *Job) { j.DependsOn = []Dep{{ID: "job_1_01HX7Y2K3M0000000000000000", Shard: 1}} })
+	ob, _ := tb.sm.Lookup(OutboxQuery{Limit: 10})
+	recs := ob.([]OutboxRecord)
+	require.Len(t, recs, 1)
+	require.IsType(t, &DepWatchOp{}, recs[0].Op)
 }
