@@ -953,3 +953,50 @@ func TestAPIDependencies(t *testing.T) {
 	code, _ = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": qs[2], "depends_on": []string{"not-a-job"}})
 	require.Equal(t, 400, code)
 }
+
+func TestAPISchedules(t *testing.T) {
+	t.Parallel()
+	q := uq("reports")
+	name := uq("daily-report")
+	body := map[string]any{"name": name, "queue": q, "cron": "0 9 * * *", "timezone": "America/New_York", "payload": map[string]string{"type": "daily"}}
+	code, resp := call(t, "POST", "/api/v1/schedules", body)
+	require.Equal(t, 201, code, string(resp))
+	sc := mustJSON[struct {
+		ID       string `json:"id"`
+		NextRun  string `json:"next_run"`
+		Timezone string `json:"timezone"`
+	}](t, resp)
+	require.True(t, strings.HasPrefix(sc.ID, "sched_"))
+	next, err := time.Parse(time.RFC3339Nano, sc.NextRun)
+	require.NoError(t, err)
+	ny, _ := time.LoadLocation("America/New_York")
+	require.Equal(t, 9, next.In(ny).Hour())
+	require.True(t, next.After(time.Now()))
+
+	code, resp = call(t, "POST", "/api/v1/schedules", body)
+	require.Equal(t, 409, code, "names are unique: %s", resp)
+	code, resp = call(t, "GET", "/api/v1/schedules", nil)
+	require.Equal(t, 200, code)
+	require.Contains(t, string(resp), sc.ID)
+
+	body["cron"] = "*/5 * * * *"
+	code, resp = call(t, "PUT", "/api/v1/schedules/"+sc.ID, body)
+	require.Equal(t, 200, code, string(resp))
+	require.Contains(t, string(resp), `"cron":"*/5 * * * *"`)
+
+	for _, bad := range []map[string]any{
+		{"name": "x", "queue": q, "cron": "0 9 * *"},
+		{"name": "x", "queue": q, "cron": "99 9 * * *"},
+		{"name": "x", "queue": q, "cron": "0 9 * * *", "timezone": "Mars/Olympus"},
+		{"queue": q, "cron": "0 9 * * *"},
+	} {
+		code, resp = call(t, "POST", "/api/v1/schedules", bad)
+		require.Equal(t, 400, code, "%v → %s", bad, resp)
+	}
+	code, _ = call(t, "DELETE", "/api/v1/schedules/"+sc.ID, nil)
+	require.Equal(t, 200, code)
+	code, _ = call(t, "DELETE", "/api/v1/schedules/"+sc.ID, nil)
+	require.Equal(t, 404, code)
+	code, _ = call(t, "PUT", "/api/v1/schedules/"+sc.ID, body)
+	require.Equal(t, 404, code)
+}

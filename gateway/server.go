@@ -117,6 +117,10 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "DELETE", "/api/v1/queues/{name}/throttle", s.handleThrottle)
 	s.route(r, "GET", "/api/v1/workers", s.handleWorkers)
 	s.route(r, "GET", "/api/v1/batches/{id}", s.handleGetBatch)
+	s.route(r, "GET", "/api/v1/schedules", s.handleListSchedules)
+	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)
+	s.route(r, "PUT", "/api/v1/schedules/{id}", s.handlePutSchedule)
+	s.route(r, "DELETE", "/api/v1/schedules/{id}", s.handleDeleteSchedule)
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {

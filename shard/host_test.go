@@ -113,3 +113,40 @@ func TestShardConfigValidate(t *testing.T) {
 	}
 	require.NoError(t, Config{DataDir: "d", RaftAddress: "x"}.WithDefaults().Validate())
 }
+
+// fakeClock is a settable clock shared by the tickers and the proposer.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestShardCronTicker: the leader's ticker fires a schedule when its run is
+// due on the (injected) clock, once.
+func TestShardCronTicker(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 5, 1, 10, 0, 30, 0, time.UTC)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := Open(ctx, Config{DataDir: t.TempDir(), RaftAddress: freeAddr(t), Shards: 1, Logger: zerolog.Nop(),
+		RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 10 * time.Millisecond, Clock: clock})
+	require.NoError(t, err)
+	defer h.Close()
+	rs, err := h.Propose(ctx, 0, &statemachine.ScheduleOp{Schedule: statemachine.Schedule{ID: "sched_0_t", Name: "t", Queue: "cron", Cron: "* * * * *", Timezone: "UTC"}})
+	require.NoError(t, err)
+	require.Equal(t, statemachine.StatusOK, rs[0].Status)
+	watch := h.Watch("cron")
+	require.False(t, h.Fetchable("cron"))
+	clock.Add(time.Minute)
+	select {
+	case <-watch:
+	case <-ctx.Done():
+		t.Fatal("the schedule never fired")
+	}
+	require.Equal(t, int64(1), h.Pending("cron"))
+}

@@ -14,7 +14,7 @@ type signals struct {
 	mu     sync.Mutex
 	queues map[string]*queueSignal
 	// Per shard index: active and scheduled+retrying totals, outbox size.
-	active, due, outbox []atomic.Int64
+	active, due, outbox, nextCron []atomic.Int64
 	// relayWake[i] nudges shard i's outbox relay.
 	relayWake []chan struct{}
 }
@@ -30,7 +30,7 @@ type queueSignal struct {
 
 func newSignals(shards int) *signals {
 	s := &signals{queues: make(map[string]*queueSignal), active: make([]atomic.Int64, shards), due: make([]atomic.Int64, shards),
-		outbox: make([]atomic.Int64, shards), relayWake: make([]chan struct{}, shards)}
+		outbox: make([]atomic.Int64, shards), nextCron: make([]atomic.Int64, shards), relayWake: make([]chan struct{}, shards)}
 	for i := range s.relayWake {
 		s.relayWake[i] = make(chan struct{}, 1)
 	}
@@ -104,6 +104,7 @@ func (s *signals) applied(info *statemachine.AppliedInfo) {
 		s.active[i].Store(info.Active)
 		s.due[i].Store(info.Due)
 		s.outbox[i].Store(info.Outbox)
+		s.nextCron[i].Store(info.NextCron)
 		if info.Outbox > 0 {
 			select {
 			case s.relayWake[i] <- struct{}{}:

@@ -37,6 +37,9 @@ func (h *Host) tick(i int) {
 		if h.signals.due[i].Load() > 0 {
 			ops = append(ops, &statemachine.PromoteOp{Limit: 5000})
 		}
+		if next := h.signals.nextCron[i].Load(); next != 0 && next <= now.UnixNano() {
+			ops = append(ops, &statemachine.CronTickOp{Limit: 1000})
+		}
 		if h.signals.active[i].Load() > 0 && now.Sub(lastReclaim) >= reclaimInterval-h.cfg.TickInterval/2 {
 			ops = append(ops, &statemachine.ReclaimOp{Limit: 5000})
 			lastReclaim = now

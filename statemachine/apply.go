@@ -151,6 +151,10 @@ func (a *applier) apply(op Op) Result {
 		return a.depDone(o)
 	case *ReleaseOp:
 		return a.release(o)
+	case *ScheduleOp:
+		return a.schedule(o)
+	case *CronTickOp:
+		return a.cronTick(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }
@@ -315,6 +319,7 @@ func (a *applier) move(q string, from, to State) {
 // flushStats writes every touched queue's stats into the batch and returns
 // the signals for the listener.
 func (a *applier) flushStats() []QueueSignal {
+	a.refreshNextCron()
 	if len(a.dirty) == 0 {
 		return nil
 	}

@@ -7,29 +7,31 @@ import "encoding/binary"
 // numbers are big-endian. A job is written once (j|) and its transitions only
 // touch the small state record (js|) and index keys (p|, d|, l|).
 const (
-	pfxJob      = "j|"        // j|{id}                                  → Job
-	pfxState    = "js|"       // js|{id}                                 → JobState
-	pfxError    = "je|"       // je|{id}\x00{n:4BE} → the job's n-th JobError
-	pfxPending  = "p|"        // p|{queue}\x00{prio:1}{created:8BE}{seq:8BE} → job id
-	pfxDue      = "d|"        // d|{due:8BE}{id}                         → "" (scheduled + retrying)
-	pfxLease    = "l|"        // l|{lease_expires:8BE}{id}               → "" (active)
-	pfxFinished = "t|"        // t|{finished:8BE}{id} → "" (completed, dead, cancelled: retention)
-	pfxExpire   = "x|"        // x|{expire_at:8BE}{id} → "" (jobs with expire_after)
-	pfxUnique   = "u|"        // u|{queue}\x00{unique key} → job id, expires:8BE (0: until done)
-	pfxUniqueX  = "ux|"       // ux|{expires:8BE}{queue}\x00{unique key} → "" (expiring unique locks)
-	pfxWorker   = "w|"        // w|{worker id} → Worker
-	pfxWorkerX  = "wx|"       // wx|{last seen:8BE}{worker id} → "" (forgetting silent workers)
-	pfxOutbox   = "ob|"       // ob|{seq:8BE} → OutboxRecord (cross-shard effects awaiting delivery)
-	pfxMoved    = "mv|"       // mv|{old id} → new id (jobs moved to another shard)
-	pfxBatch    = "b|"        // b|{batch id} → Batch
-	pfxBatchJob = "bj|"       // bj|{batch id}\x00{job id} → "" (counted finished jobs)
-	pfxDepWatch = "dw|"       // dw|{dep id}\x00{dependent id} → dependent shard (uvarint)
-	pfxDepDone  = "dd|"       // dd|{dependent id}\x00{dep id} → "" (reported dependencies)
-	pfxQueueCfg = "qc|"       // qc|{queue}                              → QueueConfig
-	pfxQueueSt  = "qs|"       // qs|{queue}                              → QueueStats
-	pfxDedup    = "rq|"       // rq|{entry id:16}                        → compact results
-	pfxRate     = "rl|"       // rl|{queue}\x00{fetched:8BE}{seq:8BE}   → "" (throttled queues' sliding window)
-	keyMeta     = "m|applied" // applied index:8BE, last now:8BE
+	pfxJob       = "j|"        // j|{id}                                  → Job
+	pfxState     = "js|"       // js|{id}                                 → JobState
+	pfxError     = "je|"       // je|{id}\x00{n:4BE} → the job's n-th JobError
+	pfxPending   = "p|"        // p|{queue}\x00{prio:1}{created:8BE}{seq:8BE} → job id
+	pfxDue       = "d|"        // d|{due:8BE}{id}                         → "" (scheduled + retrying)
+	pfxLease     = "l|"        // l|{lease_expires:8BE}{id}               → "" (active)
+	pfxFinished  = "t|"        // t|{finished:8BE}{id} → "" (completed, dead, cancelled: retention)
+	pfxExpire    = "x|"        // x|{expire_at:8BE}{id} → "" (jobs with expire_after)
+	pfxUnique    = "u|"        // u|{queue}\x00{unique key} → job id, expires:8BE (0: until done)
+	pfxUniqueX   = "ux|"       // ux|{expires:8BE}{queue}\x00{unique key} → "" (expiring unique locks)
+	pfxWorker    = "w|"        // w|{worker id} → Worker
+	pfxWorkerX   = "wx|"       // wx|{last seen:8BE}{worker id} → "" (forgetting silent workers)
+	pfxOutbox    = "ob|"       // ob|{seq:8BE} → OutboxRecord (cross-shard effects awaiting delivery)
+	pfxMoved     = "mv|"       // mv|{old id} → new id (jobs moved to another shard)
+	pfxBatch     = "b|"        // b|{batch id} → Batch
+	pfxBatchJob  = "bj|"       // bj|{batch id}\x00{job id} → "" (counted finished jobs)
+	pfxDepWatch  = "dw|"       // dw|{dep id}\x00{dependent id} → dependent shard (uvarint)
+	pfxDepDone   = "dd|"       // dd|{dependent id}\x00{dep id} → "" (reported dependencies)
+	pfxSchedule  = "sc|"       // sc|{schedule id} → Schedule
+	pfxScheduleX = "sx|"       // sx|{next run:8BE}{schedule id} → "" (due schedules)
+	pfxQueueCfg  = "qc|"       // qc|{queue}                              → QueueConfig
+	pfxQueueSt   = "qs|"       // qs|{queue}                              → QueueStats
+	pfxDedup     = "rq|"       // rq|{entry id:16}                        → compact results
+	pfxRate      = "rl|"       // rl|{queue}\x00{fetched:8BE}{seq:8BE}   → "" (throttled queues' sliding window)
+	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 
 func jobKey(id string) []byte   { return append([]byte(pfxJob), id...) }

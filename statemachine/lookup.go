@@ -46,6 +46,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.movedTo(q.ID)
 	case BatchQuery:
 		return s.getBatch(q.ID)
+	case SchedulesQuery:
+		return s.listSchedules()
 	}
 	return nil, fmt.Errorf("statemachine: unknown query %T", q)
 }

@@ -37,6 +37,8 @@ const (
 	OpDepWatch    OpCode = 23
 	OpDepDone     OpCode = 24
 	OpRelease     OpCode = 25
+	OpSchedule    OpCode = 26
+	OpCronTick    OpCode = 27
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -202,6 +204,10 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &DepDoneOp{}
 	case OpRelease:
 		op = &ReleaseOp{}
+	case OpSchedule:
+		op = &ScheduleOp{}
+	case OpCronTick:
+		op = &CronTickOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}

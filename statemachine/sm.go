@@ -59,6 +59,8 @@ type AppliedInfo struct {
 	Active int64
 	Due    int64
 	Outbox int64 // outbox records awaiting delivery
+	// NextCron is the earliest scheduled cron run (Unix ns, 0: none).
+	NextCron int64
 }
 
 // Config configures one shard's state machine.
@@ -96,6 +98,10 @@ type StateMachine struct {
 	workers map[string]*Worker
 	// outbox counts the records awaiting delivery.
 	outbox int64
+	// schedules counts cron schedules; nextCron is the earliest run (0:
+	// none), recomputed when nextCronStale.
+	schedules, nextCron int64
+	nextCronStale       bool
 	// heads[queue] is the queue's exact first pending key when known (nil
 	// when not), so the per-Update queue signals rarely need a seek.
 	heads map[string][]byte
@@ -163,6 +169,7 @@ func (s *StateMachine) resetCaches() {
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
 	s.rates = make(map[string][]int64)
 	s.active, s.due, s.outbox = 0, 0, 0
+	s.schedules, s.nextCron, s.nextCronStale = 0, 0, false
 	s.mu.Lock()
 	s.cursors = make(map[string][]byte)
 	s.mu.Unlock()
@@ -181,6 +188,9 @@ func (s *StateMachine) loadMeta() error {
 		s.due += c[StateScheduled] + c[StateRetrying]
 	}
 	if err := s.countOutbox(); err != nil {
+		return err
+	}
+	if err := s.loadCronState(); err != nil {
 		return err
 	}
 	v, closer, err := s.db.Get([]byte(keyMeta))
@@ -242,7 +252,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	}
 	s.applied = last
 	if s.cfg.Listener != nil {
-		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due, Outbox: s.outbox})
+		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due, Outbox: s.outbox, NextCron: s.nextCron})
 	}
 	return entries, nil
 }

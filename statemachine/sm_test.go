@@ -350,6 +350,7 @@ func randomLog(tb *testBundle, n int) {
 	var ids []string
 	queues := []string{"a", "b", "c"}
 	tb.apply(&BatchCreateOp{Batch: Batch{ID: "batch_0_r", Total: 20, CallbackQueue: "b", CallbackJobID: "job_0_01KH630VS4806TTT36SZ4F6XQC"}})
+	tb.apply(&ScheduleOp{Schedule: Schedule{ID: "sched_0_r", Queue: "c", Cron: "*/2 * * * *", Timezone: "Europe/Paris"}})
 	for i := 0; i < n; i++ {
 		tb.advance(time.Duration(tb.rnd.IntN(3000)) * time.Millisecond)
 		var op Op
@@ -405,7 +406,11 @@ func randomLog(tb *testBundle, n int) {
 			case 3:
 				op = &SweepOp{PurgeBefore: tb.now.Add(-10 * time.Second).UnixNano()}
 			case 5:
-				op = &ReleaseOp{JobID: ids[tb.rnd.IntN(len(ids))], Approve: tb.rnd.IntN(2) == 0}
+				if tb.rnd.IntN(2) == 0 {
+					op = &ReleaseOp{JobID: ids[tb.rnd.IntN(len(ids))], Approve: tb.rnd.IntN(2) == 0}
+				} else {
+					op = &CronTickOp{}
+				}
 			case 4:
 				if tb.rnd.IntN(10) == 0 {
 					op = &DropQueueOp{Queue: queues[tb.rnd.IntN(3)], Index: uint8(tb.rnd.IntN(4)), Limit: 3}
@@ -911,4 +916,82 @@ func TestStateMachineDependencies(t *testing.T) {
 	recs := ob.([]OutboxRecord)
 	require.Len(t, recs, 1)
 	require.IsType(t, &DepWatchOp{}, recs[0].Op)
+}
+
+// TestStateMachineCronAcrossDST fires "0 9 * * *" in New York across the
+// March 2026 change: 9:00 local is 14:00Z before and 13:00Z after, one run
+// a day, none twice, none skipped.
+func TestStateMachineCronAcrossDST(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ny, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	tb.now = time.Date(2026, 3, 6, 12, 0, 0, 0, ny)
+	r := tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_daily", Name: "daily-report", Queue: "reports", Cron: "0 9 * * *",
+		Timezone: "America/New_York", Payload: []byte(`{"type":"daily"}`), MaxRetries: 3}})
+	require.Equal(t, StatusOK, r.Status)
+	require.Equal(t, time.Date(2026, 3, 7, 14, 0, 0, 0, time.UTC).UnixNano(), r.NextAttemptAt)
+	var runs []string
+	for i := 0; i < 4*24*4; i++ { // every 15 minutes for 4 days
+		tb.advance(15 * time.Minute)
+		tb.one(&CronTickOp{})
+		for _, j := range tb.fetch(10, "reports") {
+			runs = append(runs, tb.now.UTC().Format("01-02 15:04"))
+			require.JSONEq(t, `{"type":"daily"}`, string(j.Job.Payload))
+		}
+	}
+	require.Equal(t, []string{"03-07 14:00", "03-08 13:00", "03-09 13:00", "03-10 13:00"}, runs)
+	// The fall-back day runs a 1 a.m. schedule once, not twice.
+	require.Equal(t, time.Date(2026, 11, 1, 5, 0, 0, 0, time.UTC).UnixNano(),
+		must(NextRun("0 1 * * *", "America/New_York", time.Date(2026, 10, 31, 12, 0, 0, 0, time.UTC).UnixNano())))
+	require.Equal(t, time.Date(2026, 11, 2, 6, 0, 0, 0, time.UTC).UnixNano(),
+		must(NextRun("0 1 * * *", "America/New_York", time.Date(2026, 11, 1, 5, 0, 0, 0, time.UTC).UnixNano())))
+}
+
+func must(v int64, err error) int64 {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestStateMachineCronLeaderChange: ticks proposed by an old leader and a
+// new one (here: the same log applied to a second replica, which then goes
+// on ticking) fire each run exactly once, including runs missed while no
+// leader ticked.
+func TestStateMachineCronLeaderChange(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	a.now = time.Date(2026, 5, 1, 10, 0, 30, 0, time.UTC)
+	a.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min", Name: "every-minute", Queue: "q", Cron: "* * * * *", Timezone: "UTC"}})
+	for i := 0; i < 5; i++ {
+		a.advance(time.Minute)
+		a.one(&CronTickOp{})
+	}
+	// The new leader has every entry the old one committed…
+	b := setup(t)
+	b.now = a.now
+	for _, cmd := range a.log {
+		b.applyRaw(cmd)
+	}
+	// …the old one proposed a tick that lands twice (a retry), and the new
+	// leader was down for 3 minutes before ticking again.
+	b.now = b.now.Add(10 * time.Second)
+	b.one(&CronTickOp{})
+	b.one(&CronTickOp{})
+	b.advance(3 * time.Minute)
+	b.one(&CronTickOp{})
+	b.advance(time.Minute)
+	b.one(&CronTickOp{})
+	jobs := b.fetch(100, "q")
+	require.Len(t, jobs, 9, "runs 10:01 … 10:09, one each")
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		require.False(t, seen[j.Job.ID])
+		seen[j.Job.ID] = true
+	}
+	// Deleting stops it.
+	b.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Delete: true})
+	b.advance(5 * time.Minute)
+	require.Zero(t, b.one(&CronTickOp{}).Count)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	_ "time/tzdata" // every node computes cron times from the same tz database
 
 	"github.com/spf13/cobra"
 )

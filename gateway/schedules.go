@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/oklog/ulid/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+type scheduleRequest struct {
+	Name       *string        `json:"name"`
+	Queue      *string        `json:"queue"`
+	Cron       *string        `json:"cron"`
+	Timezone   *string        `json:"timezone"`
+	Payload    jsontext.Value `json:"payload"`
+	UniqueKey  *string        `json:"unique_key"`
+	MaxRetries *int64         `json:"max_retries"`
+	Priority   *string        `json:"priority"`
+}
+
+func (r *scheduleRequest) toSchedule(maxPayload int) (statemachine.Schedule, *apiError) {
+	sc := statemachine.Schedule{Timezone: "UTC", MaxRetries: defaultMaxRetries, Priority: statemachine.PriorityNormal}
+	if r.Name == nil || *r.Name == "" || len(*r.Name) > 256 {
+		return sc, invalid("field \"name\" must be 1–256 bytes")
+	}
+	sc.Name = *r.Name
+	if r.Queue == nil {
+		return sc, invalid("field \"queue\" is required")
+	}
+	if err := router.ValidateQueueName(*r.Queue); err != nil {
+		return sc, invalid("field \"queue\": %v", err)
+	}
+	sc.Queue = *r.Queue
+	if r.Cron == nil {
+		return sc, invalid("field \"cron\" is required (5 fields, e.g. \"0 9 * * *\")")
+	}
+	if len(strings.Fields(*r.Cron)) != 5 {
+		return sc, invalid("field \"cron\": %q must have 5 fields (minute hour day month weekday)", *r.Cron)
+	}
+	sc.Cron = *r.Cron
+	if r.Timezone != nil {
+		sc.Timezone = *r.Timezone
+	}
+	if _, err := statemachine.NextRun(sc.Cron, sc.Timezone, time.Now().UnixNano()); err != nil {
+		return sc, invalid("%v", err)
+	}
+	if len(r.Payload) > maxPayload {
+		return sc, &apiError{status: 413, code: "payload_too_large", msg: "payload over the limit"}
+	}
+	sc.Payload = rawOrNil(r.Payload)
+	if r.UniqueKey != nil {
+		sc.UniqueKey = *r.UniqueKey
+	}
+	if r.MaxRetries != nil {
+		if *r.MaxRetries < 0 || *r.MaxRetries > maxRetriesLimit {
+			return sc, invalid("field \"max_retries\" must be 0–%d", maxRetriesLimit)
+		}
+		sc.MaxRetries = uint32(*r.MaxRetries)
+	}
+	if r.Priority != nil {
+		p, ok := statemachine.ParsePriority(*r.Priority)
+		if !ok {
+			return sc, invalid("field \"priority\": unknown value %q", *r.Priority)
+		}
+		sc.Priority = p
+	}
+	return sc, nil
+}
+
+func appendSchedule(b []byte, sc *statemachine.Schedule) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, sc.ID)
+	b = append(b, `,"name":`...)
+	b = appendString(b, sc.Name)
+	b = append(b, `,"queue":`...)
+	b = appendString(b, sc.Queue)
+	b = append(b, `,"cron":`...)
+	b = appendString(b, sc.Cron)
+	b = append(b, `,"timezone":`...)
+	b = appendString(b, sc.Timezone)
+	b = append(b, `,"payload":`...)
+	b = appendRaw(b, sc.Payload, "{}")
+	b = append(b, `,"unique_key":`...)
+	b = appendNullableString(b, sc.UniqueKey)
+	b = append(b, `,"max_retries":`...)
+	b = appendInt(b, int64(sc.MaxRetries))
+	b = append(b, `,"priority":`...)
+	b = appendString(b, sc.Priority.String())
+	b = append(b, `,"next_run":`...)
+	b = appendTime(b, sc.NextRun)
+	b = append(b, `,"last_run":`...)
+	b = appendTime(b, sc.LastRun)
+	b = append(b, `,"created_at":`...)
+	b = appendTime(b, sc.CreatedAt)
+	return append(b, '}')
+}
+
+func (s *Server) allSchedules() ([]statemachine.Schedule, *apiError) {
+	var all []statemachine.Schedule
+	for sh := 0; sh < s.eng.Shards(); sh++ {
+		v, err := s.eng.Read(sh, statemachine.SchedulesQuery{})
+		if err != nil {
+			return nil, engineError(err)
+		}
+		all = append(all, v.([]statemachine.Schedule)...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	return all, nil
+}
+
+// GET /api/v1/schedules
+func (s *Server) handleListSchedules(ctx *fasthttp.RequestCtx) {
+	all, aerr := s.allSchedules()
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	b := []byte(`{"schedules":[`)
+	for i := range all {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendSchedule(b, &all[i])
+	}
+	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+// POST /api/v1/schedules and PUT /api/v1/schedules/{id}
+func (s *Server) handlePutSchedule(ctx *fasthttp.RequestCtx) {
+	var req scheduleRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	sc, aerr := req.toSchedule(s.cfg.MaxPayloadBytes)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	all, aerr := s.allSchedules()
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	id, _ := ctx.UserValue("id").(string)
+	status := 201
+	if id != "" { // PUT: the schedule keeps its ID (and shard)
+		status = 200
+		found := false
+		for _, x := range all {
+			if x.ID == id {
+				found = true
+				if s.rt.ShardForQueue(sc.Queue) != s.scheduleShard(id) {
+					writeError(ctx, invalid("a schedule cannot change to a queue on another shard; delete it and create a new one"))
+					return
+				}
+			}
+		}
+		if !found {
+			writeError(ctx, &apiError{status: 404, code: "not_found", msg: "schedule " + id + " not found"})
+			return
+		}
+	} else {
+		id = "sched_" + strconv.Itoa(s.rt.ShardForQueue(sc.Queue)) + "_" + ulid.Make().String()
+	}
+	for _, x := range all {
+		if x.Name == sc.Name && x.ID != id {
+			writeError(ctx, &apiError{status: 409, code: "conflict", msg: "a schedule named " + strconv.Quote(sc.Name) + " exists (" + x.ID + ")"})
+			return
+		}
+	}
+	sc.ID = id
+	rs, aerr := s.propose(s.rt.ShardForQueue(sc.Queue), &statemachine.ScheduleOp{Schedule: sc})
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	sc.NextRun = rs[0].NextAttemptAt
+	writeJSON(ctx, status, appendSchedule(nil, &sc))
+}
+
+func (s *Server) scheduleShard(id string) int {
+	rest, _ := strings.CutPrefix(id, "sched_")
+	num, _, _ := strings.Cut(rest, "_")
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= s.eng.Shards() {
+		return -1
+	}
+	return n
+}
+
+// DELETE /api/v1/schedules/{id}
+func (s *Server) handleDeleteSchedule(ctx *fasthttp.RequestCtx) {
+	id, _ := ctx.UserValue("id").(string)
+	sh := s.scheduleShard(id)
+	if sh < 0 {
+		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "schedule " + id + " not found"})
+		return
+	}
+	rs, aerr := s.propose(sh, &statemachine.ScheduleOp{Schedule: statemachine.Schedule{ID: id}, Delete: true})
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	writeJSON(ctx, 200, []byte(`{"deleted":true}`))
+}
