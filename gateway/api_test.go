@@ -1000,3 +1000,58 @@ func TestAPISchedules(t *testing.T) {
 	code, _ = call(t, "PUT", "/api/v1/schedules/"+sc.ID, body)
 	require.Equal(t, 404, code)
 }
+
+func TestAPIDeadLetters(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "dlq", 2)
+	var dead []string
+	for i := 0; i < 5; i++ {
+		q := qs[i%2]
+		id := enqueue(t, map[string]any{"queue": q, "payload": i, "max_retries": 0})
+		_, ok := fetchOne(t, 1, q)
+		require.True(t, ok)
+		code, _ := call(t, "POST", "/api/v1/fail/"+id, map[string]any{"error": fmt.Sprint("SMTP timeout ", i)})
+		require.Equal(t, 200, code)
+		dead = append(dead, id)
+	}
+	// Page through one queue, then the other, newest first.
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		path := "/api/v1/dead?limit=2&queue=" + qs[0]
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		code, body := call(t, "GET", path, nil)
+		require.Equal(t, 200, code, string(body))
+		page := mustJSON[struct {
+			Jobs []struct {
+				ID        string `json:"id"`
+				State     string `json:"state"`
+				LastError string `json:"last_error"`
+			} `json:"jobs"`
+			HasMore bool    `json:"has_more"`
+			Cursor  *string `json:"cursor"`
+		}](t, body)
+		for _, j := range page.Jobs {
+			require.Equal(t, "dead", j.State)
+			require.Contains(t, j.LastError, "SMTP timeout")
+			got = append(got, j.ID)
+		}
+		if !page.HasMore {
+			break
+		}
+		cursor = *page.Cursor
+	}
+	require.Equal(t, []string{dead[4], dead[2], dead[0]}, got)
+	// Retried jobs leave the list.
+	code, _ := call(t, "POST", "/api/v1/jobs/"+dead[4]+"/retry", nil)
+	require.Equal(t, 200, code)
+	code, body := call(t, "GET", "/api/v1/dead?queue="+qs[0], nil)
+	require.Equal(t, 200, code)
+	require.NotContains(t, string(body), dead[4])
+	require.Contains(t, string(body), dead[2])
+	code, _ = call(t, "GET", "/api/v1/dead?limit=0", nil)
+	require.Equal(t, 400, code)
+}

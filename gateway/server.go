@@ -116,6 +116,7 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/queues/{name}/throttle", s.handleThrottle)
 	s.route(r, "DELETE", "/api/v1/queues/{name}/throttle", s.handleThrottle)
 	s.route(r, "GET", "/api/v1/workers", s.handleWorkers)
+	s.route(r, "GET", "/api/v1/dead", s.handleDead)
 	s.route(r, "GET", "/api/v1/batches/{id}", s.handleGetBatch)
 	s.route(r, "GET", "/api/v1/schedules", s.handleListSchedules)
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)

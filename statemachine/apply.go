@@ -237,6 +237,9 @@ func (a *applier) putState(j *Job, st *JobState) {
 func (a *applier) finish(j *Job, st *JobState) {
 	a.putState(j, st)
 	a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
+	if st.State == StateDead {
+		a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
+	}
 	a.releaseUnique(j)
 	a.afterFinish(j, st)
 }

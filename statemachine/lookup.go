@@ -48,6 +48,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.getBatch(q.ID)
 	case SchedulesQuery:
 		return s.listSchedules()
+	case DeadQuery:
+		return s.listDead(q)
 	}
 	return nil, fmt.Errorf("statemachine: unknown query %T", q)
 }
@@ -165,4 +167,52 @@ func cloneState(s JobState) JobState {
 	s.Checkpoint = cloneBytes(s.Checkpoint)
 	s.Result = cloneBytes(s.Result)
 	return s
+}
+
+// DeadQuery lists dead jobs, most recently dead first, optionally of one
+// queue, starting below the cursor (Before, BeforeID) when set; the answer
+// is DeadPage.
+type DeadQuery struct {
+	Queue    string
+	Before   int64
+	BeforeID string
+	Limit    int
+}
+
+// DeadPage is one page of dead jobs.
+type DeadPage struct {
+	Jobs []JobView
+	More bool
+}
+
+func (s *StateMachine) listDead(q DeadQuery) (DeadPage, error) {
+	upper := prefixEnd([]byte(pfxDead))
+	if q.Before != 0 {
+		upper = timeIndexKey(pfxDead, q.Before, q.BeforeID)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pfxDead), UpperBound: upper})
+	if err != nil {
+		return DeadPage{}, err
+	}
+	defer it.Close()
+	var page DeadPage
+	for ok := it.Last(); ok; ok = it.Prev() {
+		_, id, valid := splitTimeIndexKey(pfxDead, it.Key())
+		if !valid {
+			continue
+		}
+		v, err := s.getJob(id)
+		if err != nil {
+			return page, err
+		}
+		if v == nil || v.State.State != StateDead || (q.Queue != "" && v.Job.Queue != q.Queue) {
+			continue
+		}
+		if len(page.Jobs) == q.Limit {
+			page.More = true
+			break
+		}
+		page.Jobs = append(page.Jobs, *v)
+	}
+	return page, it.Error()
 }

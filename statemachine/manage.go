@@ -167,6 +167,9 @@ func (a *applier) forgetFromBatch(j *Job, st *JobState) {
 
 // dropJob deletes every key of a job that is out of every index.
 func (a *applier) dropJob(j *Job, st *JobState) {
+	if st.State == StateDead {
+		a.del(timeIndexKey(pfxDead, st.CompletedAt, j.ID))
+	}
 	a.del(jobKey(j.ID))
 	a.del(stateKey(j.ID))
 	if st.Errors > 0 {
@@ -199,6 +202,9 @@ func (a *applier) retryJob(o *RetryJobOp) Result {
 	}
 	from := st.State
 	a.del(timeIndexKey(pfxFinished, st.CompletedAt, j.ID))
+	if from == StateDead {
+		a.del(timeIndexKey(pfxDead, st.CompletedAt, j.ID))
+	}
 	st.State, st.Attempt, st.Reason = StatePending, 0, ""
 	st.CompletedAt, st.WorkerID, st.Hostname, st.Result = 0, "", "", nil
 	st.CancelRequested = false

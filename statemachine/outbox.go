@@ -283,6 +283,9 @@ func (a *applier) moveIn(o *MoveInOp) Result {
 	default: // terminal: into the retention index, no second finish
 		a.putState(j, &st)
 		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
+		if st.State == StateDead {
+			a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
+		}
 	}
 	a.move(j.Queue, 0, st.State)
 	return Result{State: st.State, Queue: j.Queue}
