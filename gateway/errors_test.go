@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -63,4 +64,20 @@ func TestOverloadAndUnavailableCarryRetryAfter(t *testing.T) {
 		}
 		require.NoError(t, srv.Shutdown(context.Background()))
 	}
+}
+
+func TestThroughputRate(t *testing.T) {
+	t.Parallel()
+	var tp throughput
+	_, ok := tp.rate("q", [3]int64{10, 5, 1})
+	require.False(t, ok, "no sample yet")
+	tp.samples = []totalsSample{{at: time.Now().Add(-10 * time.Second), totals: map[string][3]int64{"q": {0, 0, 0}}}}
+	r, ok := tp.rate("q", [3]int64{100, 50, 10})
+	require.True(t, ok)
+	require.InDelta(t, 10, r[0], 0.2)
+	require.InDelta(t, 5, r[1], 0.1)
+	require.InDelta(t, 1, r[2], 0.1)
+	r, ok = tp.rate("new-queue", [3]int64{20, 0, 0})
+	require.True(t, ok)
+	require.InDelta(t, 2, r[0], 0.1, "a queue born since the sample counts from zero")
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -42,6 +43,21 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 			b = append(b, ',')
 		}
 		b = appendQueue(b, &all[i])
+		b = b[:len(b)-1] // reopen the object for its throughput
+		b = append(b, `,"throughput":`...)
+		st := &all[i].Stats
+		if r, ok := s.rates.rate(all[i].Name, [3]int64{st.Enqueued, st.Completed, st.Failed}); ok {
+			b = append(b, `{"enqueued_per_s":`...)
+			b = strconv.AppendFloat(b, r[0], 'f', -1, 64)
+			b = append(b, `,"completed_per_s":`...)
+			b = strconv.AppendFloat(b, r[1], 'f', -1, 64)
+			b = append(b, `,"failed_per_s":`...)
+			b = strconv.AppendFloat(b, r[2], 'f', -1, 64)
+			b = append(b, '}')
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, '}')
 	}
 	writeJSON(ctx, 200, append(b, "]}"...))
 }

@@ -78,6 +78,7 @@ type Server struct {
 	once   sync.Once
 
 	queueMetrics sync.Map // queue → *queueCounters
+	rates        throughput
 }
 
 // New builds a server over an engine.
@@ -151,6 +152,7 @@ func New(cfg Config, eng Engine) *Server {
 			writeError(ctx, badRequest("bad_request", "cannot read the request: %v", err))
 		},
 	}
+	go s.sampleLoop()
 	return s
 }
 
