@@ -186,6 +186,14 @@ func (s *Server) handlePutSchedule(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	sc.NextRun = rs[0].NextAttemptAt
+	// Answer with the stored record (it has the times the shard set).
+	if v, err := s.eng.Read(s.rt.ShardForQueue(sc.Queue), statemachine.SchedulesQuery{}); err == nil {
+		for _, x := range v.([]statemachine.Schedule) {
+			if x.ID == sc.ID {
+				sc = x
+			}
+		}
+	}
 	writeJSON(ctx, status, appendSchedule(nil, &sc))
 }
 

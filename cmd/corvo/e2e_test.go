@@ -271,3 +271,40 @@ func TestE2EConcurrentFetchersExactlyOnce(t *testing.T) {
 		require.Equal(t, 1, n, "job %s handed out %d times", id, n)
 	}
 }
+
+// TestE2EReadmeExamples runs every <!-- example --> block of the README, in
+// order, against a real server: the documented commands work as shown.
+func TestE2EReadmeExamples(t *testing.T) {
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (make test installs it via scripts/ensure-tools.sh)", tool)
+		}
+	}
+	s := newServer(t)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\n")
+	rest := string(readme)
+	n := 0
+	for {
+		i := strings.Index(rest, "<!-- example -->")
+		if i < 0 {
+			break
+		}
+		rest = rest[i:]
+		start := strings.Index(rest, "```bash") + len("```bash")
+		end := start + strings.Index(rest[start:], "```")
+		block := rest[start:end]
+		fmt.Fprintf(&script, "echo '--- example %d'\n%s\n", n, block)
+		rest = rest[end:]
+		n++
+	}
+	require.GreaterOrEqual(t, n, 8, "the README lost its examples")
+	code := strings.ReplaceAll(script.String(), "http://localhost:8080", s.url)
+	cmd := exec.Command("bash", "-c", code)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "a README example failed:\n%s", out)
+	require.Contains(t, string(out), "--- example "+fmt.Sprint(n-1))
+	require.Contains(t, string(out), "true\n--- example 3", "the duplicate unique enqueue answered the existing job")
+}
