@@ -72,6 +72,9 @@ type Config struct {
 	// (negative: forever).
 	Retention     time.Duration
 	SweepInterval time.Duration // expiry, unique-lock and retention sweeps
+	// HoldOutbox keeps the relay from delivering (tests use it to crash a
+	// node between an outbox write and its delivery).
+	HoldOutbox bool
 }
 
 // WithDefaults fills unset fields.

@@ -26,7 +26,7 @@ func (h *Host) relay(i int) {
 		case <-h.relayWake[i]:
 		case <-t.C:
 		}
-		for h.IsLeader(i) && h.signals.outbox[i].Load() > 0 {
+		for !h.cfg.HoldOutbox && h.IsLeader(i) && h.signals.outbox[i].Load() > 0 {
 			if !h.relayOnce(i) {
 				break
 			}

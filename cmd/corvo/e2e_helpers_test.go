@@ -60,6 +60,7 @@ type server struct {
 	cmd      *exec.Cmd
 	stderr   *lockedBuffer
 	extra    []string
+	env      []string
 	exited   chan struct{}
 	exitCode int
 }
@@ -85,6 +86,7 @@ func (s *server) start() {
 	s.t.Helper()
 	args := append([]string{"server", "--bind", s.http, "--raft-bind", s.raft, "--data-dir", s.dir, "--log-level", "warn"}, s.extra...)
 	s.cmd = exec.Command(corvoBin, args...)
+	s.cmd.Env = append(os.Environ(), s.env...)
 	s.stderr = &lockedBuffer{}
 	s.cmd.Stderr = s.stderr
 	require.NoError(s.t, s.cmd.Start())

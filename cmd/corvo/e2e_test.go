@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // TestE2EQuickStart runs the README's quick start (spec 000 "Quick start"):
@@ -307,4 +310,79 @@ func TestE2EReadmeExamples(t *testing.T) {
 	require.NoError(t, err, "a README example failed:\n%s", out)
 	require.Contains(t, string(out), "--- example "+fmt.Sprint(n-1))
 	require.Contains(t, string(out), "true\n--- example 3", "the duplicate unique enqueue answered the existing job")
+}
+
+// TestE2EOutboxSurvivesKill moves jobs to a queue on another shard while
+// the outbox relay is held, SIGKILLs the server with every move written but
+// none delivered, restarts it, and checks that each job then exists exactly
+// once — under its new ID, on its new queue.
+func TestE2EOutboxSurvivesKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t)
+	s.stop()
+	s.env = []string{"CORVO_TEST_HOLD_OUTBOX=1"}
+	s.start()
+	// Two queues on different shards (4 shards, the router's xxhash).
+	from, to := "q-from-0", ""
+	for i := 0; to == ""; i++ {
+		if c := fmt.Sprintf("q-to-%d", i); shardOf(c) != shardOf(from) {
+			to = c
+		}
+	}
+	moved := map[string]string{}
+	for i := 0; i < 50; i++ {
+		id := s.enqueueJob(t, from, i)
+		code, body := do(t, "POST", s.url+"/api/v1/jobs/"+id+"/move", map[string]any{"queue": to})
+		require.Equal(t, 200, code, string(body))
+		moved[id] = decode[struct {
+			JobID string `json:"job_id"`
+		}](t, body).JobID
+	}
+	for _, newID := range moved {
+		code, _ := do(t, "GET", s.url+"/api/v1/jobs/"+newID, nil)
+		require.Equal(t, 404, code, "held: nothing delivered yet")
+		break
+	}
+	s.kill9()
+	s.env = nil
+	s.start()
+	deadline := time.Now().Add(30 * time.Second)
+	for oldID, newID := range moved {
+		for {
+			code, body := do(t, "GET", s.url+"/api/v1/jobs/"+newID, nil)
+			if code == 200 {
+				require.Equal(t, to, decode[jobDoc](t, body).Queue)
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "job %s never arrived", newID)
+			time.Sleep(20 * time.Millisecond)
+		}
+		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := noRedirect.Get(s.url + "/api/v1/jobs/" + oldID)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 301, resp.StatusCode, "the old ID is gone (moved)")
+	}
+	got := 0
+	for {
+		code, body := do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": []string{from, to}, "count": 100, "timeout": 0.5})
+		if code != 200 {
+			break
+		}
+		got += len(decode[struct{ Jobs []fetched }](t, body).Jobs)
+	}
+	require.Equal(t, len(moved), got, "each moved job exists exactly once")
+}
+
+func shardOf(queue string) int { return router.New(4).ShardForQueue(queue) }
+
+func (s *server) enqueueJob(t *testing.T, queue string, i int) string {
+	t.Helper()
+	code, body := do(t, "POST", s.url+"/api/v1/enqueue", map[string]any{"queue": queue, "payload": map[string]int{"i": i}})
+	require.Equal(t, 201, code, string(body))
+	return decode[struct {
+		JobID string `json:"job_id"`
+	}](t, body).JobID
 }

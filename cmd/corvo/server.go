@@ -127,7 +127,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 
 	start := time.Now()
 	openCtx, cancel := context.WithTimeout(sigCtx, 2*time.Minute)
-	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention})
+	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
+		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"}) // test hook: see TestE2EOutboxSurvivesKill
 	cancel()
 	if err != nil {
 		ln.Close()
