@@ -119,13 +119,21 @@ func (a *applier) depWatch(o *DepWatchOp) Result {
 		a.send(o.DependentShard, &DepDoneOp{Dependent: o.Dependent, Dep: o.Dep, OK: okDone, Reason: reason})
 		return Result{}
 	}
-	v := binary.AppendUvarint(nil, uint64(o.DependentShard))
-	a.set(watchKey(o.Dep, o.Dependent), v)
+	k := watchKey(o.Dep, o.Dependent)
+	if _, dup := a.get(k); !dup {
+		a.s.watched[o.Dep]++
+	}
+	a.set(k, binary.AppendUvarint(nil, uint64(o.DependentShard)))
 	return Result{}
 }
 
-// notifyWatchers reports a job's end to every job waiting on it.
+// notifyWatchers reports a job's end to every job waiting on it. Most jobs
+// have no watchers: the in-memory set skips the seek for them.
 func (a *applier) notifyWatchers(dep string, ok bool, reason string) {
+	if a.s.watched[dep] == 0 {
+		return
+	}
+	delete(a.s.watched, dep)
 	pfx := watchPrefix(dep)
 	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
 	if err != nil {
@@ -153,15 +161,25 @@ func (a *applier) notifyWatchers(dep string, ok bool, reason string) {
 }
 
 // hasWatchers reports whether jobs wait on this one.
-func (a *applier) hasWatchers(id string) bool {
-	pfx := watchPrefix(id)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
+func (a *applier) hasWatchers(id string) bool { return a.s.watched[id] > 0 }
+
+// loadWatched rebuilds the set of watched jobs from the dw| keys.
+func (s *StateMachine) loadWatched() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pfxDepWatch), UpperBound: prefixEnd([]byte(pfxDepWatch))})
 	if err != nil {
-		a.fail(err)
-		return false
+		return err
 	}
 	defer it.Close()
-	return it.First()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()[len(pfxDepWatch):]
+		for i, c := range k {
+			if c == 0 {
+				s.watched[string(k[:i])]++
+				break
+			}
+		}
+	}
+	return it.Error()
 }
 
 func (a *applier) depDone(o *DepDoneOp) Result {

@@ -98,6 +98,8 @@ type StateMachine struct {
 	workers map[string]*Worker
 	// outbox counts the records awaiting delivery.
 	outbox int64
+	// watched counts, per job, the jobs waiting on it (its dw| keys).
+	watched map[string]int
 	// schedules counts cron schedules; nextCron is the earliest run (0:
 	// none), recomputed when nextCronStale.
 	schedules, nextCron int64
@@ -168,6 +170,7 @@ func (s *StateMachine) resetCaches() {
 	s.heads = make(map[string][]byte)
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
 	s.rates = make(map[string][]int64)
+	s.watched = make(map[string]int)
 	s.active, s.due, s.outbox = 0, 0, 0
 	s.schedules, s.nextCron, s.nextCronStale = 0, 0, false
 	s.mu.Lock()
@@ -191,6 +194,9 @@ func (s *StateMachine) loadMeta() error {
 		return err
 	}
 	if err := s.loadCronState(); err != nil {
+		return err
+	}
+	if err := s.loadWatched(); err != nil {
 		return err
 	}
 	v, closer, err := s.db.Get([]byte(keyMeta))
