@@ -74,3 +74,7 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/protobuf v1.33.0 // indirect
 )
+
+require github.com/corvohq/corvo/sdk/go v0.0.0-00010101000000-000000000000
+
+replace github.com/corvohq/corvo/sdk/go => ./sdk/go

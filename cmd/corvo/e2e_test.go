@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -380,7 +381,54 @@ func shardOf(queue string) int { return router.New(4).ShardForQueue(queue) }
 
 func (s *server) enqueueJob(t *testing.T, queue string, i int) string {
 	t.Helper()
-	code, body := do(t, "POST", s.url+"/api/v1/enqueue", map[string]any{"queue": queue, "payload": map[string]int{"i": i}})
+	return s.enqueue2(t, map[string]any{"queue": queue, "payload": map[string]int{"i": i}})
+}
+
+// TestE2EExampleWorker builds examples/worker and runs it as a user would:
+// it completes jobs, fails the one asking to fail, and exits 0 on SIGTERM.
+func TestE2EExampleWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t)
+	bin := filepath.Join(t.TempDir(), "worker")
+	build := exec.Command("go", "build", "-o", bin, "../../examples/worker")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	var ok []string
+	for i := 0; i < 5; i++ {
+		ok = append(ok, s.enqueue2(t, map[string]any{"queue": "emails.send", "payload": map[string]any{"to": fmt.Sprintf("u%d@example.com", i)}}))
+	}
+	bad := s.enqueue2(t, map[string]any{"queue": "emails.send", "payload": map[string]any{"to": "x", "fail": true}, "max_retries": 0})
+
+	w := exec.Command(bin)
+	w.Env = append(os.Environ(), "CORVO_URL="+s.url, "CORVO_CONCURRENCY=3")
+	logs := &lockedBuffer{}
+	w.Stdout, w.Stderr = logs, logs
+	require.NoError(t, w.Start())
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range append(ok, bad) {
+		want := "completed"
+		if id == bad {
+			want = "dead"
+		}
+		for s.job(t, id).State != want {
+			require.True(t, time.Now().Before(deadline), "job %s never %s; worker said:\n%s", id, want, logs.String())
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), logs.String())
+	require.Contains(t, logs.String(), "drained")
+	code, body := do(t, "GET", s.url+"/api/v1/jobs/"+ok[0], nil)
+	require.Equal(t, 200, code)
+	require.Contains(t, string(body), `"result":{"sent":true,"to":"u0@example.com"}`)
+}
+
+func (s *server) enqueue2(t *testing.T, job map[string]any) string {
+	t.Helper()
+	code, body := do(t, "POST", s.url+"/api/v1/enqueue", job)
 	require.Equal(t, 201, code, string(body))
 	return decode[struct {
 		JobID string `json:"job_id"`

@@ -1,0 +1,302 @@
+package corvo
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// Enqueue adds a job.
+func (c *Client) Enqueue(ctx context.Context, r EnqueueRequest) (*Enqueued, error) {
+	var out Enqueued
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue", r, &out)
+	return &out, err
+}
+
+// EnqueueBatch adds up to 10,000 jobs, optionally as a batch with a callback.
+func (c *Client) EnqueueBatch(ctx context.Context, jobs []EnqueueRequest, batch *Batch) (*BatchEnqueued, error) {
+	var out BatchEnqueued
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue/batch", struct {
+		Jobs  []EnqueueRequest `json:"jobs"`
+		Batch *Batch           `json:"batch,omitempty"`
+	}{jobs, batch}, &out)
+	return &out, err
+}
+
+// FetchRequest asks for jobs.
+type FetchRequest struct {
+	Queues   []string
+	WorkerID string
+	Hostname string
+	Timeout  float64 // long-poll seconds
+	Count    int     // >1: up to Count jobs
+}
+
+// Fetch long-polls for jobs; an empty slice means none arrived in time.
+func (c *Client) Fetch(ctx context.Context, r FetchRequest) ([]FetchedJob, error) {
+	body := map[string]any{"queues": r.Queues, "timeout": r.Timeout}
+	if r.WorkerID != "" {
+		body["worker_id"] = r.WorkerID
+	}
+	if r.Hostname != "" {
+		body["hostname"] = r.Hostname
+	}
+	if r.Count > 1 {
+		body["count"] = r.Count
+		var out struct {
+			Jobs []FetchedJob `json:"jobs"`
+		}
+		status, err := c.do(ctx, http.MethodPost, "/api/v1/fetch", body, &out)
+		if err != nil || status == http.StatusNoContent {
+			return nil, err
+		}
+		return out.Jobs, nil
+	}
+	var j FetchedJob
+	status, err := c.do(ctx, http.MethodPost, "/api/v1/fetch", body, &j)
+	if err != nil || status == http.StatusNoContent {
+		return nil, err
+	}
+	return []FetchedJob{j}, nil
+}
+
+// Ack completes a job with its result. workerID and attempt (when set) make
+// the server check the caller still holds the job.
+type Ack struct {
+	JobID      string `json:"job_id,omitempty"`
+	Result     any    `json:"result,omitempty"`
+	StepStatus string `json:"step_status,omitempty"` // chains: continue or exit
+	WorkerID   string `json:"worker_id,omitempty"`
+	Attempt    int    `json:"attempt,omitempty"`
+}
+
+// Ack completes a job.
+func (c *Client) Ack(ctx context.Context, a Ack) error {
+	id := a.JobID
+	a.JobID = ""
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/ack/"+url.PathEscape(id), a, nil)
+	return err
+}
+
+// AckBatch completes many jobs in one request; the answer lists the ones
+// that failed.
+func (c *Client) AckBatch(ctx context.Context, acks []Ack) (acked int, failed map[string]*Error, err error) {
+	var out struct {
+		Acked  int `json:"acked"`
+		Errors []struct {
+			JobID string `json:"job_id"`
+			Code  string `json:"code"`
+			Error string `json:"error"`
+		} `json:"errors"`
+	}
+	_, err = c.do(ctx, http.MethodPost, "/api/v1/ack/batch", map[string]any{"acks": acks}, &out)
+	failed = map[string]*Error{}
+	for _, e := range out.Errors {
+		failed[e.JobID] = &Error{Code: e.Code, Message: e.Error}
+	}
+	return out.Acked, failed, err
+}
+
+// Failure reports a failed attempt.
+type Failure struct {
+	Error      string `json:"error"`
+	Backtrace  string `json:"backtrace,omitempty"`
+	Checkpoint any    `json:"checkpoint,omitempty"`
+	WorkerID   string `json:"worker_id,omitempty"`
+	Attempt    int    `json:"attempt,omitempty"`
+}
+
+// Fail reports a failed attempt; the server decides what follows.
+func (c *Client) Fail(ctx context.Context, jobID string, f Failure) (*FailResult, error) {
+	var out FailResult
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/fail/"+url.PathEscape(jobID), f, &out)
+	return &out, err
+}
+
+// Heartbeat extends the leases of the jobs a worker holds; the answer maps
+// each job to "ok", "cancel", "lost" or "not_found".
+func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string]HeartbeatJob) (map[string]string, error) {
+	var out struct {
+		Jobs map[string]struct {
+			Status string `json:"status"`
+		} `json:"jobs"`
+	}
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/heartbeat", map[string]any{"worker_id": workerID, "jobs": jobs}, &out)
+	if err != nil && !IsConflict(err) {
+		return nil, err
+	}
+	st := make(map[string]string, len(out.Jobs))
+	for id, j := range out.Jobs {
+		st[id] = j.Status
+	}
+	if len(st) == 0 && err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Job reads a job.
+func (c *Client) Job(ctx context.Context, id string) (*Job, error) {
+	var out Job
+	_, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id), nil, &out)
+	return &out, err
+}
+
+// Cancel cancels a job: "cancelled", or "cancelling" for an active one.
+func (c *Client) Cancel(ctx context.Context, id string) (string, error) {
+	return c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/cancel", nil)
+}
+
+// Retry sends a finished job back to pending.
+func (c *Client) Retry(ctx context.Context, id string) error {
+	_, err := c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/retry", nil)
+	return err
+}
+
+// Move re-files a job under another queue and returns its ID (new when the
+// queue lives on another shard).
+func (c *Client) Move(ctx context.Context, id, queue string, resetAttempt bool) (string, error) {
+	var out struct {
+		JobID string `json:"job_id"`
+	}
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/move", map[string]any{"queue": queue, "reset_attempt": resetAttempt}, &out)
+	return out.JobID, err
+}
+
+// Delete deletes a job.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/api/v1/jobs/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// Approve releases a held job; Reject makes it dead.
+func (c *Client) Approve(ctx context.Context, id string) error {
+	_, err := c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/approve", nil)
+	return err
+}
+
+// Reject makes a held job dead.
+func (c *Client) Reject(ctx context.Context, id string) error {
+	_, err := c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/reject", nil)
+	return err
+}
+
+func (c *Client) status(ctx context.Context, method, path string, in any) (string, error) {
+	var out struct {
+		Status string `json:"status"`
+	}
+	_, err := c.do(ctx, method, path, in, &out)
+	return out.Status, err
+}
+
+// Queues lists every queue with its counts.
+func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
+	var out struct {
+		Queues []Queue `json:"queues"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/api/v1/queues", nil, &out)
+	return out.Queues, err
+}
+
+// QueueAction runs pause, resume, clear or drain on a queue.
+func (c *Client) QueueAction(ctx context.Context, queue, action string) (map[string]any, error) {
+	var out map[string]any
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/"+action, nil, &out)
+	return out, err
+}
+
+// SetConcurrency caps a queue's active jobs (0: no cap).
+func (c *Client) SetConcurrency(ctx context.Context, queue string, max int) error {
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/concurrency", map[string]int{"max": max}, nil)
+	return err
+}
+
+// SetThrottle limits a queue to rate fetches per period (nil: remove).
+func (c *Client) SetThrottle(ctx context.Context, queue string, t *Throttle) error {
+	path := "/api/v1/queues/" + url.PathEscape(queue) + "/throttle"
+	if t == nil {
+		_, err := c.do(ctx, http.MethodDelete, path, nil, nil)
+		return err
+	}
+	_, err := c.do(ctx, http.MethodPost, path, t, nil)
+	return err
+}
+
+// DeleteQueue deletes a queue and all its jobs.
+func (c *Client) DeleteQueue(ctx context.Context, queue string) (int, error) {
+	var out struct {
+		JobsDeleted int `json:"jobs_deleted"`
+	}
+	_, err := c.do(ctx, http.MethodDelete, "/api/v1/queues/"+url.PathEscape(queue)+"?confirm=true", nil, &out)
+	return out.JobsDeleted, err
+}
+
+// Dead lists dead jobs, newest first; pass the returned cursor for more.
+func (c *Client) Dead(ctx context.Context, queue string, limit int, cursor string) ([]Job, string, error) {
+	q := url.Values{}
+	if queue != "" {
+		q.Set("queue", queue)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var out struct {
+		Jobs   []Job   `json:"jobs"`
+		Cursor *string `json:"cursor"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/api/v1/dead?"+q.Encode(), nil, &out)
+	next := ""
+	if out.Cursor != nil {
+		next = *out.Cursor
+	}
+	return out.Jobs, next, err
+}
+
+// Workers lists the workers the server has heard from.
+func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	var out struct {
+		Workers []WorkerInfo `json:"workers"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/api/v1/workers", nil, &out)
+	return out.Workers, err
+}
+
+// Schedules lists cron schedules.
+func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
+	var out struct {
+		Schedules []Schedule `json:"schedules"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/api/v1/schedules", nil, &out)
+	return out.Schedules, err
+}
+
+// PutSchedule creates a schedule (ID empty) or replaces one.
+func (c *Client) PutSchedule(ctx context.Context, s Schedule) (*Schedule, error) {
+	id := s.ID
+	s.ID, s.NextRun, s.LastRun = "", nil, nil
+	method, path := http.MethodPost, "/api/v1/schedules"
+	if id != "" {
+		method, path = http.MethodPut, path+"/"+url.PathEscape(id)
+	}
+	var out Schedule
+	_, err := c.do(ctx, method, path, s, &out)
+	return &out, err
+}
+
+// DeleteSchedule deletes a schedule.
+func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/api/v1/schedules/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// BatchStatus reads a batch's counts.
+func (c *Client) BatchStatus(ctx context.Context, id string) (map[string]json.RawMessage, error) {
+	var out map[string]json.RawMessage
+	_, err := c.do(ctx, http.MethodGet, "/api/v1/batches/"+url.PathEscape(id), nil, &out)
+	return out, err
+}

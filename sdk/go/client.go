@@ -1,0 +1,153 @@
+// Package corvo is the Go client for the Corvo job server: a thin HTTP/JSON
+// wrapper around every endpoint (Client) and a worker runtime (Worker) that
+// fetches, heartbeats, checkpoints and drains on SIGTERM.
+//
+// It depends only on the standard library.
+package corvo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Error is an error answer of the server: an HTTP status plus the stable
+// code and message of its JSON body.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	// RetryAfter is the server's Retry-After hint (429, 503), 0 if none.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("corvo: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// IsNotFound, IsConflict: common checks on errors returned by the client.
+func IsNotFound(err error) bool { var e *Error; return errors.As(err, &e) && e.Status == 404 }
+
+// IsConflict reports a 409: the job is not in a state that allows the call
+// (for a worker: it no longer holds the job).
+func IsConflict(err error) bool { var e *Error; return errors.As(err, &e) && e.Status == 409 }
+
+// Client calls one Corvo server (or a load balancer in front of a cluster).
+type Client struct {
+	base string
+	http *http.Client
+	// MaxRetries bounds how often a request answered 429 or 503 is retried
+	// after the server's Retry-After delay (default 5).
+	MaxRetries int
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient replaces the default http.Client.
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// New returns a client for the server at baseURL (e.g. http://localhost:8080).
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{
+		base:       strings.TrimRight(baseURL, "/"),
+		http:       &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}},
+		MaxRetries: 5,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// do sends a JSON request; out (if not nil) receives a 2xx JSON answer. It
+// retries 429 and 503 answers after their Retry-After delay, and connection
+// failures (a node going away behind a load balancer) with a short backoff.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, error) {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return 0, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		status, err := c.once(ctx, method, path, body, out)
+		if err == nil {
+			return status, nil
+		}
+		var ae *Error
+		retryable := errors.As(err, &ae) && (ae.Status == 429 || ae.Status == 503)
+		wait := 50 * time.Millisecond << min(attempt, 5)
+		if retryable && ae.RetryAfter > 0 {
+			wait = ae.RetryAfter
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) && !ue.Timeout() && ctx.Err() == nil {
+			retryable = true // connection refused / reset: another node may answer
+		}
+		if !retryable || attempt >= c.MaxRetries {
+			return status, err
+		}
+		select {
+		case <-ctx.Done():
+			return status, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 400 {
+		e := &Error{Status: resp.StatusCode}
+		var eb struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		if json.Unmarshal(data, &eb) == nil {
+			e.Code, e.Message = eb.Code, eb.Error
+		} else {
+			e.Message = strings.TrimSpace(string(data))
+		}
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			if secs, err := strconv.ParseFloat(ra, 64); err == nil {
+				e.RetryAfter = time.Duration(secs * float64(time.Second))
+			}
+		}
+		return resp.StatusCode, e
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("corvo: decode %s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}

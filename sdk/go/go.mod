@@ -1,0 +1,3 @@
+module github.com/corvohq/corvo/sdk/go
+
+go 1.26

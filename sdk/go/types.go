@@ -1,0 +1,167 @@
+package corvo
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Job options for Enqueue (spec: POST /api/v1/enqueue). Zero values are
+// left out, so the server's defaults apply.
+type EnqueueRequest struct {
+	Queue          string            `json:"queue"`
+	Payload        any               `json:"payload,omitempty"`
+	Priority       string            `json:"priority,omitempty"` // critical, high, normal
+	MaxRetries     *int              `json:"max_retries,omitempty"`
+	RetryBackoff   string            `json:"retry_backoff,omitempty"` // none, fixed, linear, exponential
+	RetryBaseDelay string            `json:"retry_base_delay,omitempty"`
+	RetryMaxDelay  string            `json:"retry_max_delay,omitempty"`
+	LeaseDuration  int               `json:"lease_duration,omitempty"` // seconds
+	ScheduledAt    *time.Time        `json:"scheduled_at,omitempty"`
+	ExpireAfter    string            `json:"expire_after,omitempty"`
+	Tags           map[string]string `json:"tags,omitempty"`
+	UniqueKey      string            `json:"unique_key,omitempty"`
+	UniquePeriod   int               `json:"unique_period,omitempty"` // seconds
+	DependsOn      []string          `json:"depends_on,omitempty"`
+	Chain          *Chain            `json:"chain,omitempty"`
+}
+
+// Chain is a sequential pipeline (the job is its first step).
+type Chain struct {
+	Steps     []ChainStep `json:"steps"`
+	OnFailure *ChainStep  `json:"on_failure,omitempty"`
+	OnExit    *ChainStep  `json:"on_exit,omitempty"`
+}
+
+// ChainStep is a step or handler of a chain.
+type ChainStep struct {
+	Queue   string `json:"queue"`
+	Payload any    `json:"payload,omitempty"`
+}
+
+// Enqueued is the answer to an enqueue.
+type Enqueued struct {
+	JobID          string `json:"job_id"`
+	Status         string `json:"status"`
+	UniqueExisting bool   `json:"unique_existing"`
+}
+
+// Batch groups jobs with a callback when all have finished.
+type Batch struct {
+	CallbackQueue   string `json:"callback_queue,omitempty"`
+	CallbackPayload any    `json:"callback_payload,omitempty"`
+}
+
+// BatchEnqueued is the answer to a batch enqueue.
+type BatchEnqueued struct {
+	JobIDs         []string `json:"job_ids"`
+	BatchID        *string  `json:"batch_id"`
+	UniqueExisting []bool   `json:"unique_existing,omitempty"`
+}
+
+// FetchedJob is a job handed to a worker.
+type FetchedJob struct {
+	JobID         string            `json:"job_id"`
+	Queue         string            `json:"queue"`
+	Payload       json.RawMessage   `json:"payload"`
+	Priority      string            `json:"priority"`
+	Attempt       int               `json:"attempt"`
+	MaxRetries    int               `json:"max_retries"`
+	LeaseDuration int               `json:"lease_duration"`
+	Checkpoint    json.RawMessage   `json:"checkpoint"`
+	Tags          map[string]string `json:"tags"`
+	CreatedAt     time.Time         `json:"created_at"`
+}
+
+// FailResult says what the server made of a failure.
+type FailResult struct {
+	Status            string     `json:"status"` // retrying, pending, dead, cancelled
+	NextAttemptAt     *time.Time `json:"next_attempt_at"`
+	AttemptsRemaining int        `json:"attempts_remaining"`
+}
+
+// HeartbeatJob carries progress and/or a checkpoint for one held job.
+type HeartbeatJob struct {
+	Progress   any `json:"progress,omitempty"`
+	Checkpoint any `json:"checkpoint,omitempty"`
+}
+
+// Job is the full job document (GET /api/v1/jobs/{id}).
+type Job struct {
+	ID                string            `json:"id"`
+	Queue             string            `json:"queue"`
+	Payload           json.RawMessage   `json:"payload"`
+	State             string            `json:"state"`
+	Priority          string            `json:"priority"`
+	Attempt           int               `json:"attempt"`
+	MaxRetries        int               `json:"max_retries"`
+	AttemptsRemaining int               `json:"attempts_remaining"`
+	CreatedAt         time.Time         `json:"created_at"`
+	StartedAt         *time.Time        `json:"started_at"`
+	CompletedAt       *time.Time        `json:"completed_at"`
+	Tags              map[string]string `json:"tags"`
+	Progress          json.RawMessage   `json:"progress"`
+	Checkpoint        json.RawMessage   `json:"checkpoint"`
+	Result            json.RawMessage   `json:"result"`
+	Reason            *string           `json:"reason"`
+	LastError         *string           `json:"last_error"`
+	BatchID           *string           `json:"batch_id"`
+	ChainID           *string           `json:"chain_id"`
+	Errors            []JobError        `json:"errors"`
+}
+
+// JobError is one failed attempt.
+type JobError struct {
+	Attempt   int       `json:"attempt"`
+	Error     string    `json:"error"`
+	Backtrace *string   `json:"backtrace"`
+	At        time.Time `json:"at"`
+}
+
+// Queue is a queue's counts and settings (GET /api/v1/queues).
+type Queue struct {
+	Name           string         `json:"name"`
+	Pending        int64          `json:"pending"`
+	Active         int64          `json:"active"`
+	Scheduled      int64          `json:"scheduled"`
+	Retrying       int64          `json:"retrying"`
+	Completed      int64          `json:"completed"`
+	Dead           int64          `json:"dead"`
+	Cancelled      int64          `json:"cancelled"`
+	Paused         bool           `json:"paused"`
+	MaxConcurrency *int           `json:"max_concurrency"`
+	Throttle       *Throttle      `json:"throttle"`
+	Totals         map[string]int `json:"totals"`
+}
+
+// Throttle is a queue's rate limit.
+type Throttle struct {
+	Rate     int    `json:"rate"`
+	Period   string `json:"period,omitempty"`
+	WindowMs int64  `json:"window_ms,omitempty"`
+}
+
+// WorkerInfo is a worker the server has heard from.
+type WorkerInfo struct {
+	ID         string    `json:"id"`
+	Hostname   *string   `json:"hostname"`
+	Queues     []string  `json:"queues"`
+	ActiveJobs int       `json:"active_jobs"`
+	Jobs       []string  `json:"jobs"`
+	FirstSeen  time.Time `json:"first_seen"`
+	LastSeen   time.Time `json:"last_seen"`
+}
+
+// Schedule is a cron schedule.
+type Schedule struct {
+	ID         string     `json:"id,omitempty"`
+	Name       string     `json:"name"`
+	Queue      string     `json:"queue"`
+	Cron       string     `json:"cron"`
+	Timezone   string     `json:"timezone,omitempty"`
+	Payload    any        `json:"payload,omitempty"`
+	UniqueKey  string     `json:"unique_key,omitempty"`
+	MaxRetries *int       `json:"max_retries,omitempty"`
+	Priority   string     `json:"priority,omitempty"`
+	NextRun    *time.Time `json:"next_run,omitempty"`
+	LastRun    *time.Time `json:"last_run,omitempty"`
+}

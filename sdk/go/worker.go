@@ -1,0 +1,327 @@
+package corvo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Handler processes one job. Return a result (any JSON value) to ack it,
+// or an error to fail it (the server decides about retries). ctx is done
+// when the server cancels the job or the worker's lease on it is lost.
+type Handler func(ctx context.Context, job *JobContext) (result any, err error)
+
+// WorkerOptions configures a Worker; zero values take the defaults.
+type WorkerOptions struct {
+	ID                string        // default: hostname-pid
+	Hostname          string        // default: os.Hostname()
+	Concurrency       int           // jobs at once (default 10)
+	FetchTimeout      time.Duration // long-poll (default 30s)
+	HeartbeatInterval time.Duration // default 15s; keep it well under the jobs' lease
+	ShutdownGrace     time.Duration // how long a drain waits for handlers (default 30s)
+}
+
+// Worker fetches jobs for its registered queues and runs their handlers.
+type Worker struct {
+	c        *Client
+	opt      WorkerOptions
+	handlers map[string]Handler
+
+	mu       sync.Mutex
+	inflight map[string]*JobContext
+	slots    chan struct{}
+}
+
+// NewWorker returns a worker using client c.
+func NewWorker(c *Client, opt WorkerOptions) *Worker {
+	if opt.Hostname == "" {
+		opt.Hostname, _ = os.Hostname()
+	}
+	if opt.ID == "" {
+		opt.ID = fmt.Sprintf("%s-%d", opt.Hostname, os.Getpid())
+	}
+	if opt.Concurrency <= 0 {
+		opt.Concurrency = 10
+	}
+	if opt.FetchTimeout <= 0 {
+		opt.FetchTimeout = 30 * time.Second
+	}
+	if opt.HeartbeatInterval <= 0 {
+		opt.HeartbeatInterval = 15 * time.Second
+	}
+	if opt.ShutdownGrace <= 0 {
+		opt.ShutdownGrace = 30 * time.Second
+	}
+	return &Worker{c: c, opt: opt, handlers: map[string]Handler{}, inflight: map[string]*JobContext{}}
+}
+
+// Register sets the handler of a queue (before Run).
+func (w *Worker) Register(queue string, h Handler) { w.handlers[queue] = h }
+
+// ID is the worker's ID as the server sees it.
+func (w *Worker) ID() string { return w.opt.ID }
+
+// JobContext is a running job: its data plus ways to report progress and
+// checkpoints.
+type JobContext struct {
+	FetchedJob
+	w      *Worker
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu         sync.Mutex
+	progress   any
+	checkpoint any
+	exit       bool
+}
+
+// ErrCancelled is the cause of a job context the server cancelled.
+var ErrCancelled = errors.New("corvo: job cancelled")
+
+// ErrLeaseLost is the cause of a job context whose lease another worker
+// now holds.
+var ErrLeaseLost = errors.New("corvo: job lease lost")
+
+// Decode unmarshals the payload.
+func (j *JobContext) Decode(v any) error { return json.Unmarshal(j.Payload, v) }
+
+// Progress records progress; it travels with the next heartbeat.
+func (j *JobContext) Progress(v any) {
+	j.mu.Lock()
+	j.progress = v
+	j.mu.Unlock()
+}
+
+// Checkpoint stores resumable state on the server now (it extends the lease
+// too). A retried job gets it back as FetchedJob.Checkpoint.
+func (j *JobContext) Checkpoint(ctx context.Context, v any) error {
+	j.mu.Lock()
+	j.checkpoint = v
+	j.mu.Unlock()
+	st, err := j.w.c.Heartbeat(ctx, j.w.opt.ID, map[string]HeartbeatJob{j.JobID: {Checkpoint: v}})
+	if err != nil {
+		return err
+	}
+	j.w.apply(st)
+	return nil
+}
+
+// ExitChain makes the ack of a chain step skip the remaining steps.
+func (j *JobContext) ExitChain() {
+	j.mu.Lock()
+	j.exit = true
+	j.mu.Unlock()
+}
+
+// SignalContext returns a context cancelled by SIGTERM or SIGINT: pass it
+// to Run so that Kubernetes' SIGTERM drains the worker.
+func SignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, syscall.SIGTERM, syscall.SIGINT)
+}
+
+// Run fetches and processes jobs until ctx is done, then drains: it stops
+// fetching, lets running handlers finish for up to ShutdownGrace, and fails
+// the rest with "worker_shutdown" and their last checkpoint, so the server
+// retries them from there.
+func (w *Worker) Run(ctx context.Context) error {
+	if len(w.handlers) == 0 {
+		return errors.New("corvo: no handler registered")
+	}
+	queues := make([]string, 0, len(w.handlers))
+	for q := range w.handlers {
+		queues = append(queues, q)
+	}
+	w.slots = make(chan struct{}, w.opt.Concurrency)
+	base, cancelAll := context.WithCancelCause(context.Background())
+	defer cancelAll(nil)
+
+	hbDone := make(chan struct{})
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx) }()
+
+	var wg sync.WaitGroup
+	for ctx.Err() == nil {
+		// Lease only as many jobs as there are free slots.
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		free := 1
+		for free < w.opt.Concurrency {
+			select {
+			case w.slots <- struct{}{}:
+				free++
+				continue
+			default:
+			}
+			break
+		}
+		jobs, err := w.c.Fetch(ctx, FetchRequest{Queues: queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname,
+			Timeout: w.opt.FetchTimeout.Seconds(), Count: free})
+		for i := len(jobs); i < free; i++ {
+			<-w.slots
+		}
+		if err != nil && ctx.Err() == nil {
+			select { // the server is away: try again shortly
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		for i := range jobs {
+			jc := w.start(base, jobs[i])
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-w.slots }()
+				w.handle(jc)
+			}()
+		}
+	}
+	// Drain.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.opt.ShutdownGrace):
+		w.failRemaining()
+		cancelAll(errors.New("corvo: worker shutting down"))
+		<-done
+	}
+	stopHB()
+	<-hbDone
+	return nil
+}
+
+func (w *Worker) start(base context.Context, j FetchedJob) *JobContext {
+	ctx, cancel := context.WithCancelCause(base)
+	jc := &JobContext{FetchedJob: j, w: w, ctx: ctx, cancel: cancel}
+	w.mu.Lock()
+	w.inflight[j.JobID] = jc
+	w.mu.Unlock()
+	return jc
+}
+
+func (w *Worker) finish(jc *JobContext) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.inflight[jc.JobID]
+	delete(w.inflight, jc.JobID)
+	return ok
+}
+
+func (w *Worker) handle(jc *JobContext) {
+	h := w.handlers[jc.Queue]
+	result, err := w.safeCall(h, jc)
+	if !w.finish(jc) {
+		return // failed by the drain already
+	}
+	if cause := context.Cause(jc.ctx); errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrLeaseLost) {
+		return // the server has moved on: nothing to report
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err != nil {
+		jc.mu.Lock()
+		cp := jc.checkpoint
+		jc.mu.Unlock()
+		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt})
+		return
+	}
+	a := Ack{JobID: jc.JobID, Result: result, WorkerID: w.opt.ID, Attempt: jc.Attempt}
+	jc.mu.Lock()
+	if jc.exit {
+		a.StepStatus = "exit"
+	}
+	jc.mu.Unlock()
+	_ = w.c.Ack(ctx, a)
+}
+
+// safeCall runs a handler, turning a panic into a failure with its stack.
+func (w *Worker) safeCall(h Handler, jc *JobContext) (result any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(jc.ctx, jc)
+}
+
+// heartbeatLoop sends one heartbeat for every running job each interval.
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(w.opt.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		jobs := w.heartbeatBody()
+		if len(jobs) == 0 {
+			continue
+		}
+		st, err := w.c.Heartbeat(ctx, w.opt.ID, jobs)
+		if err == nil {
+			w.apply(st)
+		}
+	}
+}
+
+func (w *Worker) heartbeatBody() map[string]HeartbeatJob {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	jobs := make(map[string]HeartbeatJob, len(w.inflight))
+	for id, jc := range w.inflight {
+		jc.mu.Lock()
+		jobs[id] = HeartbeatJob{Progress: jc.progress, Checkpoint: jc.checkpoint}
+		jc.mu.Unlock()
+	}
+	return jobs
+}
+
+// apply acts on heartbeat answers: cancelled or lost jobs get their
+// context cancelled.
+func (w *Worker) apply(st map[string]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, s := range st {
+		jc, ok := w.inflight[id]
+		if !ok {
+			continue
+		}
+		switch s {
+		case "cancel":
+			jc.cancel(ErrCancelled)
+		case "lost", "not_found":
+			jc.cancel(ErrLeaseLost)
+		}
+	}
+}
+
+// failRemaining fails the jobs still running at the end of the grace
+// period, keeping their checkpoints.
+func (w *Worker) failRemaining() {
+	w.mu.Lock()
+	left := make([]*JobContext, 0, len(w.inflight))
+	for id, jc := range w.inflight {
+		left = append(left, jc)
+		delete(w.inflight, id)
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, jc := range left {
+		jc.mu.Lock()
+		cp := jc.checkpoint
+		jc.mu.Unlock()
+		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: "worker_shutdown", Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt})
+	}
+}

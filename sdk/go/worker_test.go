@@ -1,0 +1,346 @@
+package corvo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The SDK is tested against the real server, built from this repository.
+var serverBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "corvo-sdk-test-")
+	if err != nil {
+		panic(err)
+	}
+	serverBin = filepath.Join(dir, "corvo")
+	build := exec.Command("go", "build", "-o", serverBin, "./cmd/corvo")
+	build.Dir = "../.."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		panic("building the corvo server: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startServer runs a server for one test and returns its URL.
+func startServer(t *testing.T) string {
+	t.Helper()
+	httpAddr := freeAddr(t)
+	cmd := exec.Command(serverBin, "server", "--bind", httpAddr, "--raft-bind", freeAddr(t), "--data-dir", t.TempDir(), "--log-level", "error")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "http://" + httpAddr
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return url
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("server did not start")
+	return ""
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func waitState(t *testing.T, c *Client, id, state string) *Job {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		j, err := c.Job(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == state {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s is %s, never %s", id, j.State, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWorkerProcessesJobs(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < 20; i++ {
+		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.work", Payload: map[string]int{"n": i}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.JobID)
+	}
+	w := NewWorker(c, WorkerOptions{Concurrency: 4, FetchTimeout: time.Second})
+	var done atomic.Int64
+	w.Register("sdk.work", func(ctx context.Context, j *JobContext) (any, error) {
+		var p struct{ N int }
+		if err := j.Decode(&p); err != nil {
+			return nil, err
+		}
+		done.Add(1)
+		return map[string]int{"double": 2 * p.N}, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	for _, id := range ids {
+		waitState(t, c, id, "completed")
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	j, _ := c.Job(ctx, ids[3])
+	if string(j.Result) != `{"double":6}` {
+		t.Fatalf("result %s", j.Result)
+	}
+	if done.Load() != 20 {
+		t.Fatalf("handled %d", done.Load())
+	}
+	workers, err := c.Workers(ctx)
+	if err != nil || len(workers) != 1 || workers[0].ID != w.ID() {
+		t.Fatalf("workers %+v %v", workers, err)
+	}
+}
+
+// TestWorkerCancelReachesHandler: a server-side cancel ends the handler's
+// context within one heartbeat interval.
+func TestWorkerCancelReachesHandler(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.cancel", Payload: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 150 * time.Millisecond
+	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second, HeartbeatInterval: interval})
+	started := make(chan struct{})
+	ended := make(chan time.Time, 1)
+	w.Register("sdk.cancel", func(ctx context.Context, j *JobContext) (any, error) {
+		close(started)
+		<-ctx.Done()
+		ended <- time.Now()
+		if !errors.Is(context.Cause(ctx), ErrCancelled) {
+			t.Errorf("cause %v", context.Cause(ctx))
+		}
+		return nil, ctx.Err()
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = w.Run(runCtx) }()
+	<-started
+	at := time.Now()
+	st, err := c.Cancel(ctx, e.JobID)
+	if err != nil || st != "cancelling" {
+		t.Fatalf("cancel: %q %v", st, err)
+	}
+	select {
+	case end := <-ended:
+		if d := end.Sub(at); d > 3*interval {
+			t.Fatalf("the handler heard of the cancel after %v (interval %v)", d, interval)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never heard of the cancel")
+	}
+	waitState(t, c, e.JobID, "cancelled")
+}
+
+// TestWorkerShutdownKeepsCheckpoint: SIGTERM (the Run context ending)
+// mid-job fails the job with its checkpoint after the grace period, and the
+// server retries it from that checkpoint.
+func TestWorkerShutdownKeepsCheckpoint(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.long", Payload: 1, RetryBackoff: "none", MaxRetries: ptr(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second, ShutdownGrace: 300 * time.Millisecond})
+	checkpointed := make(chan struct{})
+	w.Register("sdk.long", func(ctx context.Context, j *JobContext) (any, error) {
+		if err := j.Checkpoint(ctx, map[string]int{"offset": 47000}); err != nil {
+			return nil, err
+		}
+		close(checkpointed)
+		<-ctx.Done() // a long job that does not finish in the grace period
+		return nil, ctx.Err()
+	})
+	runCtx, sigterm := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	<-checkpointed
+	sigterm()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	j := waitState(t, c, e.JobID, "pending")
+	if len(j.Errors) != 1 || j.Errors[0].Error != "worker_shutdown" {
+		t.Fatalf("errors %+v", j.Errors)
+	}
+	jobs, err := c.Fetch(ctx, FetchRequest{Queues: []string{"sdk.long"}, Timeout: 2})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("refetch: %v %v", jobs, err)
+	}
+	if jobs[0].Attempt != 2 || string(jobs[0].Checkpoint) != `{"offset":47000}` {
+		t.Fatalf("retried from %s at attempt %d", jobs[0].Checkpoint, jobs[0].Attempt)
+	}
+}
+
+// TestClientRetries429 honours Retry-After on 429 and 503.
+func TestClientRetries429(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		switch n {
+		case 1:
+			w.Header().Set("Retry-After", "0.05")
+			w.WriteHeader(429)
+			fmt.Fprint(w, `{"error":"overloaded","code":"overloaded"}`)
+		case 2:
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(503)
+			fmt.Fprint(w, `{"error":"no leader","code":"unavailable"}`)
+		default:
+			w.WriteHeader(201)
+			_ = json.NewEncoder(w).Encode(Enqueued{JobID: "job_0_x", Status: "pending"})
+		}
+	}))
+	defer srv.Close()
+	c := New(srv.URL)
+	start := time.Now()
+	e, err := c.Enqueue(context.Background(), EnqueueRequest{Queue: "q"})
+	if err != nil || e.JobID != "job_0_x" {
+		t.Fatalf("%+v %v", e, err)
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("calls %d", calls.Load())
+	}
+	if time.Since(start) < 50*time.Millisecond {
+		t.Fatal("Retry-After was not honoured")
+	}
+	c.MaxRetries = 0
+	calls.Store(0)
+	_, err = c.Enqueue(context.Background(), EnqueueRequest{Queue: "q"})
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Status != 429 || ae.Code != "overloaded" {
+		t.Fatalf("want the 429 surfaced, got %v", err)
+	}
+}
+
+// TestClientEveryEndpoint drives the management calls once each.
+func TestClientEveryEndpoint(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	b, err := c.EnqueueBatch(ctx, []EnqueueRequest{{Queue: "sdk.m", Payload: 1}, {Queue: "sdk.m", Payload: 2, MaxRetries: ptr(0)}},
+		&Batch{CallbackQueue: "sdk.cb", CallbackPayload: map[string]string{"x": "y"}})
+	if err != nil || len(b.JobIDs) != 2 || b.BatchID == nil {
+		t.Fatalf("%+v %v", b, err)
+	}
+	jobs, err := c.Fetch(ctx, FetchRequest{Queues: []string{"sdk.m"}, WorkerID: "w", Count: 2, Timeout: 1})
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("%v %v", jobs, err)
+	}
+	if n, failed, err := c.AckBatch(ctx, []Ack{{JobID: jobs[0].JobID, WorkerID: "w"}}); err != nil || n != 1 || len(failed) != 0 {
+		t.Fatalf("ack batch %d %v %v", n, failed, err)
+	}
+	fr, err := c.Fail(ctx, jobs[1].JobID, Failure{Error: "boom", WorkerID: "w"})
+	if err != nil || fr.Status != "dead" {
+		t.Fatalf("%+v %v", fr, err)
+	}
+	if bs, err := c.BatchStatus(ctx, *b.BatchID); err != nil || string(bs["failed"]) != "1" {
+		t.Fatalf("%v %v", bs, err)
+	}
+	dead, _, err := c.Dead(ctx, "sdk.m", 10, "")
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead %v %v", dead, err)
+	}
+	if err := c.Retry(ctx, dead[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Move(ctx, dead[0].ID, "sdk.other", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, b.JobIDs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Job(ctx, b.JobIDs[0]); !IsNotFound(err) {
+		t.Fatalf("want 404, got %v", err)
+	}
+	if _, err := c.QueueAction(ctx, "sdk.m", "pause"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetConcurrency(ctx, "sdk.m", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetThrottle(ctx, "sdk.m", &Throttle{Rate: 5, Period: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := c.Queues(ctx)
+	if err != nil || len(qs) == 0 {
+		t.Fatal(qs, err)
+	}
+	sc, err := c.PutSchedule(ctx, Schedule{Name: "nightly", Queue: "sdk.m", Cron: "0 3 * * *"})
+	if err != nil || sc.NextRun == nil {
+		t.Fatalf("%+v %v", sc, err)
+	}
+	if all, err := c.Schedules(ctx); err != nil || len(all) != 1 {
+		t.Fatal(all, err)
+	}
+	if err := c.DeleteSchedule(ctx, sc.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteQueue(ctx, "sdk.m"); err != nil {
+		t.Fatal(err)
+	}
+	dep, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.dep", Payload: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.held", DependsOn: []string{dep.JobID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, e.JobID, "held")
+	if err := c.Approve(ctx, e.JobID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Reject(ctx, e.JobID); !IsConflict(err) {
+		t.Fatalf("want 409, got %v", err)
+	}
+}
