@@ -47,5 +47,8 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServerCmd(), newEnqueueCmd(), newInspectCmd(), newBenchCmd())
+	root.AddCommand(newJobCmds()...)
+	root.AddCommand(newQueueCmds()...)
+	root.AddCommand(newListCmds()...)
 	return root
 }
