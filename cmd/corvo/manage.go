@@ -69,19 +69,29 @@ func printField(field string, prefix string) func(io.Writer, []byte) error {
 func newJobCmds() []*cobra.Command {
 	one := cobra.ExactArgs(1)
 	retry := apiCommand("retry <job-id>", "Retry a completed, dead or cancelled job", one,
-		func(_ *cobra.Command, a []string) (string, string, any, error) { return "POST", jobPath(a[0], "/retry"), nil, nil },
+		func(_ *cobra.Command, a []string) (string, string, any, error) {
+			return "POST", jobPath(a[0], "/retry"), nil, nil
+		},
 		printField("status", ""))
 	cancel := apiCommand("cancel <job-id>", "Cancel a job (an active one on its next heartbeat)", one,
-		func(_ *cobra.Command, a []string) (string, string, any, error) { return "POST", jobPath(a[0], "/cancel"), nil, nil },
+		func(_ *cobra.Command, a []string) (string, string, any, error) {
+			return "POST", jobPath(a[0], "/cancel"), nil, nil
+		},
 		printField("status", ""))
 	del := apiCommand("delete <job-id>", "Delete a job", one,
-		func(_ *cobra.Command, a []string) (string, string, any, error) { return "DELETE", jobPath(a[0], ""), nil, nil },
+		func(_ *cobra.Command, a []string) (string, string, any, error) {
+			return "DELETE", jobPath(a[0], ""), nil, nil
+		},
 		func(w io.Writer, _ []byte) error { _, err := fmt.Fprintln(w, "deleted"); return err })
 	approve := apiCommand("approve <job-id>", "Release a held job", one,
-		func(_ *cobra.Command, a []string) (string, string, any, error) { return "POST", jobPath(a[0], "/approve"), nil, nil },
+		func(_ *cobra.Command, a []string) (string, string, any, error) {
+			return "POST", jobPath(a[0], "/approve"), nil, nil
+		},
 		printField("status", ""))
 	reject := apiCommand("reject <job-id>", "Reject a held job (it goes dead)", one,
-		func(_ *cobra.Command, a []string) (string, string, any, error) { return "POST", jobPath(a[0], "/reject"), nil, nil },
+		func(_ *cobra.Command, a []string) (string, string, any, error) {
+			return "POST", jobPath(a[0], "/reject"), nil, nil
+		},
 		printField("status", ""))
 	var reset bool
 	move := apiCommand("move <job-id> <target-queue>", "Move a job to another queue", cobra.ExactArgs(2),
@@ -99,8 +109,13 @@ func newQueueCmds() []*cobra.Command {
 		renderQueues)
 	simple := func(action, short string) *cobra.Command {
 		return apiCommand(action+" <queue>", short, one,
-			func(_ *cobra.Command, a []string) (string, string, any, error) { return "POST", queuePath(a[0], "/"+action), nil, nil },
-			func(w io.Writer, out []byte) error { _, err := fmt.Fprintln(w, strings.TrimSpace(string(out))); return err })
+			func(_ *cobra.Command, a []string) (string, string, any, error) {
+				return "POST", queuePath(a[0], "/"+action), nil, nil
+			},
+			func(w io.Writer, out []byte) error {
+				_, err := fmt.Fprintln(w, strings.TrimSpace(string(out)))
+				return err
+			})
 	}
 	var confirm bool
 	destroy := apiCommand("destroy <queue>", "Delete a queue and all its jobs (needs --confirm)", one,
@@ -290,7 +305,9 @@ func newListCmds() []*cobra.Command {
 
 func newSchedulesCmd() *cobra.Command {
 	list := apiCommand("list", "List cron schedules", cobra.NoArgs,
-		func(*cobra.Command, []string) (string, string, any, error) { return "GET", "/api/v1/schedules", nil, nil },
+		func(*cobra.Command, []string) (string, string, any, error) {
+			return "GET", "/api/v1/schedules", nil, nil
+		},
 		func(w io.Writer, out []byte) error {
 			var s struct {
 				Schedules []struct {
