@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
@@ -45,6 +46,14 @@ type Config struct {
 	MaxBodyBytes    int           // largest request body
 	RequestTimeout  time.Duration // how long a write may wait for Raft
 	Logger          zerolog.Logger
+	Mirror          Mirror // search; nil: search answers 503
+}
+
+// Mirror is what the gateway needs from the per-node SQLite view.
+type Mirror interface {
+	Search(ctx context.Context, f mirror.Filter) (*mirror.Page, error)
+	RequestRebuild()
+	Lag() []int64
 }
 
 // WithDefaults fills unset fields.
@@ -118,6 +127,8 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "DELETE", "/api/v1/queues/{name}/throttle", s.handleThrottle)
 	s.route(r, "GET", "/api/v1/workers", s.handleWorkers)
 	s.route(r, "GET", "/api/v1/dead", s.handleDead)
+	s.route(r, "POST", "/api/v1/jobs/search", s.handleSearch)
+	s.route(r, "POST", "/api/v1/admin/rebuild-mirror", s.handleRebuildMirror)
 	s.route(r, "GET", "/api/v1/batches/{id}", s.handleGetBatch)
 	s.route(r, "GET", "/api/v1/schedules", s.handleListSchedules)
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)

@@ -75,6 +75,9 @@ type Config struct {
 	// HoldOutbox keeps the relay from delivering (tests use it to crash a
 	// node between an outbox write and its delivery).
 	HoldOutbox bool
+	// OnApplied, when set, hears every committed Update with its job
+	// changes (the mirror's feed). It must not block.
+	OnApplied func(*statemachine.AppliedInfo)
 }
 
 // WithDefaults fills unset fields.
@@ -232,8 +235,9 @@ func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 			ShardID:  shardID,
 			Dir:      filepath.Join(h.cfg.DataDir, "shards", fmt.Sprint(index)),
 			Cache:    h.cache,
-			Listener: h,
-			Logger:   h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
+			Listener:    h,
+			Logger:      h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
+			EmitChanges: h.cfg.OnApplied != nil,
 		})
 	}
 }
@@ -280,7 +284,12 @@ func (h *Host) waitReady(ctx context.Context) error {
 }
 
 // Applied implements statemachine.Listener.
-func (h *Host) Applied(info *statemachine.AppliedInfo) { h.signals.applied(info) }
+func (h *Host) Applied(info *statemachine.AppliedInfo) {
+	h.signals.applied(info)
+	if h.cfg.OnApplied != nil {
+		h.cfg.OnApplied(info)
+	}
+}
 
 // LeaderUpdated implements raftio.IRaftEventListener.
 func (h *Host) LeaderUpdated(info raftio.LeaderInfo) {

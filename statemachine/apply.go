@@ -24,6 +24,13 @@ type applier struct {
 	dirty map[string]struct{} // queues whose stats changed
 	ready map[string]struct{} // queues that gained fetchable jobs
 
+	// The mirror's feed (EmitChanges): the latest view of each job touched,
+	// deleted jobs, errors recorded. Views alias apply buffers until
+	// changeList copies them.
+	changed   map[string]*JobView
+	deleted   map[string]bool
+	newErrors map[string][]JobError
+
 	rateSeq uint32 // tiebreak of rate-window keys within one entry
 	ackStep string // the step_status of the ack being applied (chains)
 	outSeq  uint32 // numbers outbox records within one entry
@@ -31,7 +38,45 @@ type applier struct {
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
-	return &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
+	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
+	if s.cfg.EmitChanges {
+		a.changed, a.deleted, a.newErrors = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}
+	}
+	return a
+}
+
+// noteChange records a job's latest state for the mirror.
+func (a *applier) noteChange(j *Job, st *JobState) {
+	if a.changed == nil {
+		return
+	}
+	a.changed[j.ID] = &JobView{Job: *j, State: *st}
+	delete(a.deleted, j.ID)
+}
+
+func (a *applier) noteDeleted(id string) {
+	if a.changed == nil {
+		return
+	}
+	delete(a.changed, id)
+	delete(a.newErrors, id)
+	a.deleted[id] = true
+}
+
+// changeList copies the Update's changes out of the apply buffers.
+func (a *applier) changeList() []JobChange {
+	if a.changed == nil || len(a.changed)+len(a.deleted) == 0 {
+		return nil
+	}
+	out := make([]JobChange, 0, len(a.changed)+len(a.deleted))
+	for id, v := range a.changed {
+		cv := &JobView{Job: cloneJob(v.Job), State: cloneState(v.State)}
+		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id]})
+	}
+	for id := range a.deleted {
+		out = append(out, JobChange{ID: id, Deleted: true})
+	}
+	return out
 }
 
 // nextSeq is the FIFO sequence of a job created now: entry order, then
@@ -229,6 +274,7 @@ func (a *applier) loadState(id string) JobState {
 func (a *applier) putState(j *Job, st *JobState) {
 	a.set(stateKey(j.ID), st.appendTo(nil))
 	a.s.jobs.update(j.ID, st)
+	a.noteChange(j, st)
 }
 
 // finish writes the state of a job that just reached a terminal state: it
@@ -392,6 +438,9 @@ func (a *applier) addError(j *Job, st *JobState, msg, backtrace string) {
 	je := JobError{Attempt: st.Attempt, Error: msg, Backtrace: backtrace, At: a.now}
 	st.Errors++ // error records are numbered, so a retried job keeps its history
 	a.set(errorKey(j.ID, st.Errors), je.appendTo(nil))
+	if a.newErrors != nil {
+		a.newErrors[j.ID] = append(a.newErrors[j.ID], je)
+	}
 	st.LastError = msg
 	st.FailedAt = a.now
 }
@@ -457,6 +506,7 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	}
 	a.addPending(j)
 	a.move(j.Queue, 0, StatePending)
+	a.noteChange(j, &JobState{State: StatePending})
 	return Result{State: StatePending}
 }
 

@@ -50,6 +50,12 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.listSchedules()
 	case DeadQuery:
 		return s.listDead(q)
+	case ScanJobsQuery:
+		return s.scanJobs(q)
+	case AppliedQuery:
+		return s.appliedAtomic.Load(), nil
+	case OpenedAtQuery:
+		return s.openedAt, nil
 	}
 	return nil, fmt.Errorf("statemachine: unknown query %T", q)
 }
@@ -215,4 +221,60 @@ func (s *StateMachine) listDead(q DeadQuery) (DeadPage, error) {
 		page.Jobs = append(page.Jobs, *v)
 	}
 	return page, it.Error()
+}
+
+// ScanJobsQuery reads jobs in ID order after After (exclusive), with their
+// errors: a mirror rebuild's source. The answer is ScanPage.
+type ScanJobsQuery struct {
+	After string
+	Limit int
+}
+
+// ScanPage is one page of a job scan. Index is the applied index read
+// before the scan: every change after it reaches the listener.
+type ScanPage struct {
+	Jobs  []JobView
+	Index uint64
+	Next  string // "" when done
+}
+
+// AppliedQuery reads the last applied index; the answer is uint64.
+type AppliedQuery struct{}
+
+// OpenedAtQuery reads the applied index the state machine found on disk
+// when it opened (entries after it were replayed through the listener);
+// the answer is uint64.
+type OpenedAtQuery struct{}
+
+func (s *StateMachine) scanJobs(q ScanJobsQuery) (ScanPage, error) {
+	page := ScanPage{Index: s.appliedAtomic.Load()}
+	lower := []byte(pfxJob)
+	if q.After != "" {
+		lower = append(jobKey(q.After), 0)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd([]byte(pfxJob))})
+	if err != nil {
+		return page, err
+	}
+	var ids []string
+	for it.First(); it.Valid() && len(ids) < q.Limit; it.Next() {
+		ids = append(ids, string(it.Key()[len(pfxJob):]))
+	}
+	more := it.Valid()
+	if err := it.Close(); err != nil {
+		return page, err
+	}
+	for _, id := range ids {
+		v, err := s.getJob(id)
+		if err != nil {
+			return page, err
+		}
+		if v != nil {
+			page.Jobs = append(page.Jobs, *v)
+		}
+	}
+	if more && len(ids) > 0 {
+		page.Next = ids[len(ids)-1]
+	}
+	return page, nil
 }

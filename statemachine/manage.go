@@ -187,6 +187,7 @@ func (a *applier) dropJob(j *Job, st *JobState) {
 	a.s.jobs.drop(j.ID)
 	a.releaseUnique(j)
 	a.move(j.Queue, st.State, 0)
+	a.noteDeleted(j.ID)
 }
 
 // ---- job management ----

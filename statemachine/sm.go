@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -61,6 +62,18 @@ type AppliedInfo struct {
 	Outbox int64 // outbox records awaiting delivery
 	// NextCron is the earliest scheduled cron run (Unix ns, 0: none).
 	NextCron int64
+	// Changes lists every job the Update touched, with its final state
+	// (Config.EmitChanges only): the mirror's feed.
+	Changes []JobChange
+}
+
+// JobChange is a job's state after an Update, or its deletion. The view
+// and errors are the receiver's to keep.
+type JobChange struct {
+	ID        string
+	Deleted   bool
+	View      *JobView   // nil when Deleted
+	NewErrors []JobError // errors recorded in this Update
 }
 
 // Config configures one shard's state machine.
@@ -74,6 +87,8 @@ type Config struct {
 	// JobCacheBytes bounds the in-memory cache of live jobs (0: default;
 	// negative: off).
 	JobCacheBytes int64
+	// EmitChanges fills AppliedInfo.Changes (the mirror needs them).
+	EmitChanges bool
 }
 
 // StateMachine implements dragonboat's IOnDiskStateMachine.
@@ -118,6 +133,9 @@ type StateMachine struct {
 	// scans up; results never depend on it. Lookups read it under mu.
 	mu      sync.RWMutex
 	cursors map[string][]byte
+
+	appliedAtomic atomic.Uint64 // the applied index, for lookups
+	openedAt      uint64        // the applied index Open found
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
@@ -159,6 +177,7 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 		_ = db.Close()
 		return 0, err
 	}
+	s.openedAt = s.applied
 	return s.applied, nil
 }
 
@@ -212,6 +231,7 @@ func (s *StateMachine) loadMeta() error {
 	}
 	s.applied = binary.BigEndian.Uint64(v[:8])
 	s.lastNow = int64(binary.BigEndian.Uint64(v[8:]))
+	s.appliedAtomic.Store(s.applied)
 	return nil
 }
 
@@ -257,8 +277,10 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	s.applied = last
+	s.appliedAtomic.Store(last)
 	if s.cfg.Listener != nil {
-		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due, Outbox: s.outbox, NextCron: s.nextCron})
+		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
+			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList()})
 	}
 	return entries, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -433,4 +434,79 @@ func (s *server) enqueue2(t *testing.T, job map[string]any) string {
 	return decode[struct {
 		JobID string `json:"job_id"`
 	}](t, body).JobID
+}
+
+// TestE2ESearchAndMirrorRebuild searches the mirror with the spec's
+// filters, then deletes the mirror file while the server is stopped: it is
+// rebuilt on start and every search answers as before.
+func TestE2ESearchAndMirrorRebuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t)
+	var jobs []map[string]any
+	for i := 0; i < 300; i++ {
+		jobs = append(jobs, map[string]any{"queue": fmt.Sprintf("emails.q%d", i%3), "payload": map[string]any{"amount": i, "vip": i%10 == 0, "to": fmt.Sprintf("u%d@example.com", i)},
+			"tags": map[string]string{"tenant": []string{"acme", "globex"}[i%2]}, "max_retries": 0})
+	}
+	code, body := do(t, "POST", s.url+"/api/v1/enqueue/batch", map[string]any{"jobs": jobs})
+	require.Equal(t, 201, code, string(body))
+	// Kill some: they go dead with an SMTP error.
+	code, body = do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": []string{"emails.q0"}, "count": 20, "worker_id": "w"})
+	require.Equal(t, 200, code, string(body))
+	for _, j := range decode[struct{ Jobs []fetched }](t, body).Jobs {
+		code, _ := do(t, "POST", s.url+"/api/v1/fail/"+j.JobID, map[string]any{"error": "SMTP connection refused"})
+		require.Equal(t, 200, code)
+	}
+	searches := []map[string]any{
+		{"queue": "emails.q0", "state": []string{"dead"}, "error_contains": "SMTP"},
+		{"payload_jq": ".amount > 250 and .vip == true"},
+		{"tags": map[string]string{"tenant": "acme"}, "state": []string{"pending"}, "limit": 500},
+		{"payload_contains": "u7@example.com"},
+		{"queue": "emails.q1", "sort": "created_at", "order": "asc", "limit": 5},
+	}
+	type result struct {
+		Total int `json:"total"`
+		Jobs  []struct {
+			ID string `json:"id"`
+		} `json:"jobs"`
+	}
+	run := func() []result {
+		var out []result
+		for _, q := range searches {
+			code, body := do(t, "POST", s.url+"/api/v1/jobs/search", q)
+			require.Equal(t, 200, code, string(body))
+			out = append(out, decode[result](t, body))
+		}
+		return out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var before []result
+	for {
+		before = run()
+		if before[0].Total == 20 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the mirror applies asynchronously
+	}
+	require.Equal(t, 20, before[0].Total, "dead SMTP jobs")
+	require.Equal(t, 4, before[1].Total, "amount > 250 and vip (every 10th): 260, 270, 280, 290")
+	require.Equal(t, 150-10, before[2].Total, "acme is every other job; 10 of its q0 jobs are dead")
+	require.Equal(t, 1, before[3].Total, "only u7@example.com (u70@… does not contain it)")
+	require.Len(t, before[4].Jobs, 5)
+
+	s.stop()
+	require.NoError(t, os.Remove(filepath.Join(s.dir, "mirror.db")))
+	s.start()
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		after := run()
+		if reflect.DeepEqual(before, after) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the rebuilt mirror answers differently:\n%v\n%v", before, after)
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, _ = do(t, "POST", s.url+"/api/v1/jobs/search", map[string]any{"payload_jq": ".a = 1"})
+	require.Equal(t, 400, code)
 }

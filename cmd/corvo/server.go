@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
 )
 
@@ -126,15 +127,28 @@ func runServer(ctx context.Context, f serverFlags) error {
 	defer stop()
 
 	start := time.Now()
+	mir, err := mirror.Open(mirror.Config{Path: filepath.Join(f.dataDir, "mirror.db"), Logger: log}, meta.Shards)
+	if err != nil {
+		ln.Close()
+		return &exitError{exitError_, fmt.Errorf("open the mirror: %w", err)}
+	}
 	openCtx, cancel := context.WithTimeout(sigCtx, 2*time.Minute)
 	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
-		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"}) // test hook: see TestE2EOutboxSurvivesKill
+		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1", // test hook: see TestE2EOutboxSurvivesKill
+		OnApplied:  mir.Applied})
 	cancel()
 	if err != nil {
 		ln.Close()
+		mir.Close()
 		return &exitError{exitError_, fmt.Errorf("start shards: %w", err)}
 	}
-	gw := gateway.New(gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log}, host)
+	if err := mir.Start(host); err != nil {
+		ln.Close()
+		host.Close()
+		mir.Close()
+		return &exitError{exitError_, err}
+	}
+	gw := gateway.New(gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log, Mirror: mir}, host)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gw.Serve(ln) }()
 	log.Info().Str("http", ln.Addr().String()).Str("raft", meta.RaftAddr).Int("shards", meta.Shards).
@@ -145,6 +159,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Info().Msg("shutting down: draining requests")
 	case err := <-serveErr:
 		host.Close()
+		mir.Close()
 		return &exitError{exitError_, fmt.Errorf("http server: %w", err)}
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
@@ -153,6 +168,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Warn().Err(err).Msg("http shutdown did not finish cleanly")
 	}
 	host.Close()
+	mir.Close()
 	log.Info().Msg("corvo server stopped")
 	return nil
 }

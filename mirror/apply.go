@@ -1,0 +1,335 @@
+package mirror
+
+import (
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// pending is what one flush writes: the latest change of each job.
+type pending struct {
+	changes map[string]*change
+	index   []uint64 // highest index seen, per shard
+}
+
+type change struct {
+	shard int
+	idx   uint64
+	c     statemachine.JobChange
+	errs  []statemachine.JobError
+}
+
+func (m *Mirror) loop() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.stop:
+			m.flushAll()
+			return
+		case sh := <-m.rebuilds:
+			m.rebuild(sh)
+		case info := <-m.in:
+			p := &pending{changes: map[string]*change{}, index: make([]uint64, m.shards)}
+			p.add(info)
+			deadline := time.After(m.cfg.FlushWindow)
+		collect:
+			for len(p.changes) < 20000 {
+				select {
+				case info := <-m.in:
+					p.add(info)
+				case <-deadline:
+					break collect
+				case <-m.stop:
+					break collect
+				}
+			}
+			if err := m.write(p); err != nil {
+				m.log.Error().Err(err).Msg("mirror write failed: rebuilding")
+				m.RequestRebuild()
+			}
+		}
+	}
+}
+
+// flushAll writes what is buffered at shutdown.
+func (m *Mirror) flushAll() {
+	p := &pending{changes: map[string]*change{}, index: make([]uint64, m.shards)}
+	for {
+		select {
+		case info := <-m.in:
+			p.add(info)
+		default:
+			if err := m.write(p); err != nil {
+				m.log.Warn().Err(err).Msg("mirror flush at shutdown failed")
+			}
+			return
+		}
+	}
+}
+
+func (p *pending) add(info *statemachine.AppliedInfo) {
+	sh := int(info.ShardID) - 1
+	if info.Index > p.index[sh] {
+		p.index[sh] = info.Index
+	}
+	for i := range info.Changes {
+		c := info.Changes[i]
+		prev := p.changes[c.ID]
+		ch := &change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors}
+		if prev != nil && !c.Deleted && !prev.c.Deleted {
+			ch.errs = append(prev.errs, c.NewErrors...)
+		}
+		p.changes[c.ID] = ch
+	}
+}
+
+const upsertSQL = `INSERT INTO jobs (id, shard, idx, gen, queue, state, priority, attempt, max_retries, payload, tags,
+ unique_key, batch_id, chain_id, worker_id, hostname, progress, checkpoint, result, reason, last_error, error_count,
+ created_at, scheduled_at, started_at, completed_at, failed_at, expire_at, lease_expires_at)
+VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET shard=excluded.shard, idx=excluded.idx, gen=excluded.gen, queue=excluded.queue,
+ state=excluded.state, priority=excluded.priority, attempt=excluded.attempt, max_retries=excluded.max_retries,
+ payload=excluded.payload, tags=excluded.tags, unique_key=excluded.unique_key, batch_id=excluded.batch_id,
+ chain_id=excluded.chain_id, worker_id=excluded.worker_id, hostname=excluded.hostname, progress=excluded.progress,
+ checkpoint=excluded.checkpoint, result=excluded.result, reason=excluded.reason, last_error=excluded.last_error,
+ error_count=excluded.error_count, created_at=excluded.created_at, scheduled_at=excluded.scheduled_at,
+ started_at=excluded.started_at, completed_at=excluded.completed_at, failed_at=excluded.failed_at,
+ expire_at=excluded.expire_at, lease_expires_at=excluded.lease_expires_at
+WHERE excluded.idx >= jobs.idx`
+
+// write applies one flush in a transaction.
+func (m *Mirror) write(p *pending) error {
+	if len(p.changes) == 0 && !anyIndex(p.index) {
+		return nil
+	}
+	tx, err := m.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	up, err := tx.Prepare(upsertSQL)
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	del, err := tx.Prepare(`DELETE FROM jobs WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer del.Close()
+	delErr, err := tx.Prepare(`DELETE FROM job_errors WHERE job_id = ?`)
+	if err != nil {
+		return err
+	}
+	defer delErr.Close()
+	insErr, err := tx.Prepare(`INSERT INTO job_errors (job_id, attempt, error, at) VALUES (?,?,?,?)`)
+	if err != nil {
+		return err
+	}
+	defer insErr.Close()
+	for id, ch := range p.changes {
+		if ch.c.Deleted {
+			if _, err := del.Exec(id); err != nil {
+				return err
+			}
+			if _, err := delErr.Exec(id); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := up.Exec(rowArgs(ch.shard, ch.idx, m.gen[ch.shard], ch.c.View)...); err != nil {
+			return err
+		}
+		for _, e := range ch.errs {
+			if _, err := insErr.Exec(id, e.Attempt, e.Error, e.At); err != nil {
+				return err
+			}
+		}
+	}
+	if err := m.saveIndexes(tx, p.index); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	for sh, idx := range p.index {
+		if idx > m.mirrored[sh].Load() {
+			m.mirrored[sh].Store(idx)
+		}
+	}
+	m.applied.Add(len(p.changes))
+	return nil
+}
+
+func anyIndex(idx []uint64) bool {
+	for _, i := range idx {
+		if i > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Mirror) saveIndexes(tx *sql.Tx, idx []uint64) error {
+	for sh, i := range idx {
+		if i == 0 || i <= m.mirrored[sh].Load() {
+			continue
+		}
+		if _, err := tx.Exec(`INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
+ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`, sh, i, m.gen[sh]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func nullTime(ns int64) any {
+	if ns == 0 {
+		return nil
+	}
+	return ns
+}
+
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullJSON(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// rowArgs are the upsert's arguments for a job view.
+func rowArgs(shard int, idx uint64, gen int64, v *statemachine.JobView) []any {
+	j, st := &v.Job, &v.State
+	sched := st.DueAt
+	if sched == 0 && j.ScheduledAt > j.CreatedAt {
+		sched = j.ScheduledAt
+	}
+	chainID := ""
+	if j.Chain != nil {
+		chainID = j.Chain.ID
+	}
+	payload := string(j.Payload)
+	if payload == "" {
+		payload = "null"
+	}
+	return []any{j.ID, shard, int64(idx), gen, j.Queue, st.State.String(), int(j.Priority), st.Attempt, j.MaxRetries,
+		payload, nullJSON(j.Tags), nullText(j.UniqueKey), nullText(j.BatchID), nullText(chainID),
+		nullText(st.WorkerID), nullText(st.Hostname), nullJSON(st.Progress), nullJSON(st.Checkpoint), nullJSON(st.Result),
+		nullText(st.Reason), nullText(st.LastError), st.Errors, j.CreatedAt, nullTime(sched), nullTime(st.StartedAt),
+		nullTime(st.CompletedAt), nullTime(st.FailedAt), nullTime(j.ExpireAt), nullTime(st.LeaseExpiresAt)}
+}
+
+// rebuild re-reads one shard's jobs from Pebble. Events keep flowing in
+// between pages; rows carry the index they reflect, so an older event
+// never overwrites a newer row, and rows the scan did not see again
+// (deleted meanwhile) are removed at the end by generation.
+func (m *Mirror) rebuild(sh int) {
+	if m.src == nil {
+		return
+	}
+	start := time.Now()
+	m.gen[sh]++
+	gen := m.gen[sh]
+	var startIdx uint64
+	after := ""
+	n := 0
+	for first := true; ; first = false {
+		v, err := m.src.Read(sh, statemachine.ScanJobsQuery{After: after, Limit: 2000})
+		if err != nil {
+			m.log.Error().Err(err).Int("shard", sh).Msg("mirror rebuild: read failed; will retry")
+			time.AfterFunc(time.Second, func() { m.rebuilds <- sh })
+			return
+		}
+		page := v.(statemachine.ScanPage)
+		if first {
+			startIdx = page.Index
+		}
+		if err := m.writeRows(sh, gen, page); err != nil {
+			m.log.Error().Err(err).Int("shard", sh).Msg("mirror rebuild: write failed")
+			return
+		}
+		n += len(page.Jobs)
+		// Keep up with live events between pages.
+		m.drainEvents()
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	// The shard is consistent once the events since the scan started are in.
+	m.dirty[sh].Store(false)
+	if _, err := m.db.Exec(`DELETE FROM job_errors WHERE job_id IN (SELECT id FROM jobs WHERE shard = ? AND gen < ?)`, sh, gen); err != nil {
+		m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
+	}
+	if _, err := m.db.Exec(`DELETE FROM jobs WHERE shard = ? AND gen < ?`, sh, gen); err != nil {
+		m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
+	}
+	idx := startIdx
+	if s := m.mirrored[sh].Load(); s > idx {
+		idx = s
+	}
+	if _, err := m.db.Exec(`INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?) ON CONFLICT(shard) DO UPDATE SET idx=excluded.idx, gen=excluded.gen`, sh, idx, gen); err != nil {
+		m.log.Error().Err(err).Msg("mirror rebuild: state failed")
+	}
+	m.mirrored[sh].Store(idx)
+	m.log.Info().Int("shard", sh).Int("jobs", n).Dur("took", time.Since(start)).Msg("mirror shard rebuilt")
+}
+
+// drainEvents applies whatever events are buffered right now.
+func (m *Mirror) drainEvents() {
+	p := &pending{changes: map[string]*change{}, index: make([]uint64, m.shards)}
+	for len(p.changes) < 20000 {
+		select {
+		case info := <-m.in:
+			p.add(info)
+			continue
+		default:
+		}
+		break
+	}
+	if err := m.write(p); err != nil {
+		m.log.Error().Err(err).Msg("mirror write failed")
+	}
+}
+
+func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error {
+	tx, err := m.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	up, err := tx.Prepare(upsertSQL)
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	for i := range page.Jobs {
+		v := &page.Jobs[i]
+		if _, err := up.Exec(rowArgs(sh, page.Index, gen, v)...); err != nil {
+			return fmt.Errorf("job %s: %w", v.Job.ID, err)
+		}
+		// The scan's row wins only if no newer event wrote it; the errors
+		// are rewritten from the full history either way.
+		if _, err := tx.Exec(`UPDATE jobs SET gen = ? WHERE id = ?`, gen, v.Job.ID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`DELETE FROM job_errors WHERE job_id = ?`, v.Job.ID); err != nil {
+			return err
+		}
+		for _, e := range v.Errors {
+			if _, err := tx.Exec(`INSERT INTO job_errors (job_id, attempt, error, at) VALUES (?,?,?,?)`, v.Job.ID, e.Attempt, e.Error, e.At); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,306 @@
+// Package mirror keeps one SQLite database per node as a materialized view
+// of every local shard's jobs, for search, lists and dashboards. It is fed
+// by the state machines' change events after each Pebble commit, applied in
+// batched transactions off the Raft apply path (a job changed several times
+// within a flush window costs one upsert). It is never a source of truth:
+// when it falls behind (a full buffer, a missing or corrupt file, a restart
+// after changes it never saw) it rebuilds a shard from Pebble.
+package mirror
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	_ "github.com/mattn/go-sqlite3" // the SQLite driver (cgo)
+	"github.com/rs/zerolog"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// Source reads the shards' Pebble state (shard.Host).
+type Source interface {
+	Shards() int
+	Read(shard int, query interface{}) (interface{}, error)
+}
+
+// Config configures a Mirror.
+type Config struct {
+	Path        string        // the SQLite file
+	QueueSize   int           // buffered Updates before events are dropped (default 8192)
+	FlushWindow time.Duration // how long changes coalesce before a write (default 20ms)
+	Logger      zerolog.Logger
+}
+
+// Mirror is the per-node SQLite view.
+type Mirror struct {
+	cfg  Config
+	log  zerolog.Logger
+	db   *sql.DB // the writer (one connection)
+	rdb  *sql.DB // readers
+	in   chan *statemachine.AppliedInfo
+	src  Source
+	stop chan struct{}
+	done chan struct{}
+
+	shards   int
+	seen     []atomic.Uint64 // latest index an event brought, per shard
+	mirrored []atomic.Uint64 // index committed to SQLite, per shard
+	dirty    []atomic.Bool   // events were dropped: rebuild
+	gen      []int64         // rebuild generation, per shard (apply goroutine)
+	rebuilds chan int
+	once     sync.Once
+
+	dropped *metrics.Counter
+	applied *metrics.Counter
+}
+
+// Open opens (or creates) the mirror for a node with the given shard count.
+// A file that is corrupt or of another schema is replaced (it is rebuilt
+// from Pebble when the mirror starts).
+func Open(cfg Config, shards int) (*Mirror, error) {
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 8192
+	}
+	if cfg.FlushWindow <= 0 {
+		cfg.FlushWindow = 20 * time.Millisecond
+	}
+	m := &Mirror{cfg: cfg, log: cfg.Logger.With().Str("component", "mirror").Logger(), shards: shards,
+		in: make(chan *statemachine.AppliedInfo, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		seen: make([]atomic.Uint64, shards), mirrored: make([]atomic.Uint64, shards), dirty: make([]atomic.Bool, shards),
+		gen: make([]int64, shards), rebuilds: make(chan int, shards+1),
+		dropped: metrics.GetOrCreateCounter(`corvo_mirror_dropped_updates_total`),
+		applied: metrics.GetOrCreateCounter(`corvo_mirror_applied_changes_total`),
+	}
+	if err := m.openDB(); err != nil {
+		m.log.Warn().Err(err).Msg("mirror unusable: recreating it (it will be rebuilt from Pebble)")
+		m.closeDB()
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			_ = os.Remove(cfg.Path + suffix)
+		}
+		if err := m.openDB(); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Mirror) openDB() error {
+	dsn := "file:" + m.cfg.Path + "?_journal_mode=WAL&_synchronous=NORMAL&_busy_timeout=5000&_foreign_keys=off"
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return err
+	}
+	db.SetMaxOpenConns(1)
+	m.db = db
+	if err := m.migrate(); err != nil {
+		return err
+	}
+	rdb, err := sql.Open("sqlite3", dsn+"&mode=ro")
+	if err != nil {
+		return err
+	}
+	rdb.SetMaxOpenConns(4)
+	m.rdb = rdb
+	rows, err := m.db.Query(`SELECT shard, idx, gen FROM mirror_state`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sh int
+		var idx uint64
+		var gen int64
+		if err := rows.Scan(&sh, &idx, &gen); err != nil {
+			return err
+		}
+		if sh >= 0 && sh < m.shards {
+			m.mirrored[sh].Store(idx)
+			m.gen[sh] = gen
+		}
+	}
+	return rows.Err()
+}
+
+func (m *Mirror) closeDB() {
+	if m.db != nil {
+		_ = m.db.Close()
+	}
+	if m.rdb != nil {
+		_ = m.rdb.Close()
+	}
+}
+
+// schemaVersion changes whenever the tables do: an older file is rebuilt.
+const schemaVersion = 1
+
+func (m *Mirror) migrate() error {
+	var v int
+	if err := m.db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	if v != 0 {
+		return fmt.Errorf("mirror schema version %d, want %d", v, schemaVersion)
+	}
+	_, err := m.db.Exec(schema + fmt.Sprintf("PRAGMA user_version = %d;", schemaVersion))
+	return err
+}
+
+// Times are Unix nanoseconds (NULL when unset); payload, tags, progress,
+// checkpoint and result are JSON text.
+const schema = `
+CREATE TABLE jobs (
+    id               TEXT PRIMARY KEY,
+    shard            INTEGER NOT NULL,
+    idx              INTEGER NOT NULL,  -- Raft index of the change this row reflects
+    gen              INTEGER NOT NULL,  -- rebuild generation
+    queue            TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    priority         INTEGER NOT NULL,
+    attempt          INTEGER NOT NULL,
+    max_retries      INTEGER NOT NULL,
+    payload          TEXT NOT NULL,
+    tags             TEXT,
+    unique_key       TEXT,
+    batch_id         TEXT,
+    chain_id         TEXT,
+    worker_id        TEXT,
+    hostname         TEXT,
+    progress         TEXT,
+    checkpoint       TEXT,
+    result           TEXT,
+    reason           TEXT,
+    last_error       TEXT,
+    error_count      INTEGER NOT NULL,
+    created_at       INTEGER NOT NULL,
+    scheduled_at     INTEGER,
+    started_at       INTEGER,
+    completed_at     INTEGER,
+    failed_at        INTEGER,
+    expire_at        INTEGER,
+    lease_expires_at INTEGER
+) WITHOUT ROWID;
+CREATE INDEX idx_jobs_queue_state ON jobs(queue, state, created_at);
+CREATE INDEX idx_jobs_state ON jobs(state, created_at);
+CREATE INDEX idx_jobs_created ON jobs(created_at);
+CREATE INDEX idx_jobs_shard_gen ON jobs(shard, gen);
+CREATE INDEX idx_jobs_batch ON jobs(batch_id) WHERE batch_id IS NOT NULL;
+CREATE INDEX idx_jobs_unique ON jobs(unique_key) WHERE unique_key IS NOT NULL;
+CREATE INDEX idx_jobs_worker ON jobs(worker_id) WHERE worker_id IS NOT NULL;
+CREATE TABLE job_errors (
+    job_id  TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    error   TEXT NOT NULL,
+    at      INTEGER NOT NULL
+);
+CREATE INDEX idx_job_errors_job ON job_errors(job_id);
+CREATE TABLE mirror_state (
+    shard INTEGER PRIMARY KEY,
+    idx   INTEGER NOT NULL,
+    gen   INTEGER NOT NULL
+);
+`
+
+// Applied takes a state machine's committed Update (shard.Config's hook).
+// It never blocks: when the buffer is full the Update is dropped and its
+// shard marked for a rebuild.
+func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
+	sh := int(info.ShardID) - 1
+	if sh < 0 || sh >= m.shards {
+		return
+	}
+	m.seen[sh].Store(info.Index)
+	select {
+	case m.in <- info:
+	default:
+		m.dropped.Inc()
+		if !m.dirty[sh].Swap(true) {
+			m.rebuilds <- sh
+		}
+	}
+}
+
+// Start checks each shard against its Pebble state, schedules rebuilds for
+// the ones the mirror missed changes of, and starts applying.
+func (m *Mirror) Start(src Source) error {
+	m.src = src
+	for sh := 0; sh < m.shards; sh++ {
+		v, err := src.Read(sh, statemachine.OpenedAtQuery{})
+		if err != nil {
+			return fmt.Errorf("mirror: shard %d: %w", sh, err)
+		}
+		if opened := v.(uint64); opened != m.mirrored[sh].Load() && !m.dirty[sh].Swap(true) {
+			m.log.Info().Int("shard", sh).Uint64("mirror_index", m.mirrored[sh].Load()).Uint64("pebble_index", opened).Msg("mirror behind Pebble: rebuilding the shard")
+			m.rebuilds <- sh
+		}
+	}
+	for sh := 0; sh < m.shards; sh++ {
+		sh := sh
+		metrics.GetOrCreateGauge(fmt.Sprintf(`corvo_mirror_lag_entries{shard="%d"}`, sh), func() float64 {
+			return float64(m.seen[sh].Load()) - float64(m.mirrored[sh].Load())
+		})
+	}
+	go m.loop()
+	return nil
+}
+
+// RequestRebuild rebuilds every shard from Pebble (POST /admin/rebuild-mirror).
+func (m *Mirror) RequestRebuild() {
+	for sh := 0; sh < m.shards; sh++ {
+		if !m.dirty[sh].Swap(true) {
+			m.rebuilds <- sh
+		}
+	}
+}
+
+// Close stops applying and closes the database.
+func (m *Mirror) Close() {
+	m.once.Do(func() {
+		close(m.stop)
+		if m.src != nil {
+			<-m.done
+		}
+		m.closeDB()
+	})
+}
+
+// Lag is how far the mirror is behind each shard, in Raft entries.
+func (m *Mirror) Lag() []int64 {
+	out := make([]int64, m.shards)
+	for sh := range out {
+		if d := int64(m.seen[sh].Load()) - int64(m.mirrored[sh].Load()); d > 0 {
+			out[sh] = d
+		}
+	}
+	return out
+}
+
+// Caught reports whether the mirror has applied every change up to the
+// given indexes (tests and "read your writes" waits).
+func (m *Mirror) Caught(ctx context.Context) error {
+	for {
+		behind := false
+		for sh := 0; sh < m.shards; sh++ {
+			if m.dirty[sh].Load() || m.mirrored[sh].Load() < m.seen[sh].Load() {
+				behind = true
+			}
+		}
+		if !behind {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("mirror: still behind")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

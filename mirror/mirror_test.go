@@ -1,0 +1,203 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// fakeSource is a shard with nothing in Pebble yet.
+type fakeSource struct{ jobs []statemachine.JobView }
+
+func (fakeSource) Shards() int { return 1 }
+func (f fakeSource) Read(_ int, q interface{}) (interface{}, error) {
+	switch q.(type) {
+	case statemachine.OpenedAtQuery:
+		return uint64(0), nil
+	case statemachine.ScanJobsQuery:
+		return statemachine.ScanPage{Jobs: f.jobs, Index: 1}, nil
+	}
+	return nil, fmt.Errorf("unexpected %T", q)
+}
+
+func openTest(t *testing.T) *Mirror {
+	t.Helper()
+	m, err := Open(Config{Path: filepath.Join(t.TempDir(), "mirror.db"), Logger: zerolog.Nop()}, 1)
+	require.NoError(t, err)
+	require.NoError(t, m.Start(fakeSource{}))
+	t.Cleanup(m.Close)
+	return m
+}
+
+var base = time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC).UnixNano()
+
+func view(i int, queue, state, payload string) *statemachine.JobView {
+	st, _ := statemachine.ParseState(state)
+	return &statemachine.JobView{
+		Job:   statemachine.Job{ID: fmt.Sprintf("job_0_%026d", i), Queue: queue, Payload: []byte(payload), CreatedAt: base + int64(i)*1e9, Priority: statemachine.PriorityNormal, Tags: []byte(`{"tenant":"acme"}`)},
+		State: statemachine.JobState{State: st, Attempt: uint32(i % 3)},
+	}
+}
+
+func feed(t *testing.T, m *Mirror, index uint64, changes ...statemachine.JobChange) {
+	t.Helper()
+	m.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: index, Changes: changes})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, m.Caught(ctx))
+}
+
+func ids(p *Page) []string {
+	var out []string
+	for _, r := range p.Jobs {
+		out = append(out, r.ID[len(r.ID)-3:])
+	}
+	return out
+}
+
+func TestMirrorSearchAndJQ(t *testing.T) {
+	t.Parallel()
+	m := openTest(t)
+	payloads := []string{
+		`{"email":"user@example.com","amount":150,"tags":["vip","new"],"metadata":{"region":"us-east"},"template":"welcome-1","items":[1,2,3,4,5,6],"legacy":true}`,
+		`{"email":"other@example.com","amount":50,"tags":["new"],"metadata":{"region":"eu-west"},"template":"reset","items":[1],"legacy":false}`,
+		`{"email":"x@y.z","amount":"150","note":"100% off_sale"}`,
+		`[1,2,3]`,
+	}
+	var ch []statemachine.JobChange
+	for i, p := range payloads {
+		v := view(i+1, "emails.send", "dead", p)
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v, NewErrors: []statemachine.JobError{{Attempt: 1, Error: fmt.Sprintf("SMTP timeout %d", i), At: base}}})
+	}
+	other := view(9, "other", "pending", `{"amount":500}`)
+	ch = append(ch, statemachine.JobChange{ID: other.Job.ID, View: other})
+	feed(t, m, 5, ch...)
+
+	for _, c := range []struct {
+		jq   string
+		want []string
+	}{
+		{`.email == "user@example.com"`, []string{"001"}},
+		{`.amount > 100`, []string{"001", "009"}},
+		{`.amount >= 150 and .legacy == true`, []string{"001"}},
+		{`.tags | contains("vip")`, []string{"001"}},
+		{`.metadata.region == "us-east"`, []string{"001"}},
+		{`.template | startswith("welcome")`, []string{"001"}},
+		{`.template | endswith("set")`, []string{"002"}},
+		{`.items | length > 5`, []string{"001"}},
+		{`.email | contains("example")`, []string{"001", "002"}},
+		{`.legacy`, []string{"001"}},
+		{`not .legacy`, []string{"002", "003", "004", "009"}},
+		{`(.amount < 100) or (.metadata.region == "us-east")`, []string{"001", "002"}},
+		{`.legacy == null`, []string{}},
+		{`.note | contains("100% off_")`, []string{"003"}},
+		{`."email" == "x@y.z"`, []string{"003"}},
+	} {
+		p, err := m.Search(context.Background(), Filter{PayloadJQ: c.jq})
+		require.NoError(t, err, c.jq)
+		got := ids(p)
+		if got == nil {
+			got = []string{}
+		}
+		require.Equal(t, c.want, got, c.jq)
+	}
+
+	p, err := m.Search(context.Background(), Filter{Queue: "emails.send", States: []string{"dead"}, ErrorContains: "SMTP timeout 1", Tags: map[string]string{"tenant": "acme"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"002"}, ids(p))
+	p, err = m.Search(context.Background(), Filter{PayloadContains: "100% off_"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"003"}, ids(p), "% and _ match themselves")
+	p, err = m.Search(context.Background(), Filter{PayloadContains: "%"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"003"}, ids(p))
+}
+
+// TestMirrorJQRejectsAndNeverInjects: anything outside the subset is a
+// clear error, and quotes, semicolons and SQL words are only ever data.
+func TestMirrorJQRejectsAndNeverInjects(t *testing.T) {
+	t.Parallel()
+	m := openTest(t)
+	v := view(1, "q", "pending", `{"name":"x'; DROP TABLE jobs; --"}`)
+	feed(t, m, 2, statemachine.JobChange{ID: v.Job.ID, View: v})
+	for _, bad := range []string{`.a = 1`, `.a == `, `.a | keys`, `.a[0]`, `select(.a)`, `.a == 1 ;`, `.a == "x" or`, `(.a == 1`, `.a | contains(.b)`, `$__loc__`, `.a == "unterminated`} {
+		_, err := m.Search(context.Background(), Filter{PayloadJQ: bad})
+		require.ErrorIs(t, err, ErrBadFilter, bad)
+	}
+	for _, data := range []string{`.name == "x'; DROP TABLE jobs; --"`, `."a'b" == "1"`, `.name | contains("'); DELETE FROM jobs; --")`} {
+		_, err := m.Search(context.Background(), Filter{PayloadJQ: data})
+		require.NoError(t, err, data)
+	}
+	p, err := m.Search(context.Background(), Filter{PayloadJQ: `.name == "x'; DROP TABLE jobs; --"`})
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 1, "the table is still there and the quote matched as data")
+}
+
+// TestMirrorPaginationWhileAdding walks 1,234 jobs in pages of 100 while
+// more jobs arrive: no duplicates, no gaps.
+func TestMirrorPaginationWhileAdding(t *testing.T) {
+	t.Parallel()
+	m := openTest(t)
+	var ch []statemachine.JobChange
+	for i := 1; i <= 1234; i++ {
+		v := view(i, "page", "pending", `{}`)
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v})
+	}
+	feed(t, m, 10, ch...)
+	seen := map[string]bool{}
+	cursor := ""
+	for n := 0; ; n++ {
+		p, err := m.Search(context.Background(), Filter{Queue: "page", Limit: 100, Cursor: cursor})
+		require.NoError(t, err)
+		for _, r := range p.Jobs {
+			require.False(t, seen[r.ID], "duplicate %s", r.ID)
+			seen[r.ID] = true
+		}
+		// Newer jobs arrive between pages (they sort after the cursor).
+		v := view(2000+n, "page", "pending", `{}`)
+		feed(t, m, uint64(11+n), statemachine.JobChange{ID: v.Job.ID, View: v})
+		if !p.HasMore {
+			break
+		}
+		cursor = p.Cursor
+	}
+	for i := 1; i <= 1234; i++ {
+		require.True(t, seen[fmt.Sprintf("job_0_%026d", i)], "gap at %d", i)
+	}
+}
+
+func FuzzCompileJQ(f *testing.F) {
+	for _, s := range []string{`.a == 1`, `.a.b | startswith("x")`, `.items | length > 5`, `not (.a or .b)`, `."q\"k" == "v"`, `.a == "x'; --"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, expr string) {
+		ps := &Params{}
+		sqlText, err := CompileJQ(expr, "payload", ps)
+		if err != nil {
+			return
+		}
+		// Whatever compiles carries every value as a parameter: the SQL
+		// text has no quote, semicolon or comment of the expression's.
+		require.NotContains(t, sqlText, ";")
+		require.NotContains(t, sqlText, "--")
+		require.NotContains(t, sqlText, `"`)
+		for i := 0; i < len(sqlText); i++ {
+			if sqlText[i] == '\'' {
+				// the only quoted SQL literals are the compiler's own
+				require.Regexp(t, `^'(null|false|true|text|array|object|integer|real|\\)'`, sqlText[i:], sqlText)
+				j := i + 1
+				for j < len(sqlText) && sqlText[j] != '\'' {
+					j++
+				}
+				i = j
+			}
+		}
+	})
+}
