@@ -232,9 +232,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 	return func(shardID, replicaID uint64) sm.IOnDiskStateMachine {
 		return statemachine.New(statemachine.Config{
-			ShardID:  shardID,
-			Dir:      filepath.Join(h.cfg.DataDir, "shards", fmt.Sprint(index)),
-			Cache:    h.cache,
+			ShardID:     shardID,
+			Dir:         filepath.Join(h.cfg.DataDir, "shards", fmt.Sprint(index)),
+			Cache:       h.cache,
 			Listener:    h,
 			Logger:      h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
 			EmitChanges: h.cfg.OnApplied != nil,
