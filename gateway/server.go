@@ -128,6 +128,7 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "GET", "/api/v1/workers", s.handleWorkers)
 	s.route(r, "GET", "/api/v1/dead", s.handleDead)
 	s.route(r, "POST", "/api/v1/jobs/search", s.handleSearch)
+	s.route(r, "POST", "/api/v1/jobs/bulk", s.handleBulk)
 	s.route(r, "POST", "/api/v1/admin/rebuild-mirror", s.handleRebuildMirror)
 	s.route(r, "GET", "/api/v1/batches/{id}", s.handleGetBatch)
 	s.route(r, "GET", "/api/v1/schedules", s.handleListSchedules)

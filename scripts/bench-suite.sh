@@ -4,9 +4,11 @@
 # HTTP from the same machine.
 set -euo pipefail
 BIN=${BIN:-bin/corvo}
+# EXTRA=--server-arg=--no-mirror measures the engine without the SQLite mirror.
+EXTRA=${EXTRA:-}
 run() {
-  echo "### corvo bench $*"
-  "$BIN" bench "$@" 2>/dev/null
+  echo "### corvo bench $* $EXTRA"
+  "$BIN" bench "$@" $EXTRA 2>/dev/null
   echo
 }
 run --mode enqueue --jobs 200000 --producers 32

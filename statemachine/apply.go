@@ -200,6 +200,10 @@ func (a *applier) apply(op Op) Result {
 		return a.schedule(o)
 	case *CronTickOp:
 		return a.cronTick(o)
+	case *RequeueOp:
+		return a.requeue(o)
+	case *PriorityOp:
+		return a.changePriority(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }

@@ -193,20 +193,33 @@ func (a *applier) dropJob(j *Job, st *JobState) {
 // ---- job management ----
 
 func (a *applier) retryJob(o *RetryJobOp) Result {
-	j, ok := a.loadJob(o.JobID)
+	return a.reopen(o.JobID, true, false)
+}
+
+// requeue: a dead job back to pending, attempts and history kept.
+func (a *applier) requeue(o *RequeueOp) Result {
+	return a.reopen(o.JobID, false, true)
+}
+
+// reopen sends a finished job back to pending.
+func (a *applier) reopen(id string, resetAttempts, deadOnly bool) Result {
+	j, ok := a.loadJob(id)
 	if !ok {
 		return Result{Status: StatusNotFound, Message: "job not found"}
 	}
 	st := a.loadState(j.ID)
-	if !st.State.Terminal() {
-		return Result{Status: StatusConflict, State: st.State, Message: "job is " + st.State.String() + "; only completed, dead or cancelled jobs can be retried"}
+	if !st.State.Terminal() || (deadOnly && st.State != StateDead) {
+		return Result{Status: StatusConflict, State: st.State, Message: "job is " + st.State.String() + "; not a finished job it can send back"}
 	}
 	from := st.State
 	a.del(timeIndexKey(pfxFinished, st.CompletedAt, j.ID))
 	if from == StateDead {
 		a.del(timeIndexKey(pfxDead, st.CompletedAt, j.ID))
 	}
-	st.State, st.Attempt, st.Reason = StatePending, 0, ""
+	st.State, st.Reason = StatePending, ""
+	if resetAttempts {
+		st.Attempt = 0
+	}
 	st.CompletedAt, st.WorkerID, st.Hostname, st.Result = 0, "", "", nil
 	st.CancelRequested = false
 	a.putState(j, &st)
@@ -396,4 +409,34 @@ func (a *applier) dropQueue(o *DropQueueOp) Result {
 func timeIndexKeyMismatch(pfx string, k []byte, at int64) bool {
 	t, _, ok := splitTimeIndexKey(pfx, k)
 	return !ok || t != at
+}
+
+// changePriority re-files a pending or scheduled job under another tier.
+func (a *applier) changePriority(o *PriorityOp) Result {
+	j0, ok := a.loadJob(o.JobID)
+	if !ok {
+		return Result{Status: StatusNotFound, Message: "job not found"}
+	}
+	if o.Priority > PriorityNormal {
+		return Result{Status: StatusInvalid, Message: "unknown priority"}
+	}
+	st := a.loadState(j0.ID)
+	if st.State != StatePending && st.State != StateScheduled {
+		return Result{Status: StatusConflict, State: st.State, Message: "only pending or scheduled jobs change priority"}
+	}
+	if j0.Priority == o.Priority {
+		return Result{State: st.State, Queue: j0.Queue}
+	}
+	j := *j0 // never modify a cached record in place
+	if st.State == StatePending {
+		a.delPending(&j)
+	}
+	j.Priority = o.Priority
+	a.set(jobKey(j.ID), j.appendTo(nil))
+	a.s.jobs.drop(j.ID)
+	a.putState(&j, &st)
+	if st.State == StatePending {
+		a.addPending(&j)
+	}
+	return Result{State: st.State, Queue: j.Queue}
 }

@@ -39,6 +39,8 @@ const (
 	OpRelease     OpCode = 25
 	OpSchedule    OpCode = 26
 	OpCronTick    OpCode = 27
+	OpRequeue     OpCode = 28
+	OpPriority    OpCode = 29
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -208,6 +210,10 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &ScheduleOp{}
 	case OpCronTick:
 		op = &CronTickOp{}
+	case OpRequeue:
+		op = &RequeueOp{}
+	case OpPriority:
+		op = &PriorityOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -559,6 +565,34 @@ func (o *DropQueueOp) decode(d *dec) {
 	o.Index = d.u8()
 	o.After = d.bytes()
 	o.Limit = uint32(d.uvarint())
+}
+
+// RequeueOp sends a dead job back to pending in its queue, keeping its
+// attempt count and history.
+type RequeueOp struct{ JobID string }
+
+// Code implements Op.
+func (*RequeueOp) Code() OpCode               { return OpRequeue }
+func (o *RequeueOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
+func (o *RequeueOp) decode(d *dec)              { o.JobID = d.str() }
+
+// PriorityOp changes the priority tier of a pending or scheduled job.
+type PriorityOp struct {
+	JobID    string
+	Priority Priority
+}
+
+// Code implements Op.
+func (*PriorityOp) Code() OpCode { return OpPriority }
+func (o *PriorityOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.JobID)
+	e.u8(uint8(o.Priority))
+	return e.b
+}
+func (o *PriorityOp) decode(d *dec) {
+	o.JobID = d.str()
+	o.Priority = Priority(d.u8())
 }
 
 // PruneDedupOp forgets the results of entries proposed before Before (ns).

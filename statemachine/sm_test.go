@@ -396,7 +396,7 @@ func randomLog(tb *testBundle, n int) {
 			case 3:
 				op = &SetLimitsOp{Queue: queues[tb.rnd.IntN(3)], SetThrottle: true, RateLimit: uint32(tb.rnd.IntN(4)), RateWindowMs: 2000}
 			}
-			switch tb.rnd.IntN(6) {
+			switch tb.rnd.IntN(7) {
 			case 0:
 				op = &RetryJobOp{JobID: ids[tb.rnd.IntN(len(ids))]}
 			case 1:
@@ -405,6 +405,12 @@ func randomLog(tb *testBundle, n int) {
 				op = &MoveJobOp{JobID: ids[tb.rnd.IntN(len(ids))], Queue: queues[tb.rnd.IntN(3)]}
 			case 3:
 				op = &SweepOp{PurgeBefore: tb.now.Add(-10 * time.Second).UnixNano()}
+			case 6:
+				if tb.rnd.IntN(2) == 0 {
+					op = &RequeueOp{JobID: ids[tb.rnd.IntN(len(ids))]}
+				} else {
+					op = &PriorityOp{JobID: ids[tb.rnd.IntN(len(ids))], Priority: Priority(tb.rnd.IntN(3))}
+				}
 			case 5:
 				if tb.rnd.IntN(2) == 0 {
 					op = &ReleaseOp{JobID: ids[tb.rnd.IntN(len(ids))], Approve: tb.rnd.IntN(2) == 0}
@@ -994,4 +1000,21 @@ func TestStateMachineCronLeaderChange(t *testing.T) {
 	b.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Delete: true})
 	b.advance(5 * time.Minute)
 	require.Zero(t, b.one(&CronTickOp{}).Count)
+}
+
+func TestStateMachineRequeueAndPriority(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.MaxRetries = 1 })
+	tb.fetch(1, "q")
+	tb.one(&FailOp{JobID: id, Error: "x"})
+	require.Equal(t, StatePending, tb.one(&RequeueOp{JobID: id}).State)
+	require.Equal(t, uint32(1), tb.get(id).State.Attempt, "requeue keeps the attempts")
+	require.Equal(t, StatusConflict, tb.one(&RequeueOp{JobID: id}).Status)
+	low := tb.enqueue("p", PriorityNormal)
+	tb.enqueue("p", PriorityHigh)
+	require.Equal(t, StatusOK, tb.one(&PriorityOp{JobID: low, Priority: PriorityCritical}).Status)
+	jobs := tb.fetch(1, "p")
+	require.Equal(t, low, jobs[0].Job.ID, "now critical, fetched first")
+	require.Equal(t, StatusConflict, tb.one(&PriorityOp{JobID: low, Priority: PriorityHigh}).Status, "active jobs keep their tier")
 }

@@ -21,6 +21,7 @@ func newBenchCmd() *cobra.Command {
 	var output string
 	var embedded bool
 	var shards int
+	var serverArgs []string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load-test a Corvo server over HTTP (or an embedded one in a temp dir)",
@@ -35,7 +36,7 @@ func newBenchCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			if embedded || !cmd.Flags().Changed("url") && os.Getenv("CORVO_URL") == "" {
-				url, shutdown, err := startEmbedded(shards)
+				url, shutdown, err := startEmbedded(shards, serverArgs)
 				if err != nil {
 					return &exitError{exitError_, err}
 				}
@@ -69,6 +70,7 @@ func newBenchCmd() *cobra.Command {
 	fl.StringVar(&cfg.URL, "url", def, "server to load (default: start an embedded server in a temp dir)")
 	fl.BoolVar(&embedded, "embedded", false, "start an embedded server in a temp dir even if --url/CORVO_URL is set")
 	fl.IntVar(&shards, "shards", 0, "shards of the embedded server")
+	fl.StringArrayVar(&serverArgs, "server-arg", nil, "extra flag for the embedded server (repeatable), e.g. --server-arg=--no-mirror")
 	fl.StringVar(&cfg.Mode, "mode", "e2e", "enqueue, lifecycle or e2e")
 	fl.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run (when --jobs is 0)")
 	fl.IntVar(&cfg.Jobs, "jobs", 0, "stop after this many jobs")
@@ -87,7 +89,7 @@ func newBenchCmd() *cobra.Command {
 
 // startEmbedded runs `corvo server` from this same binary in a temp dir, so
 // the load generator measures a real process over real HTTP.
-func startEmbedded(shards int) (string, func(), error) {
+func startEmbedded(shards int, extra []string) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "corvo-bench-")
 	if err != nil {
 		return "", nil, err
@@ -104,6 +106,7 @@ func startEmbedded(shards int) (string, func(), error) {
 	if shards > 0 {
 		args = append(args, "--shards", strconv.Itoa(shards))
 	}
+	args = append(args, extra...)
 	srv := exec.Command(self, args...)
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -115,4 +117,82 @@ func TestCLIManagement(t *testing.T) {
 	run(exitError_, "schedules", "create", "bad", "reports", "not cron")
 
 	require.Contains(t, run(0, "status"), "status: ok")
+}
+
+// TestCLISearchPipeBulk: corvo search … --output json | corvo bulk retry,
+// as the spec shows, plus bulk by --filter and by IDs.
+func TestCLISearchPipeBulk(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not installed")
+	}
+	s := newServer(t)
+	var jobs []map[string]any
+	for i := 0; i < 30; i++ {
+		jobs = append(jobs, map[string]any{"queue": "emails.send", "payload": map[string]int{"amount": i * 10}, "max_retries": 0})
+	}
+	code, body := do(t, "POST", s.url+"/api/v1/enqueue/batch", map[string]any{"jobs": jobs})
+	require.Equal(t, 201, code, string(body))
+	code, body = do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": []string{"emails.send"}, "count": 12, "worker_id": "w"})
+	require.Equal(t, 200, code, string(body))
+	for _, j := range decode[struct{ Jobs []fetched }](t, body).Jobs {
+		code, _ := do(t, "POST", s.url+"/api/v1/fail/"+j.JobID, map[string]any{"error": "SMTP timeout"})
+		require.Equal(t, 200, code)
+	}
+	search := func(args ...string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, code := runCLI(t, s.url, append([]string{"search"}, args...)...)
+			require.Equal(t, 0, code, out)
+			if !strings.Contains(out, "0 shown") || time.Now().After(deadline) {
+				return out
+			}
+			time.Sleep(20 * time.Millisecond) // the mirror catches up asynchronously
+		}
+	}
+	out := search("--queue", "emails.send", "--state", "dead", "--error-contains", "SMTP")
+	require.Contains(t, out, "12 shown of 12 matching")
+
+	// The spec's pipe, verbatim but for the address.
+	pipe := exec.Command("bash", "-c", corvoBin+" search --queue emails.send --state dead --output json | "+corvoBin+" bulk retry")
+	pipe.Env = append(os.Environ(), "CORVO_URL="+s.url)
+	res, err := pipe.CombinedOutput()
+	require.NoError(t, err, string(res))
+	require.Contains(t, string(res), "retry: 12 jobs, 0 errors")
+	code, body = do(t, "GET", s.url+"/api/v1/queues", nil)
+	require.Equal(t, 200, code)
+	require.Contains(t, string(body), `"name":"emails.send","pending":30,"active":0,"scheduled":0,"retrying":0,"completed":0,"dead":0`)
+
+	// Bulk by filter, after the mirror saw the retries.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(search("--queue", "emails.send", "--payload-jq", ".amount >= 200"), "10 shown") {
+		require.True(t, time.Now().Before(deadline))
+	}
+	res2, code2 := runCLI(t, s.url, "bulk", "change-priority", "critical", "--filter", `{"queue":"emails.send","payload_jq":".amount >= 200"}`)
+	require.Equal(t, 0, code2, res2)
+	require.Contains(t, res2, "change_priority: 10 jobs")
+	code, body = do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": []string{"emails.send"}})
+	require.Equal(t, 200, code)
+	require.Equal(t, "critical", decode[fetched](t, body).Priority)
+
+	// IDs on stdin, one action per word.
+	ids := strings.Join(s.deadIDs(t), " ")
+	cmd := exec.Command(corvoBin, "bulk", "delete")
+	cmd.Env = append(os.Environ(), "CORVO_URL="+s.url)
+	cmd.Stdin = strings.NewReader(ids)
+	res, err = cmd.CombinedOutput()
+	require.NoError(t, err, string(res))
+	require.Contains(t, string(res), "no jobs on stdin", "no dead jobs are left to delete")
+	_, code = runCLI(t, s.url, "bulk", "explode")
+	require.Equal(t, exitUsage, code)
+}
+
+func (s *server) deadIDs(t *testing.T) []string {
+	code, body := do(t, "GET", s.url+"/api/v1/dead", nil)
+	require.Equal(t, 200, code)
+	var ids []string
+	for _, j := range decode[struct{ Jobs []jobDoc }](t, body).Jobs {
+		ids = append(ids, j.ID)
+	}
+	return ids
 }

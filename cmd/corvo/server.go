@@ -34,6 +34,7 @@ type serverFlags struct {
 	pprofBind       string
 	cacheMB         int
 	retention       time.Duration
+	noMirror        bool
 }
 
 func newServerCmd() *cobra.Command {
@@ -56,6 +57,7 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	fl.DurationVar(&f.retention, "retention", shard.RetentionDefault, "how long completed, dead and cancelled jobs are kept (e.g. 168h); negative: forever")
+	fl.BoolVar(&f.noMirror, "no-mirror", false, "run without the SQLite mirror (no search; more throughput)")
 	fl.IntVar(&f.cacheMB, "cache-mb", shard.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	return cmd
@@ -127,28 +129,40 @@ func runServer(ctx context.Context, f serverFlags) error {
 	defer stop()
 
 	start := time.Now()
-	mir, err := mirror.Open(mirror.Config{Path: filepath.Join(f.dataDir, "mirror.db"), Logger: log}, meta.Shards)
-	if err != nil {
-		ln.Close()
-		return &exitError{exitError_, fmt.Errorf("open the mirror: %w", err)}
+	var mir *mirror.Mirror
+	hcfg := shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
+		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"} // test hook: see TestE2EOutboxSurvivesKill
+	if !f.noMirror {
+		if mir, err = mirror.Open(mirror.Config{Path: filepath.Join(f.dataDir, "mirror.db"), Logger: log}, meta.Shards); err != nil {
+			ln.Close()
+			return &exitError{exitError_, fmt.Errorf("open the mirror: %w", err)}
+		}
+		hcfg.OnApplied = mir.Applied
+	}
+	closeMirror := func() {
+		if mir != nil {
+			mir.Close()
+		}
 	}
 	openCtx, cancel := context.WithTimeout(sigCtx, 2*time.Minute)
-	host, err := shard.Open(openCtx, shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
-		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1", // test hook: see TestE2EOutboxSurvivesKill
-		OnApplied:  mir.Applied})
+	host, err := shard.Open(openCtx, hcfg)
 	cancel()
 	if err != nil {
 		ln.Close()
-		mir.Close()
+		closeMirror()
 		return &exitError{exitError_, fmt.Errorf("start shards: %w", err)}
 	}
-	if err := mir.Start(host); err != nil {
-		ln.Close()
-		host.Close()
-		mir.Close()
-		return &exitError{exitError_, err}
+	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log}
+	if mir != nil {
+		if err := mir.Start(host); err != nil {
+			ln.Close()
+			host.Close()
+			closeMirror()
+			return &exitError{exitError_, err}
+		}
+		gcfg.Mirror = mir
 	}
-	gw := gateway.New(gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log, Mirror: mir}, host)
+	gw := gateway.New(gcfg, host)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gw.Serve(ln) }()
 	log.Info().Str("http", ln.Addr().String()).Str("raft", meta.RaftAddr).Int("shards", meta.Shards).
@@ -159,7 +173,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Info().Msg("shutting down: draining requests")
 	case err := <-serveErr:
 		host.Close()
-		mir.Close()
+		closeMirror()
 		return &exitError{exitError_, fmt.Errorf("http server: %w", err)}
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
@@ -168,7 +182,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Warn().Err(err).Msg("http shutdown did not finish cleanly")
 	}
 	host.Close()
-	mir.Close()
+	closeMirror()
 	log.Info().Msg("corvo server stopped")
 	return nil
 }

@@ -1,0 +1,199 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// maxBulkJobs bounds one synchronous bulk operation.
+const maxBulkJobs = 100000
+
+type bulkRequest struct {
+	JobIDs      []string       `json:"job_ids"`
+	Filter      *searchRequest `json:"filter"`
+	Action      string         `json:"action"`
+	MoveToQueue string         `json:"move_to_queue"`
+	Priority    string         `json:"priority"`
+}
+
+// POST /api/v1/jobs/bulk — one action over job IDs or over every job a
+// search filter matches, applied through Raft in chunks per shard.
+func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	var req bulkRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	mk, aerr := s.bulkOp(&req)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	ids, aerr := s.bulkTargets(&req)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	affected, failed := s.applyBulk(ids, mk)
+	b := append([]byte(`{"affected":`), appendInt(nil, int64(affected))...)
+	b = append(b, `,"errors":`...)
+	b = appendInt(b, int64(len(failed)))
+	b = append(b, `,"failed":[`...)
+	for i, f := range failed {
+		if i == 100 {
+			break // the first hundred say enough
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"job_id":`...)
+		b = appendString(b, f.id)
+		b = append(b, `,"code":`...)
+		b = appendString(b, f.err.code)
+		b = append(b, `,"error":`...)
+		b = appendString(b, f.err.msg)
+		b = append(b, '}')
+	}
+	b = append(b, `],"duration_ms":`...)
+	b = appendInt(b, time.Since(start).Milliseconds())
+	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// bulkOp validates the action and returns the op for one job.
+func (s *Server) bulkOp(req *bulkRequest) (func(id string, sh int) statemachine.Op, *apiError) {
+	switch req.Action {
+	case "retry":
+		return func(id string, _ int) statemachine.Op { return &statemachine.RetryJobOp{JobID: id} }, nil
+	case "requeue":
+		return func(id string, _ int) statemachine.Op { return &statemachine.RequeueOp{JobID: id} }, nil
+	case "delete":
+		return func(id string, _ int) statemachine.Op { return &statemachine.DeleteJobOp{JobID: id} }, nil
+	case "cancel":
+		return func(id string, _ int) statemachine.Op { return &statemachine.CancelOp{JobID: id} }, nil
+	case "change_priority":
+		p, ok := statemachine.ParsePriority(req.Priority)
+		if !ok {
+			return nil, invalid("field \"priority\" must be critical, high or normal for change_priority")
+		}
+		return func(id string, _ int) statemachine.Op { return &statemachine.PriorityOp{JobID: id, Priority: p} }, nil
+	case "move":
+		if err := router.ValidateQueueName(req.MoveToQueue); err != nil {
+			return nil, invalid("field \"move_to_queue\": %v", err)
+		}
+		target := s.rt.ShardForQueue(req.MoveToQueue)
+		return func(id string, sh int) statemachine.Op {
+			if sh == target {
+				return &statemachine.MoveJobOp{JobID: id, Queue: req.MoveToQueue}
+			}
+			newID := router.JobID(target, ulid.MustParse(id[strings.LastIndexByte(id, '_')+1:]))
+			return &statemachine.MoveOutOp{JobID: id, NewID: newID, Queue: req.MoveToQueue, Target: target}
+		}, nil
+	}
+	return nil, invalid("field \"action\": unknown value %q (use retry, delete, cancel, move, requeue or change_priority)", req.Action)
+}
+
+// bulkTargets resolves the job IDs: as given, or every match of the filter.
+func (s *Server) bulkTargets(req *bulkRequest) ([]string, *apiError) {
+	switch {
+	case len(req.JobIDs) > 0 && req.Filter != nil:
+		return nil, invalid("give job_ids or filter, not both")
+	case len(req.JobIDs) > 0:
+		if len(req.JobIDs) > maxBulkJobs {
+			return nil, &apiError{status: 413, code: "bulk_too_large", msg: "at most 100000 job ids"}
+		}
+		return req.JobIDs, nil
+	case req.Filter == nil:
+		return nil, invalid("give job_ids or a filter")
+	}
+	if s.cfg.Mirror == nil {
+		return nil, &apiError{status: 503, code: "unavailable", msg: "a bulk filter needs the mirror"}
+	}
+	f, err := req.Filter.filter()
+	if err != nil {
+		return nil, invalid("filter: %v", err)
+	}
+	f.Limit, f.Desc, f.Sort = 1000, false, "created_at"
+	var ids []string
+	for {
+		c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+		page, err := s.cfg.Mirror.Search(c, f)
+		cancel()
+		if err != nil {
+			return nil, invalid("filter: %v", err)
+		}
+		for _, r := range page.Jobs {
+			ids = append(ids, r.ID)
+		}
+		if len(ids) > maxBulkJobs {
+			return nil, &apiError{status: 413, code: "bulk_too_large", msg: "the filter matches more than 100000 jobs; narrow it"}
+		}
+		if !page.HasMore {
+			return ids, nil
+		}
+		f.Cursor = page.Cursor
+	}
+}
+
+type bulkFailure struct {
+	id  string
+	err *apiError
+}
+
+// applyBulk proposes one op per job, 500 per entry, shards in parallel.
+func (s *Server) applyBulk(ids []string, mk func(id string, sh int) statemachine.Op) (int, []bulkFailure) {
+	perShard := make([][]string, s.eng.Shards())
+	var failed []bulkFailure
+	for _, id := range ids {
+		sh, err := s.rt.ShardForJob(id)
+		if err != nil {
+			failed = append(failed, bulkFailure{id, &apiError{status: 404, code: "not_found", msg: "job not found"}})
+			continue
+		}
+		perShard[sh] = append(perShard[sh], id)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	affected := 0
+	for sh, list := range perShard {
+		if len(list) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func(sh int, list []string) {
+			defer wg.Done()
+			for len(list) > 0 {
+				n := min(len(list), 500)
+				chunk := list[:n]
+				list = list[n:]
+				ops := make([]statemachine.Op, len(chunk))
+				for i, id := range chunk {
+					ops[i] = mk(id, sh)
+				}
+				rs, aerr := s.propose(sh, ops...)
+				mu.Lock()
+				for i, id := range chunk {
+					switch {
+					case aerr != nil:
+						failed = append(failed, bulkFailure{id, aerr})
+					case resultError(&rs[i]) != nil:
+						failed = append(failed, bulkFailure{id, resultError(&rs[i])})
+					default:
+						affected++
+					}
+				}
+				mu.Unlock()
+			}
+		}(sh, list)
+	}
+	wg.Wait()
+	return affected, failed
+}
