@@ -572,7 +572,7 @@ func (o *DropQueueOp) decode(d *dec) {
 type RequeueOp struct{ JobID string }
 
 // Code implements Op.
-func (*RequeueOp) Code() OpCode               { return OpRequeue }
+func (*RequeueOp) Code() OpCode                 { return OpRequeue }
 func (o *RequeueOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobID); return e.b }
 func (o *RequeueOp) decode(d *dec)              { o.JobID = d.str() }
 
