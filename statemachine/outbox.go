@@ -155,49 +155,14 @@ func (o *MoveOutOp) decode(d *dec) {
 }
 
 // MoveInOp lands a moved job on its new shard (idempotent: a job that
-// already exists under the ID is left alone).
-type MoveInOp struct {
-	Job    Job
-	State  JobState
-	Errors []JobError
-}
+// already exists under the ID is left alone). It carries the job as a
+// JobView, in JobView's encoding.
+type MoveInOp struct{ JobView }
 
 // Code implements Op.
-func (*MoveInOp) Code() OpCode { return OpMoveIn }
-func (o *MoveInOp) appendBody(b []byte) []byte {
-	e := enc{b: b}
-	e.bytes(o.Job.appendTo(nil))
-	e.bytes(o.State.appendTo(nil))
-	e.uvarint(uint64(len(o.Errors)))
-	for i := range o.Errors {
-		e.bytes(o.Errors[i].appendTo(nil))
-	}
-	return e.b
-}
-func (o *MoveInOp) decode(d *dec) {
-	jd := dec{b: d.bytes()}
-	o.Job.decode(&jd)
-	sd := dec{b: d.bytes()}
-	o.State.decode(&sd)
-	n := d.uvarint()
-	if n > 1<<20 {
-		d.fail()
-		return
-	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		ed := dec{b: d.bytes()}
-		var je JobError
-		je.decode(&ed)
-		if ed.err != nil {
-			d.fail()
-			return
-		}
-		o.Errors = append(o.Errors, je)
-	}
-	if jd.err != nil || sd.err != nil {
-		d.fail()
-	}
-}
+func (*MoveInOp) Code() OpCode                 { return OpMoveIn }
+func (o *MoveInOp) appendBody(b []byte) []byte { return o.JobView.appendTo(b) }
+func (o *MoveInOp) decode(d *dec)              { o.JobView.decode(d) }
 
 func movedKey(id string) []byte { return append([]byte(pfxMoved), id...) }
 
@@ -231,7 +196,7 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 	if o.ResetAttempt {
 		st.Attempt = 0
 	}
-	a.emit(o.Target, &MoveInOp{Job: j, State: st, Errors: errs})
+	a.emit(o.Target, &MoveInOp{JobView{Job: j, State: st, Errors: errs}})
 	return Result{State: from, JobID: o.NewID, Queue: o.Queue}
 }
 
