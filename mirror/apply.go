@@ -99,59 +99,92 @@ ON CONFLICT(id) DO UPDATE SET shard=excluded.shard, idx=excluded.idx, gen=exclud
  expire_at=excluded.expire_at, lease_expires_at=excluded.lease_expires_at
 WHERE excluded.idx >= jobs.idx`
 
-// write applies one flush in a transaction.
-func (m *Mirror) write(p *pending) error {
-	if len(p.changes) == 0 && !anyIndex(p.index) {
-		return nil
+// writeStmts are the writer's statements. They are prepared once on the
+// writer's single connection; tx.Stmt then reuses them in each transaction.
+type writeStmts struct {
+	upsert, delJob, delErrs, insErr, setGen, saveIdx *sql.Stmt
+}
+
+var writeSQL = [...]string{
+	upsertSQL,
+	`DELETE FROM jobs WHERE id = ?`,
+	`DELETE FROM job_errors WHERE job_id = ?`,
+	`INSERT INTO job_errors (job_id, attempt, error, at) VALUES (?,?,?,?)`,
+	`UPDATE jobs SET gen = ? WHERE id = ?`,
+	`INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
+ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
+}
+
+func (w *writeStmts) all() []**sql.Stmt {
+	return []**sql.Stmt{&w.upsert, &w.delJob, &w.delErrs, &w.insErr, &w.setGen, &w.saveIdx}
+}
+
+func prepareWrite(db *sql.DB) (*writeStmts, error) {
+	w := &writeStmts{}
+	for i, st := range w.all() {
+		var err error
+		if *st, err = db.Prepare(writeSQL[i]); err != nil {
+			w.close()
+			return nil, err
+		}
 	}
+	return w, nil
+}
+
+func (w *writeStmts) close() {
+	for _, st := range w.all() {
+		if *st != nil {
+			_ = (*st).Close()
+		}
+	}
+}
+
+// inTx runs fn in one write transaction, with the writer's statements
+// bound to it, and commits.
+func (m *Mirror) inTx(fn func(tx *writeStmts) error) error {
 	tx, err := m.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	up, err := tx.Prepare(upsertSQL)
-	if err != nil {
+	bound := &writeStmts{}
+	for i, st := range bound.all() {
+		*st = tx.Stmt(*m.ws.all()[i])
+	}
+	if err := fn(bound); err != nil {
 		return err
 	}
-	defer up.Close()
-	del, err := tx.Prepare(`DELETE FROM jobs WHERE id = ?`)
-	if err != nil {
-		return err
+	return tx.Commit()
+}
+
+// write applies one flush in a transaction.
+func (m *Mirror) write(p *pending) error {
+	if len(p.changes) == 0 && !anyIndex(p.index) {
+		return nil
 	}
-	defer del.Close()
-	delErr, err := tx.Prepare(`DELETE FROM job_errors WHERE job_id = ?`)
-	if err != nil {
-		return err
-	}
-	defer delErr.Close()
-	insErr, err := tx.Prepare(`INSERT INTO job_errors (job_id, attempt, error, at) VALUES (?,?,?,?)`)
-	if err != nil {
-		return err
-	}
-	defer insErr.Close()
-	for id, ch := range p.changes {
-		if ch.c.Deleted {
-			if _, err := del.Exec(id); err != nil {
+	err := m.inTx(func(st *writeStmts) error {
+		for id, ch := range p.changes {
+			if ch.c.Deleted {
+				if _, err := st.delJob.Exec(id); err != nil {
+					return err
+				}
+				if _, err := st.delErrs.Exec(id); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := st.upsert.Exec(rowArgs(ch.shard, ch.idx, m.gen[ch.shard], ch.c.View)...); err != nil {
 				return err
 			}
-			if _, err := delErr.Exec(id); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := up.Exec(rowArgs(ch.shard, ch.idx, m.gen[ch.shard], ch.c.View)...); err != nil {
-			return err
-		}
-		for _, e := range ch.errs {
-			if _, err := insErr.Exec(id, e.Attempt, e.Error, e.At); err != nil {
-				return err
+			for _, e := range ch.errs {
+				if _, err := st.insErr.Exec(id, e.Attempt, e.Error, e.At); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	if err := m.saveIndexes(tx, p.index); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
+		return m.saveIndexes(st, p.index)
+	})
+	if err != nil {
 		return err
 	}
 	for sh, idx := range p.index {
@@ -172,13 +205,12 @@ func anyIndex(idx []uint64) bool {
 	return false
 }
 
-func (m *Mirror) saveIndexes(tx *sql.Tx, idx []uint64) error {
+func (m *Mirror) saveIndexes(st *writeStmts, idx []uint64) error {
 	for sh, i := range idx {
 		if i == 0 || i <= m.mirrored[sh].Load() {
 			continue
 		}
-		if _, err := tx.Exec(`INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
-ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`, sh, i, m.gen[sh]); err != nil {
+		if _, err := st.saveIdx.Exec(sh, i, m.gen[sh]); err != nil {
 			return err
 		}
 	}
@@ -277,7 +309,7 @@ func (m *Mirror) rebuild(sh int) {
 	if s := m.mirrored[sh].Load(); s > idx {
 		idx = s
 	}
-	if _, err := m.db.Exec(`INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?) ON CONFLICT(shard) DO UPDATE SET idx=excluded.idx, gen=excluded.gen`, sh, idx, gen); err != nil {
+	if _, err := m.ws.saveIdx.Exec(sh, idx, gen); err != nil {
 		m.log.Error().Err(err).Msg("mirror rebuild: state failed")
 	}
 	m.mirrored[sh].Store(idx)
@@ -302,34 +334,26 @@ func (m *Mirror) drainEvents() {
 }
 
 func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error {
-	tx, err := m.db.Begin()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	up, err := tx.Prepare(upsertSQL)
-	if err != nil {
-		return err
-	}
-	defer up.Close()
-	for i := range page.Jobs {
-		v := &page.Jobs[i]
-		if _, err := up.Exec(rowArgs(sh, page.Index, gen, v)...); err != nil {
-			return fmt.Errorf("job %s: %w", v.Job.ID, err)
-		}
-		// The scan's row wins only if no newer event wrote it; the errors
-		// are rewritten from the full history either way.
-		if _, err := tx.Exec(`UPDATE jobs SET gen = ? WHERE id = ?`, gen, v.Job.ID); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(`DELETE FROM job_errors WHERE job_id = ?`, v.Job.ID); err != nil {
-			return err
-		}
-		for _, e := range v.Errors {
-			if _, err := tx.Exec(`INSERT INTO job_errors (job_id, attempt, error, at) VALUES (?,?,?,?)`, v.Job.ID, e.Attempt, e.Error, e.At); err != nil {
+	return m.inTx(func(st *writeStmts) error {
+		for i := range page.Jobs {
+			v := &page.Jobs[i]
+			if _, err := st.upsert.Exec(rowArgs(sh, page.Index, gen, v)...); err != nil {
+				return fmt.Errorf("job %s: %w", v.Job.ID, err)
+			}
+			// The scan's row wins only if no newer event wrote it; the errors
+			// are rewritten from the full history either way.
+			if _, err := st.setGen.Exec(gen, v.Job.ID); err != nil {
 				return err
 			}
+			if _, err := st.delErrs.Exec(v.Job.ID); err != nil {
+				return err
+			}
+			for _, e := range v.Errors {
+				if _, err := st.insErr.Exec(v.Job.ID, e.Attempt, e.Error, e.At); err != nil {
+					return err
+				}
+			}
 		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }

@@ -44,6 +44,7 @@ type Mirror struct {
 	log  zerolog.Logger
 	db   *sql.DB // the writer (one connection)
 	rdb  *sql.DB // readers
+	ws   *writeStmts
 	in   chan *statemachine.AppliedInfo
 	src  Source
 	stop chan struct{}
@@ -104,6 +105,9 @@ func (m *Mirror) openDB() error {
 	if err := m.migrate(); err != nil {
 		return err
 	}
+	if m.ws, err = prepareWrite(db); err != nil {
+		return err
+	}
 	rdb, err := sql.Open("sqlite3", dsn+"&mode=ro")
 	if err != nil {
 		return err
@@ -131,6 +135,10 @@ func (m *Mirror) openDB() error {
 }
 
 func (m *Mirror) closeDB() {
+	if m.ws != nil {
+		m.ws.close()
+		m.ws = nil
+	}
 	if m.db != nil {
 		_ = m.db.Close()
 	}
