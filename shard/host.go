@@ -82,39 +82,31 @@ type Config struct {
 
 // WithDefaults fills unset fields.
 func (c Config) WithDefaults() Config {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Shards, ShardsDefault)
-	def(&c.MaxOpsPerEntry, MaxOpsPerEntryDefault)
-	def(&c.MaxEntryBytes, MaxEntryBytesDefault)
-	def(&c.MaxQueuedRequests, MaxQueuedRequestsDefault)
-	if c.RTTMillisecond == 0 {
-		c.RTTMillisecond = RTTMillisecondDefault
-	}
-	if c.ElectionRTT == 0 {
-		c.ElectionRTT = ElectionRTTDefault
-	}
-	durDef := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	durDef(&c.ProposalTimeout, ProposalTimeoutDefault)
-	durDef(&c.ProposalDeadline, ProposalDeadlineDefault)
-	durDef(&c.TickInterval, TickIntervalDefault)
-	durDef(&c.DedupRetention, DedupRetentionDefault)
-	if c.CacheBytes == 0 {
-		c.CacheBytes = CacheBytesDefault
-	}
-	durDef(&c.Retention, RetentionDefault)
-	durDef(&c.SweepInterval, SweepIntervalDefault)
+	setDefault(&c.Shards, ShardsDefault)
+	setDefault(&c.MaxOpsPerEntry, MaxOpsPerEntryDefault)
+	setDefault(&c.MaxEntryBytes, MaxEntryBytesDefault)
+	setDefault(&c.MaxQueuedRequests, MaxQueuedRequestsDefault)
+	setDefault(&c.RTTMillisecond, RTTMillisecondDefault)
+	setDefault(&c.ElectionRTT, ElectionRTTDefault)
+	setDefault(&c.ProposalTimeout, ProposalTimeoutDefault)
+	setDefault(&c.ProposalDeadline, ProposalDeadlineDefault)
+	setDefault(&c.TickInterval, TickIntervalDefault)
+	setDefault(&c.DedupRetention, DedupRetentionDefault)
+	setDefault(&c.CacheBytes, CacheBytesDefault)
+	setDefault(&c.Retention, RetentionDefault)
+	setDefault(&c.SweepInterval, SweepIntervalDefault)
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
 	return c
+}
+
+// setDefault sets *v to d when *v is the zero value.
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 // Validate checks a defaulted config.
