@@ -88,6 +88,9 @@ type Server struct {
 
 	queueMetrics sync.Map // queue → *queueCounters
 	rates        throughput
+
+	cluster Cluster // nil when the engine is not clustered
+	peers   *peers
 }
 
 // New builds a server over an engine.
@@ -135,6 +138,13 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)
 	s.route(r, "PUT", "/api/v1/schedules/{id}", s.handlePutSchedule)
 	s.route(r, "DELETE", "/api/v1/schedules/{id}", s.handleDeleteSchedule)
+	if c, ok := eng.(Cluster); ok {
+		s.cluster = c
+		s.peers = newPeers(c.NodeID())
+		s.route(r, "POST", "/api/v1/cluster/join", s.handleJoin)
+		s.route(r, "DELETE", "/api/v1/cluster/nodes/{id}", s.handleRemoveNode)
+		s.route(r, "GET", "/api/v1/cluster/status", s.handleClusterStatus)
+	}
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {
@@ -165,6 +175,9 @@ func New(cfg Config, eng Engine) *Server {
 		},
 	}
 	go s.sampleLoop()
+	if s.cluster != nil {
+		go s.clusterLoop()
+	}
 	return s
 }
 
