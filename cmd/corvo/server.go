@@ -132,7 +132,7 @@ func checkMeta(dir string, m nodeMeta, f *serverFlags) error {
 		return fmt.Errorf("--shards=%d but %s was created with %d shards; the shard count cannot change", f.shards, dir, m.Shards)
 	}
 	if f.raftAdvertise != m.RaftAddr {
-		return fmt.Errorf("Raft address %s (--raft-advertise, default --raft-bind) but %s belongs to Raft address %s", f.raftAdvertise, dir, m.RaftAddr)
+		return fmt.Errorf("the Raft address %s (--raft-advertise, default --raft-bind) but %s belongs to Raft address %s", f.raftAdvertise, dir, m.RaftAddr)
 	}
 	return nil
 }
@@ -165,7 +165,7 @@ func (f *serverFlags) defaultAdvertise(hostname string) error {
 		return fmt.Errorf("--raft-advertise: %w", err)
 	}
 	if rhost == "" || net.ParseIP(rhost).IsUnspecified() {
-		return fmt.Errorf("Raft address %s has no host other nodes can reach: set --raft-advertise", f.raftAdvertise)
+		return fmt.Errorf("the Raft address %s has no host other nodes can reach: set --raft-advertise", f.raftAdvertise)
 	}
 	if f.httpAdvertise == "" {
 		host, port, err := net.SplitHostPort(f.bind)
