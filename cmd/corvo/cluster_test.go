@@ -404,11 +404,7 @@ func TestClusterChaos(t *testing.T) {
 			}
 		}
 	})
-	for _, s := range nodes {
-		for _, id := range ids {
-			waitJobState(t, s, id, "completed")
-		}
-	}
+	checkStates(t, nodes, ids, "completed")
 	var sets [][]string
 	for _, s := range nodes {
 		sets = append(sets, mirrorJobIDs(t, s))
@@ -531,25 +527,58 @@ func TestClusterAddAndRemoveNode(t *testing.T) {
 	defer l.mu.Unlock()
 	require.Empty(t, l.hard)
 	require.Greater(t, len(l.accepted), 100)
-	for _, s := range rest {
-		for id := range l.accepted {
-			waitJobState(t, s, id, "pending")
-		}
+	var ids []string
+	for id := range l.accepted {
+		ids = append(ids, id)
 	}
+	checkStates(t, rest, ids, "pending")
 	t.Logf("%d jobs accepted across the change, all pending on the 3 remaining nodes", len(l.accepted))
 }
 
 // waitJobState waits until a node's replica shows the job in state (a
 // follower applies a moment after the node that answered the write).
-func waitJobState(t *testing.T, s *server, id, state string) {
-	t.Helper()
+func waitJobState(s *server, id, state string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		code, body := do(t, "GET", s.url+"/api/v1/jobs/"+id, nil)
-		if code == 200 && decode[jobDoc](t, body).State == state {
-			return
+		code, body, _ := doRetryAfter(s.t, "GET", s.url+"/api/v1/jobs/"+id, nil)
+		var doc jobDoc
+		if code == 200 && json.Unmarshal(body, &doc) == nil && doc.State == state {
+			return nil
 		}
-		require.True(t, time.Now().Before(deadline), "job %s on %s: HTTP %d %s", id, s.http, code, body)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("job %s on %s: HTTP %d %s, want state %s", id, s.http, code, body, state)
+		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkStates reads every job on every node (its local Pebble replica), 16
+// at a time, until each shows state.
+func checkStates(t *testing.T, nodes []*server, ids []string, state string) {
+	t.Helper()
+	work := make(chan func())
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range work {
+				f()
+			}
+		}()
+	}
+	for _, s := range nodes {
+		for _, id := range ids {
+			work <- func() {
+				if err := waitJobState(s, id, state); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	close(work)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 }
