@@ -45,6 +45,9 @@ type Mirror struct {
 	db   *sql.DB // the writer (one connection)
 	rdb  *sql.DB // readers
 	ws   *writeStmts
+
+	readMu  sync.Mutex // held while reading the shards
+	noReads bool       // set by StopReads
 	in   chan *statemachine.AppliedInfo
 	src  Source
 	stop chan struct{}
