@@ -137,7 +137,7 @@ type StateMachine struct {
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
 	closeMu       sync.RWMutex  // lookups hold it shared; Close exclusively
 	closed        bool
-	openedAt      uint64        // the applied index Open found
+	openedAt      uint64 // the applied index Open found
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
