@@ -229,6 +229,14 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 		return
 	}
 	m.seen[sh].Store(info.Index)
+	if info.Reset {
+		// A snapshot replaced the shard's state: changes were not
+		// emitted for it, so the shard is read again from Pebble.
+		if !m.dirty[sh].Swap(true) {
+			m.rebuilds <- sh
+		}
+		return
+	}
 	select {
 	case m.in <- info:
 	default:

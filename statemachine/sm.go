@@ -65,6 +65,10 @@ type AppliedInfo struct {
 	// Changes lists every job the Update touched, with its final state
 	// (Config.EmitChanges only): the mirror's feed.
 	Changes []JobChange
+	// Reset says the shard's state was replaced by a snapshot from the
+	// leader (a replica that fell behind the log): everything derived
+	// from it must be re-read; Queues and Changes are empty.
+	Reset bool
 }
 
 // JobChange is a job's state after an Update, or its deletion. The view
@@ -393,8 +397,16 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	return s.loadMeta()
+	if err := s.loadMeta(); err != nil {
+		return err
+	}
+	if s.cfg.Listener != nil {
+		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: s.applied, Active: s.active, Due: s.due,
+			Outbox: s.outbox, NextCron: s.nextCron, Reset: true})
+	}
+	return nil
 }
+
 
 type pebbleLogger struct{ l zerolog.Logger }
 

@@ -45,6 +45,7 @@ type serverFlags struct {
 	replicas        int
 	discover        string
 	discoverService string
+	snapshotEntries uint64
 }
 
 func newServerCmd() *cobra.Command {
@@ -70,6 +71,7 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.join, "join", "", "join the cluster of the node serving HTTP at host:port (comma-separated list: try each)")
 	fl.StringVar(&f.raftAdvertise, "raft-advertise", "", "Raft address other nodes reach this node on (default: --raft-bind)")
 	fl.StringVar(&f.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node on (default: --bind, with the Raft host when --bind has none)")
+	fl.Uint64Var(&f.snapshotEntries, "snapshot-entries", shard.SnapshotEntriesDefault, "Raft entries each shard applies between snapshots (a replica further behind than a fifth of that catches up from a snapshot)")
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard the cluster aims for (set at bootstrap)")
 	fl.StringVar(&f.discover, "discover", "", `find peers automatically: "dns" (a Kubernetes headless service; the pod with ordinal 0 bootstraps, the rest join)`)
 	fl.StringVar(&f.discoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
@@ -258,7 +260,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 	hcfg := shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, RaftListen: f.raftBind, Shards: meta.Shards, Logger: log,
 		CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
 		NodeID: meta.ReplicaID, NodeName: f.nodeID, HTTPAddress: f.httpAdvertise, Join: meta.Joined, Replicas: f.replicas,
-		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"} // test hook: see TestE2EOutboxSurvivesKill
+		SnapshotEntries: f.snapshotEntries,
+		HoldOutbox:      os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"} // test hook: see TestE2EOutboxSurvivesKill
 	if !f.noMirror {
 		if mir, err = mirror.Open(mirror.Config{Path: filepath.Join(f.dataDir, "mirror.db"), Logger: log}, meta.Shards); err != nil {
 			ln.Close()
