@@ -407,7 +407,6 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	return nil
 }
 
-
 type pebbleLogger struct{ l zerolog.Logger }
 
 func (pebbleLogger) Infof(string, ...interface{}) {}
