@@ -316,7 +316,10 @@ func TestClusterChaos(t *testing.T) {
 			}
 		}
 		require.GreaterOrEqual(t, victim, 0)
-		t.Logf("round %d: SIGKILL node %d (leads %d shards) with %d jobs accepted", round+1, victim+1, most, len(l.accepted))
+		l.mu.Lock()
+		accepted := len(l.accepted)
+		l.mu.Unlock()
+		t.Logf("round %d: SIGKILL node %d (leads %d shards) with %d jobs accepted", round+1, victim+1, most, accepted)
 		nodes[victim].kill9()
 		time.Sleep(2 * time.Second) // the others elect new leaders and keep serving
 		nodes[victim].start()
