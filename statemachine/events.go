@@ -59,7 +59,7 @@ type JobEvent struct {
 	Queue     string
 	FromQueue string // moved: the queue it left
 	MovedTo   string // moved to another shard: the job's new ID
-	State     State  // the job's state after the event (0 when deleted)
+	State     State  // the job's state after the event (deleted: the state it was deleted in)
 	Attempt   uint32
 	At        int64 // Unix ns, the entry's time
 	WorkerID  string

@@ -167,7 +167,7 @@ func (a *applier) forgetFromBatch(j *Job, st *JobState) {
 
 // dropJob deletes every key of a job that is out of every index.
 func (a *applier) dropJob(j *Job, st *JobState) {
-	a.event(EventDeleted, j, &JobState{Attempt: st.Attempt})
+	a.event(EventDeleted, j, st)
 	a.dropKeys(j, st)
 }
 
