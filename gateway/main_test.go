@@ -22,9 +22,6 @@ import (
 // names.
 var baseURL string
 
-// testMirror is that server's mirror (tests wait for it to catch up).
-var testMirror *mirror.Mirror
-
 // testEventsCapacity is the event ring's size in tests: small enough that
 // a test can push old events out.
 const testEventsCapacity = 200000
@@ -47,7 +44,6 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	testMirror = mir
 	hub := events.New(4, testEventsCapacity)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	host, err := shard.Open(ctx, shard.Config{DataDir: dir, RaftAddress: raftAddr, Shards: 4, Logger: zerolog.Nop(),
