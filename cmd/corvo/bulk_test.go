@@ -142,4 +142,16 @@ func TestE2EShutdownWithStreamsAndBulk(t *testing.T) {
 	}](t, body)
 	require.Equal(t, "interrupted", rec.Status)
 	require.Less(t, rec.Processed, len(fake))
+
+	// A crash leaves the record processing; the next start says interrupted.
+	code, body = do(t, "POST", s.url+"/api/v1/jobs/bulk", map[string]any{"job_ids": fake, "action": "retry"})
+	require.Equal(t, 202, code, string(body))
+	id = decode[struct {
+		ID string `json:"bulk_operation_id"`
+	}](t, body).ID
+	s.kill9()
+	s.start()
+	code, body = do(t, "GET", s.url+"/api/v1/bulk/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"status":"interrupted"`)
 }
