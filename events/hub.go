@@ -15,6 +15,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 
@@ -122,6 +123,26 @@ func New(shards, capacity int) *Hub {
 
 // Shards is the node's shard count.
 func (h *Hub) Shards() int { return len(h.floor) }
+
+// Source reads the shards' state machines (shard.Host).
+type Source interface {
+	Shards() int
+	Read(shard int, query interface{}) (interface{}, error)
+}
+
+// StartFrom is Start with the opened-at index of each shard read from src.
+func (h *Hub) StartFrom(src Source) error {
+	opened := make([]uint64, src.Shards())
+	for i := range opened {
+		v, err := src.Read(i, statemachine.OpenedAtQuery{})
+		if err != nil {
+			return fmt.Errorf("events: shard %d: %w", i, err)
+		}
+		opened[i] = v.(uint64)
+	}
+	h.Start(opened)
+	return nil
+}
 
 // Start tells the hub where each shard's history began for this process
 // (the applied index each state machine opened at): nothing before it can

@@ -164,7 +164,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log}
 	if hub != nil {
-		if err := startEvents(hub, host); err != nil {
+		if err := hub.StartFrom(host); err != nil {
 			ln.Close()
 			host.Close()
 			closeMirror()
@@ -217,20 +217,5 @@ func fanOut(mir *mirror.Mirror, hub *events.Hub) func(*statemachine.AppliedInfo)
 	case hub != nil:
 		return hub.Applied
 	}
-	return nil
-}
-
-// startEvents tells the event ring where each shard's history began for
-// this run.
-func startEvents(hub *events.Hub, host *shard.Host) error {
-	opened := make([]uint64, host.Shards())
-	for i := range opened {
-		v, err := host.Read(i, statemachine.OpenedAtQuery{})
-		if err != nil {
-			return fmt.Errorf("events: shard %d: %w", i, err)
-		}
-		opened[i] = v.(uint64)
-	}
-	hub.Start(opened)
 	return nil
 }
