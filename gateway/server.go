@@ -50,7 +50,7 @@ type Config struct {
 	Mirror          Mirror // search; nil: search answers 503
 	// OnRemoved is called when another member says this node was removed
 	// from the cluster; the server should shut down.
-	OnRemoved func()
+	OnRemoved       func()
 	Events          Events // the event stream; nil: GET /events answers 503
 	EventsKeepalive time.Duration
 }
@@ -102,10 +102,10 @@ type Server struct {
 	queueMetrics sync.Map // queue → *queueCounters
 	rates        throughput
 
-	cluster Cluster // nil when the engine is not clustered
-	peers   *peers
-	subscribers  atomic.Int64 // open event streams
-	bulk         *bulkRunner
+	cluster     Cluster // nil when the engine is not clustered
+	peers       *peers
+	subscribers atomic.Int64 // open event streams
+	bulk        *bulkRunner
 }
 
 // New builds a server over an engine.
