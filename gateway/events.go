@@ -9,7 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/corvohq/corvo/events"
+	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )

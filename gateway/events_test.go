@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/corvohq/corvo/events"
+	"github.com/corvohq/corvo/gateway/events"
 )
 
 // sseFrame is one Server-Sent Events frame (or a comment line).

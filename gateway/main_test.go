@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/corvohq/corvo/events"
+	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"

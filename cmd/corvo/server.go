@@ -18,8 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/corvohq/corvo/events"
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"

@@ -167,11 +167,24 @@ func (h *Hub) Start(openedAt []uint64) {
 // Applied takes a committed Update's events (shard.Config.OnApplied). It
 // never blocks beyond a short lock.
 func (h *Hub) Applied(info *statemachine.AppliedInfo) {
-	if len(info.Events) == 0 {
-		return
-	}
 	sh := int(info.ShardID) - 1
 	if sh < 0 || sh >= len(h.floor) {
+		return
+	}
+	if info.Reset {
+		// A snapshot jumped the shard to info.Index: the events before
+		// it never passed through here, so older cursors get a reset.
+		h.mu.Lock()
+		if p := (Pos{Index: info.Index, N: math.MaxUint32}); h.floor[sh].Less(p) {
+			h.floor[sh] = p
+		}
+		if h.head[sh].Less(h.floor[sh]) {
+			h.head[sh] = h.floor[sh]
+		}
+		h.mu.Unlock()
+		return
+	}
+	if len(info.Events) == 0 {
 		return
 	}
 	h.mu.Lock()

@@ -105,3 +105,19 @@ func FuzzDecodeCursor(f *testing.F) {
 		}
 	})
 }
+
+// A replica that recovered from a snapshot skipped the events before it:
+// a cursor from before the snapshot gets a reset, one after resumes.
+func TestHubSnapshotResetsOlderCursors(t *testing.T) {
+	t.Parallel()
+	h := New(1, 8)
+	h.Start([]uint64{10})
+	feed(h, 0, 11, 1, "a")
+	h.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: 500, Reset: true})
+	feed(h, 0, 501, 2, "a")
+	_, reset := h.Subscribe(Cursor{{11, 0}}, Filter{})
+	require.True(t, reset, "a cursor from before the snapshot must reset")
+	s, reset := h.Subscribe(Cursor{{500, ^uint32(0)}}, Filter{})
+	require.False(t, reset)
+	require.Len(t, drain(t, s), 2)
+}
