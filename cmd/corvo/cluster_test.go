@@ -374,7 +374,22 @@ func TestClusterChaos(t *testing.T) {
 		if lastOpen < 0 || len(open) < lastOpen {
 			lastOpen, deadline = len(open), time.Now().Add(time.Minute)
 		}
-		require.True(t, time.Now().Before(deadline) && time.Now().Before(hardDeadline), "%d accepted jobs never completed", len(open)-done)
+		if !time.Now().Before(deadline) || !time.Now().Before(hardDeadline) {
+			for i, id := range open {
+				if i == 20 {
+					break
+				}
+				for k, s := range nodes {
+					code, body := do(t, "GET", s.url+"/api/v1/jobs/"+id, nil)
+					t.Logf("open job %s on node %d: HTTP %d %s", id, k+1, code, body)
+				}
+			}
+			for k, s := range nodes {
+				_, body := do(t, "GET", s.url+"/api/v1/queues", nil)
+				t.Logf("queues on node %d: %s", k+1, body)
+			}
+			t.Fatalf("%d accepted jobs never completed", len(open)-done)
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	close(l.stopWorking)
