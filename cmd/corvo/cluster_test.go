@@ -208,7 +208,11 @@ func (l *clusterLoad) produce(p int, queues []string) {
 		q := queues[rnd.IntN(len(queues))]
 		jobs := make([]map[string]any, 10)
 		for j := range jobs {
-			jobs[j] = map[string]any{"queue": q, "payload": map[string]int{"p": p, "i": i, "j": j}, "lease_duration": int(l.lease / time.Second)}
+			// A lease can run out while a worker's acks wait out a dead
+			// node; such a job goes back to the queue at once and never
+			// dies of it, so every accepted job must complete.
+			jobs[j] = map[string]any{"queue": q, "payload": map[string]int{"p": p, "i": i, "j": j}, "lease_duration": int(l.lease / time.Second),
+				"max_retries": 1000, "retry_backoff": "none"}
 		}
 		code, body := l.call(p, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": jobs}, func(c int) bool { return c == 201 })
 		if code != 201 {
