@@ -243,11 +243,18 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 
 func (h *Host) raftConfig(shardID uint64) config.Config {
 	return config.Config{
-		ReplicaID:          h.cfg.NodeID,
-		ShardID:            shardID,
-		ElectionRTT:        h.cfg.ElectionRTT,
-		HeartbeatRTT:       2,
-		CheckQuorum:        true,
+		ReplicaID:    h.cfg.NodeID,
+		ShardID:      shardID,
+		ElectionRTT:  h.cfg.ElectionRTT,
+		HeartbeatRTT: 2,
+		CheckQuorum:  true,
+		// A replica cut off from its group campaigns only after a
+		// pre-vote a quorum grants, so it does not inflate its term while
+		// partitioned and cannot depose the group's leader when the link
+		// heals (without it, healing stalled every shard for seconds:
+		// TestClusterPartition). Every replica of a group must agree on
+		// PreVote: dragonboat panics on a pre-vote message otherwise.
+		PreVote:            true,
 		SnapshotEntries:    100000,
 		CompactionOverhead: 20000,
 		MaxInMemLogSize:    256 << 20,
