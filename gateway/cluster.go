@@ -175,13 +175,52 @@ func (s *Server) handleRemoveNode(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, badRequest("invalid_request", "node id must be a positive integer"))
 		return
 	}
+	var addr string
+	if st, err := s.cluster.Meta(); err == nil && st.Nodes[id] != nil {
+		addr = st.Nodes[id].HTTPAddr
+	}
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := s.cluster.RemoveNode(c, id); err != nil {
 		writeError(ctx, &apiError{status: 409, code: "remove_failed", msg: err.Error()})
 		return
 	}
+	// Tell the removed node, so it stops serving from replicas that no
+	// longer receive anything (best effort: it may be down already).
+	if addr != "" {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + addr + "/api/v1/cluster/removed")
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(`{"node_id":` + strconv.FormatUint(id, 10) + `}`)
+		if err := s.peers.client.DoTimeout(req, resp, 2*time.Second); err != nil {
+			s.log.Info().Err(err).Uint64("node", id).Msg("could not tell the removed node; stop it by hand")
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
 	writeJSON(ctx, 200, []byte(`{"removed":`+strconv.FormatUint(id, 10)+`}`))
+}
+
+// handleRemoved is how a member tells this node it was removed from the
+// cluster: the node then shuts down (Config.OnRemoved).
+func (s *Server) handleRemoved(ctx *fasthttp.RequestCtx) {
+	var req struct {
+		NodeID uint64 `json:"node_id"`
+	}
+	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	if req.NodeID != s.cluster.NodeID() {
+		writeError(ctx, &apiError{status: 409, code: "wrong_node", msg: "this is node " + strconv.FormatUint(s.cluster.NodeID(), 10)})
+		return
+	}
+	s.log.Warn().Msg("this node was removed from the cluster: shutting down")
+	if s.cfg.OnRemoved != nil {
+		go s.cfg.OnRemoved()
+	}
+	writeJSON(ctx, 200, []byte(`{"status":"shutting_down"}`))
 }
 
 // localStatus is one node's own view, which /cluster/status gathers from

@@ -47,6 +47,9 @@ type Config struct {
 	RequestTimeout  time.Duration // how long a write may wait for Raft
 	Logger          zerolog.Logger
 	Mirror          Mirror // search; nil: search answers 503
+	// OnRemoved is called when another member says this node was removed
+	// from the cluster; the server should shut down.
+	OnRemoved func()
 }
 
 // Mirror is what the gateway needs from the per-node SQLite view.
@@ -144,6 +147,7 @@ func New(cfg Config, eng Engine) *Server {
 		s.route(r, "POST", "/api/v1/cluster/join", s.handleJoin)
 		s.route(r, "DELETE", "/api/v1/cluster/nodes/{id}", s.handleRemoveNode)
 		s.route(r, "GET", "/api/v1/cluster/status", s.handleClusterStatus)
+		s.route(r, "POST", "/api/v1/cluster/removed", s.handleRemoved)
 	}
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)

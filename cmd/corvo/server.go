@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -278,7 +279,10 @@ func runServer(ctx context.Context, f serverFlags) error {
 		closeMirror()
 		return &exitError{exitError_, fmt.Errorf("start shards: %w", err)}
 	}
-	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log}
+	removed := make(chan struct{})
+	var removedOnce sync.Once
+	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log,
+		OnRemoved: func() { removedOnce.Do(func() { close(removed) }) }}
 	if mir != nil {
 		if err := mir.Start(host); err != nil {
 			ln.Close()
@@ -297,6 +301,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 	select {
 	case <-sigCtx.Done():
 		log.Info().Msg("shutting down: draining requests")
+	case <-removed:
+		log.Warn().Msg("removed from the cluster: shutting down")
 	case err := <-serveErr:
 		host.Close()
 		closeMirror()
