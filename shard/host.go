@@ -354,7 +354,12 @@ func (h *Host) Read(i int, query interface{}) (interface{}, error) {
 	if i < 0 || i >= h.cfg.Shards {
 		return nil, fmt.Errorf("no shard %d", i)
 	}
-	return h.nh.StaleRead(ShardID(i), query)
+	v, err := h.nh.StaleRead(ShardID(i), query)
+	if errors.Is(err, dragonboat.ErrShardNotFound) {
+		// Removed from the cluster: another node must answer.
+		return nil, fmt.Errorf("%w: this node no longer hosts shard %d", ErrUnavailable, ShardID(i))
+	}
+	return v, err
 }
 
 // Fetchable reports whether queue has pending jobs and is not paused, as
