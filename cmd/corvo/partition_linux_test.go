@@ -36,9 +36,10 @@ import (
 //     API. It joins no other node, so a node cut off the bridge is still
 //     reachable by clients, as the minority side of a real partition is.
 //
-// Both subnets exist only on these links and nothing forwards between
-// them. Cleanup removes the namespaces, links and bridge even when the test
-// fails.
+// Both subnets exist only on these links, and a node has no route beyond
+// its own two links, so with its cluster link down no path leads from it to
+// another node. Cleanup removes the namespaces, links and bridge even when
+// the test fails.
 type netLab struct {
 	t      *testing.T
 	prefix string // cpt<pid>: every name the lab creates starts with it
