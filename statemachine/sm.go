@@ -135,7 +135,9 @@ type StateMachine struct {
 	cursors map[string][]byte
 
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
-	openedAt      uint64        // the applied index Open found
+	closeMu       sync.RWMutex  // lookups hold it shared; Close exclusively
+	closed        bool
+	openedAt      uint64 // the applied index Open found
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
@@ -292,8 +294,14 @@ func (s *StateMachine) Sync() error {
 	return s.db.LogData(nil, pebble.Sync)
 }
 
-// Close closes the Pebble DB.
+// ErrClosed answers lookups on a closed state machine.
+var ErrClosed = errors.New("statemachine: closed")
+
+// Close closes the Pebble DB, after any lookup in flight.
 func (s *StateMachine) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	s.closed = true
 	if s.db == nil {
 		return nil
 	}

@@ -320,6 +320,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err := gw.Shutdown(shutCtx); err != nil {
 		log.Warn().Err(err).Msg("http shutdown did not finish cleanly")
 	}
+	if mir != nil {
+		mir.StopReads() // no rebuild may read a shard while it closes
+	}
 	host.Close()
 	closeMirror()
 	log.Info().Msg("corvo server stopped")
