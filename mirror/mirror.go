@@ -108,6 +108,11 @@ func (m *Mirror) openDB() error {
 	if err := m.migrate(); err != nil {
 		return err
 	}
+	// Bookkeeping tables outside the rebuildable view: created in place,
+	// so a new one never forces a rebuild of the jobs.
+	if _, err := m.db.Exec(bulkSchema); err != nil {
+		return err
+	}
 	if m.ws, err = prepareWrite(db); err != nil {
 		return err
 	}
@@ -229,6 +234,14 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 		return
 	}
 	m.seen[sh].Store(info.Index)
+	if info.Reset {
+		// A snapshot replaced the shard's state: changes were not
+		// emitted for it, so the shard is read again from Pebble.
+		if !m.dirty[sh].Swap(true) {
+			m.rebuilds <- sh
+		}
+		return
+	}
 	select {
 	case m.in <- info:
 	default:
