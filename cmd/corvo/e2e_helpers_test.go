@@ -140,6 +140,9 @@ func (s *server) stop() time.Duration {
 	select {
 	case <-s.exited:
 	case <-time.After(30 * time.Second):
+		// Dump its goroutines (SIGQUIT) into the stderr the test prints.
+		_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+		<-s.exited
 		s.t.Fatal("server did not stop within 30s of SIGTERM")
 	}
 	return time.Since(start)
