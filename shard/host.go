@@ -163,6 +163,8 @@ type Host struct {
 	signals   *signals
 	relayWake []chan struct{}
 	leader    []atomic.Bool // by shard index
+	// leaderChange[i] is closed (and replaced) when shard i's leader changes.
+	leaderChange []atomic.Pointer[chan struct{}]
 
 	closing       chan struct{}
 	stopProposers chan struct{}
@@ -187,6 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		clock:         cfg.Clock,
 		signals:       newSignals(cfg.Shards),
 		leader:        make([]atomic.Bool, cfg.Shards),
+		leaderChange:  make([]atomic.Pointer[chan struct{}], cfg.Shards),
 		sms:           make([]atomic.Pointer[statemachine.StateMachine], cfg.Shards),
 		closing:       make(chan struct{}),
 		stopProposers: make(chan struct{}),
@@ -374,6 +377,24 @@ func (h *Host) LeaderUpdated(info raftio.LeaderInfo) {
 		return
 	}
 	h.leader[i].Store(info.LeaderID == info.ReplicaID && info.LeaderID != 0)
+	// Wake proposals waiting on the old leader: they retry at once.
+	next := make(chan struct{})
+	if old := h.leaderChange[i].Swap(&next); old != nil {
+		close(*old)
+	}
+}
+
+// leaderChanged is closed at shard i's next leader change.
+func (h *Host) leaderChanged(i int) <-chan struct{} {
+	for {
+		if ch := h.leaderChange[i].Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if h.leaderChange[i].CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
 }
 
 // Shards is the number of shards.

@@ -232,8 +232,21 @@ func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
 		if timeout < 50*time.Millisecond {
 			return nil, ErrUnavailable
 		}
+		// A leader change ends the attempt early: a proposal forwarded to
+		// a replica that just lost leadership would otherwise wait out
+		// the whole timeout before its retry.
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		changed := p.h.leaderChanged(int(p.shardID) - 1)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-stop:
+			}
+		}()
 		res, err := p.h.nh.SyncPropose(ctx, p.session, cmd)
+		close(stop)
 		cancel()
 		switch {
 		case err == nil:
@@ -252,7 +265,7 @@ func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
 			return nil, fmt.Errorf("%w: this node no longer hosts shard %d", ErrUnavailable, p.shardID)
 		case errors.Is(err, dragonboat.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
 			errors.Is(err, dragonboat.ErrShardNotReady), errors.Is(err, dragonboat.ErrAborted),
-			errors.Is(err, dragonboat.ErrCanceled):
+			errors.Is(err, dragonboat.ErrCanceled), errors.Is(err, context.Canceled):
 			p.h.log.Debug().Err(err).Uint64("shard", p.shardID).Msg("retrying proposal")
 		default:
 			return nil, fmt.Errorf("propose to shard %d: %w", p.shardID, err)
