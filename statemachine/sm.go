@@ -302,8 +302,8 @@ func (s *StateMachine) Close() error {
 	return err
 }
 
-// Applied returns the last applied index (apply goroutine only; tests).
-func (s *StateMachine) Applied() uint64 { return s.applied }
+// Applied returns the last applied index; safe from any goroutine.
+func (s *StateMachine) Applied() uint64 { return s.appliedAtomic.Load() }
 
 const snapshotMagic = "CORVOSNAP1"
 
