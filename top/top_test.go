@@ -188,9 +188,9 @@ func TestModelDisconnected(t *testing.T) {
 	tm, cmd = m.Update(snapshotMsg{err: errors.New("EOF")})
 	m = tm.(Model)
 	require.NotNil(t, cmd, "a failed poll schedules a retry too")
-	m = feed(t, m, snapshotMsg{err: errors.New("connection refused")})
+	m = feed(t, m, snapshotMsg{err: errors.New("connection refused\nagain")})
 	v = text(m)
-	require.Contains(t, v, "disconnected, retrying every 2s (2 failed): connection refused — showing data from")
+	require.Contains(t, v, "disconnected, retrying every 2s (2 failed): connection refused again — showing data from", "one line")
 	require.Regexp(t, `emails\s+4\s+1`, v, "the last data stays on screen")
 
 	m = feed(t, m, snapshotMsg{snap: snap(t0.Add(time.Second), queue("emails", 2, 1, 0, 0, 0))})

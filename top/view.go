@@ -48,7 +48,7 @@ func (m Model) render() string {
 	line(title + "  sort: " + m.sortBy.String())
 	switch {
 	case m.err != nil:
-		msg := fmt.Sprintf("disconnected, retrying every %v (%d failed): %v", m.interval, m.fails, m.err)
+		msg := fmt.Sprintf("disconnected, retrying every %v (%d failed): %s", m.interval, m.fails, strings.ReplaceAll(m.err.Error(), "\n", " "))
 		if m.snap != nil {
 			msg += " — showing data from " + m.snap.At.Format("15:04:05")
 		}
