@@ -86,8 +86,11 @@ func (r *searchRequest) filter() (mirror.Filter, error) {
 
 // countByQueueState answers the total of a search that filters by queue
 // and/or state only, from the state machines' per-queue state counts (exact
-// in Pebble, O(queues)), so such a search never counts rows in SQLite. It
-// returns nil for any other filter.
+// in Pebble, O(queues)), so such a search need not count rows in SQLite.
+// It does so only while the mirror has applied everything those shards
+// committed, so the total always agrees with the pages (a bulk operation
+// by filter acts on exactly what the search showed). It returns nil for
+// any other filter.
 func (s *Server) countByQueueState(r *searchRequest) *int {
 	other := *r
 	other.Queue, other.State, other.Sort, other.Order, other.Cursor, other.Limit = "", nil, "", "", nil, 0
@@ -110,6 +113,12 @@ func (s *Server) countByQueueState(r *searchRequest) *int {
 	} else {
 		for sh := 0; sh < s.eng.Shards(); sh++ {
 			shards = append(shards, sh)
+		}
+	}
+	lag := s.cfg.Mirror.Lag()
+	for _, sh := range shards {
+		if sh < len(lag) && lag[sh] > 0 {
+			return nil
 		}
 	}
 	total := 0

@@ -40,15 +40,18 @@ type Config struct {
 
 // Mirror is the per-node SQLite view.
 type Mirror struct {
-	cfg  Config
-	log  zerolog.Logger
-	db   *sql.DB // the writer (one connection)
-	rdb  *sql.DB // readers
-	ws   *writeStmts
-	in   chan *statemachine.AppliedInfo
-	src  Source
-	stop chan struct{}
-	done chan struct{}
+	cfg Config
+	log zerolog.Logger
+	db  *sql.DB // the writer (one connection)
+	rdb *sql.DB // readers
+	ws  *writeStmts
+
+	readMu  sync.Mutex // held while reading the shards
+	noReads bool       // set by StopReads
+	in      chan *statemachine.AppliedInfo
+	src     Source
+	stop    chan struct{}
+	done    chan struct{}
 
 	shards   int
 	seen     []atomic.Uint64 // latest index an event brought, per shard
@@ -103,6 +106,11 @@ func (m *Mirror) openDB() error {
 	db.SetMaxOpenConns(1)
 	m.db = db
 	if err := m.migrate(); err != nil {
+		return err
+	}
+	// Bookkeeping tables outside the rebuildable view: created in place,
+	// so a new one never forces a rebuild of the jobs.
+	if _, err := m.db.Exec(bulkSchema); err != nil {
 		return err
 	}
 	if m.ws, err = prepareWrite(db); err != nil {
@@ -226,6 +234,14 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 		return
 	}
 	m.seen[sh].Store(info.Index)
+	if info.Reset {
+		// A snapshot replaced the shard's state: changes were not
+		// emitted for it, so the shard is read again from Pebble.
+		if !m.dirty[sh].Swap(true) {
+			m.rebuilds <- sh
+		}
+		return
+	}
 	select {
 	case m.in <- info:
 	default:

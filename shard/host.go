@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/config"
@@ -40,6 +41,7 @@ const (
 	CacheBytesDefault        = 256 << 20
 	RetentionDefault         = 7 * 24 * time.Hour
 	SweepIntervalDefault     = time.Second
+	SnapshotEntriesDefault   = 100000
 )
 
 // Clock is the wall clock; tests inject their own.
@@ -67,8 +69,12 @@ type Config struct {
 	HTTPAddress string // recorded in the meta group for other nodes
 	Join        bool
 	Replicas    int // replicas per shard the cluster aims for
-	Logger      zerolog.Logger
-	Clock       Clock // nil: the real clock
+	// SnapshotEntries is how many Raft entries a shard applies between
+	// snapshots; the log is then compacted to the last fifth of that, so
+	// a replica further behind catches up from a streamed snapshot.
+	SnapshotEntries uint64
+	Logger          zerolog.Logger
+	Clock           Clock // nil: the real clock
 
 	RTTMillisecond    uint64
 	ElectionRTT       uint64
@@ -87,9 +93,12 @@ type Config struct {
 	// HoldOutbox keeps the relay from delivering (tests use it to crash a
 	// node between an outbox write and its delivery).
 	HoldOutbox bool
-	// OnApplied, when set, hears every committed Update with its job
-	// changes (the mirror's feed). It must not block.
+	// OnApplied, when set, hears every committed Update. It must not
+	// block.
 	OnApplied func(*statemachine.AppliedInfo)
+	// JobChanges fills AppliedInfo.Changes (the mirror's feed); JobEvents
+	// fills AppliedInfo.Events (the event stream's feed).
+	JobChanges, JobEvents bool
 }
 
 // WithDefaults fills unset fields.
@@ -109,6 +118,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.SweepInterval, SweepIntervalDefault)
 	setDefault(&c.NodeID, 1)
 	setDefault(&c.Replicas, 3)
+	setDefault(&c.SnapshotEntries, SnapshotEntriesDefault)
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -248,8 +258,8 @@ func (h *Host) raftConfig(shardID uint64) config.Config {
 		ElectionRTT:        h.cfg.ElectionRTT,
 		HeartbeatRTT:       2,
 		CheckQuorum:        true,
-		SnapshotEntries:    100000,
-		CompactionOverhead: 20000,
+		SnapshotEntries:    h.cfg.SnapshotEntries,
+		CompactionOverhead: max(h.cfg.SnapshotEntries/5, 1),
 		MaxInMemLogSize:    256 << 20,
 	}
 }
@@ -262,7 +272,8 @@ func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 			Cache:       h.cache,
 			Listener:    h,
 			Logger:      h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
-			EmitChanges: h.cfg.OnApplied != nil,
+			EmitChanges: h.cfg.OnApplied != nil && h.cfg.JobChanges,
+			EmitEvents:  h.cfg.OnApplied != nil && h.cfg.JobEvents,
 		})
 		h.sms[index].Store(s)
 		return s
@@ -283,19 +294,12 @@ func (h *Host) waitReady(ctx context.Context) error {
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, time.Second)
-			v, err := h.nh.SyncRead(rctx, ShardID(i), statemachine.ListQueuesQuery{})
+			// A linearizable read: the replica has applied what the
+			// leader committed before it seeds the signals.
+			_, err := h.nh.SyncRead(rctx, ShardID(i), statemachine.AppliedQuery{})
 			cancel()
 			if err == nil {
-				infos := v.([]statemachine.QueueInfo)
-				names := make([]string, len(infos))
-				for k := range infos {
-					names[k] = infos[k].Name
-				}
-				heads, err := h.nh.StaleRead(ShardID(i), statemachine.PeekQuery{Queues: names})
-				if err != nil {
-					return fmt.Errorf("shard %d: %w", i, err)
-				}
-				h.signals.seed(i, infos, heads.([]statemachine.QueueHead))
+				h.reseed(i)
 				break
 			}
 			if ctx.Err() != nil {
@@ -312,10 +316,48 @@ func (h *Host) waitReady(ctx context.Context) error {
 
 // Applied implements statemachine.Listener.
 func (h *Host) Applied(info *statemachine.AppliedInfo) {
-	h.signals.applied(info)
+	if info.Reset {
+		// A snapshot replaced the shard's state: counts and heads are
+		// re-read rather than patched.
+		snapshotsRecovered.Inc()
+		h.log.Info().Uint64("shard", info.ShardID).Uint64("index", info.Index).Msg("replica recovered from a snapshot")
+		if i := int(info.ShardID) - 1; i >= 0 && i < h.cfg.Shards {
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				h.reseed(i)
+			}()
+		}
+	} else {
+		h.signals.applied(info)
+	}
 	if h.cfg.OnApplied != nil {
 		h.cfg.OnApplied(info)
 	}
+}
+
+// snapshotsRecovered counts snapshots this node's replicas recovered from
+// (they had fallen behind the leader's compacted log).
+var snapshotsRecovered = metrics.NewCounter("corvo_snapshots_recovered_total")
+
+// reseed re-reads shard i's queue counts and heads into the signals.
+func (h *Host) reseed(i int) {
+	v, err := h.nh.StaleRead(ShardID(i), statemachine.ListQueuesQuery{})
+	if err != nil {
+		h.log.Warn().Err(err).Int("shard", i).Msg("re-reading queue counts after a snapshot failed")
+		return
+	}
+	infos := v.([]statemachine.QueueInfo)
+	names := make([]string, len(infos))
+	for k := range infos {
+		names[k] = infos[k].Name
+	}
+	heads, err := h.nh.StaleRead(ShardID(i), statemachine.PeekQuery{Queues: names})
+	if err != nil {
+		h.log.Warn().Err(err).Int("shard", i).Msg("re-reading queue heads after a snapshot failed")
+		return
+	}
+	h.signals.seed(i, infos, heads.([]statemachine.QueueHead))
 }
 
 // LeaderUpdated implements raftio.IRaftEventListener.

@@ -65,6 +65,15 @@ type AppliedInfo struct {
 	// Changes lists every job the Update touched, with its final state
 	// (Config.EmitChanges only): the mirror's feed.
 	Changes []JobChange
+	// Reset says the shard's state was replaced by a snapshot from the
+	// leader (a replica that fell behind the log): everything derived
+	// from it must be re-read; Queues, Changes and Events are empty.
+	Reset bool
+	// From is the Update's first entry index (Index is its last).
+	From uint64
+	// Events lists every lifecycle transition of the Update in apply
+	// order (Config.EmitEvents only): the feed of GET /api/v1/events.
+	Events []JobEvent
 }
 
 // JobChange is a job's state after an Update, or its deletion. The view
@@ -89,6 +98,8 @@ type Config struct {
 	JobCacheBytes int64
 	// EmitChanges fills AppliedInfo.Changes (the mirror needs them).
 	EmitChanges bool
+	// EmitEvents fills AppliedInfo.Events (the event stream needs them).
+	EmitEvents bool
 }
 
 // StateMachine implements dragonboat's IOnDiskStateMachine.
@@ -135,7 +146,9 @@ type StateMachine struct {
 	cursors map[string][]byte
 
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
-	openedAt      uint64        // the applied index Open found
+	closeMu       sync.RWMutex  // lookups hold it shared; Close exclusively
+	closed        bool
+	openedAt      uint64 // the applied index Open found
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
@@ -280,7 +293,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	s.appliedAtomic.Store(last)
 	if s.cfg.Listener != nil {
 		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
-			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList()})
+			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events})
 	}
 	return entries, nil
 }
@@ -292,8 +305,14 @@ func (s *StateMachine) Sync() error {
 	return s.db.LogData(nil, pebble.Sync)
 }
 
-// Close closes the Pebble DB.
+// ErrClosed answers lookups on a closed state machine.
+var ErrClosed = errors.New("statemachine: closed")
+
+// Close closes the Pebble DB, after any lookup in flight.
 func (s *StateMachine) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	s.closed = true
 	if s.db == nil {
 		return nil
 	}
@@ -385,7 +404,14 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	return s.loadMeta()
+	if err := s.loadMeta(); err != nil {
+		return err
+	}
+	if s.cfg.Listener != nil {
+		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: s.applied, Active: s.active, Due: s.due,
+			Outbox: s.outbox, NextCron: s.nextCron, Reset: true})
+	}
+	return nil
 }
 
 type pebbleLogger struct{ l zerolog.Logger }

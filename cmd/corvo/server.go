@@ -19,8 +19,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
+	"github.com/corvohq/corvo/statemachine"
 )
 
 type serverFlags struct {
@@ -36,6 +38,7 @@ type serverFlags struct {
 	cacheMB         int
 	retention       time.Duration
 	noMirror        bool
+	noEvents        bool
 
 	// Clustering.
 	bootstrap       bool
@@ -45,6 +48,7 @@ type serverFlags struct {
 	replicas        int
 	discover        string
 	discoverService string
+	snapshotEntries uint64
 }
 
 func newServerCmd() *cobra.Command {
@@ -70,6 +74,7 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.join, "join", "", "join the cluster of the node serving HTTP at host:port (comma-separated list: try each)")
 	fl.StringVar(&f.raftAdvertise, "raft-advertise", "", "Raft address other nodes reach this node on (default: --raft-bind)")
 	fl.StringVar(&f.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node on (default: --bind, with the Raft host when --bind has none)")
+	fl.Uint64Var(&f.snapshotEntries, "snapshot-entries", shard.SnapshotEntriesDefault, "Raft entries each shard applies between snapshots (a replica further behind than a fifth of that catches up from a snapshot)")
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard the cluster aims for (set at bootstrap)")
 	fl.StringVar(&f.discover, "discover", "", `find peers automatically: "dns" (a Kubernetes headless service; the pod with ordinal 0 bootstraps, the rest join)`)
 	fl.StringVar(&f.discoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
@@ -78,7 +83,8 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	fl.DurationVar(&f.retention, "retention", shard.RetentionDefault, "how long completed, dead and cancelled jobs are kept (e.g. 168h); negative: forever")
-	fl.BoolVar(&f.noMirror, "no-mirror", false, "run without the SQLite mirror (no search; more throughput)")
+	fl.BoolVar(&f.noMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
+	fl.BoolVar(&f.noEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", shard.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	return cmd
@@ -258,14 +264,21 @@ func runServer(ctx context.Context, f serverFlags) error {
 	hcfg := shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, RaftListen: f.raftBind, Shards: meta.Shards, Logger: log,
 		CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
 		NodeID: meta.ReplicaID, NodeName: f.nodeID, HTTPAddress: f.httpAdvertise, Join: meta.Joined, Replicas: f.replicas,
-		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"} // test hook: see TestE2EOutboxSurvivesKill
+		SnapshotEntries: f.snapshotEntries,
+		HoldOutbox:      os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"} // test hook: see TestE2EOutboxSurvivesKill
 	if !f.noMirror {
 		if mir, err = mirror.Open(mirror.Config{Path: filepath.Join(f.dataDir, "mirror.db"), Logger: log}, meta.Shards); err != nil {
 			ln.Close()
 			return &exitError{exitError_, fmt.Errorf("open the mirror: %w", err)}
 		}
-		hcfg.OnApplied = mir.Applied
+		hcfg.JobChanges = true
 	}
+	var hub *events.Hub
+	if !f.noEvents {
+		hub = events.New(meta.Shards, events.CapacityDefault)
+		hcfg.JobEvents = true
+	}
+	hcfg.OnApplied = fanOut(mir, hub)
 	closeMirror := func() {
 		if mir != nil {
 			mir.Close()
@@ -283,6 +296,15 @@ func runServer(ctx context.Context, f serverFlags) error {
 	var removedOnce sync.Once
 	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log,
 		OnRemoved: func() { removedOnce.Do(func() { close(removed) }) }}
+	if hub != nil {
+		if err := hub.StartFrom(host); err != nil {
+			ln.Close()
+			host.Close()
+			closeMirror()
+			return &exitError{exitError_, err}
+		}
+		gcfg.Events = hub
+	}
 	if mir != nil {
 		if err := mir.Start(host); err != nil {
 			ln.Close()
@@ -320,8 +342,25 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err := gw.Shutdown(shutCtx); err != nil {
 		log.Warn().Err(err).Msg("http shutdown did not finish cleanly")
 	}
+	if mir != nil {
+		mir.StopReads() // no rebuild may read a shard while it closes
+	}
 	host.Close()
 	closeMirror()
 	log.Info().Msg("corvo server stopped")
+	return nil
+}
+
+// fanOut feeds every committed Update to the mirror and the event ring
+// (nil when neither runs).
+func fanOut(mir *mirror.Mirror, hub *events.Hub) func(*statemachine.AppliedInfo) {
+	switch {
+	case mir != nil && hub != nil:
+		return func(info *statemachine.AppliedInfo) { hub.Applied(info); mir.Applied(info) }
+	case mir != nil:
+		return mir.Applied
+	case hub != nil:
+		return hub.Applied
+	}
 	return nil
 }
