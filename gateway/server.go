@@ -102,6 +102,7 @@ type Server struct {
 	queueMetrics sync.Map // queue → *queueCounters
 	rates        throughput
 
+	ln          atomic.Pointer[trackingListener]
 	cluster     Cluster // nil when the engine is not clustered
 	peers       *peers
 	subscribers atomic.Int64 // open event streams
@@ -223,7 +224,11 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 }
 
 // Serve serves HTTP on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error {
+	tl := &trackingListener{Listener: ln, conns: map[*trackedConn]struct{}{}}
+	s.ln.Store(tl)
+	return s.srv.Serve(tl)
+}
 
 // Shutdown stops accepting connections, ends long-polls and event
 // streams, stops background bulk operations (their records say
@@ -231,7 +236,76 @@ func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() { close(s.closed) })
 	s.bulk.shutdown(ctx)
-	return s.srv.ShutdownWithContext(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
+	// fasthttp waits for a connection that never sent a request (clients
+	// dial spare keep-alive connections) until its read timeout: close
+	// those ourselves.
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if tl := s.ln.Load(); tl != nil {
+			tl.closeUnused()
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// trackingListener remembers its connections and whether each has sent
+// anything yet.
+type trackingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+type trackedConn struct {
+	net.Conn
+	l    *trackingListener
+	used atomic.Bool
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[tc] = struct{}{}
+	l.mu.Unlock()
+	return tc, nil
+}
+
+// closeUnused closes the connections that have not sent a byte.
+func (l *trackingListener) closeUnused() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		if !c.used.Load() {
+			_ = c.Conn.Close()
+			delete(l.conns, c)
+		}
+	}
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.used.Store(true)
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }
 
 func itoa(v int) string { return string(appendInt(nil, int64(v))) }

@@ -296,12 +296,16 @@ func (m *Mirror) Close() {
 	})
 }
 
-// Lag is how far the mirror is behind each shard, in Raft entries.
+// Lag is how far the mirror is behind each shard, in Raft entries (at
+// least 1 while a shard waits for a rebuild after dropped changes).
 func (m *Mirror) Lag() []int64 {
 	out := make([]int64, m.shards)
 	for sh := range out {
 		if d := int64(m.seen[sh].Load()) - int64(m.mirrored[sh].Load()); d > 0 {
 			out[sh] = d
+		}
+		if out[sh] == 0 && m.dirty[sh].Load() {
+			out[sh] = 1 // changes were dropped and a rebuild is due
 		}
 	}
 	return out

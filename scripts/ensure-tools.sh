@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs the command-line tools the end-to-end tests use to drive the
-# server the way the README does (curl, jq), when they are missing.
+# server the way the README does (curl, jq), when they are missing; as
+# root also iproute2, whose ip builds the partition test's network
+# namespaces (that test runs only as root).
 set -euo pipefail
 missing=()
 for t in curl jq; do
   command -v "$t" >/dev/null 2>&1 || missing+=("$t")
 done
+if [ "$(id -u)" = 0 ] && ! command -v ip >/dev/null 2>&1; then
+  missing+=(iproute2)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${missing[*]} with apt-get" >&2

@@ -253,11 +253,18 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 
 func (h *Host) raftConfig(shardID uint64) config.Config {
 	return config.Config{
-		ReplicaID:          h.cfg.NodeID,
-		ShardID:            shardID,
-		ElectionRTT:        h.cfg.ElectionRTT,
-		HeartbeatRTT:       2,
-		CheckQuorum:        true,
+		ReplicaID:    h.cfg.NodeID,
+		ShardID:      shardID,
+		ElectionRTT:  h.cfg.ElectionRTT,
+		HeartbeatRTT: 2,
+		CheckQuorum:  true,
+		// A replica cut off from its group campaigns only after a
+		// pre-vote a quorum grants, so it does not inflate its term while
+		// partitioned and cannot depose the group's leader when the link
+		// heals (without it, healing stalled every shard for seconds:
+		// TestClusterPartition). Every replica of a group must agree on
+		// PreVote: dragonboat panics on a pre-vote message otherwise.
+		PreVote:            true,
 		SnapshotEntries:    h.cfg.SnapshotEntries,
 		CompactionOverhead: max(h.cfg.SnapshotEntries/5, 1),
 		MaxInMemLogSize:    256 << 20,
@@ -389,7 +396,12 @@ func (h *Host) Read(i int, query interface{}) (interface{}, error) {
 	if i < 0 || i >= h.cfg.Shards {
 		return nil, fmt.Errorf("no shard %d", i)
 	}
-	return h.nh.StaleRead(ShardID(i), query)
+	v, err := h.nh.StaleRead(ShardID(i), query)
+	if errors.Is(err, dragonboat.ErrShardNotFound) {
+		// Removed from the cluster: another node must answer.
+		return nil, fmt.Errorf("%w: this node no longer hosts shard %d", ErrUnavailable, ShardID(i))
+	}
+	return v, err
 }
 
 // Fetchable reports whether queue has pending jobs and is not paused, as

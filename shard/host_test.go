@@ -150,3 +150,19 @@ func TestShardCronTicker(t *testing.T) {
 	}
 	require.Equal(t, int64(1), h.Pending("cron"))
 }
+
+// A node removed from a shard's group no longer hosts it: proposals and
+// reads answer ErrUnavailable (503, retry elsewhere), not an internal error.
+func TestShardNotHostedIsUnavailable(t *testing.T) {
+	h := openHost(t, t.TempDir(), 2)
+	defer h.Close()
+	require.NoError(t, h.nh.StopShard(ShardID(1)))
+	_, err := h.Propose(context.Background(), 1, enqueueOp(1, "q"))
+	require.ErrorIs(t, err, ErrUnavailable)
+	_, err = h.Read(1, statemachine.GetJobQuery{ID: router.JobID(1, ulid.Make())})
+	require.ErrorIs(t, err, ErrUnavailable)
+	// The other shard still serves.
+	rs, err := h.Propose(context.Background(), 0, enqueueOp(0, "q0"))
+	require.NoError(t, err)
+	require.Equal(t, statemachine.StatusOK, rs[0].Status)
+}

@@ -245,6 +245,11 @@ func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
 			return nil, ErrBusy
 		case errors.Is(err, dragonboat.ErrClosed), errors.Is(err, dragonboat.ErrShardClosed):
 			return nil, ErrClosed
+		case errors.Is(err, dragonboat.ErrShardNotFound):
+			// This node no longer hosts the shard (it was removed from
+			// the cluster): the client must go to another node. An
+			// earlier attempt may still commit.
+			return nil, fmt.Errorf("%w: this node no longer hosts shard %d", ErrUnavailable, p.shardID)
 		case errors.Is(err, dragonboat.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
 			errors.Is(err, dragonboat.ErrShardNotReady), errors.Is(err, dragonboat.ErrAborted),
 			errors.Is(err, dragonboat.ErrCanceled):

@@ -52,15 +52,20 @@ func freeAddr(t *testing.T) string {
 
 // server is one real `corvo server` process.
 type server struct {
-	t        *testing.T
-	dir      string
-	http     string
-	raft     string
-	url      string
-	cmd      *exec.Cmd
-	stderr   *lockedBuffer
-	extra    []string
-	env      []string
+	t      *testing.T
+	dir    string
+	http   string
+	raft   string
+	url    string
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	extra  []string
+	env    []string
+	// bind is the --bind address when it differs from http (the address
+	// other nodes reach it on), e.g. 0.0.0.0:8080 in a network namespace.
+	bind string
+	// command builds the process from corvo's arguments; nil: run corvoBin.
+	command  func(args []string) *exec.Cmd
 	exited   chan struct{}
 	exitCode int
 }
@@ -84,8 +89,16 @@ func newServer(t *testing.T, extra ...string) *server {
 
 func (s *server) start() {
 	s.t.Helper()
-	args := append([]string{"server", "--bind", s.http, "--raft-bind", s.raft, "--data-dir", s.dir, "--log-level", "warn"}, s.extra...)
-	s.cmd = exec.Command(corvoBin, args...)
+	bind := s.http
+	if s.bind != "" {
+		bind = s.bind
+	}
+	args := append([]string{"server", "--bind", bind, "--raft-bind", s.raft, "--data-dir", s.dir, "--log-level", "warn"}, s.extra...)
+	if s.command != nil {
+		s.cmd = s.command(args)
+	} else {
+		s.cmd = exec.Command(corvoBin, args...)
+	}
 	s.cmd.Env = append(os.Environ(), s.env...)
 	s.stderr = &lockedBuffer{}
 	s.cmd.Stderr = s.stderr
@@ -127,6 +140,9 @@ func (s *server) stop() time.Duration {
 	select {
 	case <-s.exited:
 	case <-time.After(30 * time.Second):
+		// Dump its goroutines (SIGQUIT) into the stderr the test prints.
+		_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+		<-s.exited
 		s.t.Fatal("server did not stop within 30s of SIGTERM")
 	}
 	return time.Since(start)
