@@ -10,7 +10,13 @@ URL=http://127.0.0.1:18380
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT
 "$BIN" server --data-dir "$DIR/data" --bind 127.0.0.1:18380 --raft-bind 127.0.0.1:19380 --log-level warn &
 for _ in $(seq 1 300); do curl -fs "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+# While loading, scripts/lagprobe measures enqueue-to-searchable lag.
+go build -o "$DIR/lagprobe" ./scripts/lagprobe
+"$DIR/lagprobe" "$URL" "${PROBE:-20s}" > "$DIR/lag.txt" &
+PROBE_PID=$!
 "$BIN" bench --url "$URL" --mode enqueue --jobs "$JOBS" --producers 8 --enqueue-batch 100 --queues 4 2>/dev/null | grep -E "enqueued|duration"
+wait $PROBE_PID || true
+echo "mirror lag while loading (ms):"; cat "$DIR/lag.txt"
 # Wait for the mirror to apply everything.
 for _ in $(seq 1 600); do
   lag=$(curl -fs "$URL/api/v1/metrics" | awk '/^corvo_mirror_lag_entries/{s+=$2} END{print s+0}')
