@@ -156,7 +156,7 @@ func (m *Mirror) closeDB() {
 }
 
 // schemaVersion changes whenever the tables do: an older file is rebuilt.
-const schemaVersion = 2
+const schemaVersion = 3
 
 func (m *Mirror) migrate() error {
 	var v int
@@ -209,6 +209,7 @@ CREATE TABLE jobs (
 ) WITHOUT ROWID;
 CREATE INDEX idx_jobs_queue_state ON jobs(queue, state, created_at);
 CREATE INDEX idx_jobs_created ON jobs(created_at);
+CREATE INDEX idx_jobs_state_created ON jobs(state, created_at);
 CREATE INDEX idx_jobs_batch ON jobs(batch_id) WHERE batch_id IS NOT NULL;
 CREATE INDEX idx_jobs_unique ON jobs(unique_key) WHERE unique_key IS NOT NULL;
 CREATE TABLE job_errors (
