@@ -289,6 +289,7 @@ func (m *Mirror) rebuild(sh int) {
 		return
 	}
 	start := time.Now()
+	losses := m.losses[sh].Load()
 	m.gen[sh]++
 	gen := m.gen[sh]
 	var startIdx uint64
@@ -323,8 +324,13 @@ func (m *Mirror) rebuild(sh int) {
 		}
 		after = page.Next
 	}
-	// The shard is consistent once the events since the scan started are in.
+	// The shard is consistent once the events since the scan started are
+	// in, unless more were lost meanwhile: then it goes again.
 	m.dirty[sh].Store(false)
+	if m.losses[sh].Load() != losses && !m.dirty[sh].Swap(true) {
+		m.log.Info().Int("shard", sh).Msg("mirror changes were dropped during the rebuild: rebuilding again")
+		m.rebuilds <- sh
+	}
 	if _, err := m.db.Exec(`DELETE FROM job_errors WHERE job_id IN (SELECT id FROM jobs WHERE shard = ? AND gen < ?)`, sh, gen); err != nil {
 		m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
 	}

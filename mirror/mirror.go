@@ -57,6 +57,7 @@ type Mirror struct {
 	seen     []atomic.Uint64 // latest index an event brought, per shard
 	mirrored []atomic.Uint64 // index committed to SQLite, per shard
 	dirty    []atomic.Bool   // events were dropped: rebuild
+	losses   []atomic.Int64  // how often changes were lost, per shard
 	gen      []int64         // rebuild generation, per shard (apply goroutine)
 	rebuilds chan int
 	once     sync.Once
@@ -78,7 +79,8 @@ func Open(cfg Config, shards int) (*Mirror, error) {
 	m := &Mirror{cfg: cfg, log: cfg.Logger.With().Str("component", "mirror").Logger(), shards: shards,
 		in: make(chan *statemachine.AppliedInfo, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		seen: make([]atomic.Uint64, shards), mirrored: make([]atomic.Uint64, shards), dirty: make([]atomic.Bool, shards),
-		gen: make([]int64, shards), rebuilds: make(chan int, shards+1),
+		losses: make([]atomic.Int64, shards),
+		gen:    make([]int64, shards), rebuilds: make(chan int, shards+1),
 		dropped: metrics.GetOrCreateCounter(`corvo_mirror_dropped_updates_total`),
 		applied: metrics.GetOrCreateCounter(`corvo_mirror_applied_changes_total`),
 	}
@@ -238,18 +240,23 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 	if info.Reset {
 		// A snapshot replaced the shard's state: changes were not
 		// emitted for it, so the shard is read again from Pebble.
-		if !m.dirty[sh].Swap(true) {
-			m.rebuilds <- sh
-		}
+		m.markDirty(sh)
 		return
 	}
 	select {
 	case m.in <- info:
 	default:
 		m.dropped.Inc()
-		if !m.dirty[sh].Swap(true) {
-			m.rebuilds <- sh
-		}
+		m.markDirty(sh)
+	}
+}
+
+// markDirty records that changes of shard sh were lost and queues one
+// rebuild (a rebuild in progress sees the new loss count and runs again).
+func (m *Mirror) markDirty(sh int) {
+	m.losses[sh].Add(1)
+	if !m.dirty[sh].Swap(true) {
+		m.rebuilds <- sh
 	}
 }
 
@@ -262,9 +269,9 @@ func (m *Mirror) Start(src Source) error {
 		if err != nil {
 			return fmt.Errorf("mirror: shard %d: %w", sh, err)
 		}
-		if opened := v.(uint64); opened != m.mirrored[sh].Load() && !m.dirty[sh].Swap(true) {
+		if opened := v.(uint64); opened != m.mirrored[sh].Load() {
 			m.log.Info().Int("shard", sh).Uint64("mirror_index", m.mirrored[sh].Load()).Uint64("pebble_index", opened).Msg("mirror behind Pebble: rebuilding the shard")
-			m.rebuilds <- sh
+			m.markDirty(sh)
 		}
 	}
 	for sh := 0; sh < m.shards; sh++ {
@@ -280,9 +287,7 @@ func (m *Mirror) Start(src Source) error {
 // RequestRebuild rebuilds every shard from Pebble (POST /admin/rebuild-mirror).
 func (m *Mirror) RequestRebuild() {
 	for sh := 0; sh < m.shards; sh++ {
-		if !m.dirty[sh].Swap(true) {
-			m.rebuilds <- sh
-		}
+		m.markDirty(sh)
 	}
 }
 
