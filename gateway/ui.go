@@ -106,7 +106,7 @@ func serveUI(ctx *fasthttp.RequestCtx, u *uiFiles) {
 	p = strings.TrimPrefix(path.Clean("/"+p), "/")
 	f := u.files[p]
 	if f == nil {
-		if strings.HasPrefix(p, "assets/") || looksLikeFile(p) {
+		if p == "assets" || strings.HasPrefix(p, "assets/") || looksLikeFile(p) {
 			writeError(ctx, &apiError{status: 404, code: "not_found", msg: "no such file: /ui/" + p})
 			return
 		}

@@ -22,7 +22,7 @@ export default defineConfig({
     },
   },
   test: {
-    environment: 'jsdom',
+    environment: 'node', // component tests opt into jsdom per file
     include: ['src/**/*.test.{ts,tsx}'],
   },
 })

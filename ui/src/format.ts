@@ -86,6 +86,11 @@ export function normProgress(p: unknown): NormProgress | null {
 
 function clamp(x: number) { return Math.max(0, Math.min(100, x)) }
 
+// shortId keeps the shard prefix and the ID's random tail (its distinctive
+// part; the head of a ULID is a timestamp shared by neighbours).
 export function shortId(id: string): string {
-  return id.length > 22 ? id.slice(0, 20) + '…' : id
+  if (id.length <= 20) return id
+  const m = /^([a-z]+_\d+_)/.exec(id)
+  const head = m ? m[1] : id.slice(0, 6)
+  return head + '…' + id.slice(-8)
 }

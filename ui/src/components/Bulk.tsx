@@ -7,12 +7,12 @@ import { fmtDuration, fmtInt, preview, shortId } from '../format'
 import { Dialog, ProgressBar, toast } from './ui'
 
 export const ACTIONS: { action: BulkAction; label: string; verb: string; danger?: boolean; hint: string }[] = [
-  { action: 'retry', label: 'Retry', verb: 'retry', hint: 'completed, dead and cancelled jobs go back to pending with attempts reset' },
-  { action: 'requeue', label: 'Requeue', verb: 'requeue', hint: 'dead jobs go back to pending, keeping attempts and history' },
-  { action: 'cancel', label: 'Cancel', verb: 'cancel', danger: true, hint: 'waiting jobs are cancelled; active ones when their worker next heartbeats' },
-  { action: 'move', label: 'Move…', verb: 'move', hint: 'to another queue (not active jobs)' },
-  { action: 'change_priority', label: 'Priority…', verb: 'change the priority of', hint: 'pending and scheduled jobs' },
-  { action: 'delete', label: 'Delete', verb: 'delete', danger: true, hint: 'jobs are deleted with their history' },
+  { action: 'retry', label: 'Retry', verb: 'retry', hint: 'Completed, dead and cancelled jobs go back to pending with their attempts reset; others are skipped' },
+  { action: 'requeue', label: 'Requeue', verb: 'requeue', hint: 'Dead jobs go back to pending, keeping their attempts and history; others are skipped' },
+  { action: 'cancel', label: 'Cancel', verb: 'cancel', danger: true, hint: 'Waiting jobs are cancelled at once, active ones when their worker next heartbeats' },
+  { action: 'move', label: 'Move…', verb: 'move', hint: 'Jobs move to the target queue with their history; active jobs are skipped' },
+  { action: 'change_priority', label: 'Priority…', verb: 'change the priority of', hint: 'Only pending and scheduled jobs change priority; others are skipped' },
+  { action: 'delete', label: 'Delete', verb: 'delete', danger: true, hint: 'Jobs are deleted in any state, with their history' },
 ]
 
 // ASYNC_ABOVE: operations on more jobs than this run in the background
@@ -113,7 +113,7 @@ export function BulkDialog({ action, target, onClose, onDone }: { action: BulkAc
               <table class="grid preview" data-testid="bulk-preview">
                 <tbody>
                   {sample.slice(0, 5).map((j) => (
-                    <tr key={j.id}><td class="mono">{shortId(j.id)}</td><td>{j.state}</td><td class="mono muted">{preview(j.payload, 48)}</td></tr>
+                    <tr key={j.id}><td class="mono">{shortId(j.id)}</td><td>{j.state}</td><td class="mono muted payload-cell">{preview(j.payload, 48)}</td></tr>
                   ))}
                 </tbody>
               </table>
