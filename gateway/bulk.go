@@ -16,16 +16,21 @@ import (
 // maxBulkJobs bounds one synchronous bulk operation.
 const maxBulkJobs = 100000
 
+// asyncBulkThreshold: operations over this many jobs run in the background.
+const asyncBulkThreshold = 10000
+
 type bulkRequest struct {
 	JobIDs      []string       `json:"job_ids"`
 	Filter      *searchRequest `json:"filter"`
 	Action      string         `json:"action"`
 	MoveToQueue string         `json:"move_to_queue"`
 	Priority    string         `json:"priority"`
+	Async       bool           `json:"async"`
 }
 
 // POST /api/v1/jobs/bulk — one action over job IDs or over every job a
-// search filter matches, applied through Raft in chunks per shard.
+// search filter matches, applied through Raft in chunks per shard: at once
+// for up to 10,000 jobs, in the background (202) above that or when asked.
 func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	var req bulkRequest
@@ -38,32 +43,25 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	if async, total, aerr := s.bulkIsAsync(&req); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	} else if async {
+		s.startAsyncBulk(ctx, &req, mk, total)
+		return
+	}
 	ids, aerr := s.bulkTargets(&req)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}
-	affected, failed := s.applyBulk(ids, mk)
+	affected, failed := s.applyBulk(context.Background(), ids, mk)
 	b := append([]byte(`{"affected":`), appendInt(nil, int64(affected))...)
 	b = append(b, `,"errors":`...)
 	b = appendInt(b, int64(len(failed)))
-	b = append(b, `,"failed":[`...)
-	for i, f := range failed {
-		if i == 100 {
-			break // the first hundred say enough
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"job_id":`...)
-		b = appendString(b, f.id)
-		b = append(b, `,"code":`...)
-		b = appendString(b, f.err.code)
-		b = append(b, `,"error":`...)
-		b = appendString(b, f.err.msg)
-		b = append(b, '}')
-	}
-	b = append(b, `],"duration_ms":`...)
+	b = append(b, `,"failed":`...)
+	b = appendFailures(b, failed)
+	b = append(b, `,"duration_ms":`...)
 	b = appendInt(b, time.Since(start).Milliseconds())
 	writeJSON(ctx, 200, append(b, '}'))
 }
@@ -148,8 +146,33 @@ type bulkFailure struct {
 	err *apiError
 }
 
+// maxListedFailures: the first hundred failures say enough.
+const maxListedFailures = 100
+
+func appendFailures(b []byte, failed []bulkFailure) []byte {
+	b = append(b, '[')
+	for i, f := range failed {
+		if i == maxListedFailures {
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"job_id":`...)
+		b = appendString(b, f.id)
+		b = append(b, `,"code":`...)
+		b = appendString(b, f.err.code)
+		b = append(b, `,"error":`...)
+		b = appendString(b, f.err.msg)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
 // applyBulk proposes one op per job, 500 per entry, shards in parallel.
-func (s *Server) applyBulk(ids []string, mk func(id string, sh int) statemachine.Op) (int, []bulkFailure) {
+// Cancelling ctx abandons the proposals in flight (their outcome is then
+// unknown and they count as failed).
+func (s *Server) applyBulk(ctx context.Context, ids []string, mk func(id string, sh int) statemachine.Op) (int, []bulkFailure) {
 	perShard := make([][]string, s.eng.Shards())
 	var failed []bulkFailure
 	for _, id := range ids {
@@ -178,7 +201,7 @@ func (s *Server) applyBulk(ids []string, mk func(id string, sh int) statemachine
 				for i, id := range chunk {
 					ops[i] = mk(id, sh)
 				}
-				rs, aerr := s.propose(sh, ops...)
+				rs, aerr := s.proposeCtx(ctx, sh, ops...)
 				mu.Lock()
 				for i, id := range chunk {
 					switch {

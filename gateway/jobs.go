@@ -246,7 +246,10 @@ func (s *Server) handleGetJob(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"})
 		return
 	}
-	writeJSON(ctx, 200, appendJob(make([]byte, 0, 512+len(jv.Job.Payload)), jv))
+	b := appendJob(make([]byte, 0, 1024+len(jv.Job.Payload)), jv)
+	b = append(b[:len(b)-1], `,"timeline":`...)
+	b = appendTimeline(b, jobTimeline(jv))
+	writeJSON(ctx, 200, append(b, '}'))
 }
 
 // jobParam reads {id} and routes it; it answers 404 itself for IDs that

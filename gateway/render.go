@@ -236,6 +236,10 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 		b = appendNullableString(b, e.Backtrace)
 		b = append(b, `,"at":`...)
 		b = appendTime(b, e.At)
+		b = append(b, `,"started_at":`...)
+		b = appendTime(b, e.StartedAt)
+		b = append(b, `,"worker_id":`...)
+		b = appendNullableString(b, e.WorkerID)
 		b = append(b, '}')
 	}
 	b = append(b, `],"worker":`...)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -47,6 +48,8 @@ type Config struct {
 	RequestTimeout  time.Duration // how long a write may wait for Raft
 	Logger          zerolog.Logger
 	Mirror          Mirror // search; nil: search answers 503
+	Events          Events // the event stream; nil: GET /events answers 503
+	EventsKeepalive time.Duration
 }
 
 // Mirror is what the gateway needs from the per-node SQLite view.
@@ -54,6 +57,10 @@ type Mirror interface {
 	Search(ctx context.Context, f mirror.Filter) (*mirror.Page, error)
 	RequestRebuild()
 	Lag() []int64
+	SaveBulk(ctx context.Context, r *mirror.BulkRecord) error
+	GetBulk(ctx context.Context, id string) (*mirror.BulkRecord, error)
+	ListBulk(ctx context.Context, limit int) ([]mirror.BulkRecord, error)
+	InterruptBulk(ctx context.Context, at int64) (int64, error)
 }
 
 // WithDefaults fills unset fields.
@@ -73,6 +80,9 @@ func (c Config) WithDefaults() Config {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 15 * time.Second
 	}
+	if c.EventsKeepalive == 0 {
+		c.EventsKeepalive = EventsKeepaliveDefault
+	}
 	return c
 }
 
@@ -88,6 +98,8 @@ type Server struct {
 
 	queueMetrics sync.Map // queue → *queueCounters
 	rates        throughput
+	subscribers  atomic.Int64 // open event streams
+	bulk         *bulkRunner
 }
 
 // New builds a server over an engine.
@@ -99,7 +111,9 @@ func New(cfg Config, eng Engine) *Server {
 		rt:     router.New(eng.Shards()),
 		log:    cfg.Logger.With().Str("component", "gateway").Logger(),
 		closed: make(chan struct{}),
+		bulk:   newBulkRunner(),
 	}
+	s.interruptLeftovers()
 	r := frouter.New()
 	r.RedirectTrailingSlash = false
 	s.route(r, "POST", "/api/v1/enqueue", s.handleEnqueue)
@@ -130,6 +144,11 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/jobs/search", s.handleSearch)
 	s.route(r, "POST", "/api/v1/jobs/bulk", s.handleBulk)
 	s.route(r, "POST", "/api/v1/admin/rebuild-mirror", s.handleRebuildMirror)
+	s.route(r, "GET", "/api/v1/events", s.handleEvents)
+	s.route(r, "GET", "/api/v1/bulk", s.handleListBulk)
+	s.route(r, "GET", "/api/v1/bulk/{id}", s.handleGetBulk)
+	s.route(r, "DELETE", "/api/v1/bulk/{id}", s.handleCancelBulk)
+	s.route(r, "GET", "/api/v1/bulk/{id}/progress", s.handleBulkProgress)
 	s.route(r, "GET", "/api/v1/batches/{id}", s.handleGetBatch)
 	s.route(r, "GET", "/api/v1/schedules", s.handleListSchedules)
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)
@@ -194,10 +213,12 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 // Serve serves HTTP on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 
-// Shutdown stops accepting connections, ends long-polls and waits for
-// in-flight requests.
+// Shutdown stops accepting connections, ends long-polls and event
+// streams, stops background bulk operations (their records say
+// interrupted) and waits for in-flight requests.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() { close(s.closed) })
+	s.bulk.shutdown(ctx)
 	return s.srv.ShutdownWithContext(ctx)
 }
 
@@ -227,6 +248,8 @@ func engineError(err error) *apiError {
 		return &apiError{status: 429, code: "overloaded", msg: "the server is overloaded; retry after the Retry-After delay"}
 	case errors.Is(err, shard.ErrClosed):
 		return &apiError{status: 503, code: "shutting_down", msg: "the server is shutting down"}
+	case errors.Is(err, context.Canceled):
+		return &apiError{status: 503, code: "shutting_down", msg: "the operation was stopped; the request may or may not have been applied"}
 	case errors.Is(err, shard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: 503, code: "unavailable", msg: "no leader could commit the request in time; it may or may not have been applied"}
 	}
@@ -234,7 +257,12 @@ func engineError(err error) *apiError {
 }
 
 func (s *Server) propose(shardIdx int, ops ...statemachine.Op) ([]statemachine.Result, *apiError) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	return s.proposeCtx(context.Background(), shardIdx, ops...)
+}
+
+// proposeCtx is propose under a parent context.
+func (s *Server) proposeCtx(parent context.Context, shardIdx int, ops ...statemachine.Op) ([]statemachine.Result, *apiError) {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
 	defer cancel()
 	rs, err := s.eng.Propose(ctx, shardIdx, ops...)
 	if err != nil {

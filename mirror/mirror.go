@@ -105,6 +105,11 @@ func (m *Mirror) openDB() error {
 	if err := m.migrate(); err != nil {
 		return err
 	}
+	// Bookkeeping tables outside the rebuildable view: created in place,
+	// so a new one never forces a rebuild of the jobs.
+	if _, err := m.db.Exec(bulkSchema); err != nil {
+		return err
+	}
 	if m.ws, err = prepareWrite(db); err != nil {
 		return err
 	}

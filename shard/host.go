@@ -75,9 +75,12 @@ type Config struct {
 	// HoldOutbox keeps the relay from delivering (tests use it to crash a
 	// node between an outbox write and its delivery).
 	HoldOutbox bool
-	// OnApplied, when set, hears every committed Update with its job
-	// changes (the mirror's feed). It must not block.
+	// OnApplied, when set, hears every committed Update. It must not
+	// block.
 	OnApplied func(*statemachine.AppliedInfo)
+	// JobChanges fills AppliedInfo.Changes (the mirror's feed); JobEvents
+	// fills AppliedInfo.Events (the event stream's feed).
+	JobChanges, JobEvents bool
 }
 
 // WithDefaults fills unset fields.
@@ -229,7 +232,8 @@ func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 			Cache:       h.cache,
 			Listener:    h,
 			Logger:      h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
-			EmitChanges: h.cfg.OnApplied != nil,
+			EmitChanges: h.cfg.OnApplied != nil && h.cfg.JobChanges,
+			EmitEvents:  h.cfg.OnApplied != nil && h.cfg.JobEvents,
 		})
 	}
 }

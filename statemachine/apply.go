@@ -31,6 +31,11 @@ type applier struct {
 	deleted   map[string]bool
 	newErrors map[string][]JobError
 
+	// Lifecycle events (EmitEvents), in apply order; evPos numbers them
+	// within the entry.
+	events []JobEvent
+	evPos  uint32
+
 	rateSeq uint32 // tiebreak of rate-window keys within one entry
 	ackStep string // the step_status of the ack being applied (chains)
 	outSeq  uint32 // numbers outbox records within one entry
@@ -106,7 +111,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		a.s.lastNow = e.Now
 	}
 	a.now = a.s.lastNow
-	a.rateSeq, a.outSeq, a.jobSeq = 0, 0, 0 // per entry, so keys never depend on how entries were batched
+	a.rateSeq, a.outSeq, a.jobSeq, a.evPos = 0, 0, 0, 0 // per entry, so keys never depend on how entries were batched
 
 	dk := dedupKey(e.ID)
 	if e.Retry {
@@ -285,6 +290,14 @@ func (a *applier) putState(j *Job, st *JobState) {
 // enters the retention index, releases its unique key, and tells its batch
 // and its chain.
 func (a *applier) finish(j *Job, st *JobState) {
+	switch st.State {
+	case StateCompleted:
+		a.event(EventCompleted, j, st)
+	case StateDead:
+		a.event(EventDead, j, st)
+	case StateCancelled:
+		a.event(EventCancelled, j, st)
+	}
 	a.putState(j, st)
 	a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
 	if st.State == StateDead {
@@ -438,15 +451,26 @@ func (a *applier) delPending(j *Job) {
 	}
 }
 
-func (a *applier) addError(j *Job, st *JobState, msg, backtrace string) {
-	je := JobError{Attempt: st.Attempt, Error: msg, Backtrace: backtrace, At: a.now}
+// addError records a failed attempt of an active job: the returned record
+// is written by storeError once the caller knows what follows (its
+// RetryAt), so each failure still costs one key.
+func (a *applier) addError(j *Job, st *JobState, msg, backtrace string) *JobError {
+	je := &JobError{Attempt: st.Attempt, Error: msg, Backtrace: backtrace, At: a.now, StartedAt: st.StartedAt, WorkerID: st.WorkerID}
 	st.Errors++ // error records are numbered, so a retried job keeps its history
-	a.set(errorKey(j.ID, st.Errors), je.appendTo(nil))
-	if a.newErrors != nil {
-		a.newErrors[j.ID] = append(a.newErrors[j.ID], je)
-	}
 	st.LastError = msg
 	st.FailedAt = a.now
+	if e := a.event(EventFailed, j, st); e != nil {
+		e.Error = truncUTF8(msg, eventErrorMax)
+	}
+	return je
+}
+
+// storeError writes the record addError made, as error number n.
+func (a *applier) storeError(id string, n uint32, je *JobError) {
+	a.set(errorKey(id, n), je.appendTo(nil))
+	if a.newErrors != nil {
+		a.newErrors[id] = append(a.newErrors[id], *je)
+	}
 }
 
 // releaseLease removes an active job's lease index key.
@@ -496,6 +520,7 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		js := JobState{State: StateHeld, Reason: HoldDependencies}
 		a.putState(j, &js)
 		a.move(j.Queue, 0, StateHeld)
+		a.event(EventHeld, j, &js)
 		for _, d := range j.DependsOn {
 			a.send(d.Shard, &DepWatchOp{Dep: d.ID, Dependent: j.ID, DependentShard: a.selfShard()})
 		}
@@ -506,11 +531,13 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		a.putState(j, &js)
 		a.set(timeIndexKey(pfxDue, j.ScheduledAt, j.ID), nil)
 		a.move(j.Queue, 0, StateScheduled)
+		a.event(EventScheduled, j, &js)
 		return Result{State: StateScheduled}
 	}
 	a.addPending(j)
 	a.move(j.Queue, 0, StatePending)
 	a.noteChange(j, &JobState{State: StatePending})
+	a.event(EventEnqueued, j, &JobState{State: StatePending})
 	return Result{State: StatePending}
 }
 
@@ -636,6 +663,7 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 	a.putState(j, &st)
 	a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, id), nil)
 	a.move(j.Queue, StatePending, StateActive)
+	a.event(EventStarted, j, &st)
 	return JobView{Job: *j, State: st}, true
 }
 
@@ -680,20 +708,21 @@ func (a *applier) failJob(o *FailOp) Result {
 		return r
 	}
 	a.releaseLease(j.ID, &st)
-	a.addError(j, &st, o.Error, o.Backtrace)
+	je := a.addError(j, &st, o.Error, o.Backtrace)
 	if o.Checkpoint != nil {
 		st.Checkpoint = o.Checkpoint
 	}
 	a.stats(j.Queue).Failed++
-	r = a.afterFailure(j, &st)
+	r = a.afterFailure(j, &st, je)
 	r.Queue = j.Queue
 	return r
 }
 
 // afterFailure decides what follows a failed attempt of an active job whose
 // lease is already released: cancelled, dead (expired or out of attempts),
-// or another attempt after the backoff.
-func (a *applier) afterFailure(j *Job, st *JobState) Result {
+// or another attempt after the backoff. It stores the attempt's error
+// record je with the time of the next attempt.
+func (a *applier) afterFailure(j *Job, st *JobState, je *JobError) Result {
 	view := JobView{Job: *j, State: *st}
 	remaining := view.AttemptsRemaining()
 	switch {
@@ -706,6 +735,7 @@ func (a *applier) afterFailure(j *Job, st *JobState) Result {
 		st.State, st.Reason, st.CompletedAt = StateDead, "max_retries", a.now
 	}
 	if st.State != StateActive {
+		a.storeError(j.ID, st.Errors, je)
 		a.finish(j, st)
 		a.move(j.Queue, StateActive, st.State)
 		return Result{State: st.State, AttemptsRemaining: 0}
@@ -713,12 +743,18 @@ func (a *applier) afterFailure(j *Job, st *JobState) Result {
 	delay := BackoffDelayMs(j.Backoff, j.BaseDelayMs, j.MaxDelayMs, st.Attempt)
 	if delay <= 0 {
 		st.State, st.DueAt = StatePending, 0
+		je.RetryAt = a.now
+		a.storeError(j.ID, st.Errors, je)
 		a.putState(j, st)
 		a.addPending(j)
 		a.move(j.Queue, StateActive, StatePending)
+		a.event(EventRetrying, j, st)
 		return Result{State: StatePending, NextAttemptAt: a.now, AttemptsRemaining: remaining}
 	}
 	st.State, st.DueAt = StateRetrying, a.now+delay*1e6
+	je.RetryAt = st.DueAt
+	a.storeError(j.ID, st.Errors, je)
+	a.event(EventRetrying, j, st)
 	a.putState(j, st)
 	a.set(timeIndexKey(pfxDue, st.DueAt, j.ID), nil)
 	a.move(j.Queue, StateActive, StateRetrying)
@@ -743,6 +779,10 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 		}
 		if hj.Progress != nil {
 			st.Progress = hj.Progress
+			st.ProgressAt = a.now
+			if e := a.event(EventProgress, j, &st); e != nil && len(hj.Progress) <= eventProgressMax {
+				e.Progress = append([]byte(nil), hj.Progress...)
+			}
 		}
 		if hj.Checkpoint != nil {
 			st.Checkpoint = hj.Checkpoint
@@ -820,6 +860,7 @@ func (a *applier) promote(o *PromoteOp) Result {
 		a.putState(j, &st)
 		a.addPending(j)
 		a.move(j.Queue, from, StatePending)
+		a.event(EventEnqueued, j, &st)
 		n++
 	}
 	return Result{Count: n}
@@ -848,15 +889,15 @@ func (a *applier) reclaim(o *ReclaimOp) Result {
 			continue
 		}
 		a.releaseLease(id, &st)
-		a.addError(j, &st, fmt.Sprintf("lease expired: worker %q stopped heartbeating", st.WorkerID), "")
+		je := a.addError(j, &st, fmt.Sprintf("lease expired: worker %q stopped heartbeating", st.WorkerID), "")
 		a.stats(j.Queue).Failed++
-		a.afterReclaim(j, &st)
+		a.afterReclaim(j, &st, je)
 		n++
 	}
 	return Result{Count: n}
 }
 
-func (a *applier) afterReclaim(j *Job, st *JobState) {
+func (a *applier) afterReclaim(j *Job, st *JobState, je *JobError) {
 	view := JobView{Job: *j, State: *st}
 	switch {
 	case st.CancelRequested:
@@ -869,11 +910,14 @@ func (a *applier) afterReclaim(j *Job, st *JobState) {
 	default:
 		st.State = StatePending
 		st.WorkerID, st.Hostname = "", ""
+		je.RetryAt = a.now
 		a.addPending(j)
 	}
+	a.storeError(j.ID, st.Errors, je)
 	if st.State.Terminal() {
 		a.finish(j, st)
 	} else {
+		a.event(EventRetrying, j, st)
 		a.putState(j, st)
 	}
 	a.move(j.Queue, StateActive, st.State)

@@ -211,6 +211,7 @@ func (a *applier) depDone(o *DepDoneOp) Result {
 	a.putState(j, &st)
 	a.addPending(j)
 	a.move(j.Queue, StateHeld, StatePending)
+	a.event(EventEnqueued, j, &st)
 	return Result{}
 }
 
@@ -228,6 +229,7 @@ func (a *applier) release(o *ReleaseOp) Result {
 		a.putState(j, &st)
 		a.addPending(j)
 		a.move(j.Queue, StateHeld, StatePending)
+		a.event(EventEnqueued, j, &st)
 		return Result{State: StatePending, Queue: j.Queue}
 	}
 	st.State, st.Reason, st.CompletedAt = StateDead, "rejected", a.now

@@ -307,6 +307,7 @@ type JobState struct {
 	Errors          uint32 // number of error records (je|)
 	LastError       string
 	DepsDone        uint32 // dependencies reported completed (a held job waiting on depends_on)
+	ProgressAt      int64  // when Progress was reported (0: never, or before it was recorded)
 }
 
 const stateVersion = 1
@@ -331,6 +332,11 @@ func (s *JobState) appendTo(b []byte) []byte {
 	e.uvarint(uint64(s.Errors))
 	e.str(s.LastError)
 	e.uvarint(uint64(s.DepsDone))
+	// Fields below were appended later: optional on decode, written only
+	// when one of them is set.
+	if s.ProgressAt != 0 {
+		e.varint(s.ProgressAt)
+	}
 	return e.b
 }
 
@@ -356,28 +362,40 @@ func (s *JobState) decode(d *dec) {
 	s.Errors = uint32(d.uvarint())
 	s.LastError = d.str()
 	s.DepsDone = uint32(d.uvarint())
+	if len(d.b) > 0 {
+		s.ProgressAt = d.varint()
+	}
 }
 
-// JobError is one failed attempt (key je|{id}\x00{attempt}).
+// JobError is one failed attempt (key je|{id}\x00{attempt}). Version 2
+// added the attempt's start, its worker and when the next attempt was due,
+// so the job's timeline can be told from its records alone.
 type JobError struct {
 	Attempt   uint32
 	Error     string
 	Backtrace string
 	At        int64
+	StartedAt int64  // when the attempt started (0: unknown, version 1)
+	WorkerID  string // the worker that held it
+	RetryAt   int64  // when the next attempt became due (0: none followed)
 }
 
 func (e *JobError) appendTo(b []byte) []byte {
 	w := enc{b: b}
-	w.u8(1)
+	w.u8(2)
 	w.uvarint(uint64(e.Attempt))
 	w.str(e.Error)
 	w.str(e.Backtrace)
 	w.varint(e.At)
+	w.varint(e.StartedAt)
+	w.str(e.WorkerID)
+	w.varint(e.RetryAt)
 	return w.b
 }
 
 func (e *JobError) decode(d *dec) {
-	if d.u8() != 1 {
+	v := d.u8()
+	if v != 1 && v != 2 {
 		d.fail()
 		return
 	}
@@ -385,6 +403,11 @@ func (e *JobError) decode(d *dec) {
 	e.Error = d.str()
 	e.Backtrace = d.str()
 	e.At = d.varint()
+	if v >= 2 {
+		e.StartedAt = d.varint()
+		e.WorkerID = d.str()
+		e.RetryAt = d.varint()
+	}
 }
 
 // JobView is everything known about one job: what lookups and op results

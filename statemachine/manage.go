@@ -167,6 +167,13 @@ func (a *applier) forgetFromBatch(j *Job, st *JobState) {
 
 // dropJob deletes every key of a job that is out of every index.
 func (a *applier) dropJob(j *Job, st *JobState) {
+	a.event(EventDeleted, j, st)
+	a.dropKeys(j, st)
+}
+
+// dropKeys is dropJob without the deleted event (a job moving to another
+// shard is not deleted).
+func (a *applier) dropKeys(j *Job, st *JobState) {
 	if st.State == StateDead {
 		a.del(timeIndexKey(pfxDead, st.CompletedAt, j.ID))
 	}
@@ -225,6 +232,7 @@ func (a *applier) reopen(id string, resetAttempts, deadOnly bool) Result {
 	a.putState(j, &st)
 	a.addPending(j)
 	a.move(j.Queue, from, StatePending)
+	a.event(EventEnqueued, j, &st)
 	return Result{State: StatePending, Queue: j.Queue}
 }
 
@@ -285,6 +293,9 @@ func (a *applier) moveJob(o *MoveJobOp) Result {
 		a.addPending(&j)
 	}
 	a.move(j.Queue, 0, from)
+	if e := a.event(EventMoved, &j, &st); e != nil {
+		e.FromQueue = j0.Queue
+	}
 	return Result{State: from, Queue: j.Queue}
 }
 

@@ -188,7 +188,10 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 	from := st.State
 	j := *j0
 	gone := st
-	a.dropJob(&j, &gone)
+	a.dropKeys(&j, &gone)
+	if e := a.event(EventMoved, &Job{ID: j.ID, Queue: o.Queue}, &st); e != nil {
+		e.FromQueue, e.MovedTo = j.Queue, o.NewID
+	}
 	a.set(movedKey(j.ID), []byte(o.NewID))
 
 	j.ID, j.Queue = o.NewID, o.Queue

@@ -65,6 +65,11 @@ type AppliedInfo struct {
 	// Changes lists every job the Update touched, with its final state
 	// (Config.EmitChanges only): the mirror's feed.
 	Changes []JobChange
+	// From is the Update's first entry index (Index is its last).
+	From uint64
+	// Events lists every lifecycle transition of the Update in apply
+	// order (Config.EmitEvents only): the feed of GET /api/v1/events.
+	Events []JobEvent
 }
 
 // JobChange is a job's state after an Update, or its deletion. The view
@@ -89,6 +94,8 @@ type Config struct {
 	JobCacheBytes int64
 	// EmitChanges fills AppliedInfo.Changes (the mirror needs them).
 	EmitChanges bool
+	// EmitEvents fills AppliedInfo.Events (the event stream needs them).
+	EmitEvents bool
 }
 
 // StateMachine implements dragonboat's IOnDiskStateMachine.
@@ -280,7 +287,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	s.appliedAtomic.Store(last)
 	if s.cfg.Listener != nil {
 		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
-			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList()})
+			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events})
 	}
 	return entries, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 
@@ -210,9 +211,15 @@ func readIDs(r io.Reader) ([]string, error) {
 func newBulkCmd() *cobra.Command {
 	var c clientFlags
 	var filter string
+	var async bool
 	cmd := &cobra.Command{
 		Use:   "bulk <retry|delete|cancel|requeue|move <queue>|change-priority <priority>>",
 		Short: "Apply an action to jobs read from stdin (IDs or 'corvo search -o json') or matched by --filter",
+		Long: `Apply an action to many jobs. Up to 10,000 jobs are changed at once; larger
+operations (or --async) run in the background on the server: the command then
+follows their progress (a progress bar on a terminal, one line per step
+otherwise) until they finish. 'corvo bulk status <id>', 'corvo bulk cancel <id>'
+and 'corvo bulk list' manage background operations.`,
 		Example: `  corvo search --queue emails.send --state dead --output json | corvo bulk retry
   corvo search --queue old.queue --state pending -o json | corvo bulk move new.queue
   corvo bulk retry --filter '{"queue":"emails.send","state":["dead"]}'`,
@@ -226,7 +233,7 @@ func newBulkCmd() *cobra.Command {
 			switch action {
 			case "retry", "delete", "cancel", "requeue", "move", "change_priority":
 			default:
-				return &exitError{exitUsage, fmt.Errorf("unknown action %q (retry, delete, cancel, requeue, move, change-priority)", args[0])}
+				return &exitError{exitUsage, fmt.Errorf("unknown action %q (retry, delete, cancel, requeue, move, change-priority; or status, cancel <id>, list)", args[0])}
 			}
 			switch action {
 			case "move", "change_priority":
@@ -242,6 +249,9 @@ func newBulkCmd() *cobra.Command {
 				if len(args) != 1 {
 					return &exitError{exitUsage, fmt.Errorf("%s takes no argument", args[0])}
 				}
+			}
+			if async {
+				body["async"] = true
 			}
 			if filter != "" {
 				var f map[string]any
@@ -261,9 +271,19 @@ func newBulkCmd() *cobra.Command {
 				body["job_ids"] = ids
 			}
 			raw, _ := json.Marshal(body)
-			out, _, err := c.call("POST", "/api/v1/jobs/bulk", raw)
+			out, status, err := c.call("POST", "/api/v1/jobs/bulk", raw)
 			if err != nil {
 				return err
+			}
+			if status == http.StatusAccepted {
+				var acc struct {
+					ID    string `json:"bulk_operation_id"`
+					Total int64  `json:"estimated_total"`
+				}
+				if err := json.Unmarshal(out, &acc); err != nil {
+					return &exitError{exitError_, err}
+				}
+				return followBulk(cmd, &c, acc.ID, acc.Total)
 			}
 			if c.output == "json" {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(string(out)))
@@ -284,5 +304,7 @@ func newBulkCmd() *cobra.Command {
 	}
 	c.register(cmd)
 	cmd.Flags().StringVar(&filter, "filter", "", "a search filter (JSON) instead of stdin")
+	cmd.Flags().BoolVar(&async, "async", false, "run in the background on the server whatever the size, and follow its progress")
+	cmd.AddCommand(newBulkStatusCmd(), newBulkCancelCmd(), newBulkListCmd())
 	return cmd
 }

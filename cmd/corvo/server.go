@@ -17,9 +17,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/corvohq/corvo/events"
 	"github.com/corvohq/corvo/gateway"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
+	"github.com/corvohq/corvo/statemachine"
 )
 
 type serverFlags struct {
@@ -35,6 +37,7 @@ type serverFlags struct {
 	cacheMB         int
 	retention       time.Duration
 	noMirror        bool
+	noEvents        bool
 }
 
 func newServerCmd() *cobra.Command {
@@ -57,7 +60,8 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	fl.DurationVar(&f.retention, "retention", shard.RetentionDefault, "how long completed, dead and cancelled jobs are kept (e.g. 168h); negative: forever")
-	fl.BoolVar(&f.noMirror, "no-mirror", false, "run without the SQLite mirror (no search; more throughput)")
+	fl.BoolVar(&f.noMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
+	fl.BoolVar(&f.noEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", shard.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	return cmd
@@ -137,8 +141,14 @@ func runServer(ctx context.Context, f serverFlags) error {
 			ln.Close()
 			return &exitError{exitError_, fmt.Errorf("open the mirror: %w", err)}
 		}
-		hcfg.OnApplied = mir.Applied
+		hcfg.JobChanges = true
 	}
+	var hub *events.Hub
+	if !f.noEvents {
+		hub = events.New(meta.Shards, events.CapacityDefault)
+		hcfg.JobEvents = true
+	}
+	hcfg.OnApplied = fanOut(mir, hub)
 	closeMirror := func() {
 		if mir != nil {
 			mir.Close()
@@ -153,6 +163,15 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return &exitError{exitError_, fmt.Errorf("start shards: %w", err)}
 	}
 	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log}
+	if hub != nil {
+		if err := startEvents(hub, host); err != nil {
+			ln.Close()
+			host.Close()
+			closeMirror()
+			return &exitError{exitError_, err}
+		}
+		gcfg.Events = hub
+	}
 	if mir != nil {
 		if err := mir.Start(host); err != nil {
 			ln.Close()
@@ -184,5 +203,34 @@ func runServer(ctx context.Context, f serverFlags) error {
 	host.Close()
 	closeMirror()
 	log.Info().Msg("corvo server stopped")
+	return nil
+}
+
+// fanOut feeds every committed Update to the mirror and the event ring
+// (nil when neither runs).
+func fanOut(mir *mirror.Mirror, hub *events.Hub) func(*statemachine.AppliedInfo) {
+	switch {
+	case mir != nil && hub != nil:
+		return func(info *statemachine.AppliedInfo) { hub.Applied(info); mir.Applied(info) }
+	case mir != nil:
+		return mir.Applied
+	case hub != nil:
+		return hub.Applied
+	}
+	return nil
+}
+
+// startEvents tells the event ring where each shard's history began for
+// this run.
+func startEvents(hub *events.Hub, host *shard.Host) error {
+	opened := make([]uint64, host.Shards())
+	for i := range opened {
+		v, err := host.Read(i, statemachine.OpenedAtQuery{})
+		if err != nil {
+			return fmt.Errorf("events: shard %d: %w", i, err)
+		}
+		opened[i] = v.(uint64)
+	}
+	hub.Start(opened)
 	return nil
 }

@@ -107,14 +107,26 @@ type Job struct {
 	BatchID           *string           `json:"batch_id"`
 	ChainID           *string           `json:"chain_id"`
 	Errors            []JobError        `json:"errors"`
+	Timeline          []TimelineEntry   `json:"timeline"`
 }
 
 // JobError is one failed attempt.
 type JobError struct {
-	Attempt   int       `json:"attempt"`
-	Error     string    `json:"error"`
-	Backtrace *string   `json:"backtrace"`
-	At        time.Time `json:"at"`
+	Attempt   int        `json:"attempt"`
+	Error     string     `json:"error"`
+	Backtrace *string    `json:"backtrace"`
+	At        time.Time  `json:"at"`
+	StartedAt *time.Time `json:"started_at"`
+	WorkerID  *string    `json:"worker_id"`
+}
+
+// TimelineEntry is one step of a job's history (GET /api/v1/jobs/{id}).
+type TimelineEntry struct {
+	At       time.Time `json:"at"`
+	Type     string    `json:"type"` // enqueued, scheduled, held, started, failed, retrying, progress, completed, dead, cancelled
+	Attempt  int       `json:"attempt"`
+	WorkerID string    `json:"worker_id"`
+	Detail   string    `json:"detail"`
 }
 
 // Queue is a queue's counts and settings (GET /api/v1/queues).

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCLIBulkAsync: a background bulk operation is followed to its end
+// (plain lines when not on a terminal, the record with --output json),
+// managed with status, list and cancel, and a cancelled one exits non-zero.
+func TestCLIBulkAsync(t *testing.T) {
+	s := newServer(t)
+	var jobs []map[string]any
+	for i := 0; i < 30; i++ {
+		jobs = append(jobs, map[string]any{"queue": "cli.bulk", "payload": i})
+	}
+	code, body := do(t, "POST", s.url+"/api/v1/enqueue/batch", map[string]any{"jobs": jobs})
+	require.Equal(t, 201, code, string(body))
+	ids := decode[struct {
+		JobIDs []string `json:"job_ids"`
+	}](t, body).JobIDs
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		code, body := do(t, "POST", s.url+"/api/v1/jobs/search", map[string]any{"queue": "cli.bulk", "limit": 1})
+		require.Equal(t, 200, code)
+		if decode[struct{ Total int }](t, body).Total == 30 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the mirror never saw the jobs")
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	out, code := runCLI(t, s.url, "bulk", "delete", "--async", "--filter", `{"queue":"cli.bulk"}`)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "running in the background (about 30 jobs)")
+	require.Contains(t, out, "30/30 processed, 30 affected, 0 errors")
+	require.Contains(t, out, "delete: completed: 30 jobs, 0 errors")
+	id := strings.Fields(out)[0]
+	id = strings.TrimSuffix(id, ":")
+	require.True(t, strings.HasPrefix(id, "bulk_"), out)
+
+	// The same IDs again: every one is gone now, so the operation has
+	// errors and the command says so in its exit code.
+	cmd := exec.Command(corvoBin, "bulk", "retry", "--async", "-o", "json")
+	cmd.Env = append(os.Environ(), "CORVO_URL="+s.url)
+	cmd.Stdin = strings.NewReader(strings.Join(ids, "\n"))
+	res, err := cmd.Output()
+	require.Error(t, err)
+	require.Equal(t, exitError_, cmd.ProcessState.ExitCode())
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(res, &rec), string(res))
+	require.Equal(t, "completed", rec["status"])
+	require.EqualValues(t, 30, rec["errors"])
+
+	out, code = runCLI(t, s.url, "bulk", "status", id)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "status      completed")
+	require.Contains(t, out, "processed   30/30")
+	out, code = runCLI(t, s.url, "bulk", "list")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, id)
+	out, code = runCLI(t, s.url, "bulk", "cancel", id)
+	require.Equal(t, exitError_, code, out)
+	require.Contains(t, out, "conflict")
+	_, code = runCLI(t, s.url, "bulk", "status", "bulk_"+ulid.Make().String())
+	require.Equal(t, exitNotFound, code)
+
+	// A long operation (50,000 IDs of jobs that do not exist), cancelled
+	// while the command follows it: it ends non-zero, saying so.
+	var fake strings.Builder
+	for i := 0; i < 50000; i++ {
+		fmt.Fprintf(&fake, "job_%d_%s\n", i%4, ulid.Make())
+	}
+	cmd = exec.Command(corvoBin, "bulk", "retry")
+	cmd.Env = append(os.Environ(), "CORVO_URL="+s.url)
+	cmd.Stdin = strings.NewReader(fake.String())
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(stdout)
+	var running string
+	var lines []string
+	for sc.Scan() {
+		line := sc.Text()
+		lines = append(lines, line)
+		if strings.Contains(line, "processed") && running == "" {
+			running = strings.TrimSuffix(strings.Fields(line)[0], ":")
+			code, body := do(t, "DELETE", s.url+"/api/v1/bulk/"+running, nil)
+			require.Equal(t, 200, code, string(body))
+		}
+	}
+	err = cmd.Wait()
+	require.Error(t, err, strings.Join(lines, "\n"))
+	require.Equal(t, exitError_, cmd.ProcessState.ExitCode())
+	require.Contains(t, lines[len(lines)-1], "retry: cancelled:")
+}

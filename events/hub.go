@@ -1,0 +1,259 @@
+// Package events keeps a bounded, in-memory ring of this node's job
+// lifecycle events (fed by the state machines' AppliedInfo.Events after
+// each commit) for GET /api/v1/events. Subscribers pull from the ring at
+// their own pace, so a slow one never holds up a Raft apply: when it falls
+// behind what the ring retains it is told to reset.
+//
+// Every event has a position in its shard's history, (Raft index, order in
+// the entry), the same on every replica and replay. A cursor is one
+// position per shard: "everything up to here has been seen". A subscriber
+// resuming from a cursor gets exactly the events after it, as long as the
+// ring still holds them.
+package events
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"math"
+	"sync"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// CapacityDefault is how many events the ring keeps.
+const CapacityDefault = 65536
+
+// Pos is a place in one shard's event history: after the event at
+// (Index, N). N = math.MaxUint32 means after every event of entry Index.
+type Pos struct {
+	Index uint64
+	N     uint32
+}
+
+// Less orders positions.
+func (p Pos) Less(q Pos) bool { return p.Index < q.Index || (p.Index == q.Index && p.N < q.N) }
+
+// Cursor is one position per shard.
+type Cursor []Pos
+
+// ErrBadCursor is returned for a cursor that is not one of this node's.
+var ErrBadCursor = errors.New("events: malformed cursor")
+
+const cursorVersion = 1
+
+// Encode renders the cursor as an opaque URL-safe string.
+func (c Cursor) Encode() string {
+	b := make([]byte, 0, 2+len(c)*8)
+	b = append(b, cursorVersion)
+	b = binary.AppendUvarint(b, uint64(len(c)))
+	for _, p := range c {
+		b = binary.AppendUvarint(b, p.Index)
+		b = binary.AppendUvarint(b, uint64(p.N))
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeCursor parses a cursor made by Encode for a node with the given
+// shard count.
+func DecodeCursor(s string, shards int) (Cursor, error) {
+	if len(s) == 0 || len(s) > 64+shards*30 {
+		return nil, ErrBadCursor
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 2 || b[0] != cursorVersion {
+		return nil, ErrBadCursor
+	}
+	b = b[1:]
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	n, ok := next()
+	if !ok || n != uint64(shards) {
+		return nil, ErrBadCursor
+	}
+	c := make(Cursor, shards)
+	for i := range c {
+		idx, ok1 := next()
+		pos, ok2 := next()
+		if !ok1 || !ok2 || pos > math.MaxUint32 {
+			return nil, ErrBadCursor
+		}
+		c[i] = Pos{Index: idx, N: uint32(pos)}
+	}
+	if len(b) != 0 {
+		return nil, ErrBadCursor
+	}
+	return c, nil
+}
+
+// Event is one lifecycle event with the shard it happened on.
+type Event struct {
+	Shard int
+	statemachine.JobEvent
+}
+
+func (e *Event) pos() Pos { return Pos{Index: e.Index, N: e.Pos} }
+
+// Hub is the ring. Applied feeds it; Subscribe reads it.
+type Hub struct {
+	mu     sync.RWMutex
+	ring   []Event // circular; ring[seq % len(ring)]
+	first  uint64  // sequence number of the oldest retained event
+	next   uint64  // sequence number the next event gets
+	floor  Cursor  // per shard: every event after this is retained (or still to come)
+	head   Cursor  // per shard: the last event appended (at least floor)
+	ready  bool    // Start has run: floor is known
+	notify chan struct{}
+}
+
+// New makes a hub for a node with the given shard count.
+func New(shards, capacity int) *Hub {
+	if capacity <= 0 {
+		capacity = CapacityDefault
+	}
+	return &Hub{ring: make([]Event, capacity), floor: make(Cursor, shards), head: make(Cursor, shards), notify: make(chan struct{})}
+}
+
+// Shards is the node's shard count.
+func (h *Hub) Shards() int { return len(h.floor) }
+
+// Start tells the hub where each shard's history began for this process
+// (the applied index each state machine opened at): nothing before it can
+// be replayed, so a cursor older than that gets a reset.
+func (h *Hub) Start(openedAt []uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s, idx := range openedAt {
+		if s >= len(h.floor) {
+			break
+		}
+		if p := (Pos{Index: idx, N: math.MaxUint32}); h.floor[s].Less(p) {
+			h.floor[s] = p
+		}
+		if h.head[s].Less(h.floor[s]) {
+			h.head[s] = h.floor[s]
+		}
+	}
+	h.ready = true
+}
+
+// Applied takes a committed Update's events (shard.Config.OnApplied). It
+// never blocks beyond a short lock.
+func (h *Hub) Applied(info *statemachine.AppliedInfo) {
+	if len(info.Events) == 0 {
+		return
+	}
+	sh := int(info.ShardID) - 1
+	if sh < 0 || sh >= len(h.floor) {
+		return
+	}
+	h.mu.Lock()
+	n := uint64(len(h.ring))
+	for i := range info.Events {
+		if h.next-h.first == n {
+			old := &h.ring[h.first%n]
+			h.floor[old.Shard] = old.pos()
+			*old = Event{}
+			h.first++
+		}
+		h.ring[h.next%n] = Event{Shard: sh, JobEvent: info.Events[i]}
+		h.next++
+	}
+	h.head[sh] = Pos{Index: info.Events[len(info.Events)-1].Index, N: info.Events[len(info.Events)-1].Pos}
+	close(h.notify)
+	h.notify = make(chan struct{})
+	h.mu.Unlock()
+}
+
+// Filter selects events; nil fields match everything.
+type Filter struct {
+	Queues map[string]bool
+	Types  map[statemachine.EventType]bool
+}
+
+func (f *Filter) match(e *Event) bool {
+	if f.Types != nil && !f.Types[e.Type] {
+		return false
+	}
+	return f.Queues == nil || f.Queues[e.Queue] || (e.FromQueue != "" && f.Queues[e.FromQueue])
+}
+
+// Sub is one subscriber's place in the ring.
+type Sub struct {
+	h      *Hub
+	f      Filter
+	seq    uint64
+	cur    Cursor
+	resume bool
+}
+
+// Subscribe starts a subscription: live from now when from is nil, or
+// after the cursor from. reset is true when from is older than what the
+// ring retains (or from another run of this node that the ring never
+// saw): the subscription then starts live, and the client should refetch.
+func (h *Hub) Subscribe(from Cursor, f Filter) (sub *Sub, reset bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	s := &Sub{h: h, f: f}
+	if from != nil && h.ready && len(from) == len(h.floor) {
+		ok := true
+		for i := range from {
+			if from[i].Less(h.floor[i]) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			s.seq, s.cur = h.first, append(Cursor(nil), from...)
+			return s, false
+		}
+	}
+	s.seq, s.cur = h.next, append(Cursor(nil), h.head...)
+	return s, from != nil
+}
+
+// Cursor is the subscription's current cursor.
+func (s *Sub) Cursor() Cursor { return append(Cursor(nil), s.cur...) }
+
+// Item is an event to send, with the cursor that resumes after it.
+type Item struct {
+	Event  Event
+	Cursor string
+}
+
+// Next returns up to max matching events after the subscription's place.
+// When it has none it returns a channel closed when more arrive. reset is
+// true when the subscriber fell behind what the ring retains: it then
+// continues live from now.
+func (s *Sub) Next(max int) (items []Item, wait <-chan struct{}, reset bool) {
+	h := s.h
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if s.seq < h.first {
+		s.seq, s.cur = h.next, append(s.cur[:0], h.head...)
+		return nil, nil, true
+	}
+	n := uint64(len(h.ring))
+	for scanned := 0; s.seq < h.next && len(items) < max && scanned < 16*max; scanned++ {
+		e := &h.ring[s.seq%n]
+		s.seq++
+		p := e.pos()
+		if !s.cur[e.Shard].Less(p) {
+			continue // at or before the cursor it resumed from
+		}
+		s.cur[e.Shard] = p
+		if s.f.match(e) {
+			items = append(items, Item{Event: *e, Cursor: s.cur.Encode()})
+		}
+	}
+	if len(items) == 0 && s.seq == h.next {
+		return nil, h.notify, false
+	}
+	return items, nil, false
+}

@@ -1,0 +1,107 @@
+package events
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+func feed(h *Hub, shard int, index uint64, n int, queue string) {
+	info := &statemachine.AppliedInfo{ShardID: uint64(shard + 1), Index: index}
+	for i := 0; i < n; i++ {
+		info.Events = append(info.Events, statemachine.JobEvent{Index: index, Pos: uint32(i), Type: statemachine.EventEnqueued, JobID: "j", Queue: queue})
+	}
+	h.Applied(info)
+}
+
+func drain(t *testing.T, s *Sub) []Item {
+	var out []Item
+	for {
+		items, wait, reset := s.Next(3)
+		require.False(t, reset)
+		out = append(out, items...)
+		if wait != nil {
+			return out
+		}
+	}
+}
+
+func TestHubResumeExactlyAndReset(t *testing.T) {
+	t.Parallel()
+	h := New(2, 8)
+	h.Start([]uint64{10, 20})
+	live, _ := h.Subscribe(nil, Filter{})
+	feed(h, 0, 11, 2, "a")
+	feed(h, 1, 21, 1, "b")
+	feed(h, 0, 12, 1, "a")
+	all := drain(t, live)
+	require.Len(t, all, 4)
+
+	// Resuming after each item gives exactly the rest.
+	for i := range all {
+		c, err := DecodeCursor(all[i].Cursor, 2)
+		require.NoError(t, err)
+		s, reset := h.Subscribe(c, Filter{})
+		require.False(t, reset)
+		rest := drain(t, s)
+		require.Len(t, rest, len(all)-i-1, "after %d", i)
+		for k := range rest {
+			require.Equal(t, all[i+1+k].Cursor, rest[k].Cursor)
+		}
+	}
+	// A queue filter.
+	s, _ := h.Subscribe(Cursor{{10, ^uint32(0)}, {20, ^uint32(0)}}, Filter{Queues: map[string]bool{"b": true}})
+	got := drain(t, s)
+	require.Len(t, got, 1)
+	require.Equal(t, "b", got[0].Event.Queue)
+
+	// Older than the run's start: reset.
+	_, reset := h.Subscribe(Cursor{{9, 0}, {20, ^uint32(0)}}, Filter{})
+	require.True(t, reset)
+
+	// Overflow the ring (8): the first events fall out, an old cursor resets,
+	// a slow live subscriber is told to reset.
+	first, _ := DecodeCursor(all[0].Cursor, 2)
+	slow, _ := h.Subscribe(nil, Filter{})
+	feed(h, 0, 13, 8, "a")
+	_, reset = h.Subscribe(first, Filter{})
+	require.True(t, reset)
+	_, _, reset = slow.Next(100)
+	require.False(t, reset, "slow read from the start of the ring: still retained")
+	slow2, _ := h.Subscribe(nil, Filter{})
+	feed(h, 1, 22, 9, "b")
+	_, _, reset = slow2.Next(100)
+	require.True(t, reset)
+	items, wait, reset := slow2.Next(100)
+	require.False(t, reset)
+	require.Empty(t, items)
+	require.NotNil(t, wait, "live again")
+}
+
+func TestCursorDecodeRejectsGarbage(t *testing.T) {
+	t.Parallel()
+	good := Cursor{{1, 2}, {3, 4}}.Encode()
+	c, err := DecodeCursor(good, 2)
+	require.NoError(t, err)
+	require.Equal(t, Cursor{{1, 2}, {3, 4}}, c)
+	for _, bad := range []string{"", "!!", "AA", good + "A", Cursor{{1, 2}}.Encode(), "AQIBAgME_", string(make([]byte, 5000))} {
+		_, err := DecodeCursor(bad, 2)
+		require.ErrorIs(t, err, ErrBadCursor, bad)
+	}
+}
+
+func FuzzDecodeCursor(f *testing.F) {
+	f.Add(Cursor{{1, 2}, {3, 4}}.Encode())
+	f.Add("AQ")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := DecodeCursor(s, 2)
+		if err == nil {
+			require.Len(t, c, 2)
+			c2, err := DecodeCursor(c.Encode(), 2)
+			require.NoError(t, err)
+			require.Equal(t, c, c2)
+		}
+	})
+}
