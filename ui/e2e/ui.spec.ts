@@ -2,7 +2,7 @@
 // Serial: later tests change the jobs earlier ones count.
 import { test, expect, type Page } from '@playwright/test'
 import { mkdirSync, writeFileSync } from 'node:fs'
-import { call, enqueueBatch, heartbeat, seed, waitFor, type Seeded } from './seed'
+import { call, enqueueBatch, fetchJobs, heartbeat, seed, waitFor, type Seeded } from './seed'
 
 test.describe.configure({ mode: 'serial' })
 
@@ -153,8 +153,21 @@ test('the cluster page says single node when there is no cluster endpoint', asyn
 test('screenshots of every screen at desktop and phone width, and first paint', async ({ browser }) => {
   test.setTimeout(180_000)
   mkdirSync(SHOTS, { recursive: true })
-  // Some traffic so the charts have lines.
+  // Traffic while the screens are taken, so the charts have lines: a
+  // producer and a worker, bounded by the test's own run.
   await enqueueBatch(Array.from({ length: 20 }, (_, i) => ({ queue: 'emails.send', payload: { to: `burst${i}@example.org` } })))
+  let traffic = true
+  const trafficDone = (async () => {
+    for (let round = 0; traffic && round < 2000; round++) {
+      await enqueueBatch(Array.from({ length: 4 }, (_, i) => ({ queue: 'emails.send', payload: { to: `t${round}-${i}@example.org` } })))
+      const got = await fetchJobs('emails.send', 'screens-worker', 3)
+      for (const [i, j] of got.entries()) {
+        if (i === 2) await call('POST', `/api/v1/fail/${j.job_id}`, { error: 'SMTP 451 try later', worker_id: 'screens-worker' })
+        else await call('POST', `/api/v1/ack/${j.job_id}`, { worker_id: 'screens-worker' })
+      }
+      await new Promise((r) => setTimeout(r, 250))
+    }
+  })()
   const screens: [string, string][] = [
     ['dashboard', '/ui/'],
     ['queues', '/ui/queues'],
@@ -177,8 +190,12 @@ test('screenshots of every screen at desktop and phone width, and first paint', 
         if (theme === 'dark' && !['dashboard', 'queue-detail', 'job-detail'].includes(name)) continue
         await page.goto(path)
         await page.locator('main h1').first().waitFor()
-        await page.waitForLoadState('networkidle').catch(() => {})
         await expect(page.locator('main')).not.toContainText('Searching…')
+        await expect(page.locator('.stat-value', { hasText: '…' })).toHaveCount(0)
+        if (name === 'dashboard' || name === 'queue-detail') {
+          // Charts sample the counters every few seconds: wait for a few points.
+          await expect(page.locator('figure.chart').first()).toHaveAttribute('data-points', /^([4-9]|\d\d+)$/, { timeout: 30_000 })
+        }
         if (name === 'dashboard' && sizeName === 'desktop' && theme === 'light') {
           perf.first_contentful_paint_ms = await page.evaluate(() => performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null)
           perf.dom_content_loaded_ms = await page.evaluate(() => {
@@ -213,6 +230,8 @@ test('screenshots of every screen at desktop and phone width, and first paint', 
       await ctx.close()
     }
   }
+  traffic = false
+  await trafficDone
   writeFileSync(`${SHOTS}/perf.json`, JSON.stringify(perf, null, 2) + '\n')
   console.log('UI first paint:', JSON.stringify(perf))
   expect(perf.first_contentful_paint_ms).not.toBeNull()
@@ -234,7 +253,17 @@ test('bulk operations over many jobs show progress', async ({ page }) => {
   await dialog.getByLabel('New priority').selectOption('high')
   await dialog.getByTestId('bulk-confirm').click()
   await expect(dialog.getByTestId('bulk-result')).toContainText('1,500 jobs affected', { timeout: 60_000 })
-  const r = await call<{ total: number }>('POST', '/api/v1/jobs/search', { queue: 'bulk.many', priority: 'high', limit: 1 })
+  // It ran as a background operation, which the bulk page lists.
+  const ops = await call<{ operations: { id: string; action: string; total: number; status: string }[] }>('GET', '/api/v1/bulk')
+  const op = ops.operations.find((o) => o.action === 'change_priority' && o.total === n)
+  expect(op?.status).toBe('completed')
   await waitFor('the mirror to see the new priorities', async () => (await call<{ total: number }>('POST', '/api/v1/jobs/search', { queue: 'bulk.many', priority: 'high', limit: 1 })).total === n)
-  expect(r.total).toBeGreaterThanOrEqual(0)
+  await dialog.getByRole('button', { name: 'Close' }).click()
+  await page.goto('/ui/bulk')
+  await expect(page.locator('tr', { hasText: op!.id })).toContainText('completed')
+})
+
+test('live updates arrive over SSE', async ({ page }) => {
+  await page.goto('/ui/')
+  await expect(page.getByRole('status').filter({ hasText: 'Live' })).toBeVisible()
 })

@@ -89,6 +89,34 @@ describe('openStream', () => {
     expect(statuses.filter(([s]) => s === 'open').length).toBe(2)
   })
 
+  it('forgets a resume point the server rejects, and tells the views to refetch', async () => {
+    const calls: (string | undefined)[] = []
+    const frames: SSEFrame[] = []
+    const responses = [
+      () => streamOf(['id: old\nevent: job\ndata: {}\n\n']),
+      () => new Response('{"code":"invalid_request"}', { status: 400 }),
+      () => streamOf(['id: new\nevent: job\ndata: {}\n\n']),
+    ]
+    let stop: () => void = () => {}
+    await new Promise<void>((resolve) => {
+      stop = openStream({
+        url: '/e',
+        fetchImpl: (async (_u: string, init: RequestInit) => {
+          calls.push((init.headers as Record<string, string>)['Last-Event-ID'])
+          const r = responses.shift()
+          if (!r) { resolve(); return new Promise(() => {}) }
+          return r()
+        }) as unknown as typeof fetch,
+        setTimer: (fn) => { queueMicrotask(fn); return 1 },
+        clearTimer: () => {},
+        onFrame: (f) => frames.push(f),
+      })
+    })
+    stop()
+    expect(calls).toEqual([undefined, 'old', undefined, 'new'])
+    expect(frames.map((f) => f.event)).toEqual(['job', 'reset', 'job'])
+  })
+
   it('stops reconnecting once stopped', async () => {
     let n = 0
     const timers: (() => void)[] = []

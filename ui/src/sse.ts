@@ -101,6 +101,12 @@ export function openStream(o: StreamOptions): () => void {
     if (lastId !== undefined) headers['Last-Event-ID'] = lastId
     try {
       const res = await doFetch(o.url, { headers, signal: ctrl.signal, cache: 'no-store' })
+      if (res.status === 400 && lastId !== undefined) {
+        // The server does not know our resume point (it restarted, or this
+        // is another node): start from now and have every view refetch.
+        lastId = undefined
+        o.onFrame({ event: 'reset', data: '' })
+      }
       if (!res.ok || !res.body) throw new Error('HTTP ' + res.status)
       o.onStatus?.('open')
       const reader = res.body.getReader()

@@ -71,7 +71,7 @@ export function Chart({ title, series, data, height = 180, unit, summary }: Prop
   useEffect(() => { plot.current?.setData(data as uPlot.AlignedData) }, [data])
 
   return (
-    <figure class="chart">
+    <figure class="chart" data-points={data[0].length}>
       <figcaption>{title}</figcaption>
       <div ref={box} role="img" aria-label={`${title}: ${summary}`} />
     </figure>

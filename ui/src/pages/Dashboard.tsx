@@ -36,7 +36,7 @@ async function loadDash(signal: AbortSignal): Promise<DashData> {
 }
 
 export function Dashboard() {
-  const { data, error } = useLive(loadDash, 'dash', { pollLiveMs: 5000, pollOfflineMs: 2000, minGapMs: 1000 })
+  const { data, error } = useLive(loadDash, 'dash', { pollLiveMs: 3000, pollOfflineMs: 2000, minGapMs: 1000 })
   const t = data ? totals(data.queues) : null
   const oldestMs = data?.oldest ? Date.now() - Date.parse(data.oldest.created_at) : 0
   const top = data ? [...data.queues].sort((a, b) => (b.totals?.completed ?? b.completed) - (a.totals?.completed ?? a.completed)).slice(0, 6) : []
