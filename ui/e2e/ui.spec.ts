@@ -29,7 +29,8 @@ test('the dashboard shows the right counts', async ({ page }) => {
   await expect(page.getByTestId('stat-active')).toHaveText(String(s.active))
   await expect(page.getByTestId('stat-dead')).toHaveText(String(s.dead))
   await expect(page.getByTestId('stat-queues')).toHaveText(String(s.queues.length))
-  await expect(page.getByTestId('stat-waiting')).toHaveText(`${s.scheduled} · 0`)
+  await expect(page.getByTestId('stat-scheduled')).toHaveText(String(s.scheduled))
+  await expect(page.getByTestId('stat-retrying')).toHaveText('0')
   // The queues table has a row per queue with its own counts.
   const row = page.locator('tr[data-queue="orders.charge"]')
   await expect(row.locator('td').nth(0)).toHaveText('30')

@@ -37,11 +37,11 @@ export function Chart({ title, series, data, height = 180, unit, summary }: Prop
     const opts: uPlot.Options = {
       width: Math.max(200, el.clientWidth),
       height,
-      legend: { show: true, live: true },
+      legend: { show: true, live: false },
       cursor: { drag: { x: false, y: false } },
-      // At least the last five minutes, so a chart with few samples still
-      // reads as "recent" rather than spanning years.
-      scales: { x: { time: true, range: (_u, min, max) => [Math.min(min, max - 300), max] }, y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      // At least the last minute, so a chart with few samples still reads
+      // as "recent" rather than spanning years.
+      scales: { x: { time: true, range: (_u, min, max) => [Math.min(min, max - 60), max] }, y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] } },
       axes: [
         { stroke: axisColor(), grid: { stroke: gridColor(), width: 1 }, ticks: { stroke: gridColor() } },
         { stroke: axisColor(), grid: { stroke: gridColor(), width: 1 }, ticks: { stroke: gridColor() }, size: 56, values: (_u, vals) => vals.map((v) => fmt(v)) },

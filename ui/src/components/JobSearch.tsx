@@ -162,7 +162,7 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
                 <th scope="col" class="num hide-sm">Attempt</th>
                 <th scope="col" class="hide-sm">Payload</th>
                 <th scope="col" class="hide-sm">Error / progress</th>
-                <th scope="col">Created</th>
+                <th scope="col" class="hide-xs">Created</th>
               </tr>
             </thead>
             <tbody>
@@ -190,13 +190,13 @@ function JobRowView({ j, showQueue, checked, onToggle }: { j: JobRow; showQueue:
   return (
     <tr data-job={j.id} class={checked ? 'selected' : ''}>
       <td class="check"><input type="checkbox" aria-label={`Select ${j.id}`} checked={checked} onChange={onToggle} /></td>
-      <td class="mono"><a href={link} title={j.id}>{shortId(j.id)}</a></td>
+      <td class="mono nowrap"><a href={link} title={j.id}>{shortId(j.id)}</a></td>
       <td><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>
       {showQueue && <td><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
       <td class="num hide-sm">{j.attempt}/{j.max_retries}</td>
       <td class="mono muted hide-sm payload-cell">{preview(j.payload, 50)}</td>
       <td class="hide-sm err-cell">{j.state === 'active' && j.progress ? <ProgressBar progress={j.progress} /> : <span class="err">{j.last_error ?? j.reason ?? ''}</span>}</td>
-      <td class="nowrap" title={j.created_at}>{fmtAgo(j.created_at)}</td>
+      <td class="nowrap hide-xs" title={j.created_at}>{fmtAgo(j.created_at)}</td>
     </tr>
   )
 }

@@ -52,7 +52,8 @@ export function Dashboard() {
       <div class="stats" aria-label="Totals">
         <Stat label="Pending" value={t ? fmtNum(t.pending) : '…'} testid="stat-pending" link="/jobs?state=pending" />
         <Stat label="Active" value={t ? fmtNum(t.active) : '…'} testid="stat-active" link="/jobs?state=active" tone="info" />
-        <Stat label="Scheduled · retrying" value={t ? `${fmtNum(t.scheduled)} · ${fmtNum(t.retrying)}` : '…'} testid="stat-waiting" link="/jobs?state=scheduled,retrying" />
+        <Stat label="Scheduled" value={t ? fmtNum(t.scheduled) : '…'} testid="stat-scheduled" link="/jobs?state=scheduled" />
+        <Stat label="Retrying" value={t ? fmtNum(t.retrying) : '…'} testid="stat-retrying" link="/jobs?state=retrying" tone={t && t.retrying > 0 ? 'warn' : ''} />
         <Stat label="Dead" value={t ? fmtNum(t.dead) : '…'} testid="stat-dead" link="/dead" tone={t && t.dead > 0 ? 'bad' : ''} />
         <Stat label="Completed" value={t ? fmtNum(t.completed) : '…'} testid="stat-completed" tone="good" />
         <Stat label="Queues" value={data ? String(data.queues.length) : '…'} hint={t && t.paused ? `${t.paused} paused` : undefined} testid="stat-queues" link="/queues" />
