@@ -58,7 +58,7 @@ export function Dashboard() {
         <Stat label="Completed" value={t ? fmtNum(t.completed) : '…'} testid="stat-completed" tone="good" />
         <Stat label="Queues" value={data ? String(data.queues.length) : '…'} hint={t && t.paused ? `${t.paused} paused` : undefined} testid="stat-queues" link="/queues" />
         <Stat label="Workers" value={data ? String(data.activeWorkers) : '…'} hint={data ? `${data.workers} seen in 24h` : undefined} testid="stat-workers" link="/workers" />
-        <Stat label="Max latency" value={data ? (data.oldest ? fmtDuration(oldestMs) : '0') : '…'} hint="oldest pending job" testid="stat-latency" tone={oldestMs > 60_000 ? 'warn' : ''} />
+        <Stat label="Latency" value={data ? (data.oldest ? fmtDuration(oldestMs) : '0') : '…'} hint="oldest pending job" testid="stat-latency" tone={oldestMs > 60_000 ? 'warn' : ''} />
       </div>
 
       <div class="charts">
