@@ -49,6 +49,7 @@ fuzz: ## Long fuzz runs of every parser (FUZZTIME=1m each)
 	$(GO) test ./gateway -run '^$$' -fuzz FuzzDecodeFetch -fuzztime $${FUZZTIME:-1m}
 	$(GO) test ./statemachine -run '^$$' -fuzz FuzzDecodeEntry -fuzztime $${FUZZTIME:-1m}
 	$(GO) test ./router -run '^$$' -fuzz FuzzParseJobID -fuzztime $${FUZZTIME:-1m}
+	$(GO) test ./events -run '^$$' -fuzz FuzzDecodeCursor -fuzztime $${FUZZTIME:-1m}
 
 bench: build ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./statemachine ./gateway

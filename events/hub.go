@@ -186,11 +186,10 @@ func (f *Filter) match(e *Event) bool {
 
 // Sub is one subscriber's place in the ring.
 type Sub struct {
-	h      *Hub
-	f      Filter
-	seq    uint64
-	cur    Cursor
-	resume bool
+	h   *Hub
+	f   Filter
+	seq uint64 // the next ring sequence number to read
+	cur Cursor // the position reached in every shard
 }
 
 // Subscribe starts a subscription: live from now when from is nil, or

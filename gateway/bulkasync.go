@@ -56,7 +56,11 @@ func newBulkRunner() *bulkRunner {
 
 // shutdown stops every runner and waits for them to save their records.
 func (br *bulkRunner) shutdown(ctx context.Context) {
+	// Under mu: a start either added to wg before this, or sees the
+	// context ended and starts nothing.
+	br.mu.Lock()
 	br.stop()
+	br.mu.Unlock()
 	done := make(chan struct{})
 	go func() { br.wg.Wait(); close(done) }()
 	t := time.NewTimer(bulkStopWait)

@@ -102,3 +102,56 @@ func TestCLIBulkAsync(t *testing.T) {
 	require.Equal(t, exitError_, cmd.ProcessState.ExitCode())
 	require.Contains(t, lines[len(lines)-1], "retry: cancelled:")
 }
+
+// TestE2EShutdownWithStreamsAndBulk: SIGTERM with an event stream, a
+// progress stream and a running bulk operation open still stops the
+// server within 5 s; after the restart the operation says interrupted.
+func TestE2EShutdownWithStreamsAndBulk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t)
+	var fake []string
+	for i := 0; i < 200000; i++ {
+		fake = append(fake, fmt.Sprintf("job_%d_%s", i%4, ulid.Make()))
+	}
+	code, body := do(t, "POST", s.url+"/api/v1/jobs/bulk", map[string]any{"job_ids": fake, "action": "retry"})
+	require.Equal(t, 202, code, string(body))
+	id := decode[struct {
+		ID string `json:"bulk_operation_id"`
+	}](t, body).ID
+	streams := 0
+	for _, path := range []string{"/api/v1/events", "/api/v1/bulk/" + id + "/progress"} {
+		resp, err := streamClient.Get(s.url + path)
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		defer resp.Body.Close()
+		streams++
+	}
+	require.Equal(t, 2, streams)
+	took := s.stop()
+	require.Less(t, took, 5*time.Second, "SIGTERM shutdown with open streams and a running bulk operation")
+	require.Equal(t, 0, s.exitCode, s.stderr.String())
+
+	s.start()
+	code, body = do(t, "GET", s.url+"/api/v1/bulk/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	rec := decode[struct {
+		Status    string `json:"status"`
+		Processed int    `json:"processed"`
+	}](t, body)
+	require.Equal(t, "interrupted", rec.Status)
+	require.Less(t, rec.Processed, len(fake))
+
+	// A crash leaves the record processing; the next start says interrupted.
+	code, body = do(t, "POST", s.url+"/api/v1/jobs/bulk", map[string]any{"job_ids": fake, "action": "retry"})
+	require.Equal(t, 202, code, string(body))
+	id = decode[struct {
+		ID string `json:"bulk_operation_id"`
+	}](t, body).ID
+	s.kill9()
+	s.start()
+	code, body = do(t, "GET", s.url+"/api/v1/bulk/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"status":"interrupted"`)
+}
