@@ -15,6 +15,7 @@ export interface JobEvent {
   worker_id?: string
   error?: string
   progress?: { current?: number; total?: number; message?: string }
+  moved_to?: string
 }
 
 type Listener = (e: JobEvent | 'reset') => void

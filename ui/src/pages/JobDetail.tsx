@@ -55,7 +55,12 @@ export function JobDetail({ id }: { id: string }) {
     'job:' + id,
     {
       match: (e) => e.job_id === id,
-      onEvent: (e) => { if (e.job_id === id && e.type === 'progress' && e.progress) setLiveProgress(e.progress) },
+      onEvent: (e) => {
+        if (e.job_id !== id) return
+        if (e.type === 'progress' && e.progress) setLiveProgress(e.progress)
+        // Moved to a queue on another shard: the job lives on under a new id.
+        if (e.type === 'moved' && e.moved_to && e.moved_to !== id) navigate(`/jobs/${encodeURIComponent(e.moved_to)}`, { replace: true })
+      },
       minGapMs: 500, pollLiveMs: 10_000, pollOfflineMs: 1500,
     },
   )
