@@ -207,6 +207,8 @@ test('screenshots of every screen at desktop and phone width, and first paint', 
             .filter((e) => !(e as PerformanceResourceTiming).name.includes('/api/') && !(e as PerformanceResourceTiming).name.includes('/healthz'))
             .reduce((n, e) => n + ((e as PerformanceResourceTiming).transferSize || 0), 0))
         }
+        // Nothing is wider than the screen (tables scroll inside their box).
+        expect(await page.evaluate(() => document.documentElement.scrollWidth), `${name} at ${sizeName} width`).toBeLessThanOrEqual(viewport.width)
         await page.screenshot({ path: `${SHOTS}/${name}-${sizeName}${theme === 'dark' ? '-dark' : ''}.png`, fullPage: true })
       }
       if (theme === 'light') {
@@ -262,6 +264,43 @@ test('bulk operations over many jobs show progress', async ({ page }) => {
   await dialog.getByRole('button', { name: 'Close' }).click()
   await page.goto('/ui/bulk')
   await expect(page.locator('tr', { hasText: op!.id })).toContainText('completed')
+})
+
+test('keyboard: shortcuts move between pages, focus the search, open dialogs; Escape closes them', async ({ page }) => {
+  await page.goto('/ui/')
+  await expect(page.getByTestId('stat-pending')).not.toHaveText('…')
+  await page.keyboard.press('g')
+  await page.keyboard.press('x')
+  await expect(page).toHaveURL(/\/ui\/dead$/)
+  await expect(page.getByRole('heading', { name: 'Dead letters' })).toBeVisible()
+  await page.keyboard.press('/')
+  await expect(page.getByLabel('Payload contains')).toBeFocused()
+  await page.keyboard.type('hook')
+  await page.keyboard.press('Enter')
+  await expect(page).toHaveURL(/payload=hook/)
+  await page.locator('main').click({ position: { x: 5, y: 5 } })
+  await page.keyboard.press('n')
+  const dialog = page.getByRole('dialog', { name: 'Enqueue a job' })
+  await expect(dialog.getByLabel('Queue')).toBeFocused()
+  await page.keyboard.press('Escape')
+  await expect(dialog).toHaveCount(0)
+  // Enqueue from the dialog lands on the new job's page.
+  await page.keyboard.press('n')
+  await dialog.getByLabel('Queue').fill('ui.enqueued')
+  await dialog.getByLabel('Payload (JSON)').fill('{"from": "the dialog"}')
+  await dialog.getByRole('button', { name: 'Enqueue' }).click()
+  await expect(page).toHaveURL(/\/ui\/jobs\/job_/)
+  await expect(page.getByTestId('payload')).toContainText('the dialog')
+})
+
+test('dark mode is remembered', async ({ page }) => {
+  await page.goto('/ui/')
+  await page.getByRole('button', { name: 'Switch to dark mode' }).click()
+  await expect(page.locator('html')).toHaveAttribute('data-theme', 'dark')
+  await page.reload()
+  await expect(page.locator('html')).toHaveAttribute('data-theme', 'dark')
+  await page.getByRole('button', { name: 'Switch to light mode' }).click()
+  await expect(page.locator('html')).toHaveAttribute('data-theme', 'light')
 })
 
 test('live updates arrive over SSE', async ({ page }) => {

@@ -106,6 +106,7 @@ export interface ClusterStatus {
   }[]
   mirror?: { lag_entries: number }
 }
+export interface Batch { id: string; total: number; pending: number; succeeded: number; failed: number; callback_queue: string; callback_job_id: string | null; created_at: string; completed_at: string | null }
 export interface Health { status: string; shards: number; shards_led: number }
 
 export class ApiError extends Error {
@@ -168,6 +169,8 @@ export const api = {
   schedules: (s?: AbortSignal) => call<{ schedules: Schedule[] }>('GET', `${A}/schedules`, undefined, s).then((r) => r.schedules),
   createSchedule: (body: Record<string, unknown>) => call<Schedule>('POST', `${A}/schedules`, body),
   deleteSchedule: (id: string) => call('DELETE', `${A}/schedules/${enc(id)}`),
+  batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
+  rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
   cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),
 }
 

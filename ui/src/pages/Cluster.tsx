@@ -1,7 +1,7 @@
 import { api, ApiError, type ClusterStatus, type Health } from '../api'
 import { useLive } from '../live'
 import { fmtInt } from '../format'
-import { ErrorNote, Stat } from '../components/ui'
+import { act, ErrorNote, Stat } from '../components/ui'
 
 type ClusterData = { status: ClusterStatus | null; health: Health }
 
@@ -20,7 +20,12 @@ export function ClusterPage() {
   const st = data?.status
   return (
     <section aria-labelledby="h-cluster">
-      <div class="page-head"><h1 id="h-cluster">Cluster</h1></div>
+      <div class="page-head">
+        <h1 id="h-cluster">Cluster</h1>
+        <div class="head-actions">
+          <button class="btn small" title="Rebuild this node's search index (the SQLite mirror) from the shards" onClick={() => act('Rebuilding the search index', () => api.rebuildMirror())}>Rebuild search index</button>
+        </div>
+      </div>
       <ErrorNote error={error} />
       {data && !st && (
         <div data-testid="single-node">

@@ -1,4 +1,4 @@
-import { api, type JobRow, type Queue } from '../api'
+import { api, type ClusterStatus, type JobRow, type Queue, type Worker } from '../api'
 import { useLive } from '../live'
 import { href } from '../router'
 import { fmtAgo, fmtDuration, fmtNum, fmtRate, shortId } from '../format'
@@ -8,6 +8,8 @@ import { Empty, ErrorNote, Stat, StateBadge } from '../components/ui'
 import { QueueTable } from './Queues'
 
 interface DashData {
+  workerList: Worker[]
+  cluster: ClusterStatus | null
   queues: Queue[]
   oldest: JobRow | null
   failures: JobRow[]
@@ -28,6 +30,8 @@ async function loadDash(signal: AbortSignal): Promise<DashData> {
   const oldestAge = oldest ? Math.max(0, now - Date.parse(oldest.created_at)) / 1000 : 0
   recordQueues(queues, now / 1000, { [`${ALL}|oldest`]: oldestAge })
   return {
+    workerList: [...workers].sort((a, b) => b.last_seen.localeCompare(a.last_seen)),
+    cluster,
     queues, oldest, failures,
     workers: workers.length,
     activeWorkers: workers.filter((w) => now - Date.parse(w.last_seen) < 60_000).length,
@@ -91,6 +95,40 @@ export function Dashboard() {
 
       <h2>Queues</h2>
       {data && (data.queues.length ? <QueueTable queues={data.queues} compact /> : <Empty>No queues yet. Enqueue a job to create one.</Empty>)}
+
+      <div class="two-col">
+        <div>
+          <h2>Workers {data && <span class="muted small">({data.activeWorkers} connected)</span>}</h2>
+          {data && (data.workerList.length ? (
+            <div class="table-wrap">
+              <table class="grid">
+                <thead><tr><th scope="col">Worker</th><th scope="col" class="hide-sm">Host</th><th scope="col" class="num">Jobs</th><th scope="col">Last seen</th></tr></thead>
+                <tbody>
+                  {data.workerList.slice(0, 5).map((w) => (
+                    <tr key={w.id}><th scope="row">{w.id}</th><td class="hide-sm">{w.hostname || '—'}</td><td class="num">{w.active_jobs}</td><td>{fmtAgo(w.last_seen)}</td></tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          ) : <Empty>No workers yet.</Empty>)}
+          {data && data.workerList.length > 5 && <p class="small"><a href={href('/workers')}>All {data.workerList.length} workers →</a></p>}
+        </div>
+        <div>
+          <h2>Cluster</h2>
+          {data && (data.cluster ? (
+            <div class="table-wrap">
+              <table class="grid">
+                <thead><tr><th scope="col">Node</th><th scope="col">Leads</th><th scope="col">Status</th></tr></thead>
+                <tbody>
+                  {data.cluster.nodes.map((n) => (
+                    <tr key={String(n.node_id)}><th scope="row">{String(n.node_id)}</th><td>{n.leader_of.length} shard{n.leader_of.length === 1 ? '' : 's'}</td><td><span class={`badge ${n.status === 'up' ? 's-completed' : 's-dead'}`}>{n.status}</span></td></tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          ) : <Empty>Single node: this server runs every shard. <a href={href('/cluster')}>Details</a></Empty>)}
+        </div>
+      </div>
 
       <h2>Recent failures</h2>
       {data && (data.failures.length ? (

@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks'
 import { api, ApiError, PRIORITIES, type Job, type Priority, type TimelineEntry } from '../api'
 import { useLive, type JobEvent } from '../live'
 import { href, navigate } from '../router'
-import { fmtClock, fmtDuration, fmtTime, pretty } from '../format'
+import { fmtClock, fmtDuration, fmtTime, pretty, shortId } from '../format'
 import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
 
 // timelineOf gives the server's timeline when it has one, else one
@@ -105,7 +105,7 @@ export function JobDetail({ id }: { id: string }) {
             <dt>Retries</dt><dd>{j.retry_backoff} backoff, {j.retry_base_delay} → {j.retry_max_delay}, {j.attempts_remaining} left</dd>
             {j.unique_key && <><dt>Unique key</dt><dd class="mono">{j.unique_key}</dd></>}
             {Object.keys(j.tags).length > 0 && <><dt>Tags</dt><dd>{Object.entries(j.tags).map(([k, v]) => <span class="tag" key={k}>{k}:{v}</span>)}</dd></>}
-            {j.batch_id && <><dt>Batch</dt><dd class="mono">{j.batch_id}</dd></>}
+            {j.batch_id && <><dt>Batch</dt><dd><BatchInfo id={j.batch_id} /></dd></>}
             {j.chain_id && <><dt>Chain</dt><dd class="mono">{j.chain_id} · step {j.chain_step}</dd></>}
           </dl>
 
@@ -167,6 +167,16 @@ export function JobDetail({ id }: { id: string }) {
         </Dialog>
       )}
     </section>
+  )
+}
+
+function BatchInfo({ id }: { id: string }) {
+  const { data } = useLive((s) => api.batch(id, s), 'batch:' + id, { minGapMs: 2000, pollLiveMs: 15_000, pollOfflineMs: 5000 })
+  return (
+    <span>
+      <span class="mono">{id}</span>
+      {data && <span class="muted"> ({data.succeeded + data.failed} of {data.total} finished{data.failed ? `, ${data.failed} failed` : ''}{data.callback_job_id ? <>; callback <a href={href(`/jobs/${encodeURIComponent(data.callback_job_id)}`)} class="mono">{shortId(data.callback_job_id)}</a></> : ''})</span>}
+    </span>
   )
 }
 

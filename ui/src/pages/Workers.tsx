@@ -16,7 +16,7 @@ export function WorkersPage() {
       {data && (list.length ? (
         <div class="table-wrap">
           <table class="grid">
-            <thead><tr><th scope="col">Worker</th><th scope="col" class="hide-sm">Host</th><th scope="col">Queues</th><th scope="col" class="num">Jobs</th><th scope="col" class="hide-sm">Uptime</th><th scope="col">Last seen</th></tr></thead>
+            <thead><tr><th scope="col">Worker</th><th scope="col" class="hide-sm">Host</th><th scope="col">Queues</th><th scope="col" class="num">Jobs</th><th scope="col" class="hide-sm">Seen for</th><th scope="col">Last seen</th></tr></thead>
             <tbody>
               {list.map((w) => {
                 const up = now - Date.parse(w.last_seen) < 60_000
