@@ -157,6 +157,16 @@ test('screenshots of every screen at desktop and phone width, and first paint', 
   // Traffic while the screens are taken, so the charts have lines: a
   // producer and a worker, bounded by the test's own run.
   await enqueueBatch(Array.from({ length: 20 }, (_, i) => ({ queue: 'emails.send', payload: { to: `burst${i}@example.org` } })))
+  // Something on every screen: dead letters, a held job, a schedule, a batch.
+  const deadIds = await enqueueBatch(['SMTP 550 mailbox unavailable', 'timeout after 30s', 'HTTP 502 from upstream'].map((e, i) => ({ queue: 'emails.send', payload: { to: `bounce${i}@example.org`, error: e }, max_retries: 0 })))
+  for (const j of await fetchJobs('emails.send', 'screens-failer', 50)) {
+    const i = deadIds.indexOf(j.job_id)
+    if (i >= 0) await call('POST', `/api/v1/fail/${j.job_id}`, { error: ['SMTP 550 mailbox unavailable', 'timeout after 30s', 'HTTP 502 from upstream'][i], backtrace: 'at send (mailer.js:42)', worker_id: 'screens-failer' })
+    else await call('POST', `/api/v1/ack/${j.job_id}`, { worker_id: 'screens-failer', result: { sent: true } })
+  }
+  await call('POST', '/api/v1/enqueue', { queue: 'publish', payload: { post: 7 }, depends_on: [s.progress_job] })
+  await call('POST', '/api/v1/schedules', { name: 'daily-report', queue: 'reports.generate', cron: '0 9 * * *', timezone: 'America/New_York', payload: { type: 'daily' } })
+  await call('POST', '/api/v1/enqueue/batch', { jobs: [{ queue: 'images.resize', payload: { id: 1 } }, { queue: 'images.resize', payload: { id: 2 } }], batch: { callback_queue: 'images.done', callback_payload: { album: 42 } } })
   let traffic = true
   const trafficDone = (async () => {
     for (let round = 0; traffic && round < 2000; round++) {
