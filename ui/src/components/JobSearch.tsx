@@ -190,7 +190,10 @@ function JobRowView({ j, showQueue, checked, onToggle }: { j: JobRow; showQueue:
   return (
     <tr data-job={j.id} class={checked ? 'selected' : ''}>
       <td class="check"><input type="checkbox" aria-label={`Select ${j.id}`} checked={checked} onChange={onToggle} /></td>
-      <td class="mono nowrap"><a href={link} title={j.id}>{shortId(j.id)}</a></td>
+      <td class="mono nowrap">
+        <a href={link} title={j.id}>{shortId(j.id)}</a>
+        <div class={`show-sm sub ${j.last_error ? 'err' : 'muted'}`}>{j.last_error ?? preview(j.payload, 34)}</div>
+      </td>
       <td><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>
       {showQueue && <td><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
       <td class="num hide-sm">{j.attempt}/{j.max_retries}</td>
