@@ -2,6 +2,7 @@
 // Serial: later tests change the jobs earlier ones count.
 import { test, expect, type Page } from '@playwright/test'
 import { mkdirSync, writeFileSync } from 'node:fs'
+import { axeViolations } from './axe'
 import { call, enqueueBatch, fetchJobs, heartbeat, seed, waitFor, type Seeded } from './seed'
 
 test.describe.configure({ mode: 'serial' })
@@ -317,3 +318,32 @@ test('live updates arrive over SSE', async ({ page }) => {
   await page.goto('/ui/')
   await expect(page.getByRole('status').filter({ hasText: 'Live' })).toBeVisible()
 })
+
+for (const theme of ['light', 'dark'] as const) {
+  test(`accessibility: no WCAG 2.1 A/AA violations on any screen or dialog (${theme})`, async ({ browser }) => {
+    test.setTimeout(120_000)
+    const ctx = await browser.newContext({ colorScheme: theme, baseURL: process.env.CORVO_E2E_URL })
+    const page = await ctx.newPage()
+    const found: string[] = []
+    const check = async (where: string) => { for (const v of await axeViolations(page)) found.push(`${where}: ${v}`) }
+    for (const path of ['/ui/', '/ui/queues', '/ui/queues/emails.send', '/ui/jobs?state=pending,retrying', '/ui/dead', '/ui/held',
+      `/ui/jobs/${s.progress_job}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster']) {
+      await page.goto(path)
+      await page.locator('main h1').first().waitFor()
+      await expect(page.locator('main')).not.toContainText('Searching…')
+      await check(path)
+    }
+    await page.goto('/ui/queues/emails.send')
+    await page.getByText(/^Bulk on all/).click()
+    await page.getByRole('menuitem', { name: 'Retry all matching' }).click()
+    await page.getByRole('dialog').getByTestId('bulk-preview').waitFor()
+    await check('bulk dialog')
+    await page.keyboard.press('Escape')
+    await page.getByRole('button', { name: '+ Enqueue' }).click()
+    await page.getByRole('dialog', { name: 'Enqueue a job' }).waitFor()
+    await check('enqueue dialog')
+    await ctx.close()
+    expect(found, found.join('\n')).toEqual([])
+  })
+}
+

@@ -22,7 +22,7 @@ export function WorkersPage() {
                 const up = now - Date.parse(w.last_seen) < 60_000
                 return (
                   <tr key={w.id}>
-                    <th scope="row"><span class={`dot-status ${up ? 'up' : 'down'}`} aria-label={up ? 'connected' : 'not seen for a minute'} /> {w.id}</th>
+                    <th scope="row"><span role="img" class={`dot-status ${up ? "up" : "down"}`} aria-label={up ? 'connected' : 'not seen for a minute'} /> {w.id}</th>
                     <td class="hide-sm">{w.hostname || '—'}</td>
                     <td>{w.queues.map((q) => <a key={q} class="tag" href={href(`/queues/${encodeURIComponent(q)}`)}>{q}</a>)}</td>
                     <td class="num">
