@@ -168,6 +168,7 @@ export const api = {
   workers: (s?: AbortSignal) => call<{ workers: Worker[] }>('GET', `${A}/workers`, undefined, s).then((r) => r.workers),
   schedules: (s?: AbortSignal) => call<{ schedules: Schedule[] }>('GET', `${A}/schedules`, undefined, s).then((r) => r.schedules),
   createSchedule: (body: Record<string, unknown>) => call<Schedule>('POST', `${A}/schedules`, body),
+  updateSchedule: (id: string, body: Record<string, unknown>) => call<Schedule>('PUT', `${A}/schedules/${enc(id)}`, body),
   deleteSchedule: (id: string) => call('DELETE', `${A}/schedules/${enc(id)}`),
   batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
   rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),

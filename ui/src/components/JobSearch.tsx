@@ -7,7 +7,7 @@ import { href, navigate } from '../router'
 import { fmtAgo, fmtInt, preview, shortId } from '../format'
 import { describe, filterFromForm, formFromQuery, queryFromForm, SORTS, type SearchForm } from '../search'
 import { ACTIONS, BulkDialog, type BulkTarget } from './Bulk'
-import { Empty, ErrorNote, ProgressBar, StateBadge } from './ui'
+import { Empty, ErrorNote, ProgressBar, StateBadge, toast } from './ui'
 
 const PAGE = 50
 
@@ -69,6 +69,19 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
       ? { ids: [...selected], count: selected.size, description: `the ${selected.size} selected`, sample: rows.filter((r) => selected.has(r.id)) }
       : { filter, count: data?.total ?? 0, description: `every job matching ${desc}`, sample: rows }
     setBulk({ action, target })
+  }
+  // Held jobs are released one by one (the API has no bulk approve); a
+  // selection is at most a page.
+  const release = async (approve: boolean) => {
+    const ids = [...selected]
+    let ok = 0
+    const failed: string[] = []
+    for (const id of ids) {
+      try { await (approve ? api.approve(id) : api.reject(id)); ok++ } catch (e) { failed.push(`${shortId(id)}: ${(e as Error).message}`) }
+    }
+    toast(`${approve ? 'Approved' : 'Rejected'} ${ok} of ${ids.length}${failed.length ? ` (${failed[0]}${failed.length > 1 ? ', …' : ''})` : ''}`, failed.length ? 'error' : 'ok')
+    setSelected(new Set())
+    reload()
   }
   const offered = ACTIONS.filter((a) => !actions || actions.includes(a.action))
 
@@ -145,6 +158,12 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
       {selected.size > 0 && (
         <div class="bulk-bar" role="region" aria-label="Bulk actions for the selection">
           <strong>{selected.size} selected</strong>
+          {fixedStates?.includes('held') && (
+            <>
+              <button class="btn small primary" onClick={() => release(true)}>Approve</button>
+              <button class="btn small danger" onClick={() => release(false)}>Reject</button>
+            </>
+          )}
           {offered.map((a) => <button key={a.action} class={`btn small ${a.danger ? 'danger' : ''}`} onClick={() => openBulk(a.action, 'selection')}>{a.label}</button>)}
           <button class="link-btn" onClick={() => setSelected(new Set())}>Clear selection</button>
         </div>

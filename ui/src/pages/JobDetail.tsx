@@ -154,7 +154,7 @@ export function JobDetail({ id }: { id: string }) {
           </div>
         </>
       )}
-      {dialog === 'move' && j && <MoveDialog job={j} onClose={() => setDialog(null)} />}
+      {dialog === 'move' && j && <MoveDialog job={j} onClose={() => { setDialog(null); reload() }} />}
       {dialog === 'priority' && j && <PriorityDialog job={j} onClose={() => { setDialog(null); reload() }} />}
       {dialog === 'delete' && j && (
         <Dialog title="Delete this job?" onClose={() => setDialog(null)}>

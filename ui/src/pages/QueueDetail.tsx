@@ -6,6 +6,7 @@ import { fmtNum, fmtRate } from '../format'
 import { history, recordQueues } from '../queues'
 import { Chart, PALETTE } from '../components/Chart'
 import { JobSearch } from '../components/JobSearch'
+import { EnqueueDialog } from '../components/EnqueueDialog'
 import { act, Dialog, ErrorNote, Stat } from '../components/ui'
 import { PauseButton, QueueSettingsDialog } from './Queues'
 
@@ -13,6 +14,7 @@ export function QueueDetail({ name, query }: { name: string; query: URLSearchPar
   const { data: queues, error, reload } = useLive(async (s) => { const qs = await api.queues(s); recordQueues(qs); return qs }, 'queues', { pollLiveMs: 5000, pollOfflineMs: 2000 })
   const [confirm, setConfirm] = useState<'clear' | 'drain' | 'delete' | null>(null)
   const [limits, setLimits] = useState(false)
+  const [enqueue, setEnqueue] = useState(false)
   const q = queues?.find((x) => x.name === name)
   const last = (k: string) => { const c = history.cols.get(k); return c && c.length ? c[c.length - 1] ?? 0 : 0 }
 
@@ -31,6 +33,7 @@ export function QueueDetail({ name, query }: { name: string; query: URLSearchPar
         <h1 id="h-queue"><span class="muted">Queue</span> {name}</h1>
         {q && (
           <div class="head-actions">
+            <button class="btn small primary" onClick={() => setEnqueue(true)}>+ Enqueue here</button>
             <PauseButton q={q} onDone={reload} />
             <button class="btn small" onClick={() => setConfirm('clear')}>Clear</button>
             <button class="btn small" onClick={() => setConfirm('drain')}>Drain</button>
@@ -92,6 +95,7 @@ export function QueueDetail({ name, query }: { name: string; query: URLSearchPar
           </div>
         </Dialog>
       )}
+      {enqueue && <EnqueueDialog queue={name} onClose={() => setEnqueue(false)} />}
       {limits && q && <QueueSettingsDialog q={q} onClose={() => { setLimits(false); reload() }} />}
     </section>
   )

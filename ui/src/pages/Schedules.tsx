@@ -8,6 +8,7 @@ import { act, Dialog, Empty, ErrorNote } from '../components/ui'
 export function SchedulesPage() {
   const { data, error, reload } = useLive((s) => api.schedules(s), 'schedules', { match: (e) => e.type === 'scheduled', pollLiveMs: 15_000, pollOfflineMs: 5000 })
   const [creating, setCreating] = useState(false)
+  const [editing, setEditing] = useState<Schedule | null>(null)
   const [deleting, setDeleting] = useState<Schedule | null>(null)
   return (
     <section aria-labelledby="h-sched">
@@ -29,7 +30,7 @@ export function SchedulesPage() {
                   <td title={s.next_run ?? ''}>{s.next_run ? `${fmtTime(s.next_run)} (${fmtAgo(s.next_run)})` : '—'}</td>
                   <td class="hide-sm">{fmtAgo(s.last_run)}</td>
                   <td class="mono muted small hide-sm">{preview(s.payload, 40)}</td>
-                  <td class="actions"><button class="btn small danger" aria-label={`Delete schedule ${s.name}`} onClick={() => setDeleting(s)}>Delete</button></td>
+                  <td class="actions"><button class="btn small" aria-label={`Edit schedule ${s.name}`} onClick={() => setEditing(s)}>Edit</button> <button class="btn small danger" aria-label={`Delete schedule ${s.name}`} onClick={() => setDeleting(s)}>Delete</button></td>
                 </tr>
               ))}
             </tbody>
@@ -37,6 +38,7 @@ export function SchedulesPage() {
         </div>
       ) : <Empty>No schedules. A schedule enqueues a job on a cron expression.</Empty>)}
       {creating && <ScheduleDialog onClose={() => { setCreating(false); reload() }} />}
+      {editing && <ScheduleDialog editing={editing} onClose={() => { setEditing(null); reload() }} />}
       {deleting && (
         <Dialog title={`Delete schedule ${deleting.name}?`} onClose={() => setDeleting(null)}>
           <p>No more jobs are enqueued by it; jobs it already enqueued stay.</p>
@@ -50,8 +52,10 @@ export function SchedulesPage() {
   )
 }
 
-function ScheduleDialog({ onClose }: { onClose: () => void }) {
-  const [f, setF] = useState({ name: '', queue: '', cron: '0 9 * * *', timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC', payload: '{}', priority: 'normal' })
+function ScheduleDialog({ onClose, editing }: { onClose: () => void; editing?: Schedule }) {
+  const [f, setF] = useState(editing
+    ? { name: editing.name, queue: editing.queue, cron: editing.cron, timezone: editing.timezone, payload: JSON.stringify(editing.payload ?? {}, null, 2), priority: editing.priority ?? 'normal' }
+    : { name: '', queue: '', cron: '0 9 * * *', timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC', payload: '{}', priority: 'normal' })
   const [err, setErr] = useState<string | null>(null)
   const set = (k: keyof typeof f, v: string) => setF({ ...f, [k]: v })
   const submit = async (e: Event) => {
@@ -59,13 +63,15 @@ function ScheduleDialog({ onClose }: { onClose: () => void }) {
     let payload: unknown
     try { payload = JSON.parse(f.payload || '{}') } catch { setErr('The payload is not valid JSON.'); return }
     try {
-      await api.createSchedule({ name: f.name, queue: f.queue, cron: f.cron, timezone: f.timezone, payload, priority: f.priority })
-      act(`Created ${f.name}`, async () => null)
+      const body = { name: f.name, queue: f.queue, cron: f.cron, timezone: f.timezone, payload, priority: f.priority }
+      if (editing) await api.updateSchedule(editing.id, body)
+      else await api.createSchedule(body)
+      act(`${editing ? 'Saved' : 'Created'} ${f.name}`, async () => null)
       onClose()
     } catch (x) { setErr((x as Error).message) }
   }
   return (
-    <Dialog title="New schedule" onClose={onClose}>
+    <Dialog title={editing ? `Edit schedule ${editing.name}` : 'New schedule'} onClose={onClose}>
       <form class="form" onSubmit={submit}>
         <label>Name<input required value={f.name} onInput={(e) => set('name', (e.target as HTMLInputElement).value)} autoFocus /></label>
         <label>Queue<input required value={f.queue} onInput={(e) => set('queue', (e.target as HTMLInputElement).value)} /></label>
@@ -80,7 +86,7 @@ function ScheduleDialog({ onClose }: { onClose: () => void }) {
         {err && <p class="error-note" role="alert">{err}</p>}
         <div class="dialog-actions">
           <button type="button" class="btn" onClick={onClose}>Cancel</button>
-          <button type="submit" class="btn primary">Create</button>
+          <button type="submit" class="btn primary">{editing ? 'Save' : 'Create'}</button>
         </div>
       </form>
     </Dialog>
