@@ -2,7 +2,7 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { cleanup, fireEvent, render, screen, waitFor } from '@testing-library/preact'
 import { ProgressBar, StateBadge } from './components/ui'
-import { BulkDialog, buildRequest, sendBulk } from './components/Bulk'
+import { BulkDialog, BulkProgress, buildRequest, sendBulk } from './components/Bulk'
 import { attemptsOf, timelineOf } from './pages/JobDetail'
 import type { Job, JobRow } from './api'
 
@@ -119,3 +119,28 @@ describe('job timeline and attempts', () => {
     ])
   })
 })
+
+describe('BulkProgress', () => {
+  it('follows a background operation until it is done, and can cancel it', async () => {
+    const states = [
+      { processed: 500, status: 'processing', finished_at: null },
+      { processed: 1000, status: 'completed', finished_at: '2026-02-11T10:00:02.000Z' },
+    ]
+    const calls: string[] = []
+    vi.stubGlobal('fetch', vi.fn(async (u: string, init: RequestInit) => {
+      calls.push(`${init.method} ${u}`)
+      if (init.method === 'DELETE') return new Response('{"status":"cancelling"}', { status: 200 })
+      const st = states.length > 1 && calls.filter((c) => c.startsWith('GET')).length > 1 ? states.pop()! : states[0]
+      return new Response(JSON.stringify({ id: 'bulk_1', action: 'retry', total: 1000, affected: st.processed, errors: 2, created_at: '2026-02-11T10:00:00.000Z', duration_ms: 2000, ...st }), { status: 200 })
+    }))
+    const finished = vi.fn()
+    render(<BulkProgress id="bulk_1" onFinished={finished} />)
+    await waitFor(() => expect(screen.getByTestId('progress-text').textContent).toBe('500 / 1,000 (50%)'))
+    expect(screen.getByTestId('bulk-progress').textContent).toContain('Errors: 2')
+    fireEvent.click(screen.getByRole('button', { name: 'Cancel operation' }))
+    await waitFor(() => expect(calls).toContain('DELETE /api/v1/bulk/bulk_1'))
+    await waitFor(() => expect(finished).toHaveBeenCalledOnce(), { timeout: 3000 })
+    expect(screen.getByTestId('progress-text').textContent).toBe('1,000 / 1,000 (100%)')
+  })
+})
+
