@@ -101,6 +101,7 @@ func (s *Server) bulkIsAsync(req *bulkRequest) (bool, int, *apiError) {
 		return false, 0, invalid("filter: %v", err)
 	}
 	f.Limit, f.Cursor = 1, ""
+	f.KnownTotal = s.countByQueueState(req.Filter)
 	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
 	page, err := s.cfg.Mirror.Search(c, f)
