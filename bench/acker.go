@@ -19,10 +19,10 @@ type acker struct {
 }
 
 // startAcker starts an acker goroutine; stop it with stop.
-func (r *runner) startAcker() *acker {
+func (r *runner) startAcker(client *httpClient) *acker {
 	a := &acker{
 		r:    r,
-		c:    newCaller(r.client, &r.ctr),
+		c:    newCaller(client, &r.ctr),
 		in:   make(chan []fetchedJob, r.cfg.AckBatch/r.cfg.FetchBatch+1),
 		done: make(chan struct{}),
 	}

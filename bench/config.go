@@ -45,7 +45,9 @@ const MaxEnqueueBatch = 10000
 
 // Config describes one benchmark run.
 type Config struct {
-	// URL is the base URL of the Corvo server, e.g. http://127.0.0.1:8080.
+	// URL is the base URL of the Corvo server, e.g. http://127.0.0.1:8080,
+	// or several nodes of a cluster, comma-separated: producers and
+	// workers are spread over them round-robin.
 	URL string
 	// Mode is one of "enqueue", "lifecycle" or "e2e".
 	Mode string
@@ -112,7 +114,7 @@ func setDefault(v *int, def int) {
 // Validate reports the first problem found in c. Zero values are accepted
 // wherever WithDefaults supplies a default.
 func (c Config) Validate() error {
-	if err := validateURL(c.URL); err != nil {
+	if err := validateURLs(c.URL); err != nil {
 		return err
 	}
 	switch strings.ToLower(strings.TrimSpace(c.Mode)) {
@@ -151,6 +153,29 @@ func (c Config) Validate() error {
 	}
 	if c.EnqueueBatch > MaxEnqueueBatch {
 		return fmt.Errorf("bench: enqueue batch must be at most %d, got %d", MaxEnqueueBatch, c.EnqueueBatch)
+	}
+	return nil
+}
+
+// urls splits URL into its servers.
+func (c Config) urls() []string {
+	var out []string
+	for _, u := range strings.Split(c.URL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func validateURLs(raw string) error {
+	if strings.Trim(raw, ", ") == "" {
+		return errors.New("bench: url is required")
+	}
+	for _, u := range (Config{URL: raw}).urls() {
+		if err := validateURL(u); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 // nil, paces the requests.
 func (r *runner) producer(ctx context.Context, p *pacer) *stats {
 	st := &stats{}
-	c := newCaller(r.client, &r.ctr)
+	c := newCaller(r.nextClient(), &r.ctr)
 	defer c.release()
 	path := pathEnqueue
 	if r.cfg.EnqueueBatch > 1 {

@@ -64,7 +64,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // runner holds the state shared by all goroutines of one run.
 type runner struct {
 	cfg        Config
-	client     *httpClient
+	clients    []*httpClient // one per server in cfg.URL
+	nextServer atomic.Int64
 	ctr        counters
 	runID      string
 	runIDJSON  []byte
@@ -101,15 +102,19 @@ func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 			conns += cfg.Workers // one acker per worker
 		}
 	}
-	client, err := newHTTPClient(cfg.URL, conns)
-	if err != nil {
-		return nil, err
+	var clients []*httpClient
+	for _, u := range cfg.urls() {
+		client, err := newHTTPClient(u, conns)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, client)
 	}
 	id, err := newRunID()
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, client: client, runID: id}
+	r := &runner{cfg: cfg, clients: clients, runID: id}
 	r.runIDJSON, _ = json.Marshal(id)
 	for _, q := range cfg.queueNames() {
 		b, _ := json.Marshal(q) // cannot fail for strings
@@ -140,7 +145,14 @@ func newRunID() (string, error) {
 func (r *runner) close() {
 	r.workCancel()
 	r.cancel()
-	r.client.close()
+	for _, c := range r.clients {
+		c.close()
+	}
+}
+
+// nextClient spreads producers and workers over the servers round-robin.
+func (r *runner) nextClient() *httpClient {
+	return r.clients[int(r.nextServer.Add(1)-1)%len(r.clients)]
 }
 
 // execute runs the phases of the configured mode.

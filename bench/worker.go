@@ -19,11 +19,12 @@ var emptyObject = []byte("{}")
 // without holding them across long-poll fetches.
 func (r *runner) worker(ctx context.Context, id int) *stats {
 	st := &stats{}
-	c := newCaller(r.client, &r.ctr)
+	client := r.nextClient()
+	c := newCaller(client, &r.ctr)
 	defer c.release()
 	var a *acker
 	if r.cfg.AckBatch > 1 {
-		a = r.startAcker()
+		a = r.startAcker(client)
 	}
 	body := r.fetchBody(id)
 	timeout := time.Duration(r.cfg.FetchTimeout)*time.Second + requestTimeout

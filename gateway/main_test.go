@@ -56,15 +56,9 @@ func TestMain(m *testing.M) {
 	if err := mir.Start(host); err != nil {
 		panic(err)
 	}
-	opened := make([]uint64, 4)
-	for i := range opened {
-		v, err := host.Read(i, statemachine.OpenedAtQuery{})
-		if err != nil {
-			panic(err)
-		}
-		opened[i] = v.(uint64)
+	if err := hub.StartFrom(host); err != nil {
+		panic(err)
 	}
-	hub.Start(opened)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)

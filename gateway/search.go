@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -82,6 +84,58 @@ func (r *searchRequest) filter() (mirror.Filter, error) {
 	return f, nil
 }
 
+// countByQueueState answers the total of a search that filters by queue
+// and/or state only, from the state machines' per-queue state counts (exact
+// in Pebble, O(queues)), so such a search never counts rows in SQLite. It
+// returns nil for any other filter.
+func (s *Server) countByQueueState(r *searchRequest) *int {
+	other := *r
+	other.Queue, other.State, other.Sort, other.Order, other.Cursor, other.Limit = "", nil, "", "", nil, 0
+	if !reflect.DeepEqual(other, searchRequest{}) {
+		return nil
+	}
+	var states []statemachine.State
+	for _, name := range r.State {
+		st, ok := statemachine.ParseState(name)
+		if !ok {
+			return nil
+		}
+		if !slices.Contains(states, st) {
+			states = append(states, st)
+		}
+	}
+	shards := make([]int, 0, s.eng.Shards())
+	if r.Queue != "" {
+		shards = append(shards, s.rt.ShardForQueue(r.Queue))
+	} else {
+		for sh := 0; sh < s.eng.Shards(); sh++ {
+			shards = append(shards, sh)
+		}
+	}
+	total := 0
+	for _, sh := range shards {
+		v, err := s.eng.Read(sh, statemachine.ListQueuesQuery{})
+		if err != nil {
+			return nil
+		}
+		for _, q := range v.([]statemachine.QueueInfo) {
+			if r.Queue != "" && q.Name != r.Queue {
+				continue
+			}
+			if len(states) == 0 {
+				for _, c := range q.Stats.Counts {
+					total += int(c)
+				}
+				continue
+			}
+			for _, st := range states {
+				total += int(q.Stats.Counts[st])
+			}
+		}
+	}
+	return &total
+}
+
 // POST /api/v1/jobs/search — every filter of the spec over this node's
 // mirror, newest first by default, with keyset cursors.
 func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
@@ -99,6 +153,7 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, invalid("%v", err))
 		return
 	}
+	f.KnownTotal = s.countByQueueState(&req)
 	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
 	page, err := s.cfg.Mirror.Search(c, f)

@@ -50,6 +50,9 @@ type Config struct {
 	Mirror          Mirror // search; nil: search answers 503
 	Events          Events // the event stream; nil: GET /events answers 503
 	EventsKeepalive time.Duration
+	// OnRemoved is called when another member says this node was removed
+	// from the cluster; the server should shut down.
+	OnRemoved func()
 }
 
 // Mirror is what the gateway needs from the per-node SQLite view.
@@ -100,6 +103,9 @@ type Server struct {
 	rates        throughput
 	subscribers  atomic.Int64 // open event streams
 	bulk         *bulkRunner
+
+	cluster Cluster // nil when the engine is not clustered
+	peers   *peers
 }
 
 // New builds a server over an engine.
@@ -154,6 +160,14 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)
 	s.route(r, "PUT", "/api/v1/schedules/{id}", s.handlePutSchedule)
 	s.route(r, "DELETE", "/api/v1/schedules/{id}", s.handleDeleteSchedule)
+	if c, ok := eng.(Cluster); ok {
+		s.cluster = c
+		s.peers = newPeers(c.NodeID())
+		s.route(r, "POST", "/api/v1/cluster/join", s.handleJoin)
+		s.route(r, "DELETE", "/api/v1/cluster/nodes/{id}", s.handleRemoveNode)
+		s.route(r, "GET", "/api/v1/cluster/status", s.handleClusterStatus)
+		s.route(r, "POST", "/api/v1/cluster/removed", s.handleRemoved)
+	}
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
 	s.route(r, "GET", "/", s.handleUIRedirect)
@@ -189,6 +203,9 @@ func New(cfg Config, eng Engine) *Server {
 		},
 	}
 	go s.sampleLoop()
+	if s.cluster != nil {
+		go s.clusterLoop()
+	}
 	return s
 }
 

@@ -260,6 +260,26 @@ func rowArgs(shard int, idx uint64, gen int64, v *statemachine.JobView) []any {
 		nullTime(st.CompletedAt), nullTime(st.FailedAt), nullTime(j.ExpireAt), nullTime(st.LeaseExpiresAt)}
 }
 
+// readSource reads from the shards unless StopReads was called (ok false).
+func (m *Mirror) readSource(sh int, q interface{}) (v interface{}, err error, ok bool) {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
+	if m.noReads {
+		return nil, nil, false
+	}
+	v, err = m.src.Read(sh, q)
+	return v, err, true
+}
+
+// StopReads makes the mirror stop reading the shards (rebuilds end at
+// their next page) and waits for a read in progress; call it before the
+// shards close. Change events are still applied until Close.
+func (m *Mirror) StopReads() {
+	m.readMu.Lock()
+	m.noReads = true
+	m.readMu.Unlock()
+}
+
 // rebuild re-reads one shard's jobs from Pebble. Events keep flowing in
 // between pages; rows carry the index they reflect, so an older event
 // never overwrites a newer row, and rows the scan did not see again
@@ -275,7 +295,13 @@ func (m *Mirror) rebuild(sh int) {
 	after := ""
 	n := 0
 	for first := true; ; first = false {
-		v, err := m.src.Read(sh, statemachine.ScanJobsQuery{After: after, Limit: 2000})
+		v, err, ok := m.readSource(sh, statemachine.ScanJobsQuery{After: after, Limit: 2000})
+		if !ok {
+			// The shards are closing: stop; the mirror's index still says
+			// it is behind, so the next start rebuilds the shard.
+			m.log.Info().Int("shard", sh).Msg("mirror rebuild interrupted by shutdown")
+			return
+		}
 		if err != nil {
 			m.log.Error().Err(err).Int("shard", sh).Msg("mirror rebuild: read failed; will retry")
 			time.AfterFunc(time.Second, func() { m.rebuilds <- sh })

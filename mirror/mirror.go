@@ -40,15 +40,18 @@ type Config struct {
 
 // Mirror is the per-node SQLite view.
 type Mirror struct {
-	cfg  Config
-	log  zerolog.Logger
-	db   *sql.DB // the writer (one connection)
-	rdb  *sql.DB // readers
-	ws   *writeStmts
-	in   chan *statemachine.AppliedInfo
-	src  Source
-	stop chan struct{}
-	done chan struct{}
+	cfg Config
+	log zerolog.Logger
+	db  *sql.DB // the writer (one connection)
+	rdb *sql.DB // readers
+	ws  *writeStmts
+
+	readMu  sync.Mutex // held while reading the shards
+	noReads bool       // set by StopReads
+	in      chan *statemachine.AppliedInfo
+	src     Source
+	stop    chan struct{}
+	done    chan struct{}
 
 	shards   int
 	seen     []atomic.Uint64 // latest index an event brought, per shard

@@ -16,6 +16,9 @@ import (
 // Filter is a job search (spec 000 "Search and filter"). Every field is
 // optional; they combine with AND. Times are Unix nanoseconds (0: unset).
 type Filter struct {
+	// KnownTotal, when set, is the number of matches (the search skips
+	// its count query).
+	KnownTotal      *int
 	Queue           string
 	States          []string
 	Priority        *int
@@ -279,9 +282,13 @@ func (m *Mirror) Search(ctx context.Context, f Filter) (*Page, error) {
 		out.Cursor = base64.RawURLEncoding.EncodeToString(b)
 	}
 	// A first page that holds every match is its own total: skip the
-	// count, which for unindexed filters is a second full scan.
+	// count, which for unindexed filters is a second full scan. A caller
+	// that knows the total (queue/state counts kept by the state machine)
+	// spares the count too.
 	if f.Cursor == "" && !out.HasMore {
 		out.Total = len(out.Jobs)
+	} else if f.KnownTotal != nil {
+		out.Total = *f.KnownTotal
 	} else if err := m.rdb.QueryRowContext(ctx, "SELECT count(*) FROM jobs WHERE "+where, countArgs...).Scan(&out.Total); err != nil {
 		return nil, err
 	}

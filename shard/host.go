@@ -40,7 +40,6 @@ const (
 	CacheBytesDefault        = 256 << 20
 	RetentionDefault         = 7 * 24 * time.Hour
 	SweepIntervalDefault     = time.Second
-	replicaIDSingle          = 1
 )
 
 // Clock is the wall clock; tests inject their own.
@@ -53,8 +52,21 @@ func (realClock) Now() time.Time { return time.Now() }
 // Config configures a Host.
 type Config struct {
 	DataDir     string // holds raft/ and shards/<n>/
-	RaftAddress string // host:port for Raft traffic
+	RaftAddress string // host:port other nodes reach this node's Raft on
+	RaftListen  string // host:port to listen on; empty: RaftAddress
 	Shards      int
+
+	// Cluster membership. NodeID is this node's replica ID in every Raft
+	// group (1 on a single node). A node either founded its cluster (it
+	// starts every group with itself as the initial member; dragonboat
+	// ignores that once the group exists) or joined one (Join: the
+	// cluster added its replicas first, see AddNode, and they catch up
+	// from the leaders). Join stays true on every later start.
+	NodeID      uint64
+	NodeName    string
+	HTTPAddress string // recorded in the meta group for other nodes
+	Join        bool
+	Replicas    int // replicas per shard the cluster aims for
 	Logger      zerolog.Logger
 	Clock       Clock // nil: the real clock
 
@@ -98,6 +110,8 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.CacheBytes, CacheBytesDefault)
 	setDefault(&c.Retention, RetentionDefault)
 	setDefault(&c.SweepInterval, SweepIntervalDefault)
+	setDefault(&c.NodeID, 1)
+	setDefault(&c.Replicas, 3)
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -138,6 +152,7 @@ type Host struct {
 	cache *pebble.Cache
 
 	proposers []*proposer
+	sms       []atomic.Pointer[statemachine.StateMachine] // by shard index
 	signals   *signals
 	relayWake []chan struct{}
 	leader    []atomic.Bool // by shard index
@@ -165,6 +180,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		clock:         cfg.Clock,
 		signals:       newSignals(cfg.Shards),
 		leader:        make([]atomic.Bool, cfg.Shards),
+		sms:           make([]atomic.Pointer[statemachine.StateMachine], cfg.Shards),
 		closing:       make(chan struct{}),
 		stopProposers: make(chan struct{}),
 		cache:         pebble.NewCache(cfg.CacheBytes),
@@ -178,6 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		NodeHostDir:       filepath.Join(cfg.DataDir, "raft"),
 		RTTMillisecond:    cfg.RTTMillisecond,
 		RaftAddress:       cfg.RaftAddress,
+		ListenAddress:     cfg.RaftListen,
 		RaftEventListener: h,
 		Expert:            config.ExpertConfig{LogDB: logdb},
 	}
@@ -187,22 +204,23 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("start raft node host: %w", err)
 	}
 	h.nh = nh
-	members := map[uint64]dragonboat.Target{replicaIDSingle: cfg.RaftAddress}
+	var members map[uint64]dragonboat.Target
+	if !cfg.Join {
+		members = map[uint64]dragonboat.Target{cfg.NodeID: cfg.RaftAddress}
+	}
+	fail := func(err error) (*Host, error) {
+		nh.Close()
+		h.cache.Unref()
+		return nil, err
+	}
+	mc := h.raftConfig(MetaShardID)
+	mc.SnapshotEntries, mc.CompactionOverhead = 1000, 100
+	if err := nh.StartReplica(members, cfg.Join, newMetaSM, mc); err != nil {
+		return fail(fmt.Errorf("start the meta group: %w", err))
+	}
 	for i := 0; i < cfg.Shards; i++ {
-		rc := config.Config{
-			ReplicaID:          replicaIDSingle,
-			ShardID:            ShardID(i),
-			ElectionRTT:        cfg.ElectionRTT,
-			HeartbeatRTT:       2,
-			CheckQuorum:        true,
-			SnapshotEntries:    100000,
-			CompactionOverhead: 20000,
-			MaxInMemLogSize:    256 << 20,
-		}
-		if err := nh.StartOnDiskReplica(members, false, h.newStateMachine(i), rc); err != nil {
-			nh.Close()
-			h.cache.Unref()
-			return nil, fmt.Errorf("start shard %d: %w", i, err)
+		if err := nh.StartOnDiskReplica(members, cfg.Join, h.newStateMachine(i), h.raftConfig(ShardID(i))); err != nil {
+			return fail(fmt.Errorf("start shard %d: %w", i, err))
 		}
 	}
 	for i := 0; i < cfg.Shards; i++ {
@@ -221,12 +239,27 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		go h.tick(i)
 		go h.relay(i)
 	}
+	h.wg.Add(1)
+	go h.registerSelf()
 	return h, nil
+}
+
+func (h *Host) raftConfig(shardID uint64) config.Config {
+	return config.Config{
+		ReplicaID:          h.cfg.NodeID,
+		ShardID:            shardID,
+		ElectionRTT:        h.cfg.ElectionRTT,
+		HeartbeatRTT:       2,
+		CheckQuorum:        true,
+		SnapshotEntries:    100000,
+		CompactionOverhead: 20000,
+		MaxInMemLogSize:    256 << 20,
+	}
 }
 
 func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 	return func(shardID, replicaID uint64) sm.IOnDiskStateMachine {
-		return statemachine.New(statemachine.Config{
+		s := statemachine.New(statemachine.Config{
 			ShardID:     shardID,
 			Dir:         filepath.Join(h.cfg.DataDir, "shards", fmt.Sprint(index)),
 			Cache:       h.cache,
@@ -235,6 +268,8 @@ func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 			EmitChanges: h.cfg.OnApplied != nil && h.cfg.JobChanges,
 			EmitEvents:  h.cfg.OnApplied != nil && h.cfg.JobEvents,
 		})
+		h.sms[index].Store(s)
+		return s
 	}
 }
 
@@ -290,7 +325,7 @@ func (h *Host) Applied(info *statemachine.AppliedInfo) {
 // LeaderUpdated implements raftio.IRaftEventListener.
 func (h *Host) LeaderUpdated(info raftio.LeaderInfo) {
 	i := int(info.ShardID) - 1
-	if i < 0 || i >= len(h.leader) {
+	if info.ShardID == MetaShardID || i < 0 || i >= len(h.leader) {
 		return
 	}
 	h.leader[i].Store(info.LeaderID == info.ReplicaID && info.LeaderID != 0)

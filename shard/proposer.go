@@ -56,6 +56,7 @@ type proposer struct {
 	rnd     *rand.Rand
 
 	latency *metrics.Histogram
+	recent  latencyRing // for cluster status quantiles
 	entries *metrics.Counter
 	ops     *metrics.Counter
 }
@@ -194,6 +195,7 @@ func (p *proposer) flush(batch []*request, nops int) {
 	start := time.Now()
 	results, err := p.propose(cmd)
 	p.latency.UpdateDuration(start)
+	p.recent.add(time.Since(start))
 	p.entries.Inc()
 	p.ops.Add(len(ops))
 	if err == nil && len(results) != len(ops) {

@@ -31,6 +31,13 @@ type QueueHead struct {
 
 // Lookup answers a query from committed state.
 func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
+	// Close waits for lookups in flight and refuses later ones (dragonboat
+	// may run a stale read while a closing shard closes its state machine).
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
 	switch q := q.(type) {
 	case GetJobQuery:
 		return s.getJob(q.ID)

@@ -142,7 +142,9 @@ type StateMachine struct {
 	cursors map[string][]byte
 
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
-	openedAt      uint64        // the applied index Open found
+	closeMu       sync.RWMutex  // lookups hold it shared; Close exclusively
+	closed        bool
+	openedAt      uint64 // the applied index Open found
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
@@ -299,8 +301,14 @@ func (s *StateMachine) Sync() error {
 	return s.db.LogData(nil, pebble.Sync)
 }
 
-// Close closes the Pebble DB.
+// ErrClosed answers lookups on a closed state machine.
+var ErrClosed = errors.New("statemachine: closed")
+
+// Close closes the Pebble DB, after any lookup in flight.
 func (s *StateMachine) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	s.closed = true
 	if s.db == nil {
 		return nil
 	}
@@ -309,8 +317,8 @@ func (s *StateMachine) Close() error {
 	return err
 }
 
-// Applied returns the last applied index (apply goroutine only; tests).
-func (s *StateMachine) Applied() uint64 { return s.applied }
+// Applied returns the last applied index; safe from any goroutine.
+func (s *StateMachine) Applied() uint64 { return s.appliedAtomic.Load() }
 
 const snapshotMagic = "CORVOSNAP1"
 

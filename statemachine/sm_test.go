@@ -17,7 +17,7 @@ import (
 // testBundle drives one state machine with explicit times, as the shard
 // proposer would.
 type testBundle struct {
-	t     *testing.T
+	t     testing.TB
 	sm    *StateMachine
 	dir   string
 	index uint64

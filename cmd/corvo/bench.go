@@ -67,7 +67,7 @@ func newBenchCmd() *cobra.Command {
 		def = "http://127.0.0.1:8080"
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&cfg.URL, "url", def, "server to load (default: start an embedded server in a temp dir)")
+	fl.StringVar(&cfg.URL, "url", def, "server to load, or a comma-separated list of cluster nodes to spread the load over (default: start an embedded server in a temp dir)")
 	fl.BoolVar(&embedded, "embedded", false, "start an embedded server in a temp dir even if --url/CORVO_URL is set")
 	fl.IntVar(&shards, "shards", 0, "shards of the embedded server")
 	fl.StringArrayVar(&serverArgs, "server-arg", nil, "extra flag for the embedded server (repeatable), e.g. --server-arg=--no-mirror")

@@ -464,6 +464,10 @@ func TestE2ESearchAndMirrorRebuild(t *testing.T) {
 		{"tags": map[string]string{"tenant": "acme"}, "state": []string{"pending"}, "limit": 500},
 		{"payload_contains": "u7@example.com"},
 		{"queue": "emails.q1", "sort": "created_at", "order": "asc", "limit": 5},
+		// Queue/state-only filters take their total from Pebble's counts.
+		{"queue": "emails.q1", "state": []string{"pending"}, "limit": 5},
+		{"state": []string{"pending", "dead", "dead"}, "limit": 3},
+		{"queue": "emails.q0", "state": []string{"dead", "pending"}, "limit": 2},
 	}
 	type result struct {
 		Total int `json:"total"`
@@ -494,6 +498,11 @@ func TestE2ESearchAndMirrorRebuild(t *testing.T) {
 	require.Equal(t, 150-10, before[2].Total, "acme is every other job; 10 of its q0 jobs are dead")
 	require.Equal(t, 1, before[3].Total, "only u7@example.com (u70@… does not contain it)")
 	require.Len(t, before[4].Jobs, 5)
+	require.Equal(t, 100, before[4].Total)
+	require.Equal(t, 100, before[5].Total, "emails.q1 pending")
+	require.Equal(t, 300, before[6].Total, "280 pending + 20 dead, a repeated state counted once")
+	require.Equal(t, 100, before[7].Total, "emails.q0: 80 pending + 20 dead")
+	require.Len(t, before[7].Jobs, 2)
 
 	s.stop()
 	require.NoError(t, os.Remove(filepath.Join(s.dir, "mirror.db")))

@@ -50,6 +50,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newJobCmds()...)
 	root.AddCommand(newQueueCmds()...)
 	root.AddCommand(newListCmds()...)
-	root.AddCommand(newSearchCmd(), newBulkCmd())
+	root.AddCommand(newSearchCmd(), newBulkCmd(), newClusterCmd())
 	return root
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,13 +39,22 @@ type serverFlags struct {
 	retention       time.Duration
 	noMirror        bool
 	noEvents        bool
+
+	// Clustering.
+	bootstrap       bool
+	join            string
+	raftAdvertise   string
+	httpAdvertise   string
+	replicas        int
+	discover        string
+	discoverService string
 }
 
 func newServerCmd() *cobra.Command {
 	var f serverFlags
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Start a Corvo server (single node, embedded storage)",
+		Short: "Start a Corvo server: a single node, or a member of a cluster (--join)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServer(cmd.Context(), f)
@@ -54,7 +64,18 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.bind, "bind", ":8080", "HTTP listen address")
 	fl.StringVar(&f.dataDir, "data-dir", "./corvo-data", "directory for all data (Raft log and Pebble shards)")
 	fl.StringVar(&f.raftBind, "raft-bind", "127.0.0.1:9400", "Raft listen address (host:port); fixed for the life of the data dir")
-	fl.StringVar(&f.nodeID, "node-id", "node-1", "this node's name")
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "node-1"
+	}
+	fl.StringVar(&f.nodeID, "node-id", host, "this node's name (default: the host name)")
+	fl.BoolVar(&f.bootstrap, "bootstrap", false, "start a new cluster with this node as its first member (the default without --join)")
+	fl.StringVar(&f.join, "join", "", "join the cluster of the node serving HTTP at host:port (comma-separated list: try each)")
+	fl.StringVar(&f.raftAdvertise, "raft-advertise", "", "Raft address other nodes reach this node on (default: --raft-bind)")
+	fl.StringVar(&f.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node on (default: --bind, with the Raft host when --bind has none)")
+	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard the cluster aims for (set at bootstrap)")
+	fl.StringVar(&f.discover, "discover", "", `find peers automatically: "dns" (a Kubernetes headless service; the pod with ordinal 0 bootstraps, the rest join)`)
+	fl.StringVar(&f.discoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
 	fl.IntVar(&f.shards, "shards", 0, fmt.Sprintf("number of shards, fixed at first start (default %d)", shard.ShardsDefault))
 	fl.IntVar(&f.maxPayload, "max-payload", gateway.MaxPayloadDefault, "largest job payload in bytes (413 above)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -67,42 +88,101 @@ func newServerCmd() *cobra.Command {
 	return cmd
 }
 
-// nodeMeta is written at first start; settings that can never change are
-// checked against it on every start.
+// nodeMeta is written at first start (for a joining node: once the
+// cluster has added it); settings that can never change are checked
+// against it on every start.
 type nodeMeta struct {
-	Shards   int    `json:"shards"`
-	RaftAddr string `json:"raft_address"`
-	NodeID   string `json:"node_id"`
+	Shards    int    `json:"shards"`
+	RaftAddr  string `json:"raft_address"`
+	NodeID    string `json:"node_id"`
+	ReplicaID uint64 `json:"replica_id,omitempty"` // 0 in data dirs from before clustering: 1
+	Joined    bool   `json:"joined,omitempty"`
 }
 
-func loadOrInitMeta(dir string, f *serverFlags) (nodeMeta, error) {
-	path := filepath.Join(dir, "corvo.json")
-	b, err := os.ReadFile(path)
+func metaPath(dir string) string { return filepath.Join(dir, "corvo.json") }
+
+// loadMeta reads corvo.json; ok is false when the data dir is new.
+func loadMeta(dir string) (m nodeMeta, ok bool, err error) {
+	b, err := os.ReadFile(metaPath(dir))
 	if errors.Is(err, os.ErrNotExist) {
-		m := nodeMeta{Shards: f.shards, RaftAddr: f.raftBind, NodeID: f.nodeID}
-		if m.Shards == 0 {
-			m.Shards = shard.ShardsDefault
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return m, err
-		}
-		out, _ := json.MarshalIndent(m, "", "  ")
-		return m, os.WriteFile(path, append(out, '\n'), 0o644)
+		return m, false, nil
 	}
 	if err != nil {
-		return nodeMeta{}, err
+		return m, false, err
 	}
-	var m nodeMeta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("%s is corrupt: %w", path, err)
+		return m, false, fmt.Errorf("%s is corrupt: %w", metaPath(dir), err)
 	}
+	if m.ReplicaID == 0 {
+		m.ReplicaID = 1
+	}
+	return m, true, nil
+}
+
+func saveMeta(dir string, m nodeMeta) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	out, _ := json.MarshalIndent(m, "", "  ")
+	tmp := metaPath(dir) + ".tmp"
+	if err := os.WriteFile(tmp, append(out, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, metaPath(dir))
+}
+
+// checkMeta rejects flags that contradict what the data dir was made with.
+func checkMeta(dir string, m nodeMeta, f *serverFlags) error {
 	if f.shards != 0 && f.shards != m.Shards {
-		return m, fmt.Errorf("--shards=%d but %s was created with %d shards; the shard count cannot change", f.shards, dir, m.Shards)
+		return fmt.Errorf("--shards=%d but %s was created with %d shards; the shard count cannot change", f.shards, dir, m.Shards)
 	}
-	if f.raftBind != m.RaftAddr {
-		return m, fmt.Errorf("--raft-bind=%s but %s belongs to Raft address %s", f.raftBind, dir, m.RaftAddr)
+	if f.raftAdvertise != m.RaftAddr {
+		return fmt.Errorf("the Raft address %s (--raft-advertise, default --raft-bind) but %s belongs to Raft address %s", f.raftAdvertise, dir, m.RaftAddr)
 	}
-	return m, nil
+	return nil
+}
+
+// defaultAdvertise fills the advertised addresses from the bind addresses.
+func (f *serverFlags) defaultAdvertise(hostname string) error {
+	if f.discover == "dns" && f.discoverService != "" {
+		// In Kubernetes, a pod's stable name is <pod>.<headless service>.
+		stable := hostname + "." + f.discoverService
+		if f.raftAdvertise == "" {
+			_, port, err := net.SplitHostPort(f.raftBind)
+			if err != nil {
+				return fmt.Errorf("--raft-bind: %w", err)
+			}
+			f.raftAdvertise = net.JoinHostPort(stable, port)
+		}
+		if f.httpAdvertise == "" {
+			_, port, err := net.SplitHostPort(f.bind)
+			if err != nil {
+				return fmt.Errorf("--bind: %w", err)
+			}
+			f.httpAdvertise = net.JoinHostPort(stable, port)
+		}
+	}
+	if f.raftAdvertise == "" {
+		f.raftAdvertise = f.raftBind
+	}
+	rhost, _, err := net.SplitHostPort(f.raftAdvertise)
+	if err != nil {
+		return fmt.Errorf("--raft-advertise: %w", err)
+	}
+	if rhost == "" || net.ParseIP(rhost).IsUnspecified() {
+		return fmt.Errorf("the Raft address %s has no host other nodes can reach: set --raft-advertise", f.raftAdvertise)
+	}
+	if f.httpAdvertise == "" {
+		host, port, err := net.SplitHostPort(f.bind)
+		if err != nil {
+			return fmt.Errorf("--bind: %w", err)
+		}
+		if host == "" || net.ParseIP(host).IsUnspecified() {
+			host = rhost
+		}
+		f.httpAdvertise = net.JoinHostPort(host, port)
+	}
+	return nil
 }
 
 func runServer(ctx context.Context, f serverFlags) error {
@@ -111,16 +191,64 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return &exitError{exitUsage, fmt.Errorf("--log-level: %w", err)}
 	}
 	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", f.nodeID).Logger()
-	meta, err := loadOrInitMeta(f.dataDir, &f)
+	hostname, _ := os.Hostname()
+	if err := f.defaultAdvertise(hostname); err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if f.bootstrap && f.join != "" {
+		return &exitError{exitUsage, errors.New("--bootstrap and --join exclude each other")}
+	}
+	if f.discover != "" && f.discover != "dns" {
+		return &exitError{exitUsage, fmt.Errorf("--discover must be dns, not %q", f.discover)}
+	}
+	if f.discover == "dns" && f.discoverService == "" {
+		return &exitError{exitUsage, errors.New("--discover=dns needs --discover-service")}
+	}
+	if f.replicas < 1 {
+		return &exitError{exitUsage, errors.New("--replicas must be at least 1")}
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	meta, ok, err := loadMeta(f.dataDir)
 	if err != nil {
 		return &exitError{exitUsage, err}
+	}
+	if ok {
+		if err := checkMeta(f.dataDir, meta, &f); err != nil {
+			return &exitError{exitUsage, err}
+		}
+	} else {
+		join := f.join
+		if join == "" && f.discover == "dns" {
+			if join, err = discoverJoin(hostname, f.discoverService, f.bind, net.DefaultResolver); err != nil {
+				return &exitError{exitUsage, err}
+			}
+		}
+		meta = nodeMeta{Shards: f.shards, RaftAddr: f.raftAdvertise, NodeID: f.nodeID, ReplicaID: 1}
+		if meta.Shards == 0 {
+			meta.Shards = shard.ShardsDefault
+		}
+		if join != "" {
+			log.Info().Str("join", join).Msg("asking the cluster to add this node")
+			info, err := joinCluster(sigCtx, join, joinRequestBody{Name: f.nodeID, RaftAddress: f.raftAdvertise, HTTPAddress: f.httpAdvertise}, log)
+			if err != nil {
+				return &exitError{exitError_, err}
+			}
+			if f.shards != 0 && f.shards != info.Shards {
+				return &exitError{exitUsage, fmt.Errorf("--shards=%d but the cluster has %d shards", f.shards, info.Shards)}
+			}
+			meta.Shards, meta.ReplicaID, meta.Joined = info.Shards, info.NodeID, true
+		}
+		if err := saveMeta(f.dataDir, meta); err != nil {
+			return &exitError{exitError_, err}
+		}
 	}
 	ln, err := net.Listen("tcp", f.bind)
 	if err != nil {
 		return &exitError{exitError_, fmt.Errorf("listen on %s: %w", f.bind, err)}
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	if f.pprofBind != "" {
 		go func() {
@@ -129,12 +257,11 @@ func runServer(ctx context.Context, f serverFlags) error {
 			}
 		}()
 	}
-	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-
 	start := time.Now()
 	var mir *mirror.Mirror
-	hcfg := shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, Shards: meta.Shards, Logger: log, CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
+	hcfg := shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, RaftListen: f.raftBind, Shards: meta.Shards, Logger: log,
+		CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
+		NodeID: meta.ReplicaID, NodeName: f.nodeID, HTTPAddress: f.httpAdvertise, Join: meta.Joined, Replicas: f.replicas,
 		HoldOutbox: os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"} // test hook: see TestE2EOutboxSurvivesKill
 	if !f.noMirror {
 		if mir, err = mirror.Open(mirror.Config{Path: filepath.Join(f.dataDir, "mirror.db"), Logger: log}, meta.Shards); err != nil {
@@ -162,9 +289,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 		closeMirror()
 		return &exitError{exitError_, fmt.Errorf("start shards: %w", err)}
 	}
-	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log}
+	removed := make(chan struct{})
+	var removedOnce sync.Once
+	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log,
+		OnRemoved: func() { removedOnce.Do(func() { close(removed) }) }}
 	if hub != nil {
-		if err := startEvents(hub, host); err != nil {
+		if err := hub.StartFrom(host); err != nil {
 			ln.Close()
 			host.Close()
 			closeMirror()
@@ -184,21 +314,33 @@ func runServer(ctx context.Context, f serverFlags) error {
 	gw := gateway.New(gcfg, host)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gw.Serve(ln) }()
-	log.Info().Str("http", ln.Addr().String()).Str("raft", meta.RaftAddr).Int("shards", meta.Shards).
+	log.Info().Str("http", ln.Addr().String()).Str("raft", meta.RaftAddr).Int("shards", meta.Shards).Uint64("node_id", meta.ReplicaID).
 		Str("data_dir", f.dataDir).Dur("startup", time.Since(start)).Msg("corvo server ready")
 
 	select {
 	case <-sigCtx.Done():
 		log.Info().Msg("shutting down: draining requests")
+	case <-removed:
+		log.Warn().Msg("removed from the cluster: shutting down")
 	case err := <-serveErr:
 		host.Close()
 		closeMirror()
 		return &exitError{exitError_, fmt.Errorf("http server: %w", err)}
 	}
+	// Hand leaderships to other nodes first, so their shards keep
+	// serving while this one drains.
+	hoCtx, hoCancel := context.WithTimeout(context.Background(), handOffTimeout)
+	if n := gw.HandOff(hoCtx); n > 0 {
+		log.Info().Int("leaderships", n).Msg("handed leaderships to other nodes")
+	}
+	hoCancel()
 	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
 	if err := gw.Shutdown(shutCtx); err != nil {
 		log.Warn().Err(err).Msg("http shutdown did not finish cleanly")
+	}
+	if mir != nil {
+		mir.StopReads() // no rebuild may read a shard while it closes
 	}
 	host.Close()
 	closeMirror()
@@ -217,20 +359,5 @@ func fanOut(mir *mirror.Mirror, hub *events.Hub) func(*statemachine.AppliedInfo)
 	case hub != nil:
 		return hub.Applied
 	}
-	return nil
-}
-
-// startEvents tells the event ring where each shard's history began for
-// this run.
-func startEvents(hub *events.Hub, host *shard.Host) error {
-	opened := make([]uint64, host.Shards())
-	for i := range opened {
-		v, err := host.Read(i, statemachine.OpenedAtQuery{})
-		if err != nil {
-			return fmt.Errorf("events: shard %d: %w", i, err)
-		}
-		opened[i] = v.(uint64)
-	}
-	hub.Start(opened)
 	return nil
 }

@@ -300,3 +300,17 @@ func (c *Client) BatchStatus(ctx context.Context, id string) (map[string]json.Ra
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/batches/"+url.PathEscape(id), nil, &out)
 	return out, err
 }
+
+// ClusterStatus is GET /api/v1/cluster/status: the nodes, the leader and
+// replicas of every shard, replication and mirror lag.
+func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
+	var out ClusterStatus
+	_, err := c.do(ctx, "GET", "/api/v1/cluster/status", nil, &out)
+	return &out, err
+}
+
+// RemoveNode takes a node out of every shard of the cluster.
+func (c *Client) RemoveNode(ctx context.Context, nodeID uint64) error {
+	_, err := c.do(ctx, "DELETE", "/api/v1/cluster/nodes/"+strconv.FormatUint(nodeID, 10), nil, nil)
+	return err
+}

@@ -213,7 +213,8 @@ type sseFrame struct{ id, event, data string }
 
 // stream reads a Server-Sent Events response, frame by frame.
 func (c *Client) stream(ctx context.Context, path, lastID string, fn func(sseFrame) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	base, _ := c.base()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,10 +42,15 @@ func IsNotFound(err error) bool { var e *Error; return errors.As(err, &e) && e.S
 // (for a worker: it no longer holds the job).
 func IsConflict(err error) bool { var e *Error; return errors.As(err, &e) && e.Status == 409 }
 
-// Client calls one Corvo server (or a load balancer in front of a cluster).
+// Client calls a Corvo server, a load balancer in front of a cluster, or
+// the nodes of a cluster directly: when a node goes away (connection
+// refused or reset, or 503 while it shuts down) the client moves to the
+// next one.
 type Client struct {
-	base string
-	http *http.Client
+	nodes []string // base URLs; every request starts at nodes[cur]
+	cur   atomic.Uint32
+	mu    sync.RWMutex
+	http  *http.Client
 	// MaxRetries bounds how often a request answered 429 or 503 is retried
 	// after the server's Retry-After delay (default 5).
 	MaxRetries int
@@ -55,10 +62,12 @@ type Option func(*Client)
 // WithHTTPClient replaces the default http.Client.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
-// New returns a client for the server at baseURL (e.g. http://localhost:8080).
+// New returns a client for the server at baseURL (e.g.
+// http://localhost:8080). baseURL may list several nodes of a cluster,
+// comma-separated; see also Discover.
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{
-		base:       strings.TrimRight(baseURL, "/"),
+		nodes:      splitNodes(baseURL),
 		http:       &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}},
 		MaxRetries: 5,
 	}
@@ -66,6 +75,71 @@ func New(baseURL string, opts ...Option) *Client {
 		o(c)
 	}
 	return c
+}
+
+func splitNodes(list string) []string {
+	var out []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			out = append(out, u)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{""}
+	}
+	return out
+}
+
+// Nodes lists the base URLs the client uses, the current one first.
+func (c *Client) Nodes() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	at := int(c.cur.Load()) % len(c.nodes)
+	return append(append([]string(nil), c.nodes[at:]...), c.nodes[:at]...)
+}
+
+// base is the node requests go to now.
+func (c *Client) base() (string, uint32) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	at := c.cur.Load()
+	return c.nodes[int(at)%len(c.nodes)], at
+}
+
+// failover moves to the next node unless another request already did.
+func (c *Client) failover(from uint32) {
+	c.cur.CompareAndSwap(from, from+1)
+}
+
+// Discover asks the cluster for its members (GET /api/v1/cluster/status)
+// and from then on spreads over every node that is up, so the client
+// survives the loss of the node it was given.
+func (c *Client) Discover(ctx context.Context) error {
+	var st struct {
+		Nodes []struct {
+			HTTPAddress string `json:"http_address"`
+			Status      string `json:"status"`
+		} `json:"nodes"`
+	}
+	if _, err := c.do(ctx, "GET", "/api/v1/cluster/status", nil, &st); err != nil {
+		return err
+	}
+	cur, _ := c.base()
+	scheme := "http://"
+	if strings.HasPrefix(cur, "https://") {
+		scheme = "https://"
+	}
+	nodes := []string{cur}
+	for _, n := range st.Nodes {
+		if u := scheme + n.HTTPAddress; n.HTTPAddress != "" && n.Status == "up" && u != cur {
+			nodes = append(nodes, u)
+		}
+	}
+	c.mu.Lock()
+	c.nodes = nodes
+	c.cur.Store(0)
+	c.mu.Unlock()
+	return nil
 }
 
 // do sends a JSON request; out (if not nil) receives a 2xx JSON answer. It
@@ -80,7 +154,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		status, err := c.once(ctx, method, path, body, out)
+		base, at := c.base()
+		status, err := c.once(ctx, method, base+path, body, out)
 		if err == nil {
 			return status, nil
 		}
@@ -90,9 +165,17 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		if retryable && ae.RetryAfter > 0 {
 			wait = ae.RetryAfter
 		}
+		if retryable && ae.Code == "shutting_down" {
+			c.failover(at) // this node is stopping; another one answers at once
+			wait = 0
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) && !ue.Timeout() && ctx.Err() == nil {
 			retryable = true // connection refused / reset: another node may answer
+			c.failover(at)
+			if len(c.Nodes()) > 1 && attempt < len(c.Nodes()) {
+				wait = 0
+			}
 		}
 		if !retryable || attempt >= c.MaxRetries {
 			return status, err
@@ -105,12 +188,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 	}
 }
 
-func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (int, error) {
+func (c *Client) once(ctx context.Context, method, target string, body []byte, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return 0, err
 	}
@@ -146,7 +229,7 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("corvo: decode %s %s: %w", method, path, err)
+			return resp.StatusCode, fmt.Errorf("corvo: decode %s %s: %w", method, target, err)
 		}
 	}
 	return resp.StatusCode, nil

@@ -177,3 +177,44 @@ type Schedule struct {
 	NextRun    *time.Time `json:"next_run,omitempty"`
 	LastRun    *time.Time `json:"last_run,omitempty"`
 }
+
+// ClusterStatus is the cluster's topology as one node gathered it.
+type ClusterStatus struct {
+	NodeID     uint64        `json:"node_id"`
+	ShardCount int           `json:"shard_count"`
+	Replicas   int           `json:"replicas"`
+	Nodes      []ClusterNode `json:"nodes"`
+	Shards     []ShardStatus `json:"shards"`
+	Mirror     struct {
+		LagEntries *int64 `json:"lag_entries"`
+	} `json:"mirror"`
+}
+
+// ClusterNode is one member of the cluster.
+type ClusterNode struct {
+	NodeID      uint64   `json:"node_id"`
+	Name        string   `json:"name"`
+	HTTPAddress string   `json:"http_address"`
+	RaftAddress string   `json:"raft_address"`
+	Status      string   `json:"status"` // up | down
+	LeaderOf    []uint64 `json:"leader_of"`
+	MirrorLag   *int64   `json:"mirror_lag_entries"`
+}
+
+// ShardStatus is one shard's leader and replicas.
+type ShardStatus struct {
+	ShardID    uint64 `json:"shard_id"`
+	LeaderNode uint64 `json:"leader_node"`
+	Term       uint64 `json:"term"`
+	Replicas   []struct {
+		NodeID  uint64  `json:"node_id"`
+		Role    string  `json:"role"`
+		Applied *uint64 `json:"applied_index"`
+		Lag     *uint64 `json:"lag"`
+	} `json:"replicas"`
+	ProposalLatency *struct {
+		P50 float64 `json:"p50"`
+		P90 float64 `json:"p90"`
+		P99 float64 `json:"p99"`
+	} `json:"proposal_latency_ms"`
+}

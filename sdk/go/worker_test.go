@@ -47,10 +47,17 @@ func freeAddr(t *testing.T) string {
 }
 
 // startServer runs a server for one test and returns its URL.
-func startServer(t *testing.T) string {
+func startServer(t *testing.T, extra ...string) string {
+	url, _ := startNode(t, extra...)
+	return url
+}
+
+// startNode runs a server and returns its URL and process (to kill it).
+func startNode(t *testing.T, extra ...string) (string, *exec.Cmd) {
 	t.Helper()
 	httpAddr := freeAddr(t)
-	cmd := exec.Command(serverBin, "server", "--bind", httpAddr, "--raft-bind", freeAddr(t), "--data-dir", t.TempDir(), "--log-level", "error")
+	args := append([]string{"server", "--bind", httpAddr, "--raft-bind", freeAddr(t), "--data-dir", t.TempDir(), "--log-level", "error"}, extra...)
+	cmd := exec.Command(serverBin, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,13 +68,13 @@ func startServer(t *testing.T) string {
 		if resp, err := http.Get(url + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return url
+				return url, cmd
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("server did not start")
-	return ""
+	return "", nil
 }
 
 func ptr[T any](v T) *T { return &v }

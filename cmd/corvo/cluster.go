@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+// handOffTimeout bounds how long a stopping node waits for its leaderships
+// to move (an election timeout or two).
+const handOffTimeout = 5 * time.Second
+
+type joinRequestBody struct {
+	Name        string `json:"name"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+}
+
+type joinAnswer struct {
+	NodeID   uint64 `json:"node_id"`
+	Shards   int    `json:"shards"`
+	Replicas int    `json:"replicas"`
+}
+
+// joinCluster asks a member (any of the comma-separated HTTP addresses) to
+// add this node, retrying while the cluster is starting or unreachable,
+// until ctx ends. A node only joins with an empty data dir.
+func joinCluster(ctx context.Context, targets string, body joinRequestBody, log zerolog.Logger) (joinAnswer, error) {
+	b, _ := json.Marshal(body)
+	var addrs []string
+	for _, a := range strings.Split(targets, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			if !strings.Contains(a, "://") {
+				a = "http://" + a
+			}
+			addrs = append(addrs, strings.TrimRight(a, "/"))
+		}
+	}
+	if len(addrs) == 0 {
+		return joinAnswer{}, errors.New("--join needs a host:port")
+	}
+	client := &http.Client{Timeout: 90 * time.Second}
+	backoff := 200 * time.Millisecond
+	deadline := time.Now().Add(5 * time.Minute)
+	for attempt := 0; ; attempt++ {
+		addr := addrs[attempt%len(addrs)]
+		req, err := http.NewRequestWithContext(ctx, "POST", addr+"/api/v1/cluster/join", bytes.NewReader(b))
+		if err != nil {
+			return joinAnswer{}, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				var a joinAnswer
+				if err := json.Unmarshal(out, &a); err != nil || a.NodeID == 0 || a.Shards == 0 {
+					return joinAnswer{}, fmt.Errorf("join %s: bad answer %q", addr, out)
+				}
+				log.Info().Uint64("node_id", a.NodeID).Int("shards", a.Shards).Str("via", addr).Msg("joined the cluster")
+				return a, nil
+			}
+			if resp.StatusCode < 500 {
+				return joinAnswer{}, fmt.Errorf("join %s: HTTP %d: %s", addr, resp.StatusCode, bytes.TrimSpace(out))
+			}
+			err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(out))
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return joinAnswer{}, fmt.Errorf("join the cluster via %s: %w", targets, err)
+		}
+		log.Info().Err(err).Str("via", addr).Msg("cannot join yet; retrying")
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return joinAnswer{}, ctx.Err()
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// discoverJoin decides, for a pod of a StatefulSet behind a headless
+// service, whether to bootstrap (ordinal 0: returns "") or whom to join:
+// the pod with ordinal 0 by its stable DNS name, then every other peer the
+// service resolves to.
+func discoverJoin(hostname, service, bind string, res interface {
+	LookupHost(ctx context.Context, host string) ([]string, error)
+}) (string, error) {
+	i := strings.LastIndexByte(hostname, '-')
+	if i < 0 {
+		return "", fmt.Errorf("--discover=dns: host name %q has no -<ordinal> suffix (run it as a StatefulSet)", hostname)
+	}
+	ord, err := strconv.Atoi(hostname[i+1:])
+	if err != nil || ord < 0 {
+		return "", fmt.Errorf("--discover=dns: host name %q has no -<ordinal> suffix (run it as a StatefulSet)", hostname)
+	}
+	if ord == 0 {
+		return "", nil
+	}
+	_, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return "", fmt.Errorf("--bind: %w", err)
+	}
+	targets := []string{net.JoinHostPort(hostname[:i]+"-0."+service, port)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if ips, err := res.LookupHost(ctx, service); err == nil {
+		for _, ip := range ips {
+			targets = append(targets, net.JoinHostPort(ip, port))
+		}
+	}
+	return strings.Join(targets, ","), nil
+}
+
+func newClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "cluster", Short: "Cluster topology: status, remove a node"}
+	status := apiCommand("status", "Nodes, leader and replicas of every shard, replication and mirror lag, proposal latency", cobra.NoArgs,
+		func(*cobra.Command, []string) (string, string, any, error) {
+			return "GET", "/api/v1/cluster/status", nil, nil
+		},
+		printClusterStatus)
+	remove := apiCommand("remove NODE_ID", "Take a node out of every shard (stop it afterwards); its ID is never reused", cobra.ExactArgs(1),
+		func(_ *cobra.Command, args []string) (string, string, any, error) {
+			if _, err := strconv.ParseUint(args[0], 10, 64); err != nil {
+				return "", "", nil, fmt.Errorf("node id must be a number, not %q", args[0])
+			}
+			return "DELETE", "/api/v1/cluster/nodes/" + args[0], nil, nil
+		},
+		func(w io.Writer, out []byte) error {
+			_, err := fmt.Fprintf(w, "%s: removed from the cluster; stop its process\n", bytes.TrimSpace(out))
+			return err
+		})
+	cmd.AddCommand(status, remove)
+	return cmd
+}
+
+func printClusterStatus(w io.Writer, out []byte) error {
+	var st struct {
+		NodeID   uint64 `json:"node_id"`
+		Shards   int    `json:"shard_count"`
+		Replicas int    `json:"replicas"`
+		Nodes    []struct {
+			NodeID    uint64   `json:"node_id"`
+			Name      string   `json:"name"`
+			HTTP      string   `json:"http_address"`
+			Raft      string   `json:"raft_address"`
+			Status    string   `json:"status"`
+			LeaderOf  []uint64 `json:"leader_of"`
+			MirrorLag *int64   `json:"mirror_lag_entries"`
+		} `json:"nodes"`
+		Groups []struct {
+			ShardID  uint64 `json:"shard_id"`
+			Leader   uint64 `json:"leader_node"`
+			Term     uint64 `json:"term"`
+			Replicas []struct {
+				NodeID  uint64  `json:"node_id"`
+				Role    string  `json:"role"`
+				Applied *uint64 `json:"applied_index"`
+				Lag     *uint64 `json:"lag"`
+			} `json:"replicas"`
+			Latency *struct {
+				P50 float64 `json:"p50"`
+				P90 float64 `json:"p90"`
+				P99 float64 `json:"p99"`
+			} `json:"proposal_latency_ms"`
+		} `json:"shards"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return &exitError{exitError_, fmt.Errorf("bad answer: %w", err)}
+	}
+	fmt.Fprintf(w, "answered by node %d · %d shards · %d replicas wanted\n\n", st.NodeID, st.Shards, st.Replicas)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tNAME\tSTATUS\tHTTP\tRAFT\tLEADS\tMIRROR LAG")
+	for _, n := range st.Nodes {
+		lag := "-"
+		if n.MirrorLag != nil {
+			lag = strconv.FormatInt(*n.MirrorLag, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.NodeID, n.Name, n.Status, n.HTTP, n.Raft, joinIDs(n.LeaderOf), lag)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tREPLICAS (node:applied/lag, *leader)\tPROPOSE p50/p90/p99 ms")
+	for _, g := range st.Groups {
+		var reps []string
+		for _, r := range g.Replicas {
+			s := strconv.FormatUint(r.NodeID, 10)
+			if r.Role == "leader" {
+				s += "*"
+			}
+			if r.Applied != nil {
+				s += ":" + strconv.FormatUint(*r.Applied, 10)
+			}
+			if r.Lag != nil {
+				s += "/" + strconv.FormatUint(*r.Lag, 10)
+			}
+			reps = append(reps, s)
+		}
+		lat := "-"
+		if g.Latency != nil {
+			lat = fmt.Sprintf("%.1f/%.1f/%.1f", g.Latency.P50, g.Latency.P90, g.Latency.P99)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", g.ShardID, g.Leader, g.Term, strings.Join(reps, " "), lat)
+	}
+	return tw.Flush()
+}
+
+func joinIDs(ids []uint64) string {
+	if len(ids) == 0 {
+		return "-"
+	}
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatUint(id, 10)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,584 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// freeAddrOn is a free TCP port on one loopback address (127.0.0.x), so
+// each node of a test cluster has its own IP like real machines.
+func freeAddrOn(t *testing.T, ip string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// newClusterNode starts one node of a test cluster; join is the HTTP
+// address of a member, or "" for the founding node.
+func newClusterNode(t *testing.T, i int, join string, extra ...string) *server {
+	t.Helper()
+	ip := fmt.Sprintf("127.0.0.%d", i+1)
+	s := &server{t: t, dir: t.TempDir(), http: freeAddrOn(t, ip), raft: freeAddrOn(t, ip)}
+	s.url = "http://" + s.http
+	s.extra = append([]string{"--node-id", fmt.Sprintf("n%d", i+1)}, extra...)
+	if join != "" {
+		s.extra = append(s.extra, "--join", join)
+	}
+	s.start()
+	t.Cleanup(func() {
+		if s.cmd != nil && s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+		if t.Failed() {
+			t.Logf("node %d stderr:\n%s", i+1, s.stderr.String())
+		}
+	})
+	return s
+}
+
+type clusterView struct {
+	NodeID uint64 `json:"node_id"`
+	Nodes  []struct {
+		NodeID   uint64   `json:"node_id"`
+		HTTP     string   `json:"http_address"`
+		Status   string   `json:"status"`
+		LeaderOf []uint64 `json:"leader_of"`
+	} `json:"nodes"`
+	Shards []struct {
+		ShardID  uint64 `json:"shard_id"`
+		Leader   uint64 `json:"leader_node"`
+		Replicas []struct {
+			NodeID  uint64  `json:"node_id"`
+			Applied *uint64 `json:"applied_index"`
+			Lag     *uint64 `json:"lag"`
+		} `json:"replicas"`
+	} `json:"shards"`
+}
+
+func clusterStatusOf(t *testing.T, s *server) (clusterView, bool) {
+	code, body := do(t, "GET", s.url+"/api/v1/cluster/status", nil)
+	if code != 200 {
+		return clusterView{}, false
+	}
+	return decode[clusterView](t, body), true
+}
+
+// waitCluster waits until a node sees n nodes up, every shard with n
+// replicas, a leader and every replica caught up to within 100 entries
+// of the leader (the load keeps them from being equal).
+func waitCluster(t *testing.T, s *server, n int) clusterView {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		v, ok := clusterStatusOf(t, s)
+		if ok && len(v.Nodes) == n {
+			good := true
+			for _, node := range v.Nodes {
+				good = good && node.Status == "up"
+			}
+			for _, sh := range v.Shards {
+				good = good && sh.Leader != 0 && len(sh.Replicas) == n
+				for _, r := range sh.Replicas {
+					good = good && r.Lag != nil && *r.Lag < 100
+				}
+			}
+			if good {
+				return v
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "cluster did not converge: %+v", v)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// handout is one fetch of a job by a worker, timed by the client.
+type handout struct {
+	worker     string
+	attempt    int
+	sent, recv time.Time
+}
+
+// clusterLoad runs producers and workers against every node of a cluster,
+// retrying each request on another node when one fails, and records what
+// it saw.
+type clusterLoad struct {
+	t     *testing.T
+	nodes []*server
+	lease time.Duration
+
+	mu       sync.Mutex
+	accepted map[string]bool
+	acks     map[string]int // 200 answers to acks
+	handouts map[string][]handout
+	// hard counts answers a client could not retry its way past: a 4xx
+	// other than a lost lease, or a 5xx without Retry-After.
+	hard      []string
+	retried   atomic.Int64
+	staleAcks atomic.Int64
+
+	stopProducing chan struct{}
+	stopWorking   chan struct{}
+	wg            sync.WaitGroup
+}
+
+// call sends one request to node k and on failure moves to the next node,
+// honouring Retry-After, until it gets a final answer or 60 s pass.
+func (l *clusterLoad) call(k int, method, path string, body any, ok func(int) bool) (int, []byte) {
+	deadline := time.Now().Add(60 * time.Second)
+	l.mu.Lock()
+	nodes := l.nodes
+	l.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		s := nodes[(k+attempt)%len(nodes)]
+		code, resp, retryAfter := doRetryAfter(l.t, method, s.url+path, body)
+		if ok(code) {
+			return code, resp
+		}
+		switch {
+		case code == 0: // connection refused or reset: the node is down
+		case (code == 503 || code == 429) && retryAfter != "":
+			time.Sleep(time.Second)
+		default:
+			return code, resp
+		}
+		l.retried.Add(1)
+		if time.Now().After(deadline) {
+			return code, resp
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func doRetryAfter(t *testing.T, method, url string, body any) (int, []byte, string) {
+	enc, err := json.Marshal(body)
+	require.NoError(t, err)
+	req, err := http.NewRequest(method, url, strings.NewReader(string(enc)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, ""
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, ""
+	}
+	return resp.StatusCode, out, resp.Header.Get("Retry-After")
+}
+
+func (l *clusterLoad) hardFailure(what string) {
+	l.mu.Lock()
+	l.hard = append(l.hard, what)
+	l.mu.Unlock()
+}
+
+func (l *clusterLoad) produce(p int, queues []string) {
+	defer l.wg.Done()
+	rnd := rand.New(rand.NewPCG(uint64(p), 7))
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-l.stopProducing:
+			return
+		case <-tick.C:
+		}
+		q := queues[rnd.IntN(len(queues))]
+		jobs := make([]map[string]any, 10)
+		for j := range jobs {
+			jobs[j] = map[string]any{"queue": q, "payload": map[string]int{"p": p, "i": i, "j": j}, "lease_duration": int(l.lease / time.Second)}
+		}
+		code, body := l.call(p, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": jobs}, func(c int) bool { return c == 201 })
+		if code != 201 {
+			l.hardFailure(fmt.Sprintf("enqueue: HTTP %d %s", code, body))
+			continue
+		}
+		var r struct {
+			JobIDs []string `json:"job_ids"`
+		}
+		require.NoError(l.t, json.Unmarshal(body, &r))
+		l.mu.Lock()
+		for _, id := range r.JobIDs {
+			l.accepted[id] = true
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *clusterLoad) work(w int, queues []string) {
+	defer l.wg.Done()
+	wid := fmt.Sprintf("w%d", w)
+	rnd := rand.New(rand.NewPCG(uint64(w), 11))
+	for k := w; ; k++ {
+		select {
+		case <-l.stopWorking:
+			return
+		default:
+		}
+		sent := time.Now()
+		code, body := l.call(k, "POST", "/api/v1/fetch", map[string]any{"queues": queues, "worker_id": wid, "timeout": 0.5, "count": 10},
+			func(c int) bool { return c == 200 || c == 204 })
+		recv := time.Now()
+		if code == 204 {
+			continue
+		}
+		if code != 200 {
+			l.hardFailure(fmt.Sprintf("fetch: HTTP %d %s", code, body))
+			continue
+		}
+		var r struct{ Jobs []fetched }
+		require.NoError(l.t, json.Unmarshal(body, &r))
+		l.mu.Lock()
+		for _, j := range r.Jobs {
+			l.handouts[j.JobID] = append(l.handouts[j.JobID], handout{worker: wid, attempt: j.Attempt, sent: sent, recv: recv})
+		}
+		l.mu.Unlock()
+		time.Sleep(time.Duration(rnd.IntN(20)) * time.Millisecond) // the work
+		for _, j := range r.Jobs {
+			code, body := l.call(k, "POST", "/api/v1/ack/"+j.JobID, map[string]any{"worker_id": wid, "attempt": j.Attempt},
+				func(c int) bool { return c == 200 })
+			switch {
+			case code == 200:
+				l.mu.Lock()
+				l.acks[j.JobID]++
+				l.mu.Unlock()
+			case code == 409:
+				// The lease ran out while the ack could not get through
+				// (its node was killed): the job went back to the queue.
+				l.staleAcks.Add(1)
+			default:
+				l.hardFailure(fmt.Sprintf("ack: HTTP %d %s", code, body))
+			}
+		}
+	}
+}
+
+// TestClusterChaos is issue 6's chaos test: three real nodes on
+// 127.0.0.1–3, producers and workers on all of them, the node leading the
+// most shards SIGKILLed every ~10 s for 5 rounds and restarted, then a
+// rolling SIGTERM restart of every node. Every enqueue that got a 2xx
+// completes, no job is handed out twice while a lease is valid, and every
+// node's Pebble state and mirror converge on the same jobs.
+func TestClusterChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	rounds := 5
+	if v := os.Getenv("CORVO_CHAOS_ROUNDS"); v != "" {
+		_, _ = fmt.Sscan(v, &rounds)
+	}
+	n1 := newClusterNode(t, 0, "")
+	nodes := []*server{n1, newClusterNode(t, 1, n1.http), newClusterNode(t, 2, n1.http)}
+	waitCluster(t, n1, 3)
+
+	queues := []string{"chaos.a", "chaos.b", "chaos.c", "chaos.d", "chaos.e", "chaos.f"}
+	l := &clusterLoad{t: t, nodes: nodes, lease: 3 * time.Second,
+		accepted: map[string]bool{}, acks: map[string]int{}, handouts: map[string][]handout{},
+		stopProducing: make(chan struct{}), stopWorking: make(chan struct{})}
+	for p := 0; p < 3; p++ {
+		l.wg.Add(1)
+		go l.produce(p, queues)
+	}
+	for w := 0; w < 6; w++ {
+		l.wg.Add(1)
+		go l.work(w, queues)
+	}
+
+	// Phase 1: SIGKILL the node leading the most shards, restart it.
+	for round := 0; round < rounds; round++ {
+		time.Sleep(8 * time.Second) // load runs between the kills
+		v, ok := clusterStatusOf(t, nodes[(round+1)%3])
+		require.True(t, ok)
+		victim, most := -1, -1
+		for _, n := range v.Nodes {
+			for k, s := range nodes {
+				if s.http == n.HTTP && len(n.LeaderOf) > most {
+					victim, most = k, len(n.LeaderOf)
+				}
+			}
+		}
+		require.GreaterOrEqual(t, victim, 0)
+		t.Logf("round %d: SIGKILL node %d (leads %d shards) with %d jobs accepted", round+1, victim+1, most, len(l.accepted))
+		nodes[victim].kill9()
+		time.Sleep(2 * time.Second) // the others elect new leaders and keep serving
+		nodes[victim].start()
+		waitCluster(t, nodes[(victim+1)%3], 3)
+	}
+
+	// Phase 2: a rolling restart with SIGTERM; clients retrying per
+	// Retry-After (or on the next node when one is gone) see no failure.
+	l.mu.Lock()
+	hardBefore := len(l.hard)
+	l.mu.Unlock()
+	for k, s := range nodes {
+		took := s.stop()
+		require.Equal(t, 0, s.exitCode, "node %d exit code", k+1)
+		t.Logf("rolling restart: node %d stopped in %s", k+1, took.Round(time.Millisecond))
+		s.start()
+		waitCluster(t, nodes[(k+1)%3], 3)
+	}
+	l.mu.Lock()
+	require.Empty(t, l.hard[hardBefore:], "requests that failed during the rolling restart")
+	l.mu.Unlock()
+
+	close(l.stopProducing)
+	// Wait for the workers to finish every accepted job.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		l.mu.Lock()
+		var open []string
+		for id := range l.accepted {
+			if l.acks[id] == 0 {
+				open = append(open, id)
+			}
+		}
+		l.mu.Unlock()
+		done := 0
+		if len(open) < 500 {
+			for _, id := range open {
+				if nodes[0].job(t, id).State == "completed" {
+					done++ // completed by an ack whose answer a kill swallowed
+				}
+			}
+		}
+		if len(open) == done {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d accepted jobs never completed", len(open)-done)
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(l.stopWorking)
+	l.wg.Wait()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("%d jobs accepted, %d acks, %d stale acks, %d retried requests, %d hard failures during the kills",
+		len(l.accepted), len(l.acks), l.staleAcks.Load(), l.retried.Load(), len(l.hard))
+	require.Greater(t, len(l.accepted), 1000)
+	for id, n := range l.acks {
+		require.Equal(t, 1, n, "job %s was acked with 200 %d times", id, n)
+	}
+	// No job handed out twice while a lease was valid: every handout has
+	// its own attempt number, and a later handout was received at least a
+	// lease after the earlier one was sent.
+	doubles := 0
+	for id, hs := range l.handouts {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].sent.Before(hs[j].sent) })
+		seen := map[int]bool{}
+		for i, h := range hs {
+			require.False(t, seen[h.attempt], "job %s handed out twice as attempt %d", id, h.attempt)
+			seen[h.attempt] = true
+			if i > 0 {
+				require.False(t, h.recv.Before(hs[i-1].sent.Add(l.lease)),
+					"job %s handed to %s while %s's lease was valid", id, h.worker, hs[i-1].worker)
+				doubles++
+			}
+		}
+	}
+	t.Logf("%d re-handouts after a lease ran out", doubles)
+
+	// Convergence: every node's Pebble has every accepted job completed,
+	// and every node's mirror holds the same set of jobs.
+	ids := slices.Sorted(func(yield func(string) bool) {
+		for id := range l.accepted {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	checkStates(t, nodes, ids, "completed")
+	var sets [][]string
+	for _, s := range nodes {
+		sets = append(sets, mirrorJobIDs(t, s))
+	}
+	require.GreaterOrEqual(t, len(sets[0]), len(ids))
+	require.Equal(t, sets[0], sets[1], "mirrors of nodes 1 and 2 differ")
+	require.Equal(t, sets[0], sets[2], "mirrors of nodes 1 and 3 differ")
+	for _, s := range nodes {
+		took := s.stop()
+		require.Less(t, took, 10*time.Second)
+	}
+}
+
+// mirrorJobIDs pages through everything a node's mirror holds, as sorted
+// "id/state" strings, waiting until two reads in a row agree.
+func mirrorJobIDs(t *testing.T, s *server) []string {
+	t.Helper()
+	var last []string
+	for try := 0; try < 50; try++ {
+		var ids []string
+		cursor := ""
+		for {
+			req := map[string]any{"limit": 1000}
+			if cursor != "" {
+				req["cursor"] = cursor
+			}
+			code, body := do(t, "POST", s.url+"/api/v1/jobs/search", req)
+			require.Equal(t, 200, code, string(body))
+			var page struct {
+				Jobs []struct {
+					ID    string `json:"id"`
+					State string `json:"state"`
+				} `json:"jobs"`
+				Cursor  *string `json:"cursor"`
+				HasMore bool    `json:"has_more"`
+			}
+			require.NoError(t, json.Unmarshal(body, &page))
+			for _, j := range page.Jobs {
+				ids = append(ids, j.ID+"/"+j.State)
+			}
+			if !page.HasMore || page.Cursor == nil {
+				break
+			}
+			cursor = *page.Cursor
+		}
+		sort.Strings(ids)
+		if slices.Equal(ids, last) {
+			return ids // two identical reads in a row: caught up
+		}
+		last = ids
+		time.Sleep(200 * time.Millisecond)
+	}
+	return last
+}
+
+// TestClusterAddAndRemoveNode: a 4th node joins a loaded 3-node cluster,
+// becomes a replica of every shard and takes leaderships; then a node is
+// removed: the others lead its shards, the removed node stops itself, and
+// no job is lost.
+func TestClusterAddAndRemoveNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	n1 := newClusterNode(t, 0, "")
+	nodes := []*server{n1, newClusterNode(t, 1, n1.http), newClusterNode(t, 2, n1.http)}
+	waitCluster(t, n1, 3)
+	queues := []string{"grow.a", "grow.b", "grow.c", "grow.d"}
+	l := &clusterLoad{t: t, nodes: nodes, lease: 3 * time.Second,
+		accepted: map[string]bool{}, acks: map[string]int{}, handouts: map[string][]handout{},
+		stopProducing: make(chan struct{}), stopWorking: make(chan struct{})}
+	for p := 0; p < 2; p++ {
+		l.wg.Add(1)
+		go l.produce(p, queues)
+	}
+
+	n4 := newClusterNode(t, 3, nodes[1].http)
+	v := waitCluster(t, n4, 4)
+	// Leaderships spread onto the new node (4 shards over 4 nodes).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		leads := 0
+		for _, n := range v.Nodes {
+			if n.HTTP == n4.http {
+				leads = len(n.LeaderOf)
+			}
+		}
+		if leads > 0 {
+			t.Logf("node 4 leads %d shards", leads)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "node 4 never led a shard: %+v", v)
+		time.Sleep(200 * time.Millisecond)
+		v, _ = clusterStatusOf(t, n4)
+	}
+
+	// Remove node 2 through node 4; node 2 notices and stops.
+	var id2 uint64
+	for _, n := range v.Nodes {
+		if n.HTTP == nodes[1].http {
+			id2 = n.NodeID
+		}
+	}
+	require.NotZero(t, id2)
+	code, body := do(t, "DELETE", fmt.Sprintf("%s/api/v1/cluster/nodes/%d", n4.url, id2), nil)
+	require.Equal(t, 200, code, string(body))
+	select {
+	case <-nodes[1].exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the removed node did not stop")
+	}
+	rest := []*server{nodes[0], nodes[2], n4}
+	l.mu.Lock()
+	l.nodes = rest
+	l.mu.Unlock()
+	waitCluster(t, n1, 3)
+
+	close(l.stopProducing)
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.hard)
+	require.Greater(t, len(l.accepted), 100)
+	var ids []string
+	for id := range l.accepted {
+		ids = append(ids, id)
+	}
+	checkStates(t, rest, ids, "pending")
+	t.Logf("%d jobs accepted across the change, all pending on the 3 remaining nodes", len(l.accepted))
+}
+
+// waitJobState waits until a node's replica shows the job in state (a
+// follower applies a moment after the node that answered the write).
+func waitJobState(s *server, id, state string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, _ := doRetryAfter(s.t, "GET", s.url+"/api/v1/jobs/"+id, nil)
+		var doc jobDoc
+		if code == 200 && json.Unmarshal(body, &doc) == nil && doc.State == state {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("job %s on %s: HTTP %d %s, want state %s", id, s.http, code, body, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkStates reads every job on every node (its local Pebble replica), 16
+// at a time, until each shows state.
+func checkStates(t *testing.T, nodes []*server, ids []string, state string) {
+	t.Helper()
+	work := make(chan func())
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range work {
+				f()
+			}
+		}()
+	}
+	for _, s := range nodes {
+		for _, id := range ids {
+			work <- func() {
+				if err := waitJobState(s, id, state); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	close(work)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}

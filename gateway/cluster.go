@@ -1,0 +1,380 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/shard"
+)
+
+// Cluster is what the gateway needs from the shard layer to run a
+// multi-node cluster: membership, leadership spreading, status.
+type Cluster interface {
+	NodeID() uint64
+	Meta() (shard.MetaState, error)
+	AddNode(ctx context.Context, name, raftAddr, httpAddr string) (shard.JoinInfo, error)
+	RemoveNode(ctx context.Context, id uint64) error
+	LocalStatus() []shard.ShardStatus
+	BalanceLeaders(alive func(uint64) bool) bool
+	HandOff(ctx context.Context, alive func(uint64) bool) int
+}
+
+// peerProbeInterval is how often each node checks the others' /healthz.
+const peerProbeInterval = time.Second
+
+// peers tracks which nodes answer over HTTP, for leadership moves (a
+// transfer to a dead node would stall its shard) and for cluster status.
+type peers struct {
+	self   uint64
+	client *fasthttp.Client
+	mu     sync.Mutex
+	seen   map[uint64]time.Time // last good /healthz
+	addrs  map[uint64]string
+}
+
+func newPeers(self uint64) *peers {
+	return &peers{
+		self: self,
+		client: &fasthttp.Client{
+			Name:                "corvo-peer",
+			ReadTimeout:         2 * time.Second,
+			WriteTimeout:        2 * time.Second,
+			MaxIdleConnDuration: time.Minute,
+		},
+		seen:  map[uint64]time.Time{},
+		addrs: map[uint64]string{},
+	}
+}
+
+// alive reports whether node id answered within the last three probes.
+func (p *peers) alive(id uint64) bool {
+	if id == p.self {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.seen[id]
+	return ok && time.Since(t) < 3*peerProbeInterval+time.Second
+}
+
+// probe checks every other live node's /healthz in parallel.
+func (p *peers) probe(nodes []shard.Node) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		if n.ID == p.self || n.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func(n shard.Node) {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://" + n.HTTPAddr + "/healthz")
+			err := p.client.DoTimeout(req, resp, time.Second)
+			p.mu.Lock()
+			p.addrs[n.ID] = n.HTTPAddr
+			if err == nil && resp.StatusCode() == 200 {
+				p.seen[n.ID] = time.Now()
+			}
+			p.mu.Unlock()
+		}(n)
+	}
+	wg.Wait()
+}
+
+// clusterLoop probes the other nodes and spreads leaderships over the live
+// ones, until the server shuts down.
+func (s *Server) clusterLoop() {
+	t := time.NewTicker(peerProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+		}
+		st, err := s.cluster.Meta()
+		if err != nil {
+			continue
+		}
+		live := st.Live()
+		if len(live) < 2 {
+			continue
+		}
+		s.peers.probe(live)
+		s.cluster.BalanceLeaders(s.peers.alive)
+	}
+}
+
+// HandOff moves this node's leaderships to live nodes before it stops
+// (graceful shutdown), waiting at most until ctx ends.
+func (s *Server) HandOff(ctx context.Context) int {
+	if s.cluster == nil {
+		return 0
+	}
+	if st, err := s.cluster.Meta(); err == nil && len(st.Live()) > 1 {
+		s.peers.probe(st.Live())
+	}
+	return s.cluster.HandOff(ctx, s.peers.alive)
+}
+
+type joinRequest struct {
+	Name        string `json:"name"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+}
+
+func (s *Server) handleJoin(ctx *fasthttp.RequestCtx) {
+	var req joinRequest
+	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	if req.RaftAddress == "" {
+		writeError(ctx, badRequest("invalid_request", "raft_address is required"))
+		return
+	}
+	if _, _, err := net.SplitHostPort(req.RaftAddress); err != nil {
+		writeError(ctx, badRequest("invalid_request", "raft_address: %v", err))
+		return
+	}
+	if req.HTTPAddress != "" {
+		if _, _, err := net.SplitHostPort(req.HTTPAddress); err != nil {
+			writeError(ctx, badRequest("invalid_request", "http_address: %v", err))
+			return
+		}
+	}
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := s.cluster.AddNode(c, req.Name, req.RaftAddress, req.HTTPAddress)
+	if err != nil {
+		code := 500
+		if errors.Is(err, shard.ErrNotInitialised) || errors.Is(err, context.DeadlineExceeded) {
+			code = 503
+		}
+		writeError(ctx, &apiError{status: code, code: "join_failed", msg: err.Error()})
+		return
+	}
+	b, _ := json.Marshal(info)
+	writeJSON(ctx, 200, b)
+}
+
+func (s *Server) handleRemoveNode(ctx *fasthttp.RequestCtx) {
+	id, err := strconv.ParseUint(ctx.UserValue("id").(string), 10, 64)
+	if err != nil || id == 0 {
+		writeError(ctx, badRequest("invalid_request", "node id must be a positive integer"))
+		return
+	}
+	var addr string
+	if st, err := s.cluster.Meta(); err == nil && st.Nodes[id] != nil {
+		addr = st.Nodes[id].HTTPAddr
+	}
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.cluster.RemoveNode(c, id); err != nil {
+		writeError(ctx, &apiError{status: 409, code: "remove_failed", msg: err.Error()})
+		return
+	}
+	// Tell the removed node, so it stops serving from replicas that no
+	// longer receive anything (best effort: it may be down already).
+	if addr != "" {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + addr + "/api/v1/cluster/removed")
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(`{"node_id":` + strconv.FormatUint(id, 10) + `}`)
+		if err := s.peers.client.DoTimeout(req, resp, 2*time.Second); err != nil {
+			s.log.Info().Err(err).Uint64("node", id).Msg("could not tell the removed node; stop it by hand")
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+	writeJSON(ctx, 200, []byte(`{"removed":`+strconv.FormatUint(id, 10)+`}`))
+}
+
+// handleRemoved is how a member tells this node it was removed from the
+// cluster: the node then shuts down (Config.OnRemoved).
+func (s *Server) handleRemoved(ctx *fasthttp.RequestCtx) {
+	var req struct {
+		NodeID uint64 `json:"node_id"`
+	}
+	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	if req.NodeID != s.cluster.NodeID() {
+		writeError(ctx, &apiError{status: 409, code: "wrong_node", msg: "this is node " + strconv.FormatUint(s.cluster.NodeID(), 10)})
+		return
+	}
+	s.log.Warn().Msg("this node was removed from the cluster: shutting down")
+	if s.cfg.OnRemoved != nil {
+		go s.cfg.OnRemoved()
+	}
+	writeJSON(ctx, 200, []byte(`{"status":"shutting_down"}`))
+}
+
+// localStatus is one node's own view, which /cluster/status gathers from
+// every node.
+type localStatus struct {
+	NodeID    uint64              `json:"node_id"`
+	Shards    []shard.ShardStatus `json:"shards"`
+	MirrorLag *int64              `json:"mirror_lag_entries,omitempty"`
+	LeaderOf  []uint64            `json:"leader_of"`
+}
+
+func (s *Server) local() localStatus {
+	ls := localStatus{NodeID: s.cluster.NodeID(), Shards: s.cluster.LocalStatus(), LeaderOf: []uint64{}}
+	for _, sh := range ls.Shards {
+		if !sh.Meta && sh.LeaderID == ls.NodeID {
+			ls.LeaderOf = append(ls.LeaderOf, sh.ShardID)
+		}
+	}
+	if s.cfg.Mirror != nil {
+		var sum int64
+		for _, l := range s.cfg.Mirror.Lag() {
+			sum += l
+		}
+		ls.MirrorLag = &sum
+	}
+	return ls
+}
+
+type statusNode struct {
+	NodeID      uint64   `json:"node_id"`
+	Name        string   `json:"name"`
+	HTTPAddress string   `json:"http_address"`
+	RaftAddress string   `json:"raft_address"`
+	Status      string   `json:"status"` // up | down
+	LeaderOf    []uint64 `json:"leader_of"`
+	MirrorLag   *int64   `json:"mirror_lag_entries,omitempty"`
+}
+
+type statusReplica struct {
+	NodeID  uint64  `json:"node_id"`
+	Role    string  `json:"role"` // leader | follower
+	Applied *uint64 `json:"applied_index,omitempty"`
+	Lag     *uint64 `json:"lag,omitempty"`
+}
+
+type statusShard struct {
+	ShardID         uint64           `json:"shard_id"`
+	LeaderNode      uint64           `json:"leader_node"`
+	Term            uint64           `json:"term"`
+	Replicas        []statusReplica  `json:"replicas"`
+	ProposalLatency *shard.Quantiles `json:"proposal_latency_ms,omitempty"`
+}
+
+type clusterStatus struct {
+	NodeID   uint64        `json:"node_id"`
+	Shards   int           `json:"shard_count"`
+	Replicas int           `json:"replicas"`
+	Nodes    []statusNode  `json:"nodes"`
+	Groups   []statusShard `json:"shards"`
+	Meta     *statusShard  `json:"meta"`
+	Mirror   struct {
+		LagEntries *int64 `json:"lag_entries,omitempty"`
+	} `json:"mirror"`
+}
+
+// handleClusterStatus answers this node's view (?local=true) or the whole
+// cluster's, gathered from every live node in parallel.
+func (s *Server) handleClusterStatus(ctx *fasthttp.RequestCtx) {
+	self := s.local()
+	if string(ctx.QueryArgs().Peek("local")) == "true" {
+		b, _ := json.Marshal(self)
+		writeJSON(ctx, 200, b)
+		return
+	}
+	st, err := s.cluster.Meta()
+	if err != nil {
+		writeError(ctx, engineError(err))
+		return
+	}
+	views := map[uint64]localStatus{self.NodeID: self}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range st.Live() {
+		if n.ID == self.NodeID || n.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func(n shard.Node) {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://" + n.HTTPAddr + "/api/v1/cluster/status?local=true")
+			if err := s.peers.client.DoTimeout(req, resp, time.Second); err != nil || resp.StatusCode() != 200 {
+				return
+			}
+			var ls localStatus
+			if json.Unmarshal(resp.Body(), &ls) == nil {
+				mu.Lock()
+				views[n.ID] = ls
+				mu.Unlock()
+			}
+		}(n)
+	}
+	wg.Wait()
+
+	out := clusterStatus{NodeID: self.NodeID, Shards: st.Shards, Replicas: st.Replicas, Nodes: []statusNode{}, Groups: []statusShard{}}
+	out.Mirror.LagEntries = self.MirrorLag
+	for _, n := range st.Live() {
+		sn := statusNode{NodeID: n.ID, Name: n.Name, HTTPAddress: n.HTTPAddr, RaftAddress: n.RaftAddr, Status: "down", LeaderOf: []uint64{}}
+		if v, ok := views[n.ID]; ok {
+			sn.Status, sn.LeaderOf, sn.MirrorLag = "up", v.LeaderOf, v.MirrorLag
+		}
+		out.Nodes = append(out.Nodes, sn)
+	}
+	applied := func(node, group uint64) (uint64, bool) {
+		v, ok := views[node]
+		if !ok {
+			return 0, false
+		}
+		for _, sh := range v.Shards {
+			if sh.ShardID == group {
+				return sh.Applied, !sh.Meta
+			}
+		}
+		return 0, false
+	}
+	for _, sh := range self.Shards {
+		g := statusShard{ShardID: sh.ShardID, LeaderNode: sh.LeaderID, Term: sh.Term, Replicas: []statusReplica{}, ProposalLatency: sh.ProposalLatency}
+		leaderApplied, leaderKnown := applied(sh.LeaderID, sh.ShardID)
+		for _, id := range slices.Sorted(maps.Keys(sh.Members)) {
+			r := statusReplica{NodeID: id, Role: "follower"}
+			if id == sh.LeaderID {
+				r.Role = "leader"
+			}
+			if a, ok := applied(id, sh.ShardID); ok {
+				r.Applied = &a
+				if leaderKnown {
+					lag := uint64(0)
+					if leaderApplied > a {
+						lag = leaderApplied - a
+					}
+					r.Lag = &lag
+				}
+			}
+			g.Replicas = append(g.Replicas, r)
+		}
+		if sh.Meta {
+			m := g
+			out.Meta = &m
+			continue
+		}
+		out.Groups = append(out.Groups, g)
+	}
+	b, _ := json.Marshal(out)
+	writeJSON(ctx, 200, b)
+}

@@ -1,0 +1,412 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/lni/dragonboat/v4"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+)
+
+// Cluster membership, leadership spreading and status. Every node hosts a
+// replica of the meta group and of every data shard (the replica set of a
+// shard is the whole cluster); dragonboat does the replication, elections
+// and snapshot streaming.
+
+// JoinInfo is what a node learns when the cluster adds it.
+type JoinInfo struct {
+	NodeID   uint64 `json:"node_id"`
+	Shards   int    `json:"shards"`
+	Replicas int    `json:"replicas"`
+}
+
+// ErrNotInitialised: the meta group has not recorded the cluster's settings
+// yet (the bootstrap node is still starting); retry.
+var ErrNotInitialised = errors.New("the cluster is still starting")
+
+// groups lists every Raft group a node hosts: the meta group first.
+func (h *Host) groups() []uint64 {
+	ids := []uint64{MetaShardID}
+	for i := 0; i < h.cfg.Shards; i++ {
+		ids = append(ids, ShardID(i))
+	}
+	return ids
+}
+
+// NodeID is this node's replica ID in every group.
+func (h *Host) NodeID() uint64 { return h.cfg.NodeID }
+
+// Meta returns the meta group's state as this node's replica has it.
+func (h *Host) Meta() (MetaState, error) {
+	v, err := h.nh.StaleRead(MetaShardID, metaQuery{})
+	if err != nil {
+		return MetaState{}, err
+	}
+	return v.(MetaState), nil
+}
+
+// retryTemp runs f until it succeeds, fails for good, or ctx ends. Raft
+// operations fail temporarily while a group has no leader.
+func retryTemp(ctx context.Context, closing <-chan struct{}, f func(ctx context.Context) error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !dragonboat.IsTempError(err) && !errors.Is(err, dragonboat.ErrTimeout) &&
+			!errors.Is(err, dragonboat.ErrRejected) && !errors.Is(err, dragonboat.ErrAborted) &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dragonboat.ErrShardNotReady) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-closing:
+			return ErrClosed
+		}
+		if backoff < 500*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+func (h *Host) proposeMeta(ctx context.Context, c metaCmd) (sm.Result, error) {
+	b, _ := json.Marshal(c)
+	var res sm.Result
+	err := retryTemp(ctx, h.closing, func(ctx context.Context) error {
+		var err error
+		res, err = h.nh.SyncPropose(ctx, h.nh.GetNoOPSession(MetaShardID), b)
+		return err
+	})
+	return res, err
+}
+
+// AddNode registers a node in the meta group and adds it as a replica of
+// every group. The new node then starts its replicas in join mode and
+// catches up from the leaders' logs or snapshots. A node that joins again
+// from the same Raft address (it was wiped) replaces its old replicas.
+//
+// Going from one node to two makes each group's quorum two, so writes to a
+// group pause from its membership change until the new node has started.
+func (h *Host) AddNode(ctx context.Context, name, raftAddr, httpAddr string) (JoinInfo, error) {
+	st, err := h.Meta()
+	if err != nil {
+		return JoinInfo{}, err
+	}
+	if st.Shards == 0 {
+		return JoinInfo{}, ErrNotInitialised
+	}
+	res, err := h.proposeMeta(ctx, metaCmd{Op: "register", Node: Node{Name: name, RaftAddr: raftAddr, HTTPAddr: httpAddr}})
+	if err != nil {
+		return JoinInfo{}, fmt.Errorf("register node: %w", err)
+	}
+	var rr registerResult
+	if err := json.Unmarshal(res.Data, &rr); err != nil || rr.ID == 0 {
+		return JoinInfo{}, fmt.Errorf("register node: bad meta result")
+	}
+	for _, g := range h.groups() {
+		if rr.Replaces != 0 {
+			if err := h.deleteReplica(ctx, g, rr.Replaces); err != nil {
+				return JoinInfo{}, fmt.Errorf("remove the replica %d it replaces from group %d: %w", rr.Replaces, g, err)
+			}
+		}
+		if err := h.addReplica(ctx, g, rr.ID, raftAddr); err != nil {
+			return JoinInfo{}, fmt.Errorf("add node %d to group %d: %w", rr.ID, g, err)
+		}
+	}
+	h.log.Info().Uint64("node", rr.ID).Str("name", name).Str("raft", raftAddr).Uint64("replaces", rr.Replaces).Msg("node added to the cluster")
+	return JoinInfo{NodeID: rr.ID, Shards: st.Shards, Replicas: st.Replicas}, nil
+}
+
+// RemoveNode takes a node out of every group and marks it removed in the
+// registry; its ID is never reused. The node itself should be stopped.
+func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
+	if id == h.cfg.NodeID {
+		return errors.New("a node cannot remove itself; ask another member")
+	}
+	st, err := h.Meta()
+	if err != nil {
+		return err
+	}
+	n, ok := st.Nodes[id]
+	if !ok || n.Removed {
+		return fmt.Errorf("no node %d in the cluster", id)
+	}
+	if len(st.Live()) <= 1 {
+		return errors.New("cannot remove the last node")
+	}
+	gs := h.groups()
+	// Data shards first, the meta group last: the registry keeps the node
+	// until it hosts nothing.
+	for _, g := range append(gs[1:], gs[0]) {
+		if err := h.deleteReplica(ctx, g, id); err != nil {
+			return fmt.Errorf("remove node %d from group %d: %w", id, g, err)
+		}
+	}
+	_, err = h.proposeMeta(ctx, metaCmd{Op: "remove", Node: Node{ID: id}})
+	return err
+}
+
+func (h *Host) addReplica(ctx context.Context, group, id uint64, addr string) error {
+	return retryTemp(ctx, h.closing, func(ctx context.Context) error {
+		m, err := h.nh.SyncGetShardMembership(ctx, group)
+		if err != nil {
+			return err
+		}
+		if _, ok := m.Nodes[id]; ok {
+			return nil
+		}
+		if _, ok := m.Removed[id]; ok {
+			return fmt.Errorf("replica %d was removed from group %d and cannot come back", id, group)
+		}
+		return h.nh.SyncRequestAddReplica(ctx, group, id, addr, m.ConfigChangeID)
+	})
+}
+
+func (h *Host) deleteReplica(ctx context.Context, group, id uint64) error {
+	return retryTemp(ctx, h.closing, func(ctx context.Context) error {
+		m, err := h.nh.SyncGetShardMembership(ctx, group)
+		if err != nil {
+			return err
+		}
+		_, voting := m.Nodes[id]
+		_, nonVoting := m.NonVotings[id]
+		if !voting && !nonVoting {
+			return nil
+		}
+		return h.nh.SyncRequestDeleteReplica(ctx, group, id, m.ConfigChangeID)
+	})
+}
+
+// registerSelf records this node's settings in the meta group: the
+// bootstrap node initialises the cluster, and a node whose HTTP address
+// changed updates it. It retries in the background until the meta group
+// has a quorum.
+func (h *Host) registerSelf() {
+	defer h.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	self := Node{ID: h.cfg.NodeID, Name: h.cfg.NodeName, RaftAddr: h.cfg.RaftAddress, HTTPAddr: h.cfg.HTTPAddress}
+	for ctx.Err() == nil {
+		if st, err := h.Meta(); err == nil {
+			var c *metaCmd
+			n := st.Nodes[self.ID]
+			switch {
+			case st.Shards == 0 && !h.cfg.Join:
+				c = &metaCmd{Op: "init", Shards: h.cfg.Shards, Replicas: h.cfg.Replicas, Node: self}
+			case st.Shards == 0:
+				// A joined node waits for its meta replica to catch up.
+			case n != nil && !n.Removed && n.HTTPAddr != self.HTTPAddr:
+				c = &metaCmd{Op: "address", Node: self}
+			default:
+				return
+			}
+			if c != nil {
+				if _, err := h.proposeMeta(ctx, *c); err == nil {
+					continue
+				}
+			}
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// shardInfos is every group's state as this node's replicas see it.
+func (h *Host) shardInfos() map[uint64]dragonboat.ShardInfo {
+	info := h.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
+	out := make(map[uint64]dragonboat.ShardInfo, len(info.ShardInfoList))
+	for _, si := range info.ShardInfoList {
+		out[si.ShardID] = si
+	}
+	return out
+}
+
+// BalanceLeaders moves at most one leadership from this node to a live
+// voter that leads at least two fewer data shards, so leaders spread evenly
+// over the nodes. alive says which nodes answer; a transfer to a dead node
+// would stall the shard for an election timeout. It reports whether it
+// asked for a transfer.
+func (h *Host) BalanceLeaders(alive func(uint64) bool) bool {
+	infos := h.shardInfos()
+	counts := map[uint64]int{}
+	for i := 0; i < h.cfg.Shards; i++ {
+		if si, ok := infos[ShardID(i)]; ok && si.LeaderID != 0 {
+			counts[si.LeaderID]++
+		}
+	}
+	me := h.cfg.NodeID
+	for i := 0; i < h.cfg.Shards; i++ {
+		si, ok := infos[ShardID(i)]
+		if !ok || si.LeaderID != me {
+			continue
+		}
+		var best uint64
+		for _, id := range sortedReplicaIDs(si.Replicas) {
+			if id == me || !alive(id) {
+				continue
+			}
+			if counts[me]-counts[id] >= 2 && (best == 0 || counts[id] < counts[best]) {
+				best = id
+			}
+		}
+		if best != 0 {
+			if err := h.nh.RequestLeaderTransfer(ShardID(i), best); err == nil {
+				h.log.Info().Int("shard", i).Uint64("to", best).Msg("moving leadership to spread leaders")
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HandOff transfers every leadership this node holds to a live voter and
+// waits (until ctx ends) for the transfers to finish, so a node that is
+// about to stop does not take its shards' availability with it.
+func (h *Host) HandOff(ctx context.Context, alive func(uint64) bool) int {
+	me := h.cfg.NodeID
+	moved := 0
+	for ctx.Err() == nil {
+		infos := h.shardInfos()
+		counts := map[uint64]int{}
+		for _, si := range infos {
+			if si.LeaderID != 0 {
+				counts[si.LeaderID]++
+			}
+		}
+		pending := 0
+		for _, g := range h.groups() {
+			si, ok := infos[g]
+			if !ok || si.LeaderID != me {
+				continue
+			}
+			var best uint64
+			for _, id := range sortedReplicaIDs(si.Replicas) {
+				if id != me && alive(id) && (best == 0 || counts[id] < counts[best]) {
+					best = id
+				}
+			}
+			if best == 0 {
+				continue // nobody to hand it to
+			}
+			pending++
+			if h.nh.RequestLeaderTransfer(g, best) == nil {
+				counts[best]++
+				moved++
+			}
+		}
+		if pending == 0 {
+			return moved
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return moved
+}
+
+func sortedReplicaIDs(m map[uint64]string) []uint64 {
+	ids := make([]uint64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// Quantiles are proposal latencies in milliseconds over the last proposals.
+type Quantiles struct {
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	Count int     `json:"samples"`
+}
+
+// ShardStatus is one group as this node's replica sees it.
+type ShardStatus struct {
+	ShardID  uint64            `json:"shard_id"`
+	Meta     bool              `json:"meta,omitempty"`
+	LeaderID uint64            `json:"leader_node"`
+	Term     uint64            `json:"term"`
+	Members  map[uint64]string `json:"members"`
+	Applied  uint64            `json:"applied_index"`
+	// ProposalLatency covers the proposals made from this node.
+	ProposalLatency *Quantiles `json:"proposal_latency_ms,omitempty"`
+}
+
+// LocalStatus is this node's view of every group it hosts.
+func (h *Host) LocalStatus() []ShardStatus {
+	infos := h.shardInfos()
+	out := make([]ShardStatus, 0, len(infos))
+	for _, g := range h.groups() {
+		si, ok := infos[g]
+		if !ok {
+			continue
+		}
+		st := ShardStatus{ShardID: g, Meta: g == MetaShardID, LeaderID: si.LeaderID, Term: si.Term, Members: si.Replicas}
+		if g != MetaShardID {
+			i := int(g) - 1
+			if s := h.sms[i].Load(); s != nil {
+				st.Applied = s.Applied()
+			}
+			q := h.proposers[i].recent.quantiles()
+			st.ProposalLatency = &q
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// latencyRing keeps the latest proposal latencies of one shard.
+type latencyRing struct {
+	mu  sync.Mutex
+	buf [1024]time.Duration
+	n   int // total added
+}
+
+func (r *latencyRing) add(d time.Duration) {
+	r.mu.Lock()
+	r.buf[r.n%len(r.buf)] = d
+	r.n++
+	r.mu.Unlock()
+}
+
+func (r *latencyRing) quantiles() Quantiles {
+	r.mu.Lock()
+	n := r.n
+	if n > len(r.buf) {
+		n = len(r.buf)
+	}
+	s := append([]time.Duration(nil), r.buf[:n]...)
+	r.mu.Unlock()
+	if n == 0 {
+		return Quantiles{}
+	}
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) float64 {
+		return float64(s[int(q*float64(n-1))]) / float64(time.Millisecond)
+	}
+	return Quantiles{P50: at(0.5), P90: at(0.9), P99: at(0.99), Count: n}
+}
