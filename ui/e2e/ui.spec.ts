@@ -179,11 +179,17 @@ test('create and edit a schedule', async ({ page }) => {
   expect(sc.next_run).toMatch(/T03:45:00/)
 })
 
-test('the cluster page says single node when there is no cluster endpoint', async ({ page }) => {
+test('the cluster page shows a single node as such, with its shards', async ({ page }) => {
   const r = await fetch(process.env.CORVO_E2E_URL + '/api/v1/cluster/status')
   await page.goto('/ui/cluster')
-  if (r.status === 404) await expect(page.getByTestId('single-node')).toContainText('Single node')
-  else await expect(page.getByRole('heading', { name: 'Nodes' })).toBeVisible()
+  await expect(page.getByTestId('single-node')).toContainText('Single node')
+  if (r.status === 200) {
+    const st = (await r.json()) as { nodes: unknown[]; shards: unknown[] }
+    await expect(page.getByTestId('cluster-nodes')).toHaveText(`${st.nodes.length}/${st.nodes.length}`)
+    await expect(page.getByRole('heading', { name: 'Shards' })).toBeVisible()
+    // one row per shard plus the meta group
+    await expect(page.locator('table').nth(1).locator('tbody tr')).toHaveCount(st.shards.length + 1)
+  }
 })
 
 test('screenshots of every screen at desktop and phone width, and first paint', async ({ browser }) => {

@@ -96,14 +96,18 @@ export interface Schedule {
   unique_key: string | null; max_retries: number | null; priority: string | null
   next_run: string | null; last_run: string | null; created_at: string
 }
+export interface ClusterShard {
+  shard_id: number; leader_node: string | number; term?: number
+  replicas: { node_id: string | number; role: 'leader' | 'follower'; applied_index?: number; lag?: number }[]
+  proposal_latency_ms?: { p50: number; p90: number; p99: number; samples?: number }
+}
 export interface ClusterStatus {
   node_id: string | number
-  nodes: { node_id: string | number; http_address: string; raft_address: string; status: 'up' | 'down'; leader_of: number[] }[]
-  shards: {
-    shard_id: number; leader_node: string | number
-    replicas: { node_id: string | number; role: 'leader' | 'follower'; applied_index: number; lag: number }[]
-    proposal_latency_ms?: { p50: number; p90: number; p99: number }
-  }[]
+  shard_count?: number
+  replicas?: number
+  nodes: { node_id: string | number; name?: string; http_address: string; raft_address: string; status: 'up' | 'down'; leader_of: number[]; mirror_lag_entries?: number }[]
+  shards: ClusterShard[]
+  meta?: ClusterShard
   mirror?: { lag_entries: number }
 }
 export interface Batch { id: string; total: number; pending: number; succeeded: number; failed: number; callback_queue: string; callback_job_id: string | null; created_at: string; completed_at: string | null }

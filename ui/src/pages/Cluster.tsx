@@ -1,4 +1,4 @@
-import { api, ApiError, type ClusterStatus, type Health } from '../api'
+import { api, ApiError, type ClusterShard, type ClusterStatus, type Health } from '../api'
 import { useLive } from '../live'
 import { fmtInt } from '../format'
 import { act, ErrorNote, Stat } from '../components/ui'
@@ -15,9 +15,27 @@ async function load(s: AbortSignal): Promise<ClusterData> {
   }
 }
 
+function ShardRow({ s, label }: { s: ClusterShard; label: string }) {
+  const lat = s.proposal_latency_ms
+  return (
+    <tr>
+      <th scope="row">{label}</th>
+      <td>{String(s.leader_node)}</td>
+      <td class="hide-sm">{s.term ?? '—'}</td>
+      <td>{s.replicas.map((r) => (
+        <span key={String(r.node_id)} class={`tag ${(r.lag ?? 0) > 100 ? 'warn' : ''}`} title={r.role}>
+          {String(r.node_id)}{r.role === 'leader' ? ' ★' : ''}{r.applied_index !== undefined ? ` · ${fmtInt(r.applied_index)}` : ''}{r.lag !== undefined ? ` · lag ${fmtInt(r.lag)}` : ''}
+        </span>
+      ))}</td>
+      <td class="hide-sm">{lat && (lat.samples ?? 1) > 0 ? `${lat.p50} / ${lat.p90} / ${lat.p99} ms` : '—'}</td>
+    </tr>
+  )
+}
+
 export function ClusterPage() {
   const { data, error } = useLive(load, 'cluster', { match: () => false, pollLiveMs: 5000, pollOfflineMs: 5000 })
   const st = data?.status
+  const single = !st || st.nodes.length === 1
   return (
     <section aria-labelledby="h-cluster">
       <div class="page-head">
@@ -27,35 +45,36 @@ export function ClusterPage() {
         </div>
       </div>
       <ErrorNote error={error} />
+      {data && single && (
+        <p data-testid="single-node"><strong>Single node.</strong> This server runs every shard itself{st ? '' : ' and has no cluster peers'}; start others with <code>corvo server --join</code> to make a cluster.</p>
+      )}
       {data && !st && (
-        <div data-testid="single-node">
-          <p><strong>Single node.</strong> This server runs every shard itself; it has no cluster peers.</p>
-          <div class="stats">
-            <Stat label="Shards" value={String(data.health.shards)} />
-            <Stat label="Shards led here" value={String(data.health.shards_led)} tone={data.health.shards_led === data.health.shards ? 'good' : 'warn'} />
-            <Stat label="Health" value={data.health.status} tone={data.health.status === 'ok' ? 'good' : 'bad'} />
-          </div>
+        <div class="stats">
+          <Stat label="Shards" value={String(data.health.shards)} />
+          <Stat label="Shards led here" value={String(data.health.shards_led)} tone={data.health.shards_led === data.health.shards ? 'good' : 'warn'} />
+          <Stat label="Health" value={data.health.status} tone={data.health.status === 'ok' ? 'good' : 'bad'} />
         </div>
       )}
       {st && (
         <>
           <div class="stats">
-            <Stat label="Nodes" value={`${st.nodes.filter((n) => n.status === 'up').length}/${st.nodes.length} up`} tone={st.nodes.every((n) => n.status === 'up') ? 'good' : 'bad'} />
-            <Stat label="Shards" value={String(st.shards.length)} />
+            <Stat label="Nodes up" value={`${st.nodes.filter((n) => n.status === 'up').length}/${st.nodes.length}`} tone={st.nodes.every((n) => n.status === 'up') ? 'good' : 'bad'} testid="cluster-nodes" />
+            <Stat label="Shards" value={String(st.shard_count ?? st.shards.length)} hint={st.replicas ? `${st.replicas} replicas each` : undefined} />
             <Stat label="This node" value={String(st.node_id)} />
-            {st.mirror && <Stat label="Search mirror lag" value={`${fmtInt(st.mirror.lag_entries)} entries`} tone={st.mirror.lag_entries > 1000 ? 'warn' : ''} />}
+            {st.mirror && <Stat label="Search index lag" value={fmtInt(st.mirror.lag_entries)} hint="entries" tone={st.mirror.lag_entries > 1000 ? 'warn' : ''} />}
           </div>
           <h2>Nodes</h2>
           <div class="table-wrap">
             <table class="grid">
-              <thead><tr><th scope="col">Node</th><th scope="col">HTTP</th><th scope="col" class="hide-sm">Raft</th><th scope="col">Leads shards</th><th scope="col">Status</th></tr></thead>
+              <thead><tr><th scope="col">Node</th><th scope="col">HTTP</th><th scope="col" class="hide-sm">Raft</th><th scope="col">Leads shards</th><th scope="col" class="num hide-sm">Index lag</th><th scope="col">Status</th></tr></thead>
               <tbody>
                 {st.nodes.map((n) => (
                   <tr key={String(n.node_id)}>
-                    <th scope="row">{String(n.node_id)}{String(n.node_id) === String(st.node_id) ? ' (this node)' : ''}</th>
+                    <th scope="row">{n.name ? `${n.name} (${n.node_id})` : String(n.node_id)}{String(n.node_id) === String(st.node_id) ? ' · this node' : ''}</th>
                     <td class="mono small">{n.http_address}</td>
                     <td class="mono small hide-sm">{n.raft_address}</td>
                     <td>{n.leader_of.length ? n.leader_of.join(', ') : '—'}</td>
+                    <td class="num hide-sm">{n.mirror_lag_entries !== undefined ? fmtInt(n.mirror_lag_entries) : '—'}</td>
                     <td><span class={`badge ${n.status === 'up' ? 's-completed' : 's-dead'}`}>{n.status}</span></td>
                   </tr>
                 ))}
@@ -65,16 +84,10 @@ export function ClusterPage() {
           <h2>Shards</h2>
           <div class="table-wrap">
             <table class="grid">
-              <thead><tr><th scope="col">Shard</th><th scope="col">Leader</th><th scope="col">Replicas (applied · lag)</th><th scope="col" class="hide-sm">Proposal p50 / p90 / p99</th></tr></thead>
+              <thead><tr><th scope="col">Shard</th><th scope="col">Leader</th><th scope="col" class="hide-sm">Term</th><th scope="col">Replicas (applied · lag)</th><th scope="col" class="hide-sm">Proposal p50 / p90 / p99</th></tr></thead>
               <tbody>
-                {st.shards.map((s) => (
-                  <tr key={s.shard_id}>
-                    <th scope="row">{s.shard_id}</th>
-                    <td>{String(s.leader_node)}</td>
-                    <td>{s.replicas.map((r) => <span key={String(r.node_id)} class={`tag ${r.lag > 100 ? 'warn' : ''}`}>{String(r.node_id)} {r.role === 'leader' ? '★' : ''} {fmtInt(r.applied_index)} · {fmtInt(r.lag)}</span>)}</td>
-                    <td class="hide-sm">{s.proposal_latency_ms ? `${s.proposal_latency_ms.p50} / ${s.proposal_latency_ms.p90} / ${s.proposal_latency_ms.p99} ms` : '—'}</td>
-                  </tr>
-                ))}
+                {st.shards.map((s) => <ShardRow key={s.shard_id} s={s} label={String(s.shard_id)} />)}
+                {st.meta && <ShardRow s={st.meta} label="meta" />}
               </tbody>
             </table>
           </div>

@@ -50,7 +50,7 @@ export function Dashboard() {
     <section aria-labelledby="h-dash">
       <div class="page-head">
         <h1 id="h-dash">Dashboard</h1>
-        {data && <span class="muted">{data.nodes ? `cluster: ${data.nodes} node${data.nodes > 1 ? 's' : ''}` : 'single node'}</span>}
+        {data && <span class="muted">{data.nodes && data.nodes > 1 ? `cluster: ${data.nodes} nodes` : 'single node'}</span>}
       </div>
       <ErrorNote error={error} />
       <div class="stats" aria-label="Totals">
@@ -121,7 +121,7 @@ export function Dashboard() {
                 <thead><tr><th scope="col">Node</th><th scope="col">Leads</th><th scope="col">Status</th></tr></thead>
                 <tbody>
                   {data.cluster.nodes.map((n) => (
-                    <tr key={String(n.node_id)}><th scope="row">{String(n.node_id)}</th><td>{n.leader_of.length} shard{n.leader_of.length === 1 ? '' : 's'}</td><td><span class={`badge ${n.status === 'up' ? 's-completed' : 's-dead'}`}>{n.status}</span></td></tr>
+                    <tr key={String(n.node_id)}><th scope="row">{n.name ? `${n.name} (${n.node_id})` : String(n.node_id)}</th><td>{n.leader_of.length} shard{n.leader_of.length === 1 ? '' : 's'}</td><td><span class={`badge ${n.status === 'up' ? 's-completed' : 's-dead'}`}>{n.status}</span></td></tr>
                   ))}
                 </tbody>
               </table>
