@@ -100,7 +100,8 @@ export function App() {
 
   const liveText = live.state === 'open' ? 'Live'
     : live.state === 'waiting' ? `Reconnecting${live.retryInMs ? ` in ${Math.ceil(live.retryInMs / 1000)}s` : ''} · polling`
-    : live.state === 'connecting' ? 'Connecting…' : 'Polling'
+    : live.state === 'connecting' ? 'Connecting…'
+    : live.state === 'busy' ? 'Busy server · refreshing every few s' : 'Polling'
 
   return (
     <div class={`shell ${drawer ? 'drawer-open' : ''}`} onClick={(e) => onLinkClick(e as unknown as MouseEvent)}>

@@ -1,7 +1,7 @@
 // @vitest-environment jsdom
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { act, cleanup, render } from '@testing-library/preact'
-import { emit, useLive, type JobEvent } from './live'
+import { emit, RateGate, useLive, type JobEvent } from './live'
 
 const ev = (over: Partial<JobEvent> = {}): JobEvent => ({ type: 'enqueued', job_id: 'j1', queue: 'q', ...over })
 
@@ -68,3 +68,23 @@ describe('useLive', () => {
     expect(r.getByTestId('v').textContent).toBe('7:boom')
   })
 })
+
+describe('RateGate', () => {
+  it('trips after `seconds` consecutive seconds over the limit, not on one burst', () => {
+    const g = new RateGate(10, 3)
+    const second = (t: number, n: number) => { let tripped = false; for (let i = 0; i < n; i++) tripped = g.hit(t + i) || tripped; return tripped }
+    expect(second(0, 50)).toBe(false) // a burst: counted when the next window starts
+    expect(second(1000, 5)).toBe(false)
+    expect(second(2000, 50)).toBe(false)
+    expect(second(3000, 50)).toBe(false)
+    expect(second(4000, 50)).toBe(false)
+    expect(second(5000, 1)).toBe(true) // 3 full seconds over the limit
+  })
+  it('a quiet gap resets the streak', () => {
+    const g = new RateGate(10, 2)
+    for (let i = 0; i < 50; i++) g.hit(i)
+    for (let i = 0; i < 50; i++) g.hit(1000 + i)
+    expect(g.hit(10_000)).toBe(false)
+  })
+})
+

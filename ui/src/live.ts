@@ -19,7 +19,31 @@ export interface JobEvent {
 }
 
 type Listener = (e: JobEvent | 'reset') => void
-export interface LiveStatus { state: StreamStatus | 'off'; retryInMs?: number; since: number }
+export interface LiveStatus { state: StreamStatus | 'off' | 'busy'; retryInMs?: number; since: number }
+
+// RateGate says when the stream carries more events than a tab should
+// digest (every view only needs "something changed"): over `limit` events
+// a second for `seconds` seconds in a row.
+export class RateGate {
+  private windowStart = 0
+  private count = 0
+  private hot = 0
+  constructor(readonly limit = 300, readonly seconds = 3) {}
+  hit(nowMs: number): boolean {
+    if (nowMs - this.windowStart >= 1000) {
+      const over = this.count > this.limit
+      // A window with no events at all in between resets the streak.
+      this.hot = over && nowMs - this.windowStart < 2000 ? this.hot + 1 : over ? 1 : 0
+      this.windowStart = nowMs
+      this.count = 0
+    }
+    this.count++
+    return this.hot >= this.seconds
+  }
+}
+
+// While busy the views poll; the stream is tried again after this long.
+export const BUSY_PAUSE_MS = 60_000
 
 const listeners = new Set<Listener>()
 const statusListeners = new Set<(s: LiveStatus) => void>()
@@ -37,10 +61,20 @@ export function emit(e: JobEvent | 'reset') {
 
 export function startLive(url = '/api/v1/events') {
   if (stop) return
+  const gate = new RateGate()
   stop = openStream({
     url,
     onStatus: (s, retryInMs) => setStatus({ state: s, retryInMs, since: Date.now() }),
     onFrame: (f) => {
+      if (gate.hit(Date.now())) {
+        // Too many events to be useful: poll for a while instead.
+        stop?.()
+        stop = null
+        setStatus({ state: 'busy', since: Date.now() })
+        setTimeout(() => { if (status.state === 'busy') startLive(url) }, BUSY_PAUSE_MS)
+        emit('reset')
+        return
+      }
       if (f.event === 'reset') { emit('reset'); return }
       if (f.event !== 'job' && f.event !== 'message') return
       try {
