@@ -15,6 +15,8 @@ async function load(s: AbortSignal): Promise<ClusterData> {
   }
 }
 
+const ms = (v: number) => (v >= 100 ? Math.round(v).toString() : v.toFixed(1))
+
 function ShardRow({ s, label }: { s: ClusterShard; label: string }) {
   const lat = s.proposal_latency_ms
   return (
@@ -27,7 +29,7 @@ function ShardRow({ s, label }: { s: ClusterShard; label: string }) {
           {String(r.node_id)}{r.role === 'leader' ? ' ★' : ''}{r.applied_index !== undefined ? ` · ${fmtInt(r.applied_index)}` : ''}{r.lag !== undefined ? ` · lag ${fmtInt(r.lag)}` : ''}
         </span>
       ))}</td>
-      <td class="hide-sm">{lat && (lat.samples ?? 1) > 0 ? `${lat.p50} / ${lat.p90} / ${lat.p99} ms` : '—'}</td>
+      <td class="hide-sm">{lat && (lat.samples ?? 1) > 0 ? `${ms(lat.p50)} / ${ms(lat.p90)} / ${ms(lat.p99)} ms` : '—'}</td>
     </tr>
   )
 }
