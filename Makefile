@@ -6,7 +6,7 @@ BIN       := bin/corvo
 DATA_DIR  ?= ./corvo-data
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all build run test test-short lint fmt vet staticcheck fuzz bench tools clean help
+.PHONY: all build run test test-short lint fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev
 
 all: build ## Build the corvo binary
 
@@ -16,10 +16,11 @@ build: ## Build bin/corvo
 run: build ## Build and start a single-node server on :8080 (data in ./corvo-data)
 	./$(BIN) server --data-dir $(DATA_DIR)
 
-test: tools lint ## Run every test (race detector on), after go vet, staticcheck and gofmt
+test: tools lint ## Run every test (race detector on), after go vet, staticcheck and gofmt; then the UI's
 	$(GO) test -race -count=1 -timeout 30m ./...
 	cd sdk/go && $(GO) test -race -count=1 -timeout 10m ./...
 	cd deploy && $(GO) test -race -count=1 -timeout 10m ./...
+	$(MAKE) ui-test ui-check ui-e2e
 
 test-short: ## Unit tests only, no race detector
 	$(GO) test -short -count=1 ./...
@@ -55,6 +56,35 @@ fuzz: ## Long fuzz runs of every parser (FUZZTIME=1m each)
 
 bench: build ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./statemachine ./gateway
+
+# The web UI (ui/): its built assets in ui/dist are committed and embedded
+# in the binary, so build and run need no Node. These targets need Node 20+
+# and npm; ui-e2e also needs chromium (installed with apt-get when missing).
+UI_STAMP := ui/node_modules/.package-lock.json
+
+$(UI_STAMP): ui/package.json ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund
+	@touch $@
+
+ui-deps: $(UI_STAMP) ## Install the UI's pinned npm dependencies (npm ci)
+
+ui: ui-deps ## Rebuild ui/dist from the UI sources (commit the result)
+	cd ui && npm run build
+
+ui-test: ui-deps ## UI unit and component tests (Vitest)
+	cd ui && npx vitest run
+
+ui-check: ui-deps ## Fail when the committed ui/dist differs from a fresh build of the sources
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  (cd ui && CORVO_UI_OUT="$$tmp/dist" npm run build >"$$tmp/build.log" 2>&1 || (cat "$$tmp/build.log"; exit 1)) && \
+	  if diff -r ui/dist "$$tmp/dist" >/dev/null; then echo "ui/dist matches its sources"; \
+	  else diff -r ui/dist "$$tmp/dist" | head -20; echo "ui/dist is stale: run 'make ui' and commit ui/dist"; exit 1; fi
+
+ui-e2e: build ui-deps ## Browser tests of the UI (headless chromium) against a real server; screenshots in ui/screenshots/
+	@CORVO_CHROMIUM=$$(scripts/ensure-chromium.sh) && cd ui && CORVO_CHROMIUM="$$CORVO_CHROMIUM" npx playwright test
+
+ui-dev: ui-deps ## Vite dev server on :5173 with hot reload, proxying the API to CORVO_URL (default http://127.0.0.1:8080)
+	cd ui && npm run dev
 
 clean: ## Remove build output (not the data dir)
 	rm -rf bin

@@ -101,6 +101,7 @@ func (s *Server) bulkIsAsync(req *bulkRequest) (bool, int, *apiError) {
 		return false, 0, invalid("filter: %v", err)
 	}
 	f.Limit, f.Cursor = 1, ""
+	f.KnownTotal = s.countByQueueState(req.Filter)
 	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
 	page, err := s.cfg.Mirror.Search(c, f)
@@ -352,37 +353,90 @@ func bulkID(ctx *fasthttp.RequestCtx) (string, *apiError) {
 }
 
 // lookupBulk finds an operation: running here, or recorded in the mirror.
-func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (*bulkRun, *mirror.BulkRecord, bool) {
+// In a cluster an operation lives on the node that took it; for an id this
+// node does not know, peer is the live node that does ("" when none), so
+// the caller can relay or redirect (requests between nodes carry
+// ?local=true and are never passed on again).
+func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (run *bulkRun, rec *mirror.BulkRecord, peer string, ok bool) {
 	if s.cfg.Mirror == nil {
 		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "bulk operation records live in the mirror, which this server runs without"})
-		return nil, nil, false
+		return nil, nil, "", false
 	}
 	id, aerr := bulkID(ctx)
 	if aerr != nil {
 		writeError(ctx, aerr)
-		return nil, nil, false
+		return nil, nil, "", false
 	}
 	if run := s.bulk.get(id); run != nil {
 		rec, _, _ := run.state()
-		return run, &rec, true
+		return run, &rec, "", true
 	}
 	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
 	rec, err := s.cfg.Mirror.GetBulk(c, id)
 	if err != nil {
 		writeError(ctx, &apiError{status: 500, code: "internal", msg: err.Error()})
-		return nil, nil, false
+		return nil, nil, "", false
 	}
-	if rec == nil {
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "bulk operation not found"})
-		return nil, nil, false
+	if rec != nil {
+		return nil, rec, "", true
 	}
-	return nil, rec, true
+	if string(ctx.QueryArgs().Peek("local")) != "true" {
+		if peer, status, body := s.findBulkPeer(id); peer != "" {
+			if string(ctx.Method()) == fasthttp.MethodGet && !strings.HasSuffix(string(ctx.Path()), "/progress") {
+				writeJSON(ctx, status, body) // the record, as its node has it
+				return nil, nil, "", false
+			}
+			return nil, nil, peer, true
+		}
+	}
+	writeError(ctx, &apiError{status: 404, code: "not_found", msg: "bulk operation not found"})
+	return nil, nil, "", false
+}
+
+// findBulkPeer asks every other live node of the cluster for an operation
+// and returns the HTTP address of the one that has it, with its answer.
+func (s *Server) findBulkPeer(id string) (addr string, status int, body []byte) {
+	if s.cluster == nil {
+		return "", 0, nil
+	}
+	st, err := s.cluster.Meta()
+	if err != nil {
+		return "", 0, nil
+	}
+	type answer struct {
+		addr string
+		body []byte
+	}
+	found := make(chan answer, len(st.Live()))
+	var wg sync.WaitGroup
+	for _, n := range st.Live() {
+		if n.ID == s.cluster.NodeID() || n.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func(addr string) {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://" + addr + "/api/v1/bulk/" + id + "?local=true")
+			if err := s.peers.client.DoTimeout(req, resp, 2*time.Second); err == nil && resp.StatusCode() == 200 {
+				found <- answer{addr, append([]byte(nil), resp.Body()...)}
+			}
+		}(n.HTTPAddr)
+	}
+	wg.Wait()
+	close(found)
+	if a, ok := <-found; ok {
+		return a.addr, 200, a.body
+	}
+	return "", 0, nil
 }
 
 // GET /api/v1/bulk/{id}
 func (s *Server) handleGetBulk(ctx *fasthttp.RequestCtx) {
-	if _, rec, ok := s.lookupBulk(ctx); ok {
+	if _, rec, _, ok := s.lookupBulk(ctx); ok {
 		writeJSON(ctx, 200, appendBulkRecord(nil, rec))
 	}
 }
@@ -390,8 +444,12 @@ func (s *Server) handleGetBulk(ctx *fasthttp.RequestCtx) {
 // DELETE /api/v1/bulk/{id} — stop a running operation before its next
 // chunk; answers once it has stopped.
 func (s *Server) handleCancelBulk(ctx *fasthttp.RequestCtx) {
-	run, rec, ok := s.lookupBulk(ctx)
+	run, rec, peer, ok := s.lookupBulk(ctx)
 	if !ok {
+		return
+	}
+	if peer != "" {
+		s.relayToPeer(ctx, peer)
 		return
 	}
 	if run == nil || rec.Status != "processing" {
@@ -408,6 +466,21 @@ func (s *Server) handleCancelBulk(ctx *fasthttp.RequestCtx) {
 	}
 	final, _, _ := run.state()
 	writeJSON(ctx, 200, appendBulkRecord(nil, &final))
+}
+
+// relayToPeer passes the request on to the node that owns the operation
+// and answers with its answer.
+func (s *Server) relayToPeer(ctx *fasthttp.RequestCtx, peer string) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethodBytes(ctx.Method())
+	req.SetRequestURI("http://" + peer + string(ctx.Path()) + "?local=true")
+	if err := s.peers.client.DoTimeout(req, resp, s.cfg.RequestTimeout+time.Second); err != nil {
+		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "the node running the operation did not answer: " + err.Error()})
+		return
+	}
+	writeJSON(ctx, resp.StatusCode(), append([]byte(nil), resp.Body()...))
 }
 
 // GET /api/v1/bulk?limit=50 — this node's recent operations, newest first.
@@ -448,8 +521,13 @@ func (s *Server) handleListBulk(ctx *fasthttp.RequestCtx) {
 // GET /api/v1/bulk/{id}/progress — SSE: a progress frame now and after
 // every chunk, then a done frame with the final status.
 func (s *Server) handleBulkProgress(ctx *fasthttp.RequestCtx) {
-	run, rec, ok := s.lookupBulk(ctx)
+	run, rec, peer, ok := s.lookupBulk(ctx)
 	if !ok {
+		return
+	}
+	if peer != "" {
+		// The operation runs on another node: its stream is there.
+		ctx.Redirect("http://"+peer+string(ctx.Path()), fasthttp.StatusTemporaryRedirect)
 		return
 	}
 	ctx.SetStatusCode(200)

@@ -58,11 +58,16 @@ func searchTotal(t *testing.T, filter map[string]any) int {
 	}](t, body).Total
 }
 
-// mirrorHas waits until the mirror (which trails commits) counts want
-// matches of a search.
+// mirrorHas waits until the mirror (which trails commits) holds want rows
+// matching a search. (A queue/state-only search takes its total from the
+// state machines' counts; the job_id_prefix makes the mirror count rows.)
 func mirrorHas(t *testing.T, filter map[string]any, want int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("the mirror to count %d of %v", want, filter), func() bool { return searchTotal(t, filter) == want })
+	f := map[string]any{"job_id_prefix": "job_"}
+	for k, v := range filter {
+		f[k] = v
+	}
+	waitFor(t, fmt.Sprintf("the mirror to count %d of %v", want, filter), func() bool { return searchTotal(t, f) == want })
 }
 
 // searchIDs pages through every job of a search (mirror).

@@ -171,7 +171,12 @@ func New(cfg Config, eng Engine) *Server {
 	}
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
+	s.route(r, "GET", "/", s.handleUIRedirect)
+	s.route(r, "GET", "/ui/{filepath:*}", s.handleUI)
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {
+		if uiRedirect(ctx) {
+			return
+		}
 		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "no such endpoint: " + string(ctx.Method()) + " " + string(ctx.Path())})
 	}
 	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {

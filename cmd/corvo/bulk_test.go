@@ -155,3 +155,51 @@ func TestE2EShutdownWithStreamsAndBulk(t *testing.T) {
 	require.Equal(t, 200, code, string(body))
 	require.Contains(t, string(body), `"status":"interrupted"`)
 }
+
+// TestClusterBulkOnAnotherNode: a background operation lives on the node
+// that took it; any other node answers for it (status and cancel relayed,
+// the progress stream redirected there).
+func TestClusterBulkOnAnotherNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	n1 := newClusterNode(t, 0, "")
+	n2 := newClusterNode(t, 1, n1.http)
+	waitCluster(t, n1, 2)
+	fake := func(n int) []string {
+		var ids []string
+		for i := 0; i < n; i++ {
+			ids = append(ids, fmt.Sprintf("job_%d_%s", i%4, ulid.Make()))
+		}
+		return ids
+	}
+	code, body := do(t, "POST", n1.url+"/api/v1/jobs/bulk", map[string]any{"job_ids": fake(50000), "action": "retry"})
+	require.Equal(t, 202, code, string(body))
+	id := decode[struct {
+		ID string `json:"bulk_operation_id"`
+	}](t, body).ID
+	code, body = do(t, "GET", n2.url+"/api/v1/bulk/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"id":"`+id+`"`)
+	code, body = do(t, "DELETE", n2.url+"/api/v1/bulk/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"status":"cancelled"`)
+
+	// The progress stream, asked of the other node, is the owner's.
+	resp, err := streamClient.Get(n2.url + "/api/v1/bulk/" + id + "/progress")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	var frames []string
+	for sc.Scan() {
+		frames = append(frames, sc.Text())
+	}
+	require.Equal(t, "event: done", frames[0], frames)
+	require.Contains(t, frames[1], `"status":"cancelled"`)
+
+	code, _ = do(t, "DELETE", n2.url+"/api/v1/bulk/"+id, nil)
+	require.Equal(t, 409, code)
+	code, _ = do(t, "GET", n2.url+"/api/v1/bulk/bulk_"+ulid.Make().String(), nil)
+	require.Equal(t, 404, code)
+}

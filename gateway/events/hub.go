@@ -104,12 +104,14 @@ func (e *Event) pos() Pos { return Pos{Index: e.Index, N: e.Pos} }
 // Hub is the ring. Applied feeds it; Subscribe reads it.
 type Hub struct {
 	mu     sync.RWMutex
-	ring   []Event // circular; ring[seq % len(ring)]
-	first  uint64  // sequence number of the oldest retained event
-	next   uint64  // sequence number the next event gets
-	floor  Cursor  // per shard: every event after this is retained (or still to come)
-	head   Cursor  // per shard: the last event appended (at least floor)
-	ready  bool    // Start has run: floor is known
+	ring   []Event  // circular; ring[seq % len(ring)]
+	first  uint64   // sequence number of the oldest retained event
+	next   uint64   // sequence number the next event gets
+	floor  Cursor   // per shard: every event after this is retained (or still to come)
+	head   Cursor   // per shard: the last event appended (at least floor)
+	last   []uint64 // per shard: the last Raft index applied (0: unknown)
+	gen    uint64   // bumped when a shard skipped entries (snapshot install)
+	ready  bool     // Start has run: floor is known
 	notify chan struct{}
 }
 
@@ -118,7 +120,8 @@ func New(shards, capacity int) *Hub {
 	if capacity <= 0 {
 		capacity = CapacityDefault
 	}
-	return &Hub{ring: make([]Event, capacity), floor: make(Cursor, shards), head: make(Cursor, shards), notify: make(chan struct{})}
+	return &Hub{ring: make([]Event, capacity), floor: make(Cursor, shards), head: make(Cursor, shards), last: make([]uint64, shards),
+		notify: make(chan struct{})}
 }
 
 // Shards is the node's shard count.
@@ -160,6 +163,9 @@ func (h *Hub) Start(openedAt []uint64) {
 		if h.head[s].Less(h.floor[s]) {
 			h.head[s] = h.floor[s]
 		}
+		if h.last[s] < idx {
+			h.last[s] = idx
+		}
 	}
 	h.ready = true
 }
@@ -171,23 +177,31 @@ func (h *Hub) Applied(info *statemachine.AppliedInfo) {
 	if sh < 0 || sh >= len(h.floor) {
 		return
 	}
-	if info.Reset {
-		// A snapshot jumped the shard to info.Index: the events before
-		// it never passed through here, so older cursors get a reset.
-		h.mu.Lock()
-		if p := (Pos{Index: info.Index, N: math.MaxUint32}); h.floor[sh].Less(p) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if info.Reset || (h.last[sh] != 0 && info.From > h.last[sh]+1) {
+		// The replica skipped entries (it installed a snapshot: Reset
+		// says so at once; a jump in indexes says so later): their events
+		// never came. Nothing before them can be replayed, and every
+		// subscriber is told to reset.
+		skipped := info.From - 1
+		if info.Reset {
+			skipped = info.Index
+		}
+		if p := (Pos{Index: skipped, N: math.MaxUint32}); h.floor[sh].Less(p) {
 			h.floor[sh] = p
 		}
 		if h.head[sh].Less(h.floor[sh]) {
 			h.head[sh] = h.floor[sh]
 		}
-		h.mu.Unlock()
-		return
+		h.gen++
+	}
+	if info.Index > h.last[sh] {
+		h.last[sh] = info.Index
 	}
 	if len(info.Events) == 0 {
 		return
 	}
-	h.mu.Lock()
 	n := uint64(len(h.ring))
 	for i := range info.Events {
 		if h.next-h.first == n {
@@ -202,7 +216,6 @@ func (h *Hub) Applied(info *statemachine.AppliedInfo) {
 	h.head[sh] = Pos{Index: info.Events[len(info.Events)-1].Index, N: info.Events[len(info.Events)-1].Pos}
 	close(h.notify)
 	h.notify = make(chan struct{})
-	h.mu.Unlock()
 }
 
 // Filter selects events; nil fields match everything.
@@ -224,6 +237,7 @@ type Sub struct {
 	f   Filter
 	seq uint64 // the next ring sequence number to read
 	cur Cursor // the position reached in every shard
+	gen uint64 // the hub's gen when the subscription (re)started
 }
 
 // Subscribe starts a subscription: live from now when from is nil, or
@@ -233,7 +247,7 @@ type Sub struct {
 func (h *Hub) Subscribe(from Cursor, f Filter) (sub *Sub, reset bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	s := &Sub{h: h, f: f}
+	s := &Sub{h: h, f: f, gen: h.gen}
 	if from != nil && h.ready && len(from) == len(h.floor) {
 		ok := true
 		for i := range from {
@@ -268,8 +282,8 @@ func (s *Sub) Next(max int) (items []Item, wait <-chan struct{}, reset bool) {
 	h := s.h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if s.seq < h.first {
-		s.seq, s.cur = h.next, append(s.cur[:0], h.head...)
+	if s.seq < h.first || s.gen != h.gen {
+		s.seq, s.cur, s.gen = h.next, append(s.cur[:0], h.head...), h.gen
 		return nil, nil, true
 	}
 	n := uint64(len(h.ring))

@@ -9,7 +9,7 @@ import (
 )
 
 func feed(h *Hub, shard int, index uint64, n int, queue string) {
-	info := &statemachine.AppliedInfo{ShardID: uint64(shard + 1), Index: index}
+	info := &statemachine.AppliedInfo{ShardID: uint64(shard + 1), From: index, Index: index}
 	for i := 0; i < n; i++ {
 		info.Events = append(info.Events, statemachine.JobEvent{Index: index, Pos: uint32(i), Type: statemachine.EventEnqueued, JobID: "j", Queue: queue})
 	}
@@ -119,5 +119,31 @@ func TestHubSnapshotResetsOlderCursors(t *testing.T) {
 	require.True(t, reset, "a cursor from before the snapshot must reset")
 	s, reset := h.Subscribe(Cursor{{500, ^uint32(0)}}, Filter{})
 	require.False(t, reset)
+	require.Len(t, drain(t, s), 2)
+}
+
+// TestHubSnapshotGap: a replica that skips entries (a snapshot install)
+// cannot replay their events: old cursors and live subscribers reset.
+func TestHubSnapshotGap(t *testing.T) {
+	t.Parallel()
+	h := New(1, 100)
+	h.Start([]uint64{10})
+	feed(h, 0, 11, 1, "a")
+	live, _ := h.Subscribe(nil, Filter{})
+	require.Len(t, drain(t, live), 0)
+	before := Cursor{{Index: 11, N: 0}}
+	s, reset := h.Subscribe(before, Filter{})
+	require.False(t, reset)
+	require.Empty(t, drain(t, s))
+	h.Applied(&statemachine.AppliedInfo{ShardID: 1, From: 12, Index: 12}) // no events: no gap
+	feed(h, 0, 50, 1, "a")                                                // entries 13..49 skipped
+	_, reset = h.Subscribe(before, Filter{})
+	require.True(t, reset, "events 13..49 are unknown")
+	_, _, reset = live.Next(10)
+	require.True(t, reset)
+	after := Cursor{{Index: 50, N: 0}}
+	s, reset = h.Subscribe(after, Filter{})
+	require.False(t, reset)
+	feed(h, 0, 51, 2, "a")
 	require.Len(t, drain(t, s), 2)
 }

@@ -1,0 +1,389 @@
+// The UI in a real browser against a real server with seeded jobs.
+// Serial: later tests change the jobs earlier ones count.
+import { test, expect, type Page } from '@playwright/test'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { axeViolations } from './axe'
+import { call, enqueueBatch, fetchJobs, heartbeat, seed, waitFor, type Seeded } from './seed'
+
+test.describe.configure({ mode: 'serial' })
+
+let s: Seeded
+
+test.beforeAll(async () => {
+  s = await seed()
+})
+
+const SHOTS = process.env.CORVO_SCREENSHOTS ?? 'screenshots'
+const sizes = { desktop: { width: 1366, height: 900 }, phone: { width: 390, height: 844 } } as const
+
+async function noReloadMarker(page: Page) {
+  await page.evaluate(() => { (window as unknown as { __noReload: number }).__noReload = 42 })
+}
+async function expectNoReload(page: Page) {
+  expect(await page.evaluate(() => (window as unknown as { __noReload?: number }).__noReload)).toBe(42)
+}
+
+test('the dashboard shows the right counts', async ({ page }) => {
+  await page.goto('/')
+  await expect(page).toHaveURL(/\/ui\/$/)
+  await expect(page.getByTestId('stat-pending')).toHaveText(String(s.pending))
+  await expect(page.getByTestId('stat-active')).toHaveText(String(s.active))
+  await expect(page.getByTestId('stat-dead')).toHaveText(String(s.dead))
+  await expect(page.getByTestId('stat-queues')).toHaveText(String(s.queues.length))
+  await expect(page.getByTestId('stat-scheduled')).toHaveText(String(s.scheduled))
+  await expect(page.getByTestId('stat-retrying')).toHaveText('0')
+  // The queues table has a row per queue with its own counts.
+  const row = page.locator('tr[data-queue="orders.charge"]')
+  await expect(row.locator('td').nth(0)).toHaveText('30')
+  await expect(page.locator('tr[data-queue="webhooks.deliver"] td a.bad')).toHaveText('4')
+  // Numbers move without a reload when jobs arrive.
+  await noReloadMarker(page)
+  await enqueueBatch(Array.from({ length: 3 }, () => ({ queue: 'orders.charge', payload: { late: true } })))
+  await expect(page.getByTestId('stat-pending')).toHaveText(String(s.pending + 3))
+  await expectNoReload(page)
+  // Recent failures lists the dead webhooks with their error.
+  await expect(page.locator('.failures li').first()).toContainText('HTTP 502')
+})
+
+test('a search by payload_jq finds the right jobs and lives in the URL', async ({ page }) => {
+  await page.goto('/ui/jobs')
+  const jq = '.tier == "gold" and .amount > 100'
+  await page.getByLabel('jq filter').fill(jq)
+  await page.getByRole('button', { name: 'Search', exact: true }).click()
+  await expect(page).toHaveURL(/[?&]jq=/)
+  await expect(page.getByTestId('result-count')).toContainText(`${s.gold_big.length} results`)
+  const ids = await page.locator('tr[data-job]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job')))
+  expect([...ids].sort()).toEqual([...s.gold_big].sort())
+  // The URL alone reproduces the search (shareable).
+  const shared = page.url()
+  const other = await page.context().newPage()
+  await other.goto(shared)
+  await expect(other.getByLabel('jq filter')).toHaveValue(jq)
+  await expect(other.getByTestId('result-count')).toContainText(`${s.gold_big.length} results`)
+  await other.close()
+  // A bad jq expression is explained, not swallowed.
+  await page.getByLabel('jq filter').fill('.a | frobnicate')
+  await page.getByRole('button', { name: 'Search', exact: true }).click()
+  await expect(page.getByRole('alert')).toBeVisible()
+})
+
+test('a bulk retry of dead jobs from the UI makes them pending', async ({ page }) => {
+  await page.goto('/ui/dead')
+  await expect(page.getByTestId('result-count')).toContainText(`${s.dead} results`)
+  await page.getByText(`Bulk on all ${s.dead}`).click()
+  await page.getByRole('menuitem', { name: 'Retry all matching' }).click()
+  const dialog = page.getByRole('dialog')
+  await expect(dialog).toContainText(`This will retry ${s.dead} jobs`)
+  await expect(dialog.getByTestId('bulk-preview').locator('tr')).toHaveCount(4)
+  await dialog.getByTestId('bulk-confirm').click()
+  await expect(dialog.getByTestId('bulk-result')).toContainText(`${s.dead} jobs affected`)
+  for (const id of s.dead_ids) {
+    const j = await call<{ state: string; attempt: number }>('GET', `/api/v1/jobs/${id}`)
+    expect(j.state).toBe('pending')
+    expect(j.attempt).toBe(0)
+  }
+  await dialog.getByRole('button', { name: 'Close' }).click()
+  await expect(page.getByTestId('result-count')).toContainText('0 results')
+})
+
+test('a bulk action on a selection with confirmation (priority)', async ({ page }) => {
+  await page.goto('/ui/queues/emails.send?priority=normal')
+  await expect(page.getByTestId('result-count')).toContainText('10 results')
+  const rows = page.locator('tr[data-job]')
+  const picked = [await rows.nth(0).getAttribute('data-job'), await rows.nth(1).getAttribute('data-job')] as string[]
+  await rows.nth(0).getByRole('checkbox').check()
+  await rows.nth(1).getByRole('checkbox').check()
+  await page.getByRole('region', { name: 'Bulk actions for the selection' }).getByRole('button', { name: 'Priority…' }).click()
+  const dialog = page.getByRole('dialog')
+  await dialog.getByLabel('New priority').selectOption('critical')
+  await dialog.getByTestId('bulk-confirm').click()
+  await expect(dialog.getByTestId('bulk-result')).toContainText('2 jobs affected')
+  for (const id of picked) expect((await call<{ priority: string }>('GET', `/api/v1/jobs/${id}`)).priority).toBe('critical')
+})
+
+test('the job page shows progress moving while a worker reports it', async ({ page }) => {
+  await heartbeat(s.worker, s.progress_job, { current: 10, total: 100, message: 'encoding' })
+  await page.goto(`/ui/jobs/${s.progress_job}`)
+  await expect(page.getByTestId('job-state')).toContainText('active')
+  await expect(page.getByTestId('progress-text')).toContainText('10 / 100 (10%) — encoding')
+  await noReloadMarker(page)
+  await heartbeat(s.worker, s.progress_job, { current: 55, total: 100, message: 'encoding' })
+  await expect(page.getByTestId('progress-text')).toContainText('55 / 100 (55%)')
+  await heartbeat(s.worker, s.progress_job, { current: 90, total: 100, message: 'muxing' })
+  await expect(page.getByTestId('progress-text')).toContainText('90 / 100 (90%) — muxing')
+  await expect(page.getByRole('progressbar', { name: 'Job progress' })).toHaveAttribute('aria-valuenow', '90')
+  await expectNoReload(page)
+  await expect(page.getByTestId('payload')).toContainText('movie.mp4')
+  await expect(page.getByTestId('timeline')).toContainText('started')
+})
+
+test('a paused queue shows paused, from the API and from the UI', async ({ page }) => {
+  await call('POST', '/api/v1/queues/reports.generate/pause')
+  await page.goto('/ui/queues')
+  await expect(page.locator('tr[data-queue="reports.generate"]').getByTestId('paused-badge')).toBeVisible()
+  await expect(page.locator('tr[data-queue="orders.charge"]').getByTestId('paused-badge')).toHaveCount(0)
+  // Pause another one from its page.
+  await page.goto('/ui/queues/orders.charge')
+  await expect(page.getByTestId('queue-status')).toHaveText('▶ running')
+  await page.getByRole('button', { name: 'Pause queue orders.charge' }).click()
+  await expect(page.getByTestId('queue-status')).toHaveText('‖ paused')
+  const qs = await call<{ queues: { name: string; paused: boolean }[] }>('GET', '/api/v1/queues')
+  expect(qs.queues.find((q) => q.name === 'orders.charge')?.paused).toBe(true)
+  await page.getByRole('button', { name: 'Resume queue orders.charge' }).click()
+  await expect(page.getByTestId('queue-status')).toHaveText('▶ running')
+})
+
+test('move a job to another queue from its page', async ({ page }) => {
+  const [id] = await enqueueBatch([{ queue: 'emails.send', payload: { to: 'mover@example.org' } }])
+  await page.goto(`/ui/jobs/${id}`)
+  await page.getByRole('button', { name: 'Move…' }).click()
+  const dialog = page.getByRole('dialog', { name: 'Move job to queue' })
+  await dialog.getByLabel('Target queue').fill('emails.legacy')
+  await dialog.getByRole('button', { name: 'Move', exact: true }).click()
+  await expect(page.locator('.facts')).toContainText('emails.legacy')
+  const moved = await call<{ queue: string }>('GET', `/api/v1/jobs/${decodeURIComponent(page.url().split('/jobs/')[1])}`)
+  expect(moved.queue).toBe('emails.legacy')
+})
+
+test('approve held jobs from the held view', async ({ page }) => {
+  const [a, b] = (await Promise.all([0, 1].map((i) => call<{ job_id: string }>('POST', '/api/v1/enqueue', { queue: 'publish', payload: { post: i }, depends_on: [s.progress_job] })))).map((r) => r.job_id)
+  await waitFor('the mirror to see the held jobs', async () => (await call<{ total: number }>('POST', '/api/v1/jobs/search', { state: ['held'], queue: 'publish', limit: 1 })).total >= 2)
+  await page.goto('/ui/held?queue=publish')
+  await page.locator(`tr[data-job="${a}"]`).getByRole('checkbox').check()
+  await page.getByRole('region', { name: 'Bulk actions for the selection' }).getByRole('button', { name: 'Approve' }).click()
+  await expect(page.getByRole('status').filter({ hasText: 'Approved 1 of 1' })).toBeVisible()
+  expect((await call<{ state: string }>('GET', `/api/v1/jobs/${a}`)).state).toBe('pending')
+  expect((await call<{ state: string }>('GET', `/api/v1/jobs/${b}`)).state).toBe('held')
+  await call('DELETE', `/api/v1/jobs/${b}`)
+})
+
+test('create and edit a schedule', async ({ page }) => {
+  await page.goto('/ui/schedules')
+  await page.getByRole('button', { name: '+ New schedule' }).click()
+  const d = page.getByRole('dialog', { name: 'New schedule' })
+  await d.getByLabel('Name').fill('ui-nightly')
+  await d.getByLabel('Queue').fill('reports.nightly')
+  await d.getByLabel(/^Cron/).fill('30 2 * * *')
+  await d.getByLabel('Time zone').fill('UTC')
+  await d.getByRole('button', { name: 'Create' }).click()
+  const row = page.locator('tr', { hasText: 'ui-nightly' })
+  await expect(row).toContainText('30 2 * * *')
+  await row.getByRole('button', { name: 'Edit schedule ui-nightly' }).click()
+  const e = page.getByRole('dialog', { name: 'Edit schedule ui-nightly' })
+  await e.getByLabel(/^Cron/).fill('45 3 * * *')
+  await e.getByRole('button', { name: 'Save' }).click()
+  await expect(row).toContainText('45 3 * * *')
+  const all = await call<{ schedules: { name: string; cron: string; next_run: string }[] }>('GET', '/api/v1/schedules')
+  const sc = all.schedules.find((x) => x.name === 'ui-nightly')!
+  expect(sc.cron).toBe('45 3 * * *')
+  expect(sc.next_run).toMatch(/T03:45:00/)
+})
+
+test('the cluster page shows a single node as such, with its shards', async ({ page }) => {
+  const r = await fetch(process.env.CORVO_E2E_URL + '/api/v1/cluster/status')
+  await page.goto('/ui/cluster')
+  await expect(page.getByTestId('single-node')).toContainText('Single node')
+  if (r.status === 200) {
+    const st = (await r.json()) as { nodes: unknown[]; shards: unknown[] }
+    await expect(page.getByTestId('cluster-nodes')).toHaveText(`${st.nodes.length}/${st.nodes.length}`)
+    await expect(page.getByRole('heading', { name: 'Shards' })).toBeVisible()
+    // one row per shard plus the meta group
+    await expect(page.locator('table').nth(1).locator('tbody tr')).toHaveCount(st.shards.length + 1)
+  }
+})
+
+test('screenshots of every screen at desktop and phone width, and first paint', async ({ browser }) => {
+  test.setTimeout(180_000)
+  mkdirSync(SHOTS, { recursive: true })
+  // Traffic while the screens are taken, so the charts have lines: a
+  // producer and a worker, bounded by the test's own run.
+  await enqueueBatch(Array.from({ length: 20 }, (_, i) => ({ queue: 'emails.send', payload: { to: `burst${i}@example.org` } })))
+  // Something on every screen: dead letters, a held job, a schedule, a batch.
+  const deadIds = await enqueueBatch(['SMTP 550 mailbox unavailable', 'timeout after 30s', 'HTTP 502 from upstream'].map((e, i) => ({ queue: 'emails.send', payload: { to: `bounce${i}@example.org`, error: e }, max_retries: 0 })))
+  for (const j of await fetchJobs('emails.send', 'screens-failer', 50)) {
+    const i = deadIds.indexOf(j.job_id)
+    if (i >= 0) await call('POST', `/api/v1/fail/${j.job_id}`, { error: ['SMTP 550 mailbox unavailable', 'timeout after 30s', 'HTTP 502 from upstream'][i], backtrace: 'at send (mailer.js:42)', worker_id: 'screens-failer' })
+    else await call('POST', `/api/v1/ack/${j.job_id}`, { worker_id: 'screens-failer', result: { sent: true } })
+  }
+  await call('POST', '/api/v1/enqueue', { queue: 'publish', payload: { post: 7 }, depends_on: [s.progress_job] })
+  await call('POST', '/api/v1/schedules', { name: 'daily-report', queue: 'reports.generate', cron: '0 9 * * *', timezone: 'America/New_York', payload: { type: 'daily' } })
+  await call('POST', '/api/v1/enqueue/batch', { jobs: [{ queue: 'images.resize', payload: { id: 1 } }, { queue: 'images.resize', payload: { id: 2 } }], batch: { callback_queue: 'images.done', callback_payload: { album: 42 } } })
+  let traffic = true
+  const trafficDone = (async () => {
+    for (let round = 0; traffic && round < 2000; round++) {
+      await enqueueBatch(Array.from({ length: 4 }, (_, i) => ({ queue: 'emails.send', payload: { to: `t${round}-${i}@example.org` } })))
+      const got = await fetchJobs('emails.send', 'screens-worker', 3)
+      for (const [i, j] of got.entries()) {
+        if (i === 2) await call('POST', `/api/v1/fail/${j.job_id}`, { error: 'SMTP 451 try later', worker_id: 'screens-worker' })
+        else await call('POST', `/api/v1/ack/${j.job_id}`, { worker_id: 'screens-worker' })
+      }
+      await new Promise((r) => setTimeout(r, 250))
+    }
+  })()
+  const screens: [string, string][] = [
+    ['dashboard', '/ui/'],
+    ['queues', '/ui/queues'],
+    ['queue-detail', '/ui/queues/emails.send?state=pending'],
+    ['jobs-search', '/ui/jobs?jq=.tier%20%3D%3D%20%22gold%22'],
+    ['dead-letters', '/ui/dead'],
+    ['held', '/ui/held'],
+    ['job-detail', `/ui/jobs/${s.progress_job}`],
+    ['workers', '/ui/workers'],
+    ['schedules', '/ui/schedules'],
+    ['bulk', '/ui/bulk'],
+    ['cluster', '/ui/cluster'],
+  ]
+  const perf: Record<string, unknown> = {}
+  for (const [sizeName, viewport] of Object.entries(sizes)) {
+    for (const theme of ['light', 'dark'] as const) {
+      const ctx = await browser.newContext({ viewport, colorScheme: theme, baseURL: process.env.CORVO_E2E_URL })
+      const page = await ctx.newPage()
+      for (const [name, path] of screens) {
+        if (theme === 'dark' && !['dashboard', 'queue-detail', 'job-detail'].includes(name)) continue
+        await page.goto(path)
+        await page.locator('main h1').first().waitFor()
+        await expect(page.locator('main')).not.toContainText('Searching…')
+        await expect(page.locator('.stat-value', { hasText: '…' })).toHaveCount(0)
+        if (name === 'dashboard' || name === 'queue-detail') {
+          // Charts sample the counters every few seconds: wait for a few points.
+          await expect(page.locator('figure.chart').first()).toHaveAttribute('data-points', /^([4-9]|\d\d+)$/, { timeout: 30_000 })
+        }
+        if (name === 'dashboard' && sizeName === 'desktop' && theme === 'light') {
+          perf.first_contentful_paint_ms = await page.evaluate(() => performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null)
+          perf.dom_content_loaded_ms = await page.evaluate(() => {
+            const n = performance.getEntriesByType('navigation')[0] as PerformanceNavigationTiming | undefined
+            return n ? n.domContentLoadedEventEnd : null
+          })
+          perf.transferred_bytes = await page.evaluate(() => performance.getEntriesByType('resource').concat(performance.getEntriesByType('navigation'))
+            .filter((e) => !(e as PerformanceResourceTiming).name.includes('/api/') && !(e as PerformanceResourceTiming).name.includes('/healthz'))
+            .reduce((n, e) => n + ((e as PerformanceResourceTiming).transferSize || 0), 0))
+        }
+        // Nothing is wider than the screen (tables scroll inside their box).
+        expect(await page.evaluate(() => document.documentElement.scrollWidth), `${name} at ${sizeName} width`).toBeLessThanOrEqual(viewport.width)
+        await page.screenshot({ path: `${SHOTS}/${name}-${sizeName}${theme === 'dark' ? '-dark' : ''}.png`, fullPage: true })
+      }
+      if (theme === 'light') {
+        // The dialogs.
+        await page.goto('/ui/dead?state=dead')
+        await page.goto('/ui/queues/emails.send')
+        await expect(page.getByTestId('result-count')).toContainText('results')
+        await page.getByText(/^Bulk on all/).click()
+        await page.getByRole('menuitem', { name: 'Move… all matching' }).click()
+        await page.getByRole('dialog').getByTestId('bulk-preview').waitFor()
+        await page.screenshot({ path: `${SHOTS}/bulk-confirm-${sizeName}.png` })
+        await page.keyboard.press('Escape')
+        await page.getByRole('button', { name: '+ Enqueue', exact: true }).click()
+        await page.getByRole('dialog', { name: 'Enqueue a job' }).waitFor()
+        await page.screenshot({ path: `${SHOTS}/enqueue-${sizeName}.png` })
+        await page.keyboard.press('Escape')
+        if (sizeName === 'phone') {
+          await page.getByRole('button', { name: 'Open navigation' }).click()
+          await page.screenshot({ path: `${SHOTS}/nav-drawer-phone.png` })
+        }
+      }
+      await ctx.close()
+    }
+  }
+  traffic = false
+  await trafficDone
+  writeFileSync(`${SHOTS}/perf.json`, JSON.stringify(perf, null, 2) + '\n')
+  console.log('UI first paint:', JSON.stringify(perf))
+  expect(perf.first_contentful_paint_ms).not.toBeNull()
+})
+
+test('bulk operations over many jobs show progress', async ({ page }) => {
+  // Above the UI's async threshold: the server runs it in the background
+  // (when it supports async bulk) and the dialog follows its progress.
+  const n = 1500
+  for (let i = 0; i < n; i += 500) {
+    await enqueueBatch(Array.from({ length: 500 }, (_, k) => ({ queue: 'bulk.many', payload: { k: i + k } })))
+  }
+  await waitFor('the mirror to see the bulk jobs', async () => (await call<{ total: number }>('POST', '/api/v1/jobs/search', { queue: 'bulk.many', limit: 1 })).total === n)
+  await page.goto('/ui/queues/bulk.many')
+  await expect(page.getByTestId('result-count')).toContainText(`1,500 results`)
+  await page.getByText('Bulk on all 1,500').click()
+  await page.getByRole('menuitem', { name: 'Priority… all matching' }).click()
+  const dialog = page.getByRole('dialog')
+  await dialog.getByLabel('New priority').selectOption('high')
+  await dialog.getByTestId('bulk-confirm').click()
+  await expect(dialog.getByTestId('bulk-result')).toContainText('1,500 jobs affected', { timeout: 60_000 })
+  // It ran as a background operation, which the bulk page lists.
+  const ops = await call<{ operations: { id: string; action: string; total: number; status: string }[] }>('GET', '/api/v1/bulk')
+  const op = ops.operations.find((o) => o.action === 'change_priority' && o.total === n)
+  expect(op?.status).toBe('completed')
+  await waitFor('the mirror to see the new priorities', async () => (await call<{ total: number }>('POST', '/api/v1/jobs/search', { queue: 'bulk.many', priority: 'high', limit: 1 })).total === n)
+  await dialog.getByRole('button', { name: 'Close' }).click()
+  await page.goto('/ui/bulk')
+  await expect(page.locator('tr', { hasText: op!.id })).toContainText('completed')
+})
+
+test('keyboard: shortcuts move between pages, focus the search, open dialogs; Escape closes them', async ({ page }) => {
+  await page.goto('/ui/')
+  await expect(page.getByTestId('stat-pending')).not.toHaveText('…')
+  await page.keyboard.press('g')
+  await page.keyboard.press('x')
+  await expect(page).toHaveURL(/\/ui\/dead$/)
+  await expect(page.getByRole('heading', { name: 'Dead letters' })).toBeVisible()
+  await page.keyboard.press('/')
+  await expect(page.getByLabel('Payload contains')).toBeFocused()
+  await page.keyboard.type('hook')
+  await page.keyboard.press('Enter')
+  await expect(page).toHaveURL(/payload=hook/)
+  await page.locator('main').click({ position: { x: 5, y: 5 } })
+  await page.keyboard.press('n')
+  const dialog = page.getByRole('dialog', { name: 'Enqueue a job' })
+  await expect(dialog.getByLabel('Queue')).toBeFocused()
+  await page.keyboard.press('Escape')
+  await expect(dialog).toHaveCount(0)
+  // Enqueue from the dialog lands on the new job's page.
+  await page.keyboard.press('n')
+  await dialog.getByLabel('Queue').fill('ui.enqueued')
+  await dialog.getByLabel('Payload (JSON)').fill('{"from": "the dialog"}')
+  await dialog.getByRole('button', { name: 'Enqueue' }).click()
+  await expect(page).toHaveURL(/\/ui\/jobs\/job_/)
+  await expect(page.getByTestId('payload')).toContainText('the dialog')
+})
+
+test('dark mode is remembered', async ({ page }) => {
+  await page.goto('/ui/')
+  await page.getByRole('button', { name: 'Switch to dark mode' }).click()
+  await expect(page.locator('html')).toHaveAttribute('data-theme', 'dark')
+  await page.reload()
+  await expect(page.locator('html')).toHaveAttribute('data-theme', 'dark')
+  await page.getByRole('button', { name: 'Switch to light mode' }).click()
+  await expect(page.locator('html')).toHaveAttribute('data-theme', 'light')
+})
+
+test('live updates arrive over SSE', async ({ page }) => {
+  await page.goto('/ui/')
+  await expect(page.getByRole('status').filter({ hasText: 'Live' })).toBeVisible()
+})
+
+for (const theme of ['light', 'dark'] as const) {
+  test(`accessibility: no WCAG 2.1 A/AA violations on any screen or dialog (${theme})`, async ({ browser }) => {
+    test.setTimeout(120_000)
+    const ctx = await browser.newContext({ colorScheme: theme, baseURL: process.env.CORVO_E2E_URL })
+    const page = await ctx.newPage()
+    const found: string[] = []
+    const check = async (where: string) => { for (const v of await axeViolations(page)) found.push(`${where}: ${v}`) }
+    for (const path of ['/ui/', '/ui/queues', '/ui/queues/emails.send', '/ui/jobs?state=pending,retrying', '/ui/dead', '/ui/held',
+      `/ui/jobs/${s.progress_job}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster']) {
+      await page.goto(path)
+      await page.locator('main h1').first().waitFor()
+      await expect(page.locator('main')).not.toContainText('Searching…')
+      await check(path)
+    }
+    await page.goto('/ui/queues/emails.send')
+    await page.getByText(/^Bulk on all/).click()
+    await page.getByRole('menuitem', { name: 'Retry all matching' }).click()
+    await page.getByRole('dialog').getByTestId('bulk-preview').waitFor()
+    await check('bulk dialog')
+    await page.keyboard.press('Escape')
+    await page.getByRole('button', { name: '+ Enqueue', exact: true }).click()
+    await page.getByRole('dialog', { name: 'Enqueue a job' }).waitFor()
+    await check('enqueue dialog')
+    await ctx.close()
+    expect(found, found.join('\n')).toEqual([])
+  })
+}
+

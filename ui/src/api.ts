@@ -1,0 +1,184 @@
+// Typed client of Corvo's HTTP API (docs/api.md). Every call goes to the
+// same origin that served the UI.
+
+export type JobState =
+  | 'scheduled' | 'pending' | 'active' | 'retrying'
+  | 'completed' | 'dead' | 'cancelled' | 'held'
+
+export const JOB_STATES: JobState[] = ['pending', 'active', 'scheduled', 'retrying', 'held', 'completed', 'dead', 'cancelled']
+export const PRIORITIES = ['critical', 'high', 'normal'] as const
+export type Priority = (typeof PRIORITIES)[number]
+
+export interface Throttle { rate: number; period: string; window_ms: number }
+export interface Queue {
+  name: string
+  pending: number; active: number; scheduled: number; retrying: number
+  completed: number; dead: number; cancelled: number; held?: number
+  paused: boolean
+  max_concurrency: number | null
+  throttle: Throttle | null
+  totals?: { enqueued: number; completed: number; failed: number; dead: number }
+  throughput: { enqueued_per_s: number; completed_per_s: number; failed_per_s: number } | null
+}
+
+export interface Progress { current?: number; total?: number; message?: string }
+export interface JobError { attempt: number; error: string; backtrace?: string; at: string }
+export interface TimelineEntry { at: string; type: string; attempt?: number; worker_id?: string; detail?: string }
+
+export interface Job {
+  id: string; queue: string; payload: unknown; state: JobState; priority: Priority
+  attempt: number; max_retries: number; attempts_remaining: number
+  retry_backoff: string; retry_base_delay: string; retry_max_delay: string
+  lease_duration: number
+  created_at: string; scheduled_at: string | null; started_at: string | null
+  completed_at: string | null; failed_at: string | null; lease_expires_at: string | null
+  expire_after: string | null; expire_at: string | null
+  unique_key: string | null; unique_period: number | null
+  batch_id: string | null; chain_id: string | null; chain_step: number | null; chain_config: unknown
+  tags: Record<string, string>
+  progress: Progress | number | null; checkpoint: unknown; result: unknown
+  cancel_requested: boolean; reason: string | null; last_error: string | null
+  errors: JobError[]
+  worker: { id: string; hostname: string } | null
+  timeline?: TimelineEntry[]
+}
+
+export interface JobRow {
+  id: string; queue: string; state: JobState; priority: Priority; payload: unknown
+  attempt: number; max_retries: number
+  created_at: string; scheduled_at: string | null; started_at: string | null; completed_at: string | null
+  last_error: string | null; error_count: number; reason: string | null
+  tags: Record<string, string>; batch_id: string | null; unique_key: string | null
+  worker_id: string | null; progress: Progress | number | null
+}
+
+export interface SearchFilter {
+  queue?: string
+  state?: JobState[]
+  priority?: Priority
+  tags?: Record<string, string>
+  payload_contains?: string
+  payload_jq?: string
+  error_contains?: string
+  created_after?: string
+  created_before?: string
+  worker_id?: string
+  job_id_prefix?: string
+  has_errors?: boolean
+  sort?: string
+  order?: 'asc' | 'desc'
+  cursor?: string | null
+  limit?: number
+}
+export interface SearchPage { jobs: JobRow[]; total: number; cursor: string | null; has_more: boolean; duration_ms: number }
+
+export type BulkAction = 'retry' | 'requeue' | 'delete' | 'cancel' | 'move' | 'change_priority'
+export interface BulkRequest {
+  job_ids?: string[]
+  filter?: SearchFilter
+  action: BulkAction
+  move_to_queue?: string
+  priority?: Priority
+  async?: boolean
+}
+export interface BulkResult { affected: number; errors: number; failed?: { job_id: string; code: string; error: string }[]; duration_ms: number }
+export interface BulkAccepted { bulk_operation_id: string; status: string; estimated_total: number; progress_url: string }
+export interface BulkOperation {
+  id: string; action: string
+  status: 'processing' | 'completed' | 'cancelled' | 'failed' | 'interrupted'
+  total: number; processed: number; affected: number; errors: number
+  created_at: string; finished_at: string | null; duration_ms: number
+}
+
+export interface Worker { id: string; hostname: string; queues: string[]; active_jobs: number; jobs: string[]; first_seen: string; last_seen: string }
+export interface Schedule {
+  id: string; name: string; queue: string; cron: string; timezone: string; payload: unknown
+  unique_key: string | null; max_retries: number | null; priority: string | null
+  next_run: string | null; last_run: string | null; created_at: string
+}
+export interface ClusterShard {
+  shard_id: number; leader_node: string | number; term?: number
+  replicas: { node_id: string | number; role: 'leader' | 'follower'; applied_index?: number; lag?: number }[]
+  proposal_latency_ms?: { p50: number; p90: number; p99: number; samples?: number }
+}
+export interface ClusterStatus {
+  node_id: string | number
+  shard_count?: number
+  replicas?: number
+  nodes: { node_id: string | number; name?: string; http_address: string; raft_address: string; status: 'up' | 'down'; leader_of: number[]; mirror_lag_entries?: number }[]
+  shards: ClusterShard[]
+  meta?: ClusterShard
+  mirror?: { lag_entries: number }
+}
+export interface Batch { id: string; total: number; pending: number; succeeded: number; failed: number; callback_queue: string; callback_job_id: string | null; created_at: string; completed_at: string | null }
+export interface Health { status: string; shards: number; shards_led: number }
+
+export class ApiError extends Error {
+  constructor(public status: number, public code: string, message: string) { super(message) }
+}
+
+async function call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  const init: RequestInit = { method, signal, headers: {} }
+  if (body !== undefined) {
+    init.body = JSON.stringify(body)
+    ;(init.headers as Record<string, string>)['Content-Type'] = 'application/json'
+  }
+  const res = await fetch(path, init)
+  const text = await res.text()
+  let data: unknown = null
+  if (text) {
+    try { data = JSON.parse(text) } catch { data = null }
+  }
+  if (!res.ok) {
+    const e = (data ?? {}) as { error?: string; code?: string }
+    throw new ApiError(res.status, e.code ?? 'http_' + res.status, e.error ?? `${method} ${path}: HTTP ${res.status}`)
+  }
+  return data as T
+}
+
+const enc = encodeURIComponent
+const A = '/api/v1'
+
+export const api = {
+  health: (s?: AbortSignal) => call<Health>('GET', '/healthz', undefined, s),
+  queues: (s?: AbortSignal) => call<{ queues: Queue[] }>('GET', `${A}/queues`, undefined, s).then((r) => r.queues),
+  pause: (q: string) => call('POST', `${A}/queues/${enc(q)}/pause`),
+  resume: (q: string) => call('POST', `${A}/queues/${enc(q)}/resume`),
+  clear: (q: string) => call<{ cleared: number }>('POST', `${A}/queues/${enc(q)}/clear`),
+  drain: (q: string) => call<{ active: number }>('POST', `${A}/queues/${enc(q)}/drain`),
+  deleteQueue: (q: string) => call<{ jobs_deleted: number }>('DELETE', `${A}/queues/${enc(q)}?confirm=true`),
+  concurrency: (q: string, max: number | null) => call('POST', `${A}/queues/${enc(q)}/concurrency`, { max }),
+  throttle: (q: string, rate: number, period: string) => call('POST', `${A}/queues/${enc(q)}/throttle`, { rate, period }),
+  unthrottle: (q: string) => call('DELETE', `${A}/queues/${enc(q)}/throttle`),
+
+  job: (id: string, s?: AbortSignal) => call<Job>('GET', `${A}/jobs/${enc(id)}`, undefined, s),
+  retry: (id: string) => call('POST', `${A}/jobs/${enc(id)}/retry`),
+  cancel: (id: string) => call<{ status: string }>('POST', `${A}/jobs/${enc(id)}/cancel`),
+  approve: (id: string) => call('POST', `${A}/jobs/${enc(id)}/approve`),
+  reject: (id: string) => call('POST', `${A}/jobs/${enc(id)}/reject`),
+  move: (id: string, queue: string, reset_attempt: boolean) =>
+    call<{ job_id: string; queue: string; moved_from?: string }>('POST', `${A}/jobs/${enc(id)}/move`, { queue, reset_attempt }),
+  deleteJob: (id: string) => call('DELETE', `${A}/jobs/${enc(id)}`),
+  enqueue: (body: Record<string, unknown>) => call<{ job_id: string; status: string }>('POST', `${A}/enqueue`, body),
+
+  search: (f: SearchFilter, s?: AbortSignal) => call<SearchPage>('POST', `${A}/jobs/search`, f, s),
+  bulk: (r: BulkRequest) => call<BulkResult | BulkAccepted>('POST', `${A}/jobs/bulk`, r),
+  bulkStatus: (id: string, s?: AbortSignal) => call<BulkOperation>('GET', `${A}/bulk/${enc(id)}`, undefined, s),
+  bulkCancel: (id: string) => call('DELETE', `${A}/bulk/${enc(id)}`),
+  bulkList: (s?: AbortSignal) =>
+    call<{ operations?: BulkOperation[]; bulk_operations?: BulkOperation[] } | BulkOperation[]>('GET', `${A}/bulk`, undefined, s).then((r) =>
+      Array.isArray(r) ? r : (r.operations ?? r.bulk_operations ?? [])),
+
+  workers: (s?: AbortSignal) => call<{ workers: Worker[] }>('GET', `${A}/workers`, undefined, s).then((r) => r.workers),
+  schedules: (s?: AbortSignal) => call<{ schedules: Schedule[] }>('GET', `${A}/schedules`, undefined, s).then((r) => r.schedules),
+  createSchedule: (body: Record<string, unknown>) => call<Schedule>('POST', `${A}/schedules`, body),
+  updateSchedule: (id: string, body: Record<string, unknown>) => call<Schedule>('PUT', `${A}/schedules/${enc(id)}`, body),
+  deleteSchedule: (id: string) => call('DELETE', `${A}/schedules/${enc(id)}`),
+  batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
+  rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
+  cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),
+}
+
+export function isAccepted(r: BulkResult | BulkAccepted): r is BulkAccepted {
+  return (r as BulkAccepted).bulk_operation_id !== undefined
+}

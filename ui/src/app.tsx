@@ -1,0 +1,142 @@
+// The shell: sidebar (a drawer on phones), header with live status, theme
+// toggle and "enqueue job", and the routed page.
+import { useEffect, useState } from 'preact/hooks'
+import { href, match, navigate, onLinkClick, useLocation } from './router'
+import { startLive, useLiveStatus } from './live'
+import { Toasts } from './components/ui'
+import { EnqueueDialog } from './components/EnqueueDialog'
+import { Dashboard } from './pages/Dashboard'
+import { QueuesPage } from './pages/Queues'
+import { QueueDetail } from './pages/QueueDetail'
+import { JobsPage } from './pages/Jobs'
+import { JobDetail } from './pages/JobDetail'
+import { WorkersPage } from './pages/Workers'
+import { SchedulesPage } from './pages/Schedules'
+import { ClusterPage } from './pages/Cluster'
+import { BulkPage } from './pages/Bulk'
+
+const NAV: { path: string; label: string; icon: string; key?: string }[] = [
+  { path: '/', label: 'Dashboard', icon: '◧', key: 'd' },
+  { path: '/queues', label: 'Queues', icon: '☰', key: 'q' },
+  { path: '/jobs', label: 'Jobs', icon: '⌕', key: 'j' },
+  { path: '/dead', label: 'Dead letters', icon: '✕', key: 'x' },
+  { path: '/held', label: 'Held', icon: '◐', key: 'h' },
+  { path: '/workers', label: 'Workers', icon: '⚙', key: 'w' },
+  { path: '/schedules', label: 'Schedules', icon: '◷', key: 's' },
+  { path: '/bulk', label: 'Bulk operations', icon: '⇶', key: 'b' },
+  { path: '/cluster', label: 'Cluster', icon: '⬡', key: 'c' },
+]
+
+type Theme = 'light' | 'dark'
+function initialTheme(): Theme {
+  const saved = localStorage.getItem('corvo-theme')
+  if (saved === 'light' || saved === 'dark') return saved
+  return window.matchMedia?.('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'
+}
+
+function page(path: string, query: URLSearchParams) {
+  let m: Record<string, string> | null
+  if (path === '/') return <Dashboard />
+  if (path === '/queues') return <QueuesPage />
+  if ((m = match('/queues/:name', path))) return <QueueDetail name={m.name} query={query} />
+  if (path === '/jobs') return <JobsPage query={query} preset="all" />
+  if (path === '/dead') return <JobsPage query={query} preset="dead" />
+  if (path === '/held') return <JobsPage query={query} preset="held" />
+  if ((m = match('/jobs/:id', path))) return <JobDetail id={m.id} />
+  if (path === '/workers') return <WorkersPage />
+  if (path === '/schedules') return <SchedulesPage />
+  if (path === '/bulk') return <BulkPage />
+  if (path === '/cluster') return <ClusterPage />
+  return (
+    <section>
+      <h1>Not found</h1>
+      <p>There is no page at {path}. <a href={href('/')}>Go to the dashboard</a>.</p>
+    </section>
+  )
+}
+
+function active(navPath: string, path: string) {
+  if (navPath === '/') return path === '/'
+  if (navPath === '/jobs') return path === '/jobs' || (path.startsWith('/jobs/'))
+  return path === navPath || path.startsWith(navPath + '/')
+}
+
+export function App() {
+  const loc = useLocation()
+  const [theme, setTheme] = useState<Theme>(initialTheme)
+  const [drawer, setDrawer] = useState(false)
+  const [enqueue, setEnqueue] = useState(false)
+  const live = useLiveStatus()
+
+  useEffect(() => { startLive() }, [])
+  useEffect(() => {
+    document.documentElement.dataset.theme = theme
+    localStorage.setItem('corvo-theme', theme)
+  }, [theme])
+  useEffect(() => { setDrawer(false) }, [loc.path])
+
+  // Keyboard: "/" focuses search, "g" then a letter goes to a page, "n" opens enqueue.
+  useEffect(() => {
+    let g = false
+    const onKey = (e: KeyboardEvent) => {
+      const t = e.target as HTMLElement
+      if (e.metaKey || e.ctrlKey || e.altKey || t.closest('input, textarea, select, dialog, [contenteditable]')) return
+      if (g) {
+        g = false
+        const n = NAV.find((x) => x.key === e.key)
+        if (n) { e.preventDefault(); navigate(n.path) }
+        return
+      }
+      if (e.key === 'g') { g = true; setTimeout(() => { g = false }, 1200); return }
+      if (e.key === '/') {
+        const s = document.querySelector<HTMLInputElement>('[data-search-focus]')
+        if (s) { e.preventDefault(); s.focus() }
+      }
+      if (e.key === 'n') { e.preventDefault(); setEnqueue(true) }
+    }
+    window.addEventListener('keydown', onKey)
+    return () => window.removeEventListener('keydown', onKey)
+  }, [])
+
+  const liveText = live.state === 'open' ? 'Live'
+    : live.state === 'waiting' ? `Reconnecting${live.retryInMs ? ` in ${Math.ceil(live.retryInMs / 1000)}s` : ''} · polling`
+    : live.state === 'connecting' ? 'Connecting…'
+    : live.state === 'busy' ? 'Busy server · refreshing every few s' : 'Polling'
+
+  return (
+    <div class={`shell ${drawer ? 'drawer-open' : ''}`} onClick={(e) => onLinkClick(e as unknown as MouseEvent)}>
+      <a class="skip" href="#main">Skip to content</a>
+      <header class="top">
+        <button class="icon-btn menu-btn" aria-label="Open navigation" aria-expanded={drawer} aria-controls="nav" onClick={() => setDrawer(!drawer)}>☰</button>
+        <a class="brand" href={href('/')}><span class="logo" aria-hidden="true">◆</span> Corvo</a>
+        <span class={`live live-${live.state}`} role="status" title="Live updates over server-sent events">
+          <span class="dot" aria-hidden="true" />{liveText}
+        </span>
+        <span class="spacer" />
+        <button class="btn primary" onClick={() => setEnqueue(true)} title="Enqueue a job (n)">+ Enqueue</button>
+        <button
+          class="icon-btn" aria-label={theme === 'dark' ? 'Switch to light mode' : 'Switch to dark mode'}
+          aria-pressed={theme === 'dark'} onClick={() => setTheme(theme === 'dark' ? 'light' : 'dark')}
+        >{theme === 'dark' ? '☀' : '☾'}</button>
+      </header>
+      <nav id="nav" class="side" aria-label="Main">
+        <ul>
+          {NAV.map((n) => (
+            <li key={n.path}>
+              <a href={href(n.path)} aria-current={active(n.path, loc.path) ? 'page' : undefined} title={n.key ? `g then ${n.key}` : undefined}>
+                <span class="nav-icon" aria-hidden="true">{n.icon}</span>{n.label}
+              </a>
+            </li>
+          ))}
+        </ul>
+        <p class="kbd-help">Keys: <kbd>/</kbd> search · <kbd>n</kbd> enqueue · <kbd>g</kbd> <kbd>q</kbd> queues</p>
+      </nav>
+      {drawer && <div class="scrim" onClick={() => setDrawer(false)} aria-hidden="true" />}
+      <main id="main" tabIndex={-1}>
+        {page(loc.path, loc.query)}
+      </main>
+      {enqueue && <EnqueueDialog onClose={() => setEnqueue(false)} />}
+      <Toasts />
+    </div>
+  )
+}

@@ -1,0 +1,96 @@
+// Formatting helpers shared by the views.
+import type { Progress } from './api'
+
+export function fmtNum(n: number | null | undefined): string {
+  if (n === null || n === undefined || Number.isNaN(n)) return '—'
+  const a = Math.abs(n)
+  if (a < 1000) return String(Math.round(n * 100) / 100)
+  if (a < 10_000) return n.toLocaleString('en-US', { maximumFractionDigits: 0 })
+  if (a < 1e6) return (n / 1e3).toFixed(a < 1e5 ? 1 : 0) + 'k'
+  if (a < 1e9) return (n / 1e6).toFixed(a < 1e7 ? 2 : 1) + 'M'
+  return (n / 1e9).toFixed(2) + 'B'
+}
+
+export function fmtInt(n: number): string {
+  return n.toLocaleString('en-US')
+}
+
+export function fmtRate(perSecond: number | null | undefined): string {
+  if (perSecond === null || perSecond === undefined) return '—'
+  if (perSecond === 0) return '0/s'
+  if (perSecond >= 1) return fmtNum(Math.round(perSecond * 10) / 10) + '/s'
+  return fmtNum(Math.round(perSecond * 60 * 10) / 10) + '/min'
+}
+
+// fmtDuration: 950 → "950ms", 4200 → "4.2s", 272000 → "4m 32s", hours and days likewise.
+export function fmtDuration(ms: number): string {
+  if (!Number.isFinite(ms)) return '—'
+  if (ms < 0) ms = 0
+  if (ms < 1000) return Math.round(ms) + 'ms'
+  const s = ms / 1000
+  if (s < 60) return (s < 10 ? s.toFixed(1) : Math.round(s).toString()) + 's'
+  const m = Math.floor(s / 60)
+  if (m < 60) return `${m}m ${Math.floor(s % 60)}s`
+  const h = Math.floor(m / 60)
+  if (h < 24) return `${h}h ${m % 60}m`
+  return `${Math.floor(h / 24)}d ${h % 24}h`
+}
+
+export function fmtAgo(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return '—'
+  const t = Date.parse(iso)
+  if (Number.isNaN(t)) return '—'
+  const d = now - t
+  if (d < 0) return 'in ' + fmtDuration(-d).split(' ')[0]
+  if (d < 5000) return 'just now'
+  return fmtDuration(d).split(' ')[0] + ' ago'
+}
+
+export function fmtTime(iso: string | null | undefined): string {
+  if (!iso) return '—'
+  const d = new Date(iso)
+  if (Number.isNaN(d.getTime())) return '—'
+  return d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC').replace(/Z$/, ' UTC')
+}
+
+export function fmtClock(iso: string): string {
+  const d = new Date(iso)
+  if (Number.isNaN(d.getTime())) return iso
+  return d.toISOString().slice(11, 23)
+}
+
+// preview renders a payload compactly on one line, cut to max characters.
+export function preview(v: unknown, max = 60): string {
+  let s: string
+  try { s = JSON.stringify(v) ?? 'null' } catch { s = String(v) }
+  return s.length > max ? s.slice(0, max - 1) + '…' : s
+}
+
+export function pretty(v: unknown): string {
+  try { return JSON.stringify(v, null, 2) ?? 'null' } catch { return String(v) }
+}
+
+export interface NormProgress { current: number; total: number | null; message: string | null; percent: number | null }
+
+// normProgress understands {current,total,message}, {percent} and a bare number (a percentage).
+export function normProgress(p: unknown): NormProgress | null {
+  if (p === null || p === undefined) return null
+  if (typeof p === 'number') return { current: p, total: 100, message: null, percent: clamp(p) }
+  if (typeof p !== 'object') return null
+  const o = p as Progress & { percent?: number }
+  const current = typeof o.current === 'number' ? o.current : typeof o.percent === 'number' ? o.percent : 0
+  const total = typeof o.total === 'number' && o.total > 0 ? o.total : typeof o.percent === 'number' ? 100 : null
+  const message = typeof o.message === 'string' ? o.message : null
+  return { current, total, message, percent: total ? clamp((current / total) * 100) : null }
+}
+
+function clamp(x: number) { return Math.max(0, Math.min(100, x)) }
+
+// shortId keeps the shard prefix and the ID's random tail (its distinctive
+// part; the head of a ULID is a timestamp shared by neighbours).
+export function shortId(id: string): string {
+  if (id.length <= 20) return id
+  const m = /^([a-z]+_\d+_)/.exec(id)
+  const head = m ? m[1] : id.slice(0, 6)
+  return head + '…' + id.slice(-8)
+}

@@ -1,0 +1,245 @@
+import { useState } from 'preact/hooks'
+import { api, ApiError, PRIORITIES, type Job, type Priority, type TimelineEntry } from '../api'
+import { useLive, type JobEvent } from '../live'
+import { href, navigate } from '../router'
+import { fmtClock, fmtDuration, fmtTime, pretty, shortId } from '../format'
+import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
+
+// timelineOf gives the server's timeline when it has one, else one
+// reconstructed from the job's own fields (less detailed: no progress).
+export function timelineOf(j: Job): TimelineEntry[] {
+  if (j.timeline && j.timeline.length) return j.timeline
+  const t: TimelineEntry[] = [{ at: j.created_at, type: j.scheduled_at && j.scheduled_at > j.created_at ? 'scheduled' : 'enqueued' }]
+  for (const e of j.errors) t.push({ at: e.at, type: 'failed', attempt: e.attempt, detail: e.error })
+  if (j.started_at) t.push({ at: j.started_at, type: 'started', attempt: j.attempt, worker_id: j.worker?.id })
+  if (j.completed_at) t.push({ at: j.completed_at, type: j.state === 'completed' ? 'completed' : j.state, detail: j.reason ?? undefined })
+  return t.sort((a, b) => a.at.localeCompare(b.at))
+}
+
+function describeEntry(e: TimelineEntry): string {
+  const parts = [e.type]
+  if (e.type === 'started' && e.worker_id) parts.push(`by ${e.worker_id}`)
+  if (e.attempt && e.type !== 'enqueued') parts.push(`(attempt ${e.attempt})`)
+  if (e.detail) parts.push(e.type === 'failed' ? `: ${e.detail}` : `— ${e.detail}`)
+  return parts.join(' ').replace(' :', ':')
+}
+
+// attemptsOf pairs each attempt's start with its end, from the timeline
+// when it has starts, else from the error list.
+export function attemptsOf(j: Job): { n: number; started: string | null; duration: number | null; result: string }[] {
+  const tl = timelineOf(j)
+  const starts = tl.filter((e) => e.type === 'started')
+  const out: { n: number; started: string | null; duration: number | null; result: string }[] = []
+  const max = Math.max(j.attempt, ...j.errors.map((e) => e.attempt), 0)
+  for (let n = 1; n <= max; n++) {
+    const s = starts.find((e) => e.attempt === n) ?? (n === j.attempt && j.started_at ? { at: j.started_at } as TimelineEntry : undefined)
+    const err = j.errors.find((e) => e.attempt === n)
+    let result: string
+    let end: string | null = null
+    if (err) { result = err.error; end = err.at }
+    else if (n === j.attempt) {
+      result = j.state === 'active' ? 'running' : j.state === 'completed' ? 'completed' : j.state
+      end = j.state === 'active' ? null : j.completed_at
+    } else result = '—'
+    const started = s?.at ?? null
+    out.push({ n, started, duration: started && end ? Date.parse(end) - Date.parse(started) : started && j.state === 'active' && n === j.attempt ? Date.now() - Date.parse(started) : null, result })
+  }
+  return out
+}
+
+export function JobDetail({ id }: { id: string }) {
+  const [liveProgress, setLiveProgress] = useState<JobEvent['progress'] | null>(null)
+  const [dialog, setDialog] = useState<'move' | 'delete' | 'priority' | null>(null)
+  const { data: j, error, reload } = useLive<Job>(
+    async (s) => { const r = await api.job(id, s); setLiveProgress(null); return r },
+    'job:' + id,
+    {
+      match: (e) => e.job_id === id,
+      onEvent: (e) => {
+        if (e.job_id !== id) return
+        if (e.type === 'progress' && e.progress) setLiveProgress(e.progress)
+        // Moved to a queue on another shard: the job lives on under a new id.
+        if (e.type === 'moved' && e.moved_to && e.moved_to !== id) navigate(`/jobs/${encodeURIComponent(e.moved_to)}`, { replace: true })
+      },
+      minGapMs: 500, pollLiveMs: 10_000, pollOfflineMs: 1500,
+    },
+  )
+
+  if (error && (error as ApiError).status === 404) {
+    return <section><h1>Job not found</h1><p>No job <span class="mono">{id}</span>: it was deleted, purged after its retention, or never existed.</p></section>
+  }
+  const finished = j && ['completed', 'dead', 'cancelled'].includes(j.state)
+  const progress = liveProgress ?? j?.progress
+  const run = async (label: string, f: () => Promise<unknown>) => { await act(label, f); reload() }
+
+  return (
+    <section aria-labelledby="h-job">
+      <div class="page-head">
+        <h1 id="h-job"><span class="muted">Job</span> <span class="mono break">{id}</span></h1>
+        {j && (
+          <div class="head-actions">
+            {finished && <button class="btn small primary" onClick={() => run('Retried', () => api.retry(id))}>Retry</button>}
+            {j.state === 'held' && <button class="btn small primary" onClick={() => run('Approved', () => api.approve(id))}>Approve</button>}
+            {j.state === 'held' && <button class="btn small danger" onClick={() => run('Rejected', () => api.reject(id))}>Reject</button>}
+            {!finished && <button class="btn small" onClick={() => run('Cancel requested', () => api.cancel(id))}>Cancel</button>}
+            {(j.state === 'pending' || j.state === 'scheduled') && <button class="btn small" onClick={() => setDialog('priority')}>Priority…</button>}
+            {j.state !== 'active' && <button class="btn small" onClick={() => setDialog('move')}>Move…</button>}
+            <button class="btn small danger" onClick={() => setDialog('delete')}>Delete</button>
+          </div>
+        )}
+      </div>
+      <ErrorNote error={error} />
+      {j && (
+        <>
+          <dl class="facts">
+            <dt>Queue</dt><dd><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></dd>
+            <dt>State</dt><dd data-testid="job-state"><StateBadge state={j.state} /> attempt {j.attempt} of {j.max_retries}{j.cancel_requested ? ' · cancel requested' : ''}{j.reason ? ` · ${j.reason}` : ''}</dd>
+            <dt>Priority</dt><dd>{j.priority}</dd>
+            {j.worker && <><dt>Worker</dt><dd>{j.worker.id}{j.worker.hostname ? ` on ${j.worker.hostname}` : ''}</dd></>}
+            <dt>Created</dt><dd>{fmtTime(j.created_at)}</dd>
+            {j.scheduled_at && <><dt>Scheduled</dt><dd>{fmtTime(j.scheduled_at)}</dd></>}
+            {j.started_at && <><dt>Started</dt><dd>{fmtTime(j.started_at)} <span class="muted">({fmtDuration(Date.parse(j.started_at) - Date.parse(j.scheduled_at ?? j.created_at))} queue time)</span></dd></>}
+            {j.completed_at && <><dt>Finished</dt><dd>{fmtTime(j.completed_at)}</dd></>}
+            {j.lease_expires_at && <><dt>Lease until</dt><dd>{fmtTime(j.lease_expires_at)}</dd></>}
+            {j.expire_at && <><dt>Expires</dt><dd>{fmtTime(j.expire_at)}</dd></>}
+            <dt>Retries</dt><dd>{j.retry_backoff} backoff, {j.retry_base_delay} → {j.retry_max_delay}, {j.attempts_remaining} left</dd>
+            {j.unique_key && <><dt>Unique key</dt><dd class="mono">{j.unique_key}</dd></>}
+            {Object.keys(j.tags).length > 0 && <><dt>Tags</dt><dd>{Object.entries(j.tags).map(([k, v]) => <span class="tag" key={k}>{k}:{v}</span>)}</dd></>}
+            {j.batch_id && <><dt>Batch</dt><dd><BatchInfo id={j.batch_id} /></dd></>}
+            {j.chain_id && <><dt>Chain</dt><dd class="mono">{j.chain_id} · step {j.chain_step}</dd></>}
+          </dl>
+
+          {progress && (
+            <div class="block">
+              <h2>Progress</h2>
+              <ProgressBar progress={progress} label="Job progress" />
+            </div>
+          )}
+
+          <div class="block">
+            <h2>Payload</h2>
+            <pre class="code" data-testid="payload" tabIndex={0}>{pretty(j.payload)}</pre>
+          </div>
+          {j.result !== null && j.result !== undefined && <div class="block"><h2>Result</h2><pre class="code" tabIndex={0}>{pretty(j.result)}</pre></div>}
+          {j.checkpoint !== null && j.checkpoint !== undefined && <div class="block"><h2>Checkpoint</h2><pre class="code" tabIndex={0}>{pretty(j.checkpoint)}</pre></div>}
+
+          <div class="block">
+            <h2>Attempt history</h2>
+            {j.attempt === 0 && j.errors.length === 0 ? <p class="muted">Not run yet.</p> : (
+              <div class="table-wrap">
+                <table class="grid">
+                  <thead><tr><th scope="col">#</th><th scope="col">Started</th><th scope="col">Duration</th><th scope="col">Result</th></tr></thead>
+                  <tbody>
+                    {attemptsOf(j).map((a) => (
+                      <tr key={a.n}><td>{a.n}</td><td>{a.started ? fmtClock(a.started) : '—'}</td><td>{a.duration === null ? '…' : fmtDuration(a.duration)}</td><td class={a.result === 'running' || a.result === 'completed' ? '' : 'err'}>{a.result}</td></tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )}
+            {j.errors.some((e) => e.backtrace) && (
+              <details><summary>Backtraces</summary>
+                {j.errors.filter((e) => e.backtrace).map((e) => <div key={e.attempt}><h3>Attempt {e.attempt}</h3><pre class="code">{e.backtrace}</pre></div>)}
+              </details>
+            )}
+          </div>
+
+          <div class="block">
+            <h2>Timeline</h2>
+            <ol class="timeline" data-testid="timeline">
+              {timelineOf(j).map((e, i) => (
+                <li key={i} class={`t-${e.type}`}><time dateTime={e.at} title={e.at}>{fmtClock(e.at)}</time><span>{describeEntry(e)}</span></li>
+              ))}
+            </ol>
+          </div>
+        </>
+      )}
+      {dialog === 'move' && j && <MoveDialog job={j} onClose={() => { setDialog(null); reload() }} />}
+      {dialog === 'priority' && j && <PriorityDialog job={j} onClose={() => { setDialog(null); reload() }} />}
+      {dialog === 'delete' && j && (
+        <Dialog title="Delete this job?" onClose={() => setDialog(null)}>
+          <p>The job and its whole history are deleted. A worker holding it gets 404 on ack.</p>
+          <p class="warn">⚠ This action cannot be undone.</p>
+          <div class="dialog-actions">
+            <button class="btn" onClick={() => setDialog(null)}>Cancel</button>
+            <button class="btn danger" autoFocus onClick={async () => { setDialog(null); if (await act('Deleted', () => api.deleteJob(id))) navigate(`/queues/${encodeURIComponent(j.queue)}`) }}>Delete job</button>
+          </div>
+        </Dialog>
+      )}
+    </section>
+  )
+}
+
+function BatchInfo({ id }: { id: string }) {
+  const { data } = useLive((s) => api.batch(id, s), 'batch:' + id, { minGapMs: 2000, pollLiveMs: 15_000, pollOfflineMs: 5000 })
+  return (
+    <span>
+      <span class="mono">{id}</span>
+      {data && <span class="muted"> ({data.succeeded + data.failed} of {data.total} finished{data.failed ? `, ${data.failed} failed` : ''}{data.callback_job_id ? <>; callback <a href={href(`/jobs/${encodeURIComponent(data.callback_job_id)}`)} class="mono">{shortId(data.callback_job_id)}</a></> : ''})</span>}
+    </span>
+  )
+}
+
+function MoveDialog({ job, onClose }: { job: Job; onClose: () => void }) {
+  const [queue, setQueue] = useState('')
+  const [reset, setReset] = useState(true)
+  const [busy, setBusy] = useState(false)
+  const { data: queues } = useLive((s) => api.queues(s), 'move-queues', { match: () => false })
+  const submit = async (e: Event) => {
+    e.preventDefault()
+    setBusy(true)
+    try {
+      const r = await api.move(job.id, queue.trim(), reset)
+      onClose()
+      act(`Moved to ${r.queue}`, async () => r)
+      if (r.job_id !== job.id) navigate(`/jobs/${encodeURIComponent(r.job_id)}`, { replace: true })
+    } catch (x) {
+      act('Move', () => Promise.reject(x))
+      setBusy(false)
+    }
+  }
+  return (
+    <Dialog title="Move job to queue" onClose={onClose}>
+      <form class="form" onSubmit={submit}>
+        <p>Current queue: <strong>{job.queue}</strong></p>
+        <label>Target queue
+          <input required list="queue-names" value={queue} onInput={(e) => setQueue((e.target as HTMLInputElement).value)} autoFocus placeholder="emails.legacy" />
+          <datalist id="queue-names">{(queues ?? []).filter((q) => q.name !== job.queue).map((q) => <option key={q.name} value={q.name} />)}</datalist>
+        </label>
+        <label class="check-label"><input type="checkbox" checked={reset} onChange={() => setReset(!reset)} /> Reset attempt counter</label>
+        <div class="dialog-actions">
+          <button type="button" class="btn" onClick={onClose}>Cancel</button>
+          <button type="submit" class="btn primary" disabled={busy || !queue.trim() || queue.trim() === job.queue}>Move</button>
+        </div>
+      </form>
+    </Dialog>
+  )
+}
+
+function PriorityDialog({ job, onClose }: { job: Job; onClose: () => void }) {
+  const [p, setP] = useState<Priority>(job.priority)
+  const submit = async (e: Event) => {
+    e.preventDefault()
+    await act(`Priority set to ${p}`, async () => {
+      const r = await api.bulk({ job_ids: [job.id], action: 'change_priority', priority: p })
+      if ('errors' in r && r.errors > 0) throw new Error(r.failed?.[0]?.error ?? 'not applied')
+      return r
+    })
+    onClose()
+  }
+  return (
+    <Dialog title="Change priority" onClose={onClose}>
+      <form class="form" onSubmit={submit}>
+        <label>Priority
+          <select value={p} onChange={(e) => setP((e.target as HTMLSelectElement).value as Priority)} autoFocus>
+            {PRIORITIES.map((x) => <option key={x} value={x}>{x}</option>)}
+          </select>
+        </label>
+        <div class="dialog-actions">
+          <button type="button" class="btn" onClick={onClose}>Cancel</button>
+          <button type="submit" class="btn primary">Save</button>
+        </div>
+      </form>
+    </Dialog>
+  )
+}

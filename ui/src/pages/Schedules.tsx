@@ -1,0 +1,94 @@
+import { useState } from 'preact/hooks'
+import { api, PRIORITIES, type Schedule } from '../api'
+import { useLive } from '../live'
+import { href } from '../router'
+import { fmtAgo, fmtTime, preview } from '../format'
+import { act, Dialog, Empty, ErrorNote } from '../components/ui'
+
+export function SchedulesPage() {
+  const { data, error, reload } = useLive((s) => api.schedules(s), 'schedules', { match: (e) => e.type === 'scheduled', pollLiveMs: 15_000, pollOfflineMs: 5000 })
+  const [creating, setCreating] = useState(false)
+  const [editing, setEditing] = useState<Schedule | null>(null)
+  const [deleting, setDeleting] = useState<Schedule | null>(null)
+  return (
+    <section aria-labelledby="h-sched">
+      <div class="page-head">
+        <h1 id="h-sched">Schedules</h1>
+        <button class="btn primary small" onClick={() => setCreating(true)}>+ New schedule</button>
+      </div>
+      <ErrorNote error={error} />
+      {data && (data.length ? (
+        <div class="table-wrap">
+          <table class="grid">
+            <thead><tr><th scope="col">Name</th><th scope="col">Cron</th><th scope="col">Queue</th><th scope="col">Next run</th><th scope="col" class="hide-sm">Last run</th><th scope="col" class="hide-sm">Payload</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
+            <tbody>
+              {data.map((s) => (
+                <tr key={s.id}>
+                  <th scope="row">{s.name}</th>
+                  <td class="mono">{s.cron} <span class="muted small">{s.timezone}</span></td>
+                  <td><a href={href(`/queues/${encodeURIComponent(s.queue)}`)}>{s.queue}</a></td>
+                  <td title={s.next_run ?? ''}>{s.next_run ? `${fmtTime(s.next_run)} (${fmtAgo(s.next_run)})` : '—'}</td>
+                  <td class="hide-sm">{fmtAgo(s.last_run)}</td>
+                  <td class="mono muted small hide-sm">{preview(s.payload, 40)}</td>
+                  <td class="actions"><button class="btn small" aria-label={`Edit schedule ${s.name}`} onClick={() => setEditing(s)}>Edit</button> <button class="btn small danger" aria-label={`Delete schedule ${s.name}`} onClick={() => setDeleting(s)}>Delete</button></td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      ) : <Empty>No schedules. A schedule enqueues a job on a cron expression.</Empty>)}
+      {creating && <ScheduleDialog onClose={() => { setCreating(false); reload() }} />}
+      {editing && <ScheduleDialog editing={editing} onClose={() => { setEditing(null); reload() }} />}
+      {deleting && (
+        <Dialog title={`Delete schedule ${deleting.name}?`} onClose={() => setDeleting(null)}>
+          <p>No more jobs are enqueued by it; jobs it already enqueued stay.</p>
+          <div class="dialog-actions">
+            <button class="btn" onClick={() => setDeleting(null)}>Cancel</button>
+            <button class="btn danger" autoFocus onClick={async () => { const s = deleting; setDeleting(null); await act(`Deleted ${s.name}`, () => api.deleteSchedule(s.id)); reload() }}>Delete</button>
+          </div>
+        </Dialog>
+      )}
+    </section>
+  )
+}
+
+function ScheduleDialog({ onClose, editing }: { onClose: () => void; editing?: Schedule }) {
+  const [f, setF] = useState(editing
+    ? { name: editing.name, queue: editing.queue, cron: editing.cron, timezone: editing.timezone, payload: JSON.stringify(editing.payload ?? {}, null, 2), priority: editing.priority ?? 'normal' }
+    : { name: '', queue: '', cron: '0 9 * * *', timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC', payload: '{}', priority: 'normal' })
+  const [err, setErr] = useState<string | null>(null)
+  const set = (k: keyof typeof f, v: string) => setF({ ...f, [k]: v })
+  const submit = async (e: Event) => {
+    e.preventDefault()
+    let payload: unknown
+    try { payload = JSON.parse(f.payload || '{}') } catch { setErr('The payload is not valid JSON.'); return }
+    try {
+      const body = { name: f.name, queue: f.queue, cron: f.cron, timezone: f.timezone, payload, priority: f.priority }
+      if (editing) await api.updateSchedule(editing.id, body)
+      else await api.createSchedule(body)
+      act(`${editing ? 'Saved' : 'Created'} ${f.name}`, async () => null)
+      onClose()
+    } catch (x) { setErr((x as Error).message) }
+  }
+  return (
+    <Dialog title={editing ? `Edit schedule ${editing.name}` : 'New schedule'} onClose={onClose}>
+      <form class="form" onSubmit={submit}>
+        <label>Name<input required value={f.name} onInput={(e) => set('name', (e.target as HTMLInputElement).value)} autoFocus /></label>
+        <label>Queue<input required value={f.queue} onInput={(e) => set('queue', (e.target as HTMLInputElement).value)} /></label>
+        <div class="row">
+          <label>Cron (min hour day month weekday)<input required class="mono" value={f.cron} onInput={(e) => set('cron', (e.target as HTMLInputElement).value)} /></label>
+          <label>Time zone<input value={f.timezone} onInput={(e) => set('timezone', (e.target as HTMLInputElement).value)} /></label>
+        </div>
+        <label>Priority
+          <select value={f.priority} onChange={(e) => set('priority', (e.target as HTMLSelectElement).value)}>{PRIORITIES.map((p) => <option key={p}>{p}</option>)}</select>
+        </label>
+        <label>Payload (JSON)<textarea class="mono" rows={4} value={f.payload} onInput={(e) => set('payload', (e.target as HTMLTextAreaElement).value)} /></label>
+        {err && <p class="error-note" role="alert">{err}</p>}
+        <div class="dialog-actions">
+          <button type="button" class="btn" onClick={onClose}>Cancel</button>
+          <button type="submit" class="btn primary">{editing ? 'Save' : 'Create'}</button>
+        </div>
+      </form>
+    </Dialog>
+  )
+}
