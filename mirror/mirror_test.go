@@ -201,3 +201,18 @@ func FuzzCompileJQ(f *testing.F) {
 		}
 	})
 }
+
+func TestIDPrefixRange(t *testing.T) {
+	for _, c := range []struct{ in, lo, hi string }{
+		{"job_", "job_", "job`"},
+		{"job_3_01jd", "job_3_01JD", "job_3_01JE"},
+		{"job_12_", "job_12_", "job_12`"},
+		{"x\xff", "x\xff", "y"},
+		{"\xff\xff", "\xff\xff", ""},
+	} {
+		lo, hi := idPrefixRange(c.in)
+		if lo != c.lo || hi != c.hi {
+			t.Errorf("idPrefixRange(%q) = %q, %q; want %q, %q", c.in, lo, hi, c.lo, c.hi)
+		}
+	}
+}

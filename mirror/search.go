@@ -175,7 +175,14 @@ func (f *Filter) where(ps *Params) (string, error) {
 		add("attempt <= " + ps.Add(*f.AttemptMax))
 	}
 	if f.JobIDPrefix != "" {
-		add("id LIKE " + ps.Add(likeEscape(f.JobIDPrefix)+"%") + ` ESCAPE '\'`)
+		// A range on the primary key, not LIKE (which cannot use it): the
+		// lookup by ID stays a seek at any table size.
+		lo, hi := idPrefixRange(f.JobIDPrefix)
+		cond := "id >= " + ps.Add(lo)
+		if hi != "" {
+			cond += " AND id < " + ps.Add(hi)
+		}
+		add(cond)
 	}
 	if len(conds) == 0 {
 		return "1", nil
@@ -316,3 +323,22 @@ func ParseTime(field, s string) (int64, error) {
 }
 
 var _ = strconv.Itoa
+
+// idPrefixRange turns a job-ID prefix into the key range [lo, hi) holding
+// every ID that starts with it (hi is "" when unbounded). The ULID part of
+// an ID is upper case, so a prefix typed in lower case still matches.
+func idPrefixRange(p string) (lo, hi string) {
+	if rest, ok := strings.CutPrefix(p, "job_"); ok {
+		if i := strings.IndexByte(rest, '_'); i >= 0 {
+			p = "job_" + rest[:i+1] + strings.ToUpper(rest[i+1:])
+		}
+	}
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return p, string(b[:i+1])
+		}
+	}
+	return p, ""
+}
