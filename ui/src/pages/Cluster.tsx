@@ -61,7 +61,7 @@ export function ClusterPage() {
         <>
           <div class="stats">
             <Stat label="Nodes up" value={`${st.nodes.filter((n) => n.status === 'up').length}/${st.nodes.length}`} tone={st.nodes.every((n) => n.status === 'up') ? 'good' : 'bad'} testid="cluster-nodes" />
-            <Stat label="Shards" value={String(st.shard_count ?? st.shards.length)} hint={st.replicas ? `${st.replicas} replicas each` : undefined} />
+            <Stat label="Shards" value={String(st.shard_count ?? st.shards.length)} hint={replicaHint(st)} />
             <Stat label="This node" value={String(st.node_id)} />
             {st.mirror && <Stat label="Search index lag" value={fmtInt(st.mirror.lag_entries)} hint="entries" tone={st.mirror.lag_entries > 1000 ? 'warn' : ''} />}
           </div>
@@ -97,4 +97,12 @@ export function ClusterPage() {
       )}
     </section>
   )
+}
+
+// replicaHint states how many replicas the shards actually have (the
+// fewest of any shard), not the configured --replicas target.
+export function replicaHint(st: ClusterStatus): string | undefined {
+  if (!st.shards.length) return undefined
+  const n = Math.min(...st.shards.map((s) => s.replicas.length))
+  return `${n} ${n === 1 ? 'replica' : 'replicas'} each`
 }
