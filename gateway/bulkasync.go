@@ -534,6 +534,7 @@ func (s *Server) handleBulkProgress(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	markStream(ctx)
 	final := *rec
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		if run == nil {

@@ -81,6 +81,7 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	markStream(ctx)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.subscribers.Add(-1)
 		s.streamEvents(w, sub, reset)

@@ -246,6 +246,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// fasthttp waits for a connection that never sent a request (clients
 	// dial spare keep-alive connections) until its read timeout: close
 	// those ourselves.
+	// An event stream whose client stopped reading blocks in a write that
+	// closing s.closed cannot interrupt: give streams a write deadline.
+	if tl := s.ln.Load(); tl != nil {
+		tl.expireStreams(time.Now().Add(streamShutdownGrace))
+	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -270,8 +275,32 @@ type trackingListener struct {
 
 type trackedConn struct {
 	net.Conn
-	l    *trackingListener
-	used atomic.Bool
+	l      *trackingListener
+	used   atomic.Bool
+	stream atomic.Bool // serving an SSE stream
+}
+
+// streamShutdownGrace is how long Shutdown lets an SSE stream finish its
+// last write before the write fails.
+const streamShutdownGrace = time.Second
+
+// markStream records that ctx's connection serves an event stream, so
+// Shutdown can end it even when its client stopped reading.
+func markStream(ctx *fasthttp.RequestCtx) {
+	if c, ok := ctx.Conn().(*trackedConn); ok {
+		c.stream.Store(true)
+	}
+}
+
+// expireStreams sets a write deadline on every event-stream connection.
+func (l *trackingListener) expireStreams(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		if c.stream.Load() {
+			_ = c.Conn.SetWriteDeadline(at)
+		}
+	}
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {
