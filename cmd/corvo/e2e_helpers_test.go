@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +30,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	corvoBin = filepath.Join(dir, "corvo")
-	args := []string{"build", "-o", corvoBin}
+	// -tags corvotest: the binary logs each command it runs to
+	// CORVO_CMD_LOG, for the every-command check below.
+	cmdLog := filepath.Join(dir, "commands.log")
+	os.Setenv("CORVO_CMD_LOG", cmdLog)
+	args := []string{"build", "-tags", "corvotest", "-o", corvoBin}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
@@ -38,6 +44,12 @@ func TestMain(m *testing.M) {
 		panic("building corvo: " + err.Error())
 	}
 	code := m.Run()
+	if code == 0 && flag.Lookup("test.run").Value.String() == "" && !testing.Short() {
+		if missing := unexercised(cmdLog); len(missing) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: no test ran these commands: %s\n", strings.Join(missing, ", "))
+			code = 1
+		}
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -235,3 +247,25 @@ func (l *lockedBuffer) String() string {
 }
 
 func queueName(i int) string { return fmt.Sprintf("q%02d", i) }
+
+// unexercised lists the runnable commands of the CLI that no test ran (by
+// the log the test binary keeps).
+func unexercised(log string) []string {
+	data, _ := os.ReadFile(log)
+	ran := map[string]bool{}
+	for _, l := range strings.Split(string(data), "\n") {
+		ran[l] = true
+	}
+	var missing []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && c.Name() != "help" && c.Name() != "completion" && !ran[c.CommandPath()] {
+			missing = append(missing, c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	return missing
+}

@@ -27,8 +27,17 @@ const (
 	exitNotFound = 3 // the job (or other object) does not exist
 )
 
+// traceCommand, when set (builds with -tags corvotest), is told which
+// command is about to run: the tests use it to prove every command ran.
+var traceCommand func(*cobra.Command)
+
 func main() {
 	root := newRootCmd()
+	if traceCommand != nil {
+		if c, _, err := root.Find(os.Args[1:]); err == nil {
+			traceCommand(c)
+		}
+	}
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		var ee *exitError
