@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +118,65 @@ func TestCLIManagement(t *testing.T) {
 	run(0, "schedules", "delete", sid)
 	run(exitError_, "schedules", "create", "bad", "reports", "not cron")
 
+	// A job waiting on an unfinished dependency is held: approve releases
+	// it, reject makes it dead.
+	parent := strings.Fields(run(0, "enqueue", "gate", `{}`))[0]
+	for _, c := range []struct{ cmd, want string }{{"approve", "pending"}, {"reject", "dead"}} {
+		code, body := do(t, "POST", s.url+"/api/v1/enqueue", map[string]any{"queue": "gated", "depends_on": []string{parent}})
+		require.Equal(t, 201, code, string(body))
+		held := decode[struct {
+			JobID string `json:"job_id"`
+		}](t, body).JobID
+		require.Equal(t, "held", s.job(t, held).State)
+		require.Contains(t, run(0, c.cmd, held), c.want)
+		require.Equal(t, c.want, s.job(t, held).State)
+		run(exitError_, c.cmd, held) // no longer held: a conflict
+	}
+	run(exitNotFound, "approve", "job_0_01ARZ3NDEKTSV4RRFFQ69G5FAV")
+
 	require.Contains(t, run(0, "status"), "status: ok")
+}
+
+// TestCLIBench: corvo bench against a running server (--url) and against
+// an embedded one, each reporting every job it enqueued as completed.
+func TestCLIBench(t *testing.T) {
+	s := newServer(t)
+	type report struct {
+		Mode      string `json:"mode"`
+		Enqueued  int64  `json:"enqueued"`
+		Completed int64  `json:"completed"`
+		Errors    int64  `json:"errors"`
+		Latency   map[string]struct {
+			P50   float64 `json:"p50"`
+			Count int64   `json:"count"`
+		} `json:"latency_ms"`
+	}
+	for _, args := range [][]string{
+		{"--url", s.url, "--mode", "e2e", "--jobs", "400", "--producers", "2", "--workers", "2", "--queues", "2", "--enqueue-batch", "10", "--fetch-batch", "10", "--ack-batch", "10"},
+		{"--url", s.url, "--mode", "lifecycle", "--jobs", "200", "--producers", "2", "--workers", "2"},
+		{"--url", s.url, "--mode", "enqueue", "--jobs", "300", "--producers", "3"},
+		{"--embedded", "--mode", "e2e", "--jobs", "100", "--producers", "2", "--workers", "2"},
+	} {
+		out, code := runCLI(t, s.url, append([]string{"bench", "-o", "json"}, args...)...)
+		require.Equal(t, 0, code, "corvo bench %v:\n%s", args, out)
+		r := decode[report](t, []byte(out[strings.IndexByte(out, '{'):]))
+		require.Zero(t, r.Errors, "%v", args)
+		require.Equal(t, r.Enqueued, int64(mustAtoi(t, args[slices.Index(args, "--jobs")+1])), "%v", args)
+		if r.Mode != "enqueue" {
+			require.Equal(t, r.Enqueued, r.Completed, "%v", args)
+			require.Equal(t, r.Completed, r.Latency["enqueue_to_start"].Count, "%v: %s", args, out)
+		}
+	}
+	// Bad flags are a usage error.
+	_, code := runCLI(t, s.url, "bench", "--mode", "sideways")
+	require.Equal(t, exitUsage, code)
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err)
+	return n
 }
 
 // TestCLISearchPipeBulk: corvo search … --output json | corvo bulk retry,
