@@ -23,6 +23,9 @@ type JoinInfo struct {
 	NodeID   uint64 `json:"node_id"`
 	Shards   int    `json:"shards"`
 	Replicas int    `json:"replicas"`
+	// Learner: the node was added as a non-voting replica and must
+	// promote itself once caught up (shard.Config.Learner).
+	Learner bool `json:"learner"`
 }
 
 // ErrNotInitialised: the meta group has not recorded the cluster's settings
@@ -93,13 +96,14 @@ func (h *Host) proposeMeta(ctx context.Context, c metaCmd) (sm.Result, error) {
 	return res, err
 }
 
-// AddNode registers a node in the meta group and adds it as a replica of
-// every group. The new node then starts its replicas in join mode and
-// catches up from the leaders' logs or snapshots. A node that joins again
-// from the same Raft address (it was wiped) replaces its old replicas.
-//
-// Going from one node to two makes each group's quorum two, so writes to a
-// group pause from its membership change until the new node has started.
+// AddNode registers a node in the meta group and adds it as a non-voting
+// replica of every group. The new node then starts its replicas in join
+// mode, catches up from the leaders' logs or snapshots and promotes itself
+// to a voter (promoteSelf): until then it is not part of any quorum, so
+// adding a node never pauses writes (going from one node to two would
+// otherwise stall every group until the new node had started and caught
+// up). A node that joins again from the same Raft address (it was wiped)
+// replaces its old replicas.
 func (h *Host) AddNode(ctx context.Context, name, raftAddr, httpAddr string) (JoinInfo, error) {
 	st, err := h.Meta()
 	if err != nil {
@@ -122,12 +126,45 @@ func (h *Host) AddNode(ctx context.Context, name, raftAddr, httpAddr string) (Jo
 				return JoinInfo{}, fmt.Errorf("remove the replica %d it replaces from group %d: %w", rr.Replaces, g, err)
 			}
 		}
-		if err := h.addReplica(ctx, g, rr.ID, raftAddr); err != nil {
+		if err := h.addNonVoting(ctx, g, rr.ID, raftAddr); err != nil {
 			return JoinInfo{}, fmt.Errorf("add node %d to group %d: %w", rr.ID, g, err)
 		}
 	}
-	h.log.Info().Uint64("node", rr.ID).Str("name", name).Str("raft", raftAddr).Uint64("replaces", rr.Replaces).Msg("node added to the cluster")
-	return JoinInfo{NodeID: rr.ID, Shards: st.Shards, Replicas: st.Replicas}, nil
+	h.log.Info().Uint64("node", rr.ID).Str("name", name).Str("raft", raftAddr).Uint64("replaces", rr.Replaces).Msg("node added to the cluster (non-voting until it has caught up)")
+	return JoinInfo{NodeID: rr.ID, Shards: st.Shards, Replicas: st.Replicas, Learner: true}, nil
+}
+
+// promoteSelf turns this node's non-voting replicas into voters. Data
+// shards go first and the meta group last; a group where it already votes
+// is skipped, so it is cheap on every start, and a node that crashed
+// halfway promotes the rest on its next start.
+func (h *Host) promoteSelf(ctx context.Context) error {
+	gs := h.groups()
+	for _, g := range append(gs[1:], gs[0]) {
+		if err := h.addReplica(ctx, g, h.cfg.NodeID, h.cfg.RaftAddress); err != nil {
+			return fmt.Errorf("group %d: %w", g, err)
+		}
+	}
+	h.log.Info().Msg("caught up: now a voting member of every group")
+	return nil
+}
+
+func (h *Host) addNonVoting(ctx context.Context, group, id uint64, addr string) error {
+	return retryTemp(ctx, h.closing, func(ctx context.Context) error {
+		m, err := h.nh.SyncGetShardMembership(ctx, group)
+		if err != nil {
+			return err
+		}
+		_, voting := m.Nodes[id]
+		_, nonVoting := m.NonVotings[id]
+		if voting || nonVoting {
+			return nil
+		}
+		if _, ok := m.Removed[id]; ok {
+			return fmt.Errorf("replica %d was removed from group %d and cannot come back", id, group)
+		}
+		return h.nh.SyncRequestAddNonVoting(ctx, group, id, addr, m.ConfigChangeID)
+	})
 }
 
 // RemoveNode takes a node out of every group and marks it removed in the

@@ -68,7 +68,16 @@ type Config struct {
 	NodeName    string
 	HTTPAddress string // recorded in the meta group for other nodes
 	Join        bool
-	Replicas    int // replicas per shard the cluster aims for
+	// Learner: the cluster added this node as a non-voting replica of
+	// every group (AddNode). Open starts its replicas non-voting, waits
+	// until every shard has caught up, then promotes it to a voter where
+	// it is not one yet. It stays set on every later start: dragonboat
+	// replays the log's "add non-voting" for this replica, which panics in
+	// a replica started as a voter; one started non-voting becomes a
+	// follower as soon as the membership (snapshot or replayed promotion)
+	// says it votes.
+	Learner  bool
+	Replicas int // replicas per shard the cluster aims for
 	// SnapshotEntries is how many Raft entries a shard applies between
 	// snapshots; the log is then compacted to the last fifth of that, so
 	// a replica further behind catches up from a streamed snapshot.
@@ -243,6 +252,14 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		h.Close()
 		return nil, err
 	}
+	if cfg.Learner {
+		// Caught up (waitReady read every shard through its leader):
+		// only now does this node count towards a quorum.
+		if err := h.promoteSelf(ctx); err != nil {
+			h.Close()
+			return nil, fmt.Errorf("become a voting member: %w", err)
+		}
+	}
 	h.relayWake = h.signals.relayWake
 	for i := 0; i < cfg.Shards; i++ {
 		h.wg.Add(2)
@@ -259,6 +276,7 @@ func (h *Host) raftConfig(shardID uint64) config.Config {
 		ReplicaID:    h.cfg.NodeID,
 		ShardID:      shardID,
 		ElectionRTT:  h.cfg.ElectionRTT,
+		IsNonVoting:  h.cfg.Learner,
 		HeartbeatRTT: 2,
 		CheckQuorum:  true,
 		// A replica cut off from its group campaigns only after a

@@ -32,6 +32,7 @@ type joinAnswer struct {
 	NodeID   uint64 `json:"node_id"`
 	Shards   int    `json:"shards"`
 	Replicas int    `json:"replicas"`
+	Learner  bool   `json:"learner"` // added non-voting: promote once caught up
 }
 
 // joinCluster asks a member (any of the comma-separated HTTP addresses) to

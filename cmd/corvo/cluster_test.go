@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -679,4 +680,65 @@ func TestClusterCatchUpFromSnapshot(t *testing.T) {
 	code, body = do(t, "POST", lagging.url+"/api/v1/fetch", map[string]any{"queues": []string{"snap.q2"}, "worker_id": "w", "count": 5, "timeout": 2})
 	require.Equal(t, 200, code, string(body))
 	require.Len(t, decode[struct{ Jobs []fetched }](t, body).Jobs, 5)
+}
+
+// TestClusterJoinNeverPausesWrites: a node is added non-voting and counts
+// towards no quorum until it has caught up and promoted itself, so a
+// cluster keeps taking writes while a new member is registered but not
+// (yet, or ever) running; a real second node then joins, becomes a voter
+// and stays one across a restart.
+func TestClusterJoinNeverPausesWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	n1 := newClusterNode(t, 0, "")
+	waitCluster(t, n1, 1)
+	// A member that never starts: were it a voter, every group's quorum
+	// would be two and these writes would time out.
+	code, body := do(t, "POST", n1.url+"/api/v1/cluster/join", map[string]any{"name": "ghost",
+		"raft_address": freeAddrOn(t, "127.0.0.9"), "http_address": freeAddrOn(t, "127.0.0.9")})
+	require.Equal(t, 200, code, string(body))
+	ghost := decode[struct {
+		NodeID  uint64 `json:"node_id"`
+		Learner bool   `json:"learner"`
+	}](t, body)
+	require.True(t, ghost.Learner)
+	enqueueAll := func(s *server, tag string) {
+		for q := 0; q < 8; q++ { // 8 queues: every one of the 4 shards
+			code, body := do(t, "POST", s.url+"/api/v1/enqueue", map[string]any{"queue": fmt.Sprintf("join.q%d", q), "payload": map[string]string{"at": tag}})
+			require.Equal(t, 201, code, "%s, queue %d: %s", tag, q, body)
+		}
+	}
+	enqueueAll(n1, "ghost registered")
+	code, body = do(t, "DELETE", fmt.Sprintf("%s/api/v1/cluster/nodes/%d", n1.url, ghost.NodeID), nil)
+	require.Equal(t, 200, code, string(body))
+
+	n2 := newClusterNode(t, 1, n1.http)
+	waitCluster(t, n1, 2) // two voting replicas per shard
+	enqueueAll(n2, "two voters")
+	meta, err := os.ReadFile(filepath.Join(n2.dir, "corvo.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(meta), `"learner": true`)
+	// Restarted, it replays its log (the add-non-voting entries, then the
+	// promotions) and is a voter again: only a voter can lead, and the
+	// leader balancing hands it half of the shards.
+	n2.stop()
+	n2.start()
+	waitCluster(t, n1, 2)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		v, _ := clusterStatusOf(t, n1)
+		leads := -1
+		for _, n := range v.Nodes {
+			if n.HTTP == n2.http {
+				leads = len(n.LeaderOf)
+			}
+		}
+		if leads > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the restarted node never led a shard: %+v", v)
+		time.Sleep(100 * time.Millisecond)
+	}
+	enqueueAll(n1, "after the restart")
 }

@@ -99,6 +99,9 @@ type nodeMeta struct {
 	NodeID    string `json:"node_id"`
 	ReplicaID uint64 `json:"replica_id,omitempty"` // 0 in data dirs from before clustering: 1
 	Joined    bool   `json:"joined,omitempty"`
+	// Learner: joined as a non-voting replica. It stays true: such a node
+	// always starts its replicas non-voting (see shard.Config.Learner).
+	Learner bool `json:"learner,omitempty"`
 }
 
 func metaPath(dir string) string { return filepath.Join(dir, "corvo.json") }
@@ -242,7 +245,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 			if f.shards != 0 && f.shards != info.Shards {
 				return &exitError{exitUsage, fmt.Errorf("--shards=%d but the cluster has %d shards", f.shards, info.Shards)}
 			}
-			meta.Shards, meta.ReplicaID, meta.Joined = info.Shards, info.NodeID, true
+			meta.Shards, meta.ReplicaID, meta.Joined, meta.Learner = info.Shards, info.NodeID, true, info.Learner
 		}
 		if err := saveMeta(f.dataDir, meta); err != nil {
 			return &exitError{exitError_, err}
@@ -263,7 +266,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	var mir *mirror.Mirror
 	hcfg := shard.Config{DataDir: f.dataDir, RaftAddress: meta.RaftAddr, RaftListen: f.raftBind, Shards: meta.Shards, Logger: log,
 		CacheBytes: int64(f.cacheMB) << 20, Retention: f.retention,
-		NodeID: meta.ReplicaID, NodeName: f.nodeID, HTTPAddress: f.httpAdvertise, Join: meta.Joined, Replicas: f.replicas,
+		NodeID: meta.ReplicaID, NodeName: f.nodeID, HTTPAddress: f.httpAdvertise, Join: meta.Joined, Learner: meta.Learner, Replicas: f.replicas,
 		SnapshotEntries: f.snapshotEntries,
 		HoldOutbox:      os.Getenv("CORVO_TEST_HOLD_OUTBOX") == "1"} // test hook: see TestE2EOutboxSurvivesKill
 	if !f.noMirror {
