@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
 
@@ -255,4 +256,23 @@ func (s *server) deadIDs(t *testing.T) []string {
 		ids = append(ids, j.ID)
 	}
 	return ids
+}
+
+// TestEveryCommandHasOutputFlag: --output json is on every command but
+// the server itself.
+func TestEveryCommandHasOutputFlag(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && c.Name() != "server" && c.Name() != "help" && c.Name() != "completion" {
+			f := c.Flags().Lookup("output")
+			if f == nil {
+				f = c.InheritedFlags().Lookup("output")
+			}
+			require.NotNil(t, f, "%s has no --output", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }
