@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/router"
+	shardpkg "github.com/corvohq/corvo/shard"
+	"github.com/corvohq/corvo/statemachine"
 )
 
 var httpc = &http.Client{Timeout: 30 * time.Second}
@@ -1054,4 +1059,69 @@ func TestAPIDeadLetters(t *testing.T) {
 	require.Contains(t, string(body), dead[2])
 	code, _ = call(t, "GET", "/api/v1/dead?limit=0", nil)
 	require.Equal(t, 400, code)
+}
+
+// failingShard is the real engine except that every proposal to one shard
+// fails as if it had no leader.
+type failingShard struct {
+	Engine
+	bad int
+}
+
+func (f failingShard) Propose(ctx context.Context, shard int, ops ...statemachine.Op) ([]statemachine.Result, error) {
+	if shard == f.bad {
+		return nil, shardpkg.ErrUnavailable
+	}
+	return f.Engine.Propose(ctx, shard, ops...)
+}
+
+// TestAPIBatchRecordFirst: when the entry carrying a batch's record
+// fails, none of the batch's jobs on other shards is enqueued (they would
+// report to a batch that does not exist, which would never call back);
+// every job is reported not applied.
+func TestAPIBatchRecordFirst(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "batchfirst", 3)
+	cbq := qs[2]
+	rt := router.New(4)
+	srv := New(Config{Logger: zerolog.Nop()}, failingShard{Engine: testEngine, bad: rt.ShardForQueue(cbq)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	var jobs []map[string]any
+	for i := 0; i < 4; i++ {
+		jobs = append(jobs, map[string]any{"queue": qs[i%2], "payload": map[string]int{"i": i}})
+	}
+	body, err := json.Marshal(map[string]any{"jobs": jobs, "batch": map[string]any{"callback_queue": cbq}})
+	require.NoError(t, err)
+	resp, err := httpc.Post("http://"+ln.Addr().String()+"/api/v1/enqueue/batch", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 503, resp.StatusCode, string(out))
+	r := mustJSON[struct {
+		JobIDs     []string `json:"job_ids"`
+		NotApplied []int    `json:"not_applied"`
+	}](t, out)
+	require.Equal(t, []int{0, 1, 2, 3}, r.NotApplied)
+	for _, id := range r.JobIDs {
+		code, _ := call(t, "GET", "/api/v1/jobs/"+id, nil)
+		require.Equal(t, 404, code, "%s was enqueued without its batch", id)
+	}
+	// Without a batch the other shards' jobs go ahead as before.
+	body, err = json.Marshal(map[string]any{"jobs": []map[string]any{{"queue": qs[0]}, {"queue": cbq}}})
+	require.NoError(t, err)
+	resp, err = httpc.Post("http://"+ln.Addr().String()+"/api/v1/enqueue/batch", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	out, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 503, resp.StatusCode, string(out))
+	r = mustJSON[struct {
+		JobIDs     []string `json:"job_ids"`
+		NotApplied []int    `json:"not_applied"`
+	}](t, out)
+	require.Equal(t, []int{1}, r.NotApplied)
+	code, _ := call(t, "GET", "/api/v1/jobs/"+r.JobIDs[0], nil)
+	require.Equal(t, 200, code)
 }

@@ -109,7 +109,13 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		perShard[batchShard] = append([]statemachine.Op{create}, perShard[batchShard]...)
 		where[batchShard] = append([]int{-1}, where[batchShard]...)
 	}
-	errs, results := s.proposeShards(perShard)
+	var errs []*apiError
+	var results [][]statemachine.Result
+	if create != nil {
+		errs, results = s.proposeBatchFirst(perShard, batchShard)
+	} else {
+		errs, results = s.proposeShards(perShard)
+	}
 	existing := false
 	for sh, rs := range results {
 		for k := range rs {
@@ -190,6 +196,34 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(ctx, 201, append(b, '}'))
+}
+
+// proposeBatchFirst proposes the entry carrying a batch's record before
+// the other shards' jobs: were the jobs applied without it, they would
+// report to a batch that does not exist and it would never call back. If
+// the record's entry fails, nothing else is proposed (every job is then
+// not applied, and the caller's retry starts clean).
+func (s *Server) proposeBatchFirst(perShard [][]statemachine.Op, batchShard int) ([]*apiError, [][]statemachine.Result) {
+	first := make([][]statemachine.Op, len(perShard))
+	first[batchShard] = perShard[batchShard]
+	errs, results := s.proposeShards(first)
+	if e := errs[batchShard]; e != nil && (len(results[batchShard]) == 0 || resultError(&results[batchShard][0]) != nil) {
+		for sh, ops := range perShard {
+			if sh != batchShard && len(ops) > 0 {
+				errs[sh] = e
+			}
+		}
+		return errs, results
+	}
+	rest := slices.Clone(perShard)
+	rest[batchShard] = nil
+	errs2, results2 := s.proposeShards(rest)
+	for sh := range rest {
+		if sh != batchShard {
+			errs[sh], results[sh] = errs2[sh], results2[sh]
+		}
+	}
+	return errs, results
 }
 
 // proposeShards proposes each shard's ops in parallel; errs[shard] is set

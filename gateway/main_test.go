@@ -22,6 +22,10 @@ import (
 // names.
 var baseURL string
 
+// testEngine is the engine behind baseURL (for tests that put a second
+// gateway in front of the same shards).
+var testEngine Engine
+
 // testEventsCapacity is the event ring's size in tests: small enough that
 // a test can push old events out.
 const testEventsCapacity = 200000
@@ -63,6 +67,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	testEngine = host
 	srv := New(Config{Logger: zerolog.Nop(), Mirror: mir, Events: hub, EventsKeepalive: 300 * time.Millisecond}, host)
 	go func() { _ = srv.Serve(ln) }()
 	baseURL = fmt.Sprintf("http://%s", ln.Addr())
