@@ -31,6 +31,9 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	sh := s.rt.ShardForQueue(job.Queue)
+	if s.forwardIfElsewhere(ctx, sh) {
+		return
+	}
 	job.ID = s.newJobID(sh)
 	if job.Chain != nil {
 		job.Chain.ID = job.ID

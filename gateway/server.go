@@ -53,6 +53,9 @@ type Config struct {
 	OnRemoved       func()
 	Events          Events // the event stream; nil: GET /events answers 503
 	EventsKeepalive time.Duration
+	// ShardTargets lists the HTTP addresses to forward a request for a
+	// shard this node does not host to; nil: the other live nodes.
+	ShardTargets func(shard int) []string
 }
 
 // Mirror is what the gateway needs from the per-node SQLite view.
@@ -107,6 +110,8 @@ type Server struct {
 	peers       *peers
 	subscribers atomic.Int64 // open event streams
 	bulk        *bulkRunner
+	hoster      hoster // nil: the engine hosts every shard
+	fwd         forwarder
 }
 
 // New builds a server over an engine.
@@ -120,6 +125,7 @@ func New(cfg Config, eng Engine) *Server {
 		closed: make(chan struct{}),
 		bulk:   newBulkRunner(),
 	}
+	s.hoster, _ = eng.(hoster)
 	s.interruptLeftovers()
 	r := frouter.New()
 	r.RedirectTrailingSlash = false
@@ -215,9 +221,14 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 	lat := metrics.GetOrCreateHistogram(`corvo_http_request_duration_seconds{route="` + method + ` ` + path + `"}`)
 	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
 	var codes sync.Map // status → *metrics.Counter
+	shardOf := s.shardOfRoute(path)
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		h(ctx)
+		if shardOf == nil {
+			h(ctx)
+		} else if sh, ok := shardOf(ctx); !ok || !s.forwardIfElsewhere(ctx, sh) {
+			h(ctx)
+		}
 		lat.UpdateDuration(start)
 		code := ctx.Response.StatusCode()
 		c, ok := codes.Load(code)

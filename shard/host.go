@@ -418,6 +418,11 @@ func (h *Host) leaderChanged(i int) <-chan struct{} {
 // Shards is the number of shards.
 func (h *Host) Shards() int { return h.cfg.Shards }
 
+// Hosts reports whether this node runs a replica of shard i (every node
+// hosts every shard today; the gateway forwards requests for a shard it
+// does not host).
+func (h *Host) Hosts(i int) bool { return i >= 0 && i < h.cfg.Shards && h.sms[i].Load() != nil }
+
 // IsLeader reports whether this node leads shard index i.
 func (h *Host) IsLeader(i int) bool { return h.leader[i].Load() }
 
