@@ -15,9 +15,8 @@ import (
 )
 
 // Forwarding: a request for a shard this node does not host goes, whole,
-// to a node that does. Today every node hosts every shard, so this path
-// runs only while a node is being removed (its replicas are gone before it
-// stops) or when an engine says so; it is the routing layer that shard
+// to a node that does. Today every node hosts every shard, so production
+// does not take this path yet: it is the routing layer that shard
 // placement (R of N nodes per shard) builds on.
 
 // hopHeader marks a forwarded request: its receiver never forwards it
