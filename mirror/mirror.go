@@ -115,9 +115,6 @@ func (m *Mirror) openDB() error {
 	if _, err := m.db.Exec(bulkSchema); err != nil {
 		return err
 	}
-	if m.ws, err = prepareWrite(db); err != nil {
-		return err
-	}
 	rdb, err := sql.Open("sqlite3", dsn+"&mode=ro")
 	if err != nil {
 		return err
@@ -146,7 +143,11 @@ func (m *Mirror) openDB() error {
 
 func (m *Mirror) closeDB() {
 	if m.ws != nil {
-		m.ws.close()
+		// Finalize the writer's statements on their connection.
+		if conn, err := m.db.Conn(context.Background()); err == nil {
+			_ = conn.Raw(func(any) error { m.ws.close(); return nil })
+			_ = conn.Close()
+		}
 		m.ws = nil
 	}
 	if m.db != nil {
