@@ -26,6 +26,12 @@ var httpc = &http.Client{Timeout: 30 * time.Second}
 
 func call(t *testing.T, method, path string, body any) (int, []byte) {
 	t.Helper()
+	return callAt(t, method, baseURL+path, body)
+}
+
+// callAt is call against any server: a JSON body (or a string as is).
+func callAt(t *testing.T, method, url string, body any) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -36,7 +42,7 @@ func call(t *testing.T, method, path string, body any) (int, []byte) {
 		require.NoError(t, err)
 		rd = bytes.NewReader(enc)
 	}
-	req, err := http.NewRequest(method, baseURL+path, rd)
+	req, err := http.NewRequest(method, url, rd)
 	require.NoError(t, err)
 	resp, err := httpc.Do(req)
 	require.NoError(t, err)

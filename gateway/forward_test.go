@@ -1,12 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -36,24 +32,6 @@ func frontServer(t *testing.T, cfg Config, eng Engine) (*Server, string) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	return srv, ln.Addr().String()
-}
-
-func callAt(t *testing.T, method, url string, body any) (int, []byte) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(t, err)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	require.NoError(t, err)
-	resp, err := httpc.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, out
 }
 
 // TestForwardToHostingNode: a node that does not host a shard forwards

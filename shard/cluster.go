@@ -149,24 +149,6 @@ func (h *Host) promoteSelf(ctx context.Context) error {
 	return nil
 }
 
-func (h *Host) addNonVoting(ctx context.Context, group, id uint64, addr string) error {
-	return retryTemp(ctx, h.closing, func(ctx context.Context) error {
-		m, err := h.nh.SyncGetShardMembership(ctx, group)
-		if err != nil {
-			return err
-		}
-		_, voting := m.Nodes[id]
-		_, nonVoting := m.NonVotings[id]
-		if voting || nonVoting {
-			return nil
-		}
-		if _, ok := m.Removed[id]; ok {
-			return fmt.Errorf("replica %d was removed from group %d and cannot come back", id, group)
-		}
-		return h.nh.SyncRequestAddNonVoting(ctx, group, id, addr, m.ConfigChangeID)
-	})
-}
-
 // RemoveNode takes a node out of every group and marks it removed in the
 // registry; its ID is never reused. The node itself should be stopped.
 func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
@@ -196,17 +178,34 @@ func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
 	return err
 }
 
+// addReplica makes id a voting member of group: it adds it, or promotes
+// it when it is a non-voting one. Done already: nothing to do.
 func (h *Host) addReplica(ctx context.Context, group, id uint64, addr string) error {
+	return h.addMember(ctx, group, id, addr, false)
+}
+
+// addNonVoting adds id to group as a non-voting member (nothing to do when
+// it is a member of either kind).
+func (h *Host) addNonVoting(ctx context.Context, group, id uint64, addr string) error {
+	return h.addMember(ctx, group, id, addr, true)
+}
+
+func (h *Host) addMember(ctx context.Context, group, id uint64, addr string, nonVoting bool) error {
 	return retryTemp(ctx, h.closing, func(ctx context.Context) error {
 		m, err := h.nh.SyncGetShardMembership(ctx, group)
 		if err != nil {
 			return err
 		}
-		if _, ok := m.Nodes[id]; ok {
+		_, voter := m.Nodes[id]
+		_, learner := m.NonVotings[id]
+		if voter || (nonVoting && learner) {
 			return nil
 		}
 		if _, ok := m.Removed[id]; ok {
 			return fmt.Errorf("replica %d was removed from group %d and cannot come back", id, group)
+		}
+		if nonVoting {
+			return h.nh.SyncRequestAddNonVoting(ctx, group, id, addr, m.ConfigChangeID)
 		}
 		return h.nh.SyncRequestAddReplica(ctx, group, id, addr, m.ConfigChangeID)
 	})
