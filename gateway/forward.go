@@ -126,12 +126,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, targets []string) error {
 		err := s.fwd.client(addr).DoDeadline(req, resp, deadline)
 		if err == nil {
 			ctx.SetStatusCode(resp.StatusCode())
-			resp.Header.VisitAll(func(k, v []byte) {
+			for k, v := range resp.Header.All() {
 				switch strings.ToLower(string(k)) {
 				case "content-type", "retry-after", "location":
 					ctx.Response.Header.SetBytesKV(k, v)
 				}
-			})
+			}
 			ctx.SetBody(resp.Body())
 			return nil
 		}
