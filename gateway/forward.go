@@ -76,7 +76,7 @@ func (s *Server) forwardTargets(sh int) []string {
 	}
 	if len(out) > 1 {
 		k := int(s.fwd.next.Add(1) % uint64(len(out)))
-		out = append(out[k:], out[:k]...)
+		out = append(append(make([]string, 0, len(out)), out[k:]...), out[:k]...)
 	}
 	return out
 }
