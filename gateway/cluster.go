@@ -261,7 +261,7 @@ type statusNode struct {
 
 type statusReplica struct {
 	NodeID  uint64  `json:"node_id"`
-	Role    string  `json:"role"` // leader | follower
+	Role    string  `json:"role"` // leader | follower | learner (non-voting, catching up)
 	Applied *uint64 `json:"applied_index,omitempty"`
 	Lag     *uint64 `json:"lag,omitempty"`
 }
@@ -351,10 +351,17 @@ func (s *Server) handleClusterStatus(ctx *fasthttp.RequestCtx) {
 	for _, sh := range self.Shards {
 		g := statusShard{ShardID: sh.ShardID, LeaderNode: sh.LeaderID, Term: sh.Term, Replicas: []statusReplica{}, ProposalLatency: sh.ProposalLatency}
 		leaderApplied, leaderKnown := applied(sh.LeaderID, sh.ShardID)
-		for _, id := range slices.Sorted(maps.Keys(sh.Members)) {
+		members := map[uint64]string{}
+		maps.Copy(members, sh.Members)
+		for id, addr := range sh.Learners {
+			members[id] = addr
+		}
+		for _, id := range slices.Sorted(maps.Keys(members)) {
 			r := statusReplica{NodeID: id, Role: "follower"}
 			if id == sh.LeaderID {
 				r.Role = "leader"
+			} else if _, ok := sh.Learners[id]; ok {
+				r.Role = "learner"
 			}
 			if a, ok := applied(id, sh.ShardID); ok {
 				r.Applied = &a

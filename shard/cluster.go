@@ -387,6 +387,9 @@ type ShardStatus struct {
 	LeaderID uint64            `json:"leader_node"`
 	Term     uint64            `json:"term"`
 	Members  map[uint64]string `json:"members"`
+	// Learners are the group's non-voting replicas: nodes that joined and
+	// are still catching up.
+	Learners map[uint64]string `json:"learners,omitempty"`
 	Applied  uint64            `json:"applied_index"`
 	// ProposalLatency covers the proposals made from this node.
 	ProposalLatency *Quantiles `json:"proposal_latency_ms,omitempty"`
@@ -402,6 +405,13 @@ func (h *Host) LocalStatus() []ShardStatus {
 			continue
 		}
 		st := ShardStatus{ShardID: g, Meta: g == MetaShardID, LeaderID: si.LeaderID, Term: si.Term, Members: si.Replicas}
+		// dragonboat's ShardInfo lists voters only; the membership (a
+		// read through the leader) has the non-voting replicas too.
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		if m, err := h.nh.SyncGetShardMembership(ctx, g); err == nil && len(m.NonVotings) > 0 {
+			st.Learners = m.NonVotings
+		}
+		cancel()
 		if g != MetaShardID {
 			i := int(g) - 1
 			if s := h.sms[i].Load(); s != nil {

@@ -198,13 +198,16 @@ func printClusterStatus(w io.Writer, out []byte) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tREPLICAS (node:applied/lag, *leader)\tPROPOSE p50/p90/p99 ms")
+	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tREPLICAS (node:applied/lag, *leader, ~learner)\tPROPOSE p50/p90/p99 ms")
 	for _, g := range st.Groups {
 		var reps []string
 		for _, r := range g.Replicas {
 			s := strconv.FormatUint(r.NodeID, 10)
-			if r.Role == "leader" {
+			switch r.Role {
+			case "leader":
 				s += "*"
+			case "learner":
+				s += "~"
 			}
 			if r.Applied != nil {
 				s += ":" + strconv.FormatUint(*r.Applied, 10)

@@ -67,6 +67,7 @@ type clusterView struct {
 		Leader   uint64 `json:"leader_node"`
 		Replicas []struct {
 			NodeID  uint64  `json:"node_id"`
+			Role    string  `json:"role"`
 			Applied *uint64 `json:"applied_index"`
 			Lag     *uint64 `json:"lag"`
 		} `json:"replicas"`
@@ -97,7 +98,7 @@ func waitCluster(t *testing.T, s *server, n int) clusterView {
 			for _, sh := range v.Shards {
 				good = good && sh.Leader != 0 && len(sh.Replicas) == n
 				for _, r := range sh.Replicas {
-					good = good && r.Lag != nil && *r.Lag < 100
+					good = good && r.Lag != nil && *r.Lag < 100 && r.Role != "learner"
 				}
 			}
 			if good {
@@ -703,6 +704,20 @@ func TestClusterJoinNeverPausesWrites(t *testing.T) {
 		Learner bool   `json:"learner"`
 	}](t, body)
 	require.True(t, ghost.Learner)
+	// Status shows it as a learner (non-voting) of every shard.
+	v, ok := clusterStatusOf(t, n1)
+	require.True(t, ok)
+	for _, sh := range v.Shards {
+		roles := map[uint64]string{}
+		for _, r := range sh.Replicas {
+			roles[r.NodeID] = r.Role
+		}
+		require.Equal(t, "learner", roles[ghost.NodeID], "shard %d: %+v", sh.ShardID, sh.Replicas)
+		require.Equal(t, "leader", roles[1], "shard %d", sh.ShardID)
+	}
+	out, code := runCLI(t, n1.url, "cluster", "status")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, fmt.Sprintf("%d~", ghost.NodeID))
 	enqueueAll := func(s *server, tag string) {
 		for q := 0; q < 8; q++ { // 8 queues: every one of the 4 shards
 			code, body := do(t, "POST", s.url+"/api/v1/enqueue", map[string]any{"queue": fmt.Sprintf("join.q%d", q), "payload": map[string]string{"at": tag}})

@@ -98,7 +98,7 @@ export interface Schedule {
 }
 export interface ClusterShard {
   shard_id: number; leader_node: string | number; term?: number
-  replicas: { node_id: string | number; role: 'leader' | 'follower'; applied_index?: number; lag?: number }[]
+  replicas: { node_id: string | number; role: 'leader' | 'follower' | 'learner'; applied_index?: number; lag?: number }[]
   proposal_latency_ms?: { p50: number; p90: number; p99: number; samples?: number }
 }
 export interface ClusterStatus {

@@ -14,6 +14,12 @@ describe('replicaHint', () => {
     const st = { node_id: 1, replicas: 3, nodes: [], shards: [shard(3), shard(2)] } as unknown as ClusterStatus
     expect(replicaHint(st)).toBe('2 replicas each')
   })
+  it('does not count learners (non-voting replicas still catching up)', () => {
+    const s = shard(3)
+    s.replicas[2].role = 'learner'
+    const st = { node_id: 1, nodes: [], shards: [s] } as unknown as ClusterStatus
+    expect(replicaHint(st)).toBe('2 replicas each')
+  })
   it('says nothing without shards', () => {
     expect(replicaHint({ node_id: 1, nodes: [], shards: [] } as unknown as ClusterStatus)).toBeUndefined()
   })

@@ -26,7 +26,7 @@ function ShardRow({ s, label }: { s: ClusterShard; label: string }) {
       <td class="hide-sm">{s.term ?? '—'}</td>
       <td>{s.replicas.map((r) => (
         <span key={String(r.node_id)} class={`tag ${(r.lag ?? 0) > 100 ? 'warn' : ''}`} title={r.role}>
-          {String(r.node_id)}{r.role === 'leader' ? ' ★' : ''}{r.applied_index !== undefined ? ` · ${fmtInt(r.applied_index)}` : ''}{r.lag !== undefined ? ` · lag ${fmtInt(r.lag)}` : ''}
+          {String(r.node_id)}{r.role === 'leader' ? ' ★' : ''}{r.role === 'learner' ? ' (learner)' : ''}{r.applied_index !== undefined ? ` · ${fmtInt(r.applied_index)}` : ''}{r.lag !== undefined ? ` · lag ${fmtInt(r.lag)}` : ''}
         </span>
       ))}</td>
       <td class="hide-sm">{lat && (lat.samples ?? 1) > 0 ? `${ms(lat.p50)} / ${ms(lat.p90)} / ${ms(lat.p99)} ms` : '—'}</td>
@@ -103,6 +103,6 @@ export function ClusterPage() {
 // fewest of any shard), not the configured --replicas target.
 export function replicaHint(st: ClusterStatus): string | undefined {
   if (!st.shards.length) return undefined
-  const n = Math.min(...st.shards.map((s) => s.replicas.length))
+  const n = Math.min(...st.shards.map((s) => s.replicas.filter((r) => r.role !== 'learner').length))
   return `${n} ${n === 1 ? 'replica' : 'replicas'} each`
 }
