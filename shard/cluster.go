@@ -405,13 +405,6 @@ func (h *Host) LocalStatus() []ShardStatus {
 			continue
 		}
 		st := ShardStatus{ShardID: g, Meta: g == MetaShardID, LeaderID: si.LeaderID, Term: si.Term, Members: si.Replicas}
-		// dragonboat's ShardInfo lists voters only; the membership (a
-		// read through the leader) has the non-voting replicas too.
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		if m, err := h.nh.SyncGetShardMembership(ctx, g); err == nil && len(m.NonVotings) > 0 {
-			st.Learners = m.NonVotings
-		}
-		cancel()
 		if g != MetaShardID {
 			i := int(g) - 1
 			if s := h.sms[i].Load(); s != nil {
@@ -422,6 +415,22 @@ func (h *Host) LocalStatus() []ShardStatus {
 		}
 		out = append(out, st)
 	}
+	// dragonboat's ShardInfo lists voters only; the membership (a read
+	// through each leader, all groups at once, 300 ms at most) has the
+	// non-voting replicas too.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for k := range out {
+		wg.Add(1)
+		go func(st *ShardStatus) {
+			defer wg.Done()
+			if m, err := h.nh.SyncGetShardMembership(ctx, st.ShardID); err == nil && len(m.NonVotings) > 0 {
+				st.Learners = m.NonVotings
+			}
+		}(&out[k])
+	}
+	wg.Wait()
 	return out
 }
 
