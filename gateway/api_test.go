@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/router"
@@ -1090,18 +1088,14 @@ func TestAPIBatchRecordFirst(t *testing.T) {
 	qs := queuesOnDistinctShards(t, "batchfirst", 3)
 	cbq := qs[2]
 	rt := router.New(4)
-	srv := New(Config{Logger: zerolog.Nop()}, failingShard{Engine: testEngine, bad: rt.ShardForQueue(cbq)})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	_, addr := frontServer(t, Config{}, failingShard{Engine: testEngine, bad: rt.ShardForQueue(cbq)})
 	var jobs []map[string]any
 	for i := 0; i < 4; i++ {
 		jobs = append(jobs, map[string]any{"queue": qs[i%2], "payload": map[string]int{"i": i}})
 	}
 	body, err := json.Marshal(map[string]any{"jobs": jobs, "batch": map[string]any{"callback_queue": cbq}})
 	require.NoError(t, err)
-	resp, err := httpc.Post("http://"+ln.Addr().String()+"/api/v1/enqueue/batch", "application/json", bytes.NewReader(body))
+	resp, err := httpc.Post("http://"+addr+"/api/v1/enqueue/batch", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	out, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -1118,7 +1112,7 @@ func TestAPIBatchRecordFirst(t *testing.T) {
 	// Without a batch the other shards' jobs go ahead as before.
 	body, err = json.Marshal(map[string]any{"jobs": []map[string]any{{"queue": qs[0]}, {"queue": cbq}}})
 	require.NoError(t, err)
-	resp, err = httpc.Post("http://"+ln.Addr().String()+"/api/v1/enqueue/batch", "application/json", bytes.NewReader(body))
+	resp, err = httpc.Post("http://"+addr+"/api/v1/enqueue/batch", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	out, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/corvohq/corvo/router"
 )
 
 // Forwarding: a request for a shard this node does not host goes, whole,
@@ -142,27 +140,4 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, targets []string) error {
 		}
 	}
 	return last
-}
-
-// shardOfRoute returns, for a route whose path names one job or one queue,
-// the function that finds its shard (nil for other routes).
-func (s *Server) shardOfRoute(path string) func(ctx *fasthttp.RequestCtx) (int, bool) {
-	switch {
-	case strings.Contains(path, "{id}") && (strings.HasPrefix(path, "/api/v1/jobs/") ||
-		strings.HasPrefix(path, "/api/v1/ack/") || strings.HasPrefix(path, "/api/v1/fail/")):
-		return func(ctx *fasthttp.RequestCtx) (int, bool) {
-			id, _ := ctx.UserValue("id").(string)
-			sh, err := s.rt.ShardForJob(id)
-			return sh, err == nil
-		}
-	case strings.HasPrefix(path, "/api/v1/queues/{name}"):
-		return func(ctx *fasthttp.RequestCtx) (int, bool) {
-			q, _ := ctx.UserValue("name").(string)
-			if router.ValidateQueueName(q) != nil {
-				return 0, false
-			}
-			return s.rt.ShardForQueue(q), true
-		}
-	}
-	return nil
 }

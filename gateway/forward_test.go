@@ -22,16 +22,23 @@ type notHosting struct {
 
 func (n notHosting) Hosts(sh int) bool { return sh != n.missing }
 
-// frontServer starts a gateway over eng on a fresh port.
+// frontServer starts a gateway over eng on a fresh port, shut down when
+// the test ends.
 func frontServer(t *testing.T, cfg Config, eng Engine) (*Server, string) {
 	t.Helper()
 	cfg.Logger = zerolog.Nop()
 	srv := New(cfg, eng)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv, serveOnFreePort(t, srv)
+}
+
+// serveOnFreePort serves srv on a fresh loopback port and returns it.
+func serveOnFreePort(t *testing.T, srv *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return srv, ln.Addr().String()
+	return ln.Addr().String()
 }
 
 // TestForwardToHostingNode: a node that does not host a shard forwards

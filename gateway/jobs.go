@@ -290,12 +290,16 @@ func (s *Server) handleGetJob(ctx *fasthttp.RequestCtx) {
 }
 
 // jobParam reads {id} and routes it; it answers 404 itself for IDs that
-// cannot exist.
+// cannot exist, and forwards the request when another node hosts the
+// job's shard (ok false: the request is answered).
 func (s *Server) jobParam(ctx *fasthttp.RequestCtx) (string, int, bool) {
 	id, _ := ctx.UserValue("id").(string)
 	sh, err := s.rt.ShardForJob(id)
 	if err != nil {
 		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"})
+		return "", 0, false
+	}
+	if s.forwardIfElsewhere(ctx, sh) {
 		return "", 0, false
 	}
 	return id, sh, true

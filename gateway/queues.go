@@ -14,11 +14,16 @@ import (
 // maxLimit bounds concurrency caps and throttle rates.
 const maxLimit = 1 << 30
 
-// queueParam reads and checks {name}.
-func queueParam(ctx *fasthttp.RequestCtx) (string, bool) {
+// queueParam reads and checks {name}, and forwards the request when
+// another node hosts the queue's shard (ok false: the request is
+// answered).
+func (s *Server) queueParam(ctx *fasthttp.RequestCtx) (string, bool) {
 	name, _ := ctx.UserValue("name").(string)
 	if err := router.ValidateQueueName(name); err != nil {
 		writeError(ctx, invalid("%v", err))
+		return "", false
+	}
+	if s.forwardIfElsewhere(ctx, s.rt.ShardForQueue(name)) {
 		return "", false
 	}
 	return name, true
@@ -113,7 +118,7 @@ func appendBool(b []byte, v bool) []byte {
 // POST /api/v1/queues/{name}/pause and /resume
 func (s *Server) handlePause(pause bool) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		name, ok := queueParam(ctx)
+		name, ok := s.queueParam(ctx)
 		if !ok {
 			return
 		}
@@ -139,7 +144,7 @@ type concurrencyRequest struct {
 // active jobs across all workers; 1 makes a singleton queue, null or 0
 // removes the cap.
 func (s *Server) handleConcurrency(ctx *fasthttp.RequestCtx) {
-	name, ok := queueParam(ctx)
+	name, ok := s.queueParam(ctx)
 	if !ok {
 		return
 	}
@@ -181,7 +186,7 @@ type throttleRequest struct {
 // "window_ms": 60000) — at most rate jobs fetched in any such window.
 // DELETE removes the throttle.
 func (s *Server) handleThrottle(ctx *fasthttp.RequestCtx) {
-	name, ok := queueParam(ctx)
+	name, ok := s.queueParam(ctx)
 	if !ok {
 		return
 	}
@@ -268,7 +273,7 @@ func (s *Server) dropQueue(name string, indexes ...uint8) (int, *apiError) {
 // POST /api/v1/queues/{name}/clear — delete every pending, scheduled and
 // retrying job: afterwards none can be fetched (DECISIONS.md).
 func (s *Server) handleClear(ctx *fasthttp.RequestCtx) {
-	name, ok := queueParam(ctx)
+	name, ok := s.queueParam(ctx)
 	if !ok {
 		return
 	}
@@ -287,7 +292,7 @@ func (s *Server) handleClear(ctx *fasthttp.RequestCtx) {
 // let active ones finish; the answer says how many are still active (poll
 // GET /api/v1/queues until it is 0).
 func (s *Server) handleDrain(ctx *fasthttp.RequestCtx) {
-	name, ok := queueParam(ctx)
+	name, ok := s.queueParam(ctx)
 	if !ok {
 		return
 	}
@@ -314,7 +319,7 @@ func (s *Server) handleDrain(ctx *fasthttp.RequestCtx) {
 
 // DELETE /api/v1/queues/{name}?confirm=true — the queue and all its jobs.
 func (s *Server) handleDeleteQueue(ctx *fasthttp.RequestCtx) {
-	name, ok := queueParam(ctx)
+	name, ok := s.queueParam(ctx)
 	if !ok {
 		return
 	}

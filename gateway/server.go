@@ -221,14 +221,9 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 	lat := metrics.GetOrCreateHistogram(`corvo_http_request_duration_seconds{route="` + method + ` ` + path + `"}`)
 	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
 	var codes sync.Map // status → *metrics.Counter
-	shardOf := s.shardOfRoute(path)
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		if shardOf == nil {
-			h(ctx)
-		} else if sh, ok := shardOf(ctx); !ok || !s.forwardIfElsewhere(ctx, sh) {
-			h(ctx)
-		}
+		h(ctx)
 		lat.UpdateDuration(start)
 		code := ctx.Response.StatusCode()
 		c, ok := codes.Load(code)
@@ -254,14 +249,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.bulk.shutdown(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
-	// fasthttp waits for a connection that never sent a request (clients
-	// dial spare keep-alive connections) until its read timeout: close
-	// those ourselves.
 	// An event stream whose client stopped reading blocks in a write that
 	// closing s.closed cannot interrupt: give streams a write deadline.
 	if tl := s.ln.Load(); tl != nil {
 		tl.expireStreams(time.Now().Add(streamShutdownGrace))
 	}
+	// fasthttp waits for a connection that never sent a request (clients
+	// dial spare keep-alive connections) until its read timeout: close
+	// those ourselves.
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
