@@ -5,14 +5,10 @@
 #   scripts/lag-at-rate.sh            # 50,000/s for 30 s
 #   RATE=40000 scripts/lag-at-rate.sh
 set -euo pipefail
-BIN=${BIN:-bin/corvo}
+. "$(dirname "$0")/server-lib.sh"
+start_server 18580
 RATE=${RATE:-50000}
 DURATION=${DURATION:-30s}
-DIR=$(mktemp -d)
-URL=http://127.0.0.1:18580
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT
-"$BIN" server --data-dir "$DIR/data" --bind 127.0.0.1:18580 --raft-bind 127.0.0.1:19580 --log-level warn &
-for _ in $(seq 1 300); do curl -fs "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 go build -o "$DIR/lagprobe" ./scripts/lagprobe
 "$BIN" bench --url "$URL" --mode enqueue --rate "$RATE" --duration "$DURATION" --producers "${PRODUCERS:-16}" --enqueue-batch 100 --queues 4 2>/dev/null | grep -E "enqueued|errors" &
 LOAD=$!

@@ -3,13 +3,9 @@
 # (mirror on), let the mirror catch up, then time each search three times
 # (duration_ms as the server reports it, including the total).
 set -euo pipefail
-BIN=${BIN:-bin/corvo}
+. "$(dirname "$0")/server-lib.sh"
+start_server 18380
 JOBS=${JOBS:-1000000}
-DIR=$(mktemp -d)
-URL=http://127.0.0.1:18380
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT
-"$BIN" server --data-dir "$DIR/data" --bind 127.0.0.1:18380 --raft-bind 127.0.0.1:19380 --log-level warn &
-for _ in $(seq 1 300); do curl -fs "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 # While loading, scripts/lagprobe measures enqueue-to-searchable lag.
 go build -o "$DIR/lagprobe" ./scripts/lagprobe
 "$DIR/lagprobe" "$URL" "${PROBE:-20s}" > "$DIR/lag.txt" &
