@@ -14,8 +14,8 @@ import (
 )
 
 // Cluster membership, leadership spreading and status. Every node hosts a
-// replica of the meta group and of every data shard (the replica set of a
-// shard is the whole cluster); dragonboat does the replication, elections
+// replica of the meta group; data shards are placed on Replicas nodes each
+// (placement.go, replicas.go); dragonboat does the replication, elections
 // and snapshot streaming.
 
 // JoinInfo is what a node learns when the cluster adds it.
@@ -32,13 +32,27 @@ type JoinInfo struct {
 // yet (the bootstrap node is still starting); retry.
 var ErrNotInitialised = errors.New("the cluster is still starting")
 
-// groups lists every Raft group a node hosts: the meta group first.
+// groups lists every Raft group this node runs a replica of: the meta
+// group first.
 func (h *Host) groups() []uint64 {
 	ids := []uint64{MetaShardID}
 	for i := 0; i < h.cfg.Shards; i++ {
-		ids = append(ids, ShardID(i))
+		if h.rep[i].Load() != 0 {
+			ids = append(ids, ShardID(i))
+		}
 	}
 	return ids
+}
+
+// replicaIn is this node's replica ID in group g (0: none).
+func (h *Host) replicaIn(g uint64) uint64 {
+	if g == MetaShardID {
+		return h.cfg.NodeID
+	}
+	if i := int(g) - 1; i >= 0 && i < h.cfg.Shards {
+		return h.rep[i].Load()
+	}
+	return 0
 }
 
 // NodeID is this node's replica ID in every group.
@@ -96,14 +110,20 @@ func (h *Host) proposeMeta(ctx context.Context, c metaCmd) (sm.Result, error) {
 	return res, err
 }
 
+// proposeMetaOnce makes one meta proposal attempt (the placement loop
+// retries on its next round).
+func (h *Host) proposeMetaOnce(ctx context.Context, c metaCmd) (sm.Result, error) {
+	b, _ := json.Marshal(c)
+	return h.nh.SyncPropose(ctx, h.nh.GetNoOPSession(MetaShardID), b)
+}
+
 // AddNode registers a node in the meta group and adds it as a non-voting
-// replica of every group. The new node then starts its replicas in join
-// mode, catches up from the leaders' logs or snapshots and promotes itself
-// to a voter (promoteSelf): until then it is not part of any quorum, so
-// adding a node never pauses writes (going from one node to two would
-// otherwise stall every group until the new node had started and caught
-// up). A node that joins again from the same Raft address (it was wiped)
-// replaces its old replicas.
+// replica of the meta group. The new node starts it in join mode, catches
+// up and promotes itself to a voter (promoteSelf): until then it is in no
+// quorum, so adding a node never pauses writes. The meta leader then places
+// shard replicas on it (planPlacement), which it starts as they come. A
+// node that joins again from the same Raft address (it was wiped) replaces
+// its old replicas.
 func (h *Host) AddNode(ctx context.Context, name, raftAddr, httpAddr string) (JoinInfo, error) {
 	st, err := h.Meta()
 	if err != nil {
@@ -120,15 +140,14 @@ func (h *Host) AddNode(ctx context.Context, name, raftAddr, httpAddr string) (Jo
 	if err := json.Unmarshal(res.Data, &rr); err != nil || rr.ID == 0 {
 		return JoinInfo{}, fmt.Errorf("register node: bad meta result")
 	}
-	for _, g := range h.groups() {
-		if rr.Replaces != 0 {
-			if err := h.deleteReplica(ctx, g, rr.Replaces); err != nil {
-				return JoinInfo{}, fmt.Errorf("remove the replica %d it replaces from group %d: %w", rr.Replaces, g, err)
-			}
+	if rr.Replaces != 0 {
+		// Its data shards' replicas leave through the placement.
+		if err := h.deleteReplica(ctx, MetaShardID, rr.Replaces); err != nil {
+			return JoinInfo{}, fmt.Errorf("remove the replica %d it replaces from the meta group: %w", rr.Replaces, err)
 		}
-		if err := h.addNonVoting(ctx, g, rr.ID, raftAddr); err != nil {
-			return JoinInfo{}, fmt.Errorf("add node %d to group %d: %w", rr.ID, g, err)
-		}
+	}
+	if err := h.addNonVoting(ctx, MetaShardID, rr.ID, raftAddr); err != nil {
+		return JoinInfo{}, fmt.Errorf("add node %d to the meta group: %w", rr.ID, err)
 	}
 	h.log.Info().Uint64("node", rr.ID).Str("name", name).Str("raft", raftAddr).Uint64("replaces", rr.Replaces).Msg("node added to the cluster (non-voting until it has caught up)")
 	return JoinInfo{NodeID: rr.ID, Shards: st.Shards, Replicas: st.Replicas, Learner: true}, nil
@@ -139,18 +158,30 @@ func (h *Host) AddNode(ctx context.Context, name, raftAddr, httpAddr string) (Jo
 // is skipped, so it is cheap on every start, and a node that crashed
 // halfway promotes the rest on its next start.
 func (h *Host) promoteSelf(ctx context.Context) error {
-	gs := h.groups()
-	for _, g := range append(gs[1:], gs[0]) {
-		if err := h.addReplica(ctx, g, h.cfg.NodeID, h.cfg.RaftAddress); err != nil {
+	h.localMu.Lock()
+	var gs []uint64
+	for i, r := range h.local {
+		if r.NonVoting {
+			gs = append(gs, ShardID(i))
+		}
+	}
+	h.localMu.Unlock()
+	if h.cfg.Learner {
+		gs = append(gs, MetaShardID)
+	}
+	for _, g := range gs {
+		if err := h.addReplica(ctx, g, h.replicaIn(g), h.cfg.RaftAddress); err != nil {
 			return fmt.Errorf("group %d: %w", g, err)
 		}
 	}
-	h.log.Info().Msg("caught up: now a voting member of every group")
 	return nil
 }
 
-// RemoveNode takes a node out of every group and marks it removed in the
-// registry; its ID is never reused. The node itself should be stopped.
+// RemoveNode marks a node removed in the registry (its ID is never
+// reused) and takes it out of the meta group. The placement drops its
+// replicas in the same command: each shard's leader deletes them and
+// places a replacement elsewhere. It returns once no shard has the node in
+// its group any more, or when ctx ends. The node itself should be stopped.
 func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
 	if id == h.cfg.NodeID {
 		return errors.New("a node cannot remove itself; ask another member")
@@ -166,16 +197,24 @@ func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
 	if len(st.Live()) <= 1 {
 		return errors.New("cannot remove the last node")
 	}
-	gs := h.groups()
-	// Data shards first, the meta group last: the registry keeps the node
-	// until it hosts nothing.
-	for _, g := range append(gs[1:], gs[0]) {
-		if err := h.deleteReplica(ctx, g, id); err != nil {
-			return fmt.Errorf("remove node %d from group %d: %w", id, g, err)
+	if _, err := h.proposeMeta(ctx, metaCmd{Op: "remove", Node: Node{ID: id}}); err != nil {
+		return err
+	}
+	if err := h.deleteReplica(ctx, MetaShardID, id); err != nil {
+		return fmt.Errorf("remove node %d from the meta group: %w", id, err)
+	}
+	for {
+		if st, err := h.Meta(); err == nil && st.Settled() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %d is removed, but its replicas are still being moved: %w", id, ctx.Err())
+		case <-h.closing:
+			return ErrClosed
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	_, err = h.proposeMeta(ctx, metaCmd{Op: "remove", Node: Node{ID: id}})
-	return err
 }
 
 // addReplica makes id a voting member of group: it adds it, or promotes
@@ -286,24 +325,27 @@ func (h *Host) shardInfos() map[uint64]dragonboat.ShardInfo {
 // asked for a transfer.
 func (h *Host) BalanceLeaders(alive func(uint64) bool) bool {
 	infos := h.shardInfos()
+	// Counted by node, over the shards this node runs (with placement it
+	// may not see every shard's leader).
 	counts := map[uint64]int{}
 	for i := 0; i < h.cfg.Shards; i++ {
 		if si, ok := infos[ShardID(i)]; ok && si.LeaderID != 0 {
-			counts[si.LeaderID]++
+			counts[NodeOf(si.LeaderID)]++
 		}
 	}
 	me := h.cfg.NodeID
 	for i := 0; i < h.cfg.Shards; i++ {
 		si, ok := infos[ShardID(i)]
-		if !ok || si.LeaderID != me {
+		if !ok || si.LeaderID == 0 || si.LeaderID != h.rep[i].Load() {
 			continue
 		}
 		var best uint64
 		for _, id := range sortedReplicaIDs(si.Replicas) {
-			if id == me || !alive(id) {
+			n := NodeOf(id)
+			if n == me || !alive(n) {
 				continue
 			}
-			if counts[me]-counts[id] >= 2 && (best == 0 || counts[id] < counts[best]) {
+			if counts[me]-counts[n] >= 2 && (best == 0 || counts[n] < counts[NodeOf(best)]) {
 				best = id
 			}
 		}
@@ -328,18 +370,19 @@ func (h *Host) HandOff(ctx context.Context, alive func(uint64) bool) int {
 		counts := map[uint64]int{}
 		for _, si := range infos {
 			if si.LeaderID != 0 {
-				counts[si.LeaderID]++
+				counts[NodeOf(si.LeaderID)]++
 			}
 		}
 		pending := 0
 		for _, g := range h.groups() {
 			si, ok := infos[g]
-			if !ok || si.LeaderID != me {
+			if !ok || si.LeaderID == 0 || si.LeaderID != h.replicaIn(g) {
 				continue
 			}
 			var best uint64
 			for _, id := range sortedReplicaIDs(si.Replicas) {
-				if id != me && alive(id) && (best == 0 || counts[id] < counts[best]) {
+				n := NodeOf(id)
+				if n != me && alive(n) && (best == 0 || counts[n] < counts[NodeOf(best)]) {
 					best = id
 				}
 			}
@@ -348,7 +391,7 @@ func (h *Host) HandOff(ctx context.Context, alive func(uint64) bool) int {
 			}
 			pending++
 			if h.nh.RequestLeaderTransfer(g, best) == nil {
-				counts[best]++
+				counts[NodeOf(best)]++
 				moved++
 			}
 		}
@@ -361,6 +404,15 @@ func (h *Host) HandOff(ctx context.Context, alive func(uint64) bool) int {
 		}
 	}
 	return moved
+}
+
+// byNode re-keys a group's replicas (replica ID → address) by node ID.
+func byNode(replicas map[uint64]string) map[uint64]string {
+	out := make(map[uint64]string, len(replicas))
+	for id, addr := range replicas {
+		out[NodeOf(id)] = addr
+	}
+	return out
 }
 
 func sortedReplicaIDs(m map[uint64]string) []uint64 {
@@ -404,7 +456,7 @@ func (h *Host) LocalStatus() []ShardStatus {
 		if !ok {
 			continue
 		}
-		st := ShardStatus{ShardID: g, Meta: g == MetaShardID, LeaderID: si.LeaderID, Term: si.Term, Members: si.Replicas}
+		st := ShardStatus{ShardID: g, Meta: g == MetaShardID, LeaderID: NodeOf(si.LeaderID), Term: si.Term, Members: byNode(si.Replicas)}
 		if g != MetaShardID {
 			i := int(g) - 1
 			if s := h.sms[i].Load(); s != nil {
@@ -426,7 +478,7 @@ func (h *Host) LocalStatus() []ShardStatus {
 		go func(st *ShardStatus) {
 			defer wg.Done()
 			if m, err := h.nh.SyncGetShardMembership(ctx, st.ShardID); err == nil && len(m.NonVotings) > 0 {
-				st.Learners = m.NonVotings
+				st.Learners = byNode(m.NonVotings)
 			}
 		}(&out[k])
 	}

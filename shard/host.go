@@ -108,6 +108,9 @@ type Config struct {
 	// JobChanges fills AppliedInfo.Changes (the mirror's feed); JobEvents
 	// fills AppliedInfo.Events (the event stream's feed).
 	JobChanges, JobEvents bool
+	// OnShardRemoved, when set, hears that this node stopped hosting
+	// shard i (its replica moved to another node and was deleted here).
+	OnShardRemoved func(i int)
 }
 
 // WithDefaults fills unset fields.
@@ -169,6 +172,15 @@ type Host struct {
 
 	proposers []*proposer
 	sms       []atomic.Pointer[statemachine.StateMachine] // by shard index
+	// rep[i] is the replica ID this node runs for shard i (0: none);
+	// ready[i] is set once it has caught up (Hosts); starting[i] while a
+	// placed replica is being started.
+	rep       []atomic.Uint64
+	ready     []atomic.Bool
+	starting  []atomic.Bool
+	localMu   sync.Mutex
+	local     map[int]localReplica // the replicas file, guarded by localMu
+	remote    atomic.Pointer[RemoteProposer]
 	signals   *signals
 	relayWake []chan struct{}
 	leader    []atomic.Bool // by shard index
@@ -200,6 +212,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		leader:        make([]atomic.Bool, cfg.Shards),
 		leaderChange:  make([]atomic.Pointer[chan struct{}], cfg.Shards),
 		sms:           make([]atomic.Pointer[statemachine.StateMachine], cfg.Shards),
+		rep:           make([]atomic.Uint64, cfg.Shards),
+		ready:         make([]atomic.Bool, cfg.Shards),
+		starting:      make([]atomic.Bool, cfg.Shards),
 		closing:       make(chan struct{}),
 		stopProposers: make(chan struct{}),
 		cache:         pebble.NewCache(cfg.CacheBytes),
@@ -232,14 +247,19 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		h.cache.Unref()
 		return nil, err
 	}
-	mc := h.raftConfig(MetaShardID)
+	mc := h.raftConfig(MetaShardID, cfg.NodeID, cfg.Learner)
 	mc.SnapshotEntries, mc.CompactionOverhead = 1000, 100
 	if err := nh.StartReplica(members, cfg.Join, newMetaSM, mc); err != nil {
 		return fail(fmt.Errorf("start the meta group: %w", err))
 	}
+	if h.local, err = h.loadReplicas(); err != nil {
+		return fail(err)
+	}
 	for i := 0; i < cfg.Shards; i++ {
-		if err := nh.StartOnDiskReplica(members, cfg.Join, h.newStateMachine(i), h.raftConfig(ShardID(i))); err != nil {
-			return fail(fmt.Errorf("start shard %d: %w", i, err))
+		if r, ok := h.local[i]; ok {
+			if err := h.startReplica(i, r); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	for i := 0; i < cfg.Shards; i++ {
@@ -252,13 +272,11 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		h.Close()
 		return nil, err
 	}
-	if cfg.Learner {
-		// Caught up (waitReady read every shard through its leader):
-		// only now does this node count towards a quorum.
-		if err := h.promoteSelf(ctx); err != nil {
-			h.Close()
-			return nil, fmt.Errorf("become a voting member: %w", err)
-		}
+	// Caught up (waitReady read every group through its leader): only
+	// now do this node's non-voting replicas count towards a quorum.
+	if err := h.promoteSelf(ctx); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("become a voting member: %w", err)
 	}
 	h.relayWake = h.signals.relayWake
 	for i := 0; i < cfg.Shards; i++ {
@@ -266,17 +284,18 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		go h.tick(i)
 		go h.relay(i)
 	}
-	h.wg.Add(1)
+	h.wg.Add(2)
 	go h.registerSelf()
+	go h.placementLoop()
 	return h, nil
 }
 
-func (h *Host) raftConfig(shardID uint64) config.Config {
+func (h *Host) raftConfig(shardID, replicaID uint64, nonVoting bool) config.Config {
 	return config.Config{
-		ReplicaID:    h.cfg.NodeID,
+		ReplicaID:    replicaID,
 		ShardID:      shardID,
 		ElectionRTT:  h.cfg.ElectionRTT,
-		IsNonVoting:  h.cfg.Learner,
+		IsNonVoting:  nonVoting,
 		HeartbeatRTT: 2,
 		CheckQuorum:  true,
 		// A replica cut off from its group campaigns only after a
@@ -308,39 +327,48 @@ func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 	}
 }
 
-// waitReady waits until every shard has a leader and has applied its log,
-// then seeds the per-queue signals.
+// waitReady waits until the meta group has a leader and every shard this
+// node runs has caught up (waitShard).
 func (h *Host) waitReady(ctx context.Context) error {
+	for {
+		if _, _, ok, _ := h.nh.GetLeaderID(MetaShardID); ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the meta group has no leader: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// A linearizable read of the meta group: a replica this node still
+	// runs but that the placement moved away while the node was down will
+	// never catch up (its group deleted it); the placement loop stops it.
+	var st MetaState
+	if err := retryTemp(ctx, h.closing, func(ctx context.Context) error {
+		v, err := h.nh.SyncRead(ctx, MetaShardID, metaQuery{})
+		if err == nil {
+			st = v.(MetaState)
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("read the meta group: %w", err)
+	}
 	for i := 0; i < h.cfg.Shards; i++ {
-		for {
-			if _, _, ok, _ := h.nh.GetLeaderID(ShardID(i)); !ok {
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("shard %d has no leader: %w", i, ctx.Err())
-				case <-time.After(10 * time.Millisecond):
-				}
-				continue
-			}
-			rctx, cancel := context.WithTimeout(ctx, time.Second)
-			// A linearizable read: the replica has applied what the
-			// leader committed before it seeds the signals.
-			_, err := h.nh.SyncRead(rctx, ShardID(i), statemachine.AppliedQuery{})
-			cancel()
-			if err == nil {
-				h.reseed(i)
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("shard %d has no leader: %w", i, ctx.Err())
-			}
-			if !dragonboat.IsTempError(err) && !errors.Is(err, dragonboat.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("shard %d: %w", i, err)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if h.rep[i].Load() == 0 {
+			continue
+		}
+		if _, placed := st.ReplicaOf(i, h.cfg.NodeID); st.Placement != nil && !placed && st.Placement[i].Settled == st.Placement[i].Version {
+			continue
+		}
+		if err := h.waitShard(ctx, i); err != nil {
+			return err
 		}
 	}
 	return nil
 }
+
+// appliedQuery is the cheapest linearizable read.
+var appliedQuery = statemachine.AppliedQuery{}
 
 // Applied implements statemachine.Listener.
 func (h *Host) Applied(info *statemachine.AppliedInfo) {
@@ -418,10 +446,10 @@ func (h *Host) leaderChanged(i int) <-chan struct{} {
 // Shards is the number of shards.
 func (h *Host) Shards() int { return h.cfg.Shards }
 
-// Hosts reports whether this node runs a replica of shard i (every node
-// hosts every shard today; the gateway forwards requests for a shard it
-// does not host).
-func (h *Host) Hosts(i int) bool { return i >= 0 && i < h.cfg.Shards && h.sms[i].Load() != nil }
+// Hosts reports whether this node runs a caught-up replica of shard i, so
+// its local reads, signals, mirror rows and events can be used (the
+// gateway sends requests for other shards to a node that hosts them).
+func (h *Host) Hosts(i int) bool { return i >= 0 && i < h.cfg.Shards && h.ready[i].Load() }
 
 // IsLeader reports whether this node leads shard index i.
 func (h *Host) IsLeader(i int) bool { return h.leader[i].Load() }

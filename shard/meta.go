@@ -33,6 +33,16 @@ type MetaState struct {
 	Replicas int              `json:"replicas"`
 	NextID   uint64           `json:"next_id"`
 	Nodes    map[uint64]*Node `json:"nodes"`
+	// Placement lists, by shard index, the replicas each shard should
+	// have (nil on a cluster created before placement: every node hosts
+	// every shard until the meta leader records it, see reconcileMeta).
+	Placement []ShardPlacement `json:"placement,omitempty"`
+	// PlacementVersion counts placement changes: a "place" command names
+	// the version it was computed from, so two proposers cannot both
+	// apply a stale plan.
+	PlacementVersion uint64 `json:"placement_version,omitempty"`
+	// NextGen numbers replica generations (see ReplicaIDFor).
+	NextGen uint64 `json:"next_gen,omitempty"`
 }
 
 // Live lists the nodes that are not removed, by ID.
@@ -50,10 +60,17 @@ func (m MetaState) Live() []Node {
 // metaCmd is one meta-group proposal. The meta group sees a handful of
 // proposals in a cluster's life, so JSON is plenty.
 type metaCmd struct {
-	Op       string `json:"op"` // init | register | remove
+	Op       string `json:"op"` // init | register | remove | address | place | settled
 	Shards   int    `json:"shards,omitempty"`
 	Replicas int    `json:"replicas,omitempty"`
 	Node     Node   `json:"node,omitempty"`
+	// place: the new placement, the version it was computed from and the
+	// next free replica generation; settled: the shard and its version.
+	Placement []ShardPlacement `json:"placement,omitempty"`
+	Expect    uint64           `json:"expect,omitempty"`
+	NextGen   uint64           `json:"next_gen,omitempty"`
+	Shard     int              `json:"shard,omitempty"`
+	Version   uint64           `json:"version,omitempty"`
 }
 
 // Results of a register command (Result.Value is the node ID; Data says
@@ -92,6 +109,13 @@ func (m *metaSM) Update(e sm.Entry) (sm.Result, error) {
 			if n.ID >= m.st.NextID {
 				m.st.NextID = n.ID + 1
 			}
+			// The founder hosts every shard, with replica ID = node ID
+			// (how it started them); it is already their only member.
+			m.st.Placement = make([]ShardPlacement, c.Shards)
+			for i := range m.st.Placement {
+				m.st.Placement[i] = ShardPlacement{Replicas: []Replica{{Node: n.ID, ID: n.ID}}, Version: 1, Settled: 1}
+			}
+			m.st.PlacementVersion, m.st.NextGen = 1, 1
 		}
 		return sm.Result{Value: c.Node.ID}, nil
 	case "register":
@@ -105,6 +129,7 @@ func (m *metaSM) Update(e sm.Entry) (sm.Result, error) {
 			if !n.Removed && n.RaftAddr == c.Node.RaftAddr {
 				n.Removed = true
 				r.Replaces = n.ID
+				m.st.unplace(n.ID)
 			}
 		}
 		n := c.Node
@@ -117,8 +142,25 @@ func (m *metaSM) Update(e sm.Entry) (sm.Result, error) {
 	case "remove":
 		if n, ok := m.st.Nodes[c.Node.ID]; ok {
 			n.Removed = true
+			m.st.unplace(n.ID)
 		}
 		return sm.Result{Value: c.Node.ID}, nil
+	case "place":
+		// A new placement from the meta leader (reconcileMeta), applied
+		// only over the version it was computed from.
+		if c.Expect != m.st.PlacementVersion || (m.st.Shards != 0 && len(c.Placement) != m.st.Shards) {
+			return sm.Result{}, nil
+		}
+		m.st.Placement = c.Placement
+		m.st.PlacementVersion++
+		m.st.NextGen = max(m.st.NextGen, c.NextGen)
+		return sm.Result{Value: m.st.PlacementVersion}, nil
+	case "settled":
+		// A shard's leader found its membership equal to the placement.
+		if c.Shard >= 0 && c.Shard < len(m.st.Placement) && m.st.Placement[c.Shard].Version == c.Version {
+			m.st.Placement[c.Shard].Settled = c.Version
+		}
+		return sm.Result{Value: c.Version}, nil
 	case "address":
 		// A node restarting with a new HTTP address.
 		if n, ok := m.st.Nodes[c.Node.ID]; ok && !n.Removed {
@@ -153,6 +195,7 @@ func (m *metaSM) Lookup(q interface{}) (interface{}, error) {
 		c := *n
 		out.Nodes[id] = &c
 	}
+	out.Placement = clonePlacement(m.st.Placement)
 	return out, nil
 }
 

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/corvohq/corvo/statemachine"
@@ -56,7 +57,7 @@ func (h *Host) relayOnce(i int) bool {
 			ops[k] = rs[k].Op
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ProposalDeadline)
-		_, err := h.Propose(ctx, target, ops...)
+		_, err := h.proposeAnywhere(ctx, target, ops...)
 		cancel()
 		if err != nil {
 			h.log.Warn().Err(err).Int("from", i).Int("to", target).Msg("outbox delivery failed; will retry")
@@ -76,4 +77,24 @@ func (h *Host) relayOnce(i int) bool {
 		return false
 	}
 	return true
+}
+
+// RemoteProposer proposes ops to a shard this node does not host, through
+// a node that does (the gateway provides it; the shard layer knows no
+// HTTP).
+type RemoteProposer func(ctx context.Context, shard int, ops ...statemachine.Op) ([]statemachine.Result, error)
+
+// SetRemote sets how the outbox relay reaches shards hosted elsewhere.
+func (h *Host) SetRemote(f RemoteProposer) { h.remote.Store(&f) }
+
+// proposeAnywhere proposes to shard i here when this node runs it, else
+// through the remote proposer.
+func (h *Host) proposeAnywhere(ctx context.Context, i int, ops ...statemachine.Op) ([]statemachine.Result, error) {
+	if h.rep[i].Load() != 0 {
+		return h.Propose(ctx, i, ops...)
+	}
+	if f := h.remote.Load(); f != nil {
+		return (*f)(ctx, i, ops...)
+	}
+	return nil, fmt.Errorf("%w: shard %d is not hosted here", ErrUnavailable, i)
 }

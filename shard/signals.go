@@ -25,6 +25,7 @@ type queueSignal struct {
 	blocked atomic.Int64           // QueueSignal.BlockedUntil
 	head    statemachine.QueueHead // guarded by signals.mu
 	seen    bool                   // set by an Applied (newer than any seed); guarded by signals.mu
+	shard   int                    // the queue's shard index; guarded by signals.mu
 	ready   chan struct{}          // closed and replaced when the queue gains jobs; guarded by signals.mu
 }
 
@@ -118,6 +119,7 @@ func (s *signals) applied(info *statemachine.AppliedInfo) {
 		sig := &info.Queues[i]
 		qs := s.getLocked(sig.Queue)
 		qs.seen = true
+		qs.shard = int(info.ShardID) - 1
 		qs.pending.Store(sig.Pending)
 		qs.paused.Store(sig.Paused)
 		qs.blocked.Store(sig.BlockedUntil)
@@ -143,6 +145,7 @@ func (s *signals) seed(shard int, infos []statemachine.QueueInfo, heads []statem
 	defer s.mu.Unlock()
 	for i := range infos {
 		qs := s.getLocked(infos[i].Name)
+		qs.shard = shard
 		if qs.seen {
 			continue
 		}
@@ -152,6 +155,25 @@ func (s *signals) seed(shard int, infos []statemachine.QueueInfo, heads []statem
 		if qs.pending.Load() > 0 {
 			close(qs.ready)
 			qs.ready = make(chan struct{})
+		}
+	}
+}
+
+// forget drops what shard's replica reported (this node stopped hosting
+// it): its queues read as empty until a replica here reports again.
+func (s *signals) forget(shard int) {
+	s.active[shard].Store(0)
+	s.due[shard].Store(0)
+	s.outbox[shard].Store(0)
+	s.nextCron[shard].Store(0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, qs := range s.queues {
+		if qs.shard == shard {
+			qs.seen = false
+			qs.pending.Store(0)
+			qs.blocked.Store(0)
+			qs.head = statemachine.QueueHead{}
 		}
 	}
 }
