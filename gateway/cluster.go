@@ -116,6 +116,34 @@ func (s *Server) clusterLoop() {
 	}
 }
 
+// placedTargets lists the HTTP addresses of the other nodes the placement
+// puts shard sh on: the ones answering their health probe first, rotated
+// so the load spreads; the others after them (forward skips those it
+// cannot reach).
+func (s *Server) placedTargets(sh int) []string {
+	st, err := s.cluster.Meta()
+	if err != nil {
+		return nil
+	}
+	var up, down []string
+	for _, id := range st.NodesOf(sh) {
+		n := st.Nodes[id]
+		if id == s.cluster.NodeID() || n == nil || n.HTTPAddr == "" {
+			continue
+		}
+		if s.peers.alive(id) {
+			up = append(up, n.HTTPAddr)
+		} else {
+			down = append(down, n.HTTPAddr)
+		}
+	}
+	if len(up) > 1 {
+		k := int(s.fwd.next.Add(1) % uint64(len(up)))
+		up = append(up[k:], up[:k]...)
+	}
+	return append(up, down...)
+}
+
 // HandOff moves this node's leaderships to live nodes before it stops
 // (graceful shutdown), waiting at most until ctx ends.
 func (s *Server) HandOff(ctx context.Context) int {
@@ -267,11 +295,49 @@ type statusReplica struct {
 }
 
 type statusShard struct {
-	ShardID         uint64           `json:"shard_id"`
-	LeaderNode      uint64           `json:"leader_node"`
-	Term            uint64           `json:"term"`
-	Replicas        []statusReplica  `json:"replicas"`
+	ShardID    uint64          `json:"shard_id"`
+	LeaderNode uint64          `json:"leader_node"`
+	Term       uint64          `json:"term"`
+	Replicas   []statusReplica `json:"replicas"`
+	// Placed lists the nodes the placement puts the shard on; Settled
+	// says whether its membership matches that yet (false while a
+	// replica moves).
+	Placed          []uint64         `json:"placed_nodes,omitempty"`
+	Settled         *bool            `json:"settled,omitempty"`
 	ProposalLatency *shard.Quantiles `json:"proposal_latency_ms,omitempty"`
+}
+
+// groupViews picks, for every group some node reported, one view of it:
+// its leader's own when that node answered (the freshest membership and
+// the leader's proposal latencies), else this node's, else any; in group
+// order, the meta group first.
+func groupViews(self localStatus, views map[uint64]localStatus) []shard.ShardStatus {
+	best := map[uint64]shard.ShardStatus{}
+	score := map[uint64]int{}
+	for _, id := range slices.Sorted(maps.Keys(views)) {
+		for _, sh := range views[id].Shards {
+			sc := 1
+			if id == self.NodeID {
+				sc = 2
+			}
+			if sh.LeaderID == id {
+				sc = 3
+			}
+			if sc > score[sh.ShardID] {
+				best[sh.ShardID], score[sh.ShardID] = sh, sc
+			}
+		}
+	}
+	out := make([]shard.ShardStatus, 0, len(best))
+	if m, ok := best[shard.MetaShardID]; ok {
+		out = append(out, m)
+	}
+	for _, g := range slices.Sorted(maps.Keys(best)) {
+		if g != shard.MetaShardID {
+			out = append(out, best[g])
+		}
+	}
+	return out
 }
 
 type clusterStatus struct {
@@ -348,8 +414,13 @@ func (s *Server) handleClusterStatus(ctx *fasthttp.RequestCtx) {
 		}
 		return 0, false
 	}
-	for _, sh := range self.Shards {
+	for _, sh := range groupViews(self, views) {
 		g := statusShard{ShardID: sh.ShardID, LeaderNode: sh.LeaderID, Term: sh.Term, Replicas: []statusReplica{}, ProposalLatency: sh.ProposalLatency}
+		if i := int(sh.ShardID) - 1; !sh.Meta && i >= 0 && i < len(st.Placement) {
+			g.Placed = st.NodesOf(i)
+			settled := st.Placement[i].Settled == st.Placement[i].Version
+			g.Settled = &settled
+		}
 		leaderApplied, leaderKnown := applied(sh.LeaderID, sh.ShardID)
 		members := map[uint64]string{}
 		maps.Copy(members, sh.Members)

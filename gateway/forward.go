@@ -13,9 +13,7 @@ import (
 )
 
 // Forwarding: a request for a shard this node does not host goes, whole,
-// to a node that does. Today every node hosts every shard, so production
-// does not take this path yet: it is the routing layer that shard
-// placement (R of N nodes per shard) builds on.
+// to a node that the placement (R of N nodes per shard) puts it on.
 
 // hopHeader marks a forwarded request: its receiver never forwards it
 // again, so loops are impossible.
@@ -61,6 +59,8 @@ func (s *Server) forwardTargets(sh int) []string {
 	var out []string
 	if s.cfg.ShardTargets != nil {
 		out = s.cfg.ShardTargets(sh)
+	} else if s.cluster != nil {
+		return s.placedTargets(sh)
 	} else if s.peers != nil {
 		p := s.peers
 		p.mu.Lock()

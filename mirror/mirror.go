@@ -265,7 +265,11 @@ func (m *Mirror) markDirty(sh int) {
 // the ones the mirror missed changes of, and starts applying.
 func (m *Mirror) Start(src Source) error {
 	m.src = src
+	hs, _ := src.(interface{ Hosts(int) bool })
 	for sh := 0; sh < m.shards; sh++ {
+		if hs != nil && !hs.Hosts(sh) {
+			continue
+		}
 		v, err := src.Read(sh, statemachine.OpenedAtQuery{})
 		if err != nil {
 			return fmt.Errorf("mirror: shard %d: %w", sh, err)

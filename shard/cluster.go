@@ -178,10 +178,11 @@ func (h *Host) promoteSelf(ctx context.Context) error {
 }
 
 // RemoveNode marks a node removed in the registry (its ID is never
-// reused) and takes it out of the meta group. The placement drops its
-// replicas in the same command: each shard's leader deletes them and
-// places a replacement elsewhere. It returns once no shard has the node in
-// its group any more, or when ctx ends. The node itself should be stopped.
+// reused). The placement drops its replicas in the same command: each
+// shard's leader deletes them, and the meta leader then places
+// replacements elsewhere. Once no shard has the node in its group any more
+// it leaves the meta group too (or RemoveNode fails when ctx ends first).
+// The node itself should be stopped.
 func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
 	if id == h.cfg.NodeID {
 		return errors.New("a node cannot remove itself; ask another member")
@@ -200,12 +201,12 @@ func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
 	if _, err := h.proposeMeta(ctx, metaCmd{Op: "remove", Node: Node{ID: id}}); err != nil {
 		return err
 	}
-	if err := h.deleteReplica(ctx, MetaShardID, id); err != nil {
-		return fmt.Errorf("remove node %d from the meta group: %w", id, err)
-	}
+	// Data shards first, the meta group last: a removed node that leads a
+	// shard learns from the meta group that it must hand that leadership
+	// over before its replica can be deleted.
 	for {
 		if st, err := h.Meta(); err == nil && st.Settled() {
-			return nil
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -215,6 +216,10 @@ func (h *Host) RemoveNode(ctx context.Context, id uint64) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	if err := h.deleteReplica(ctx, MetaShardID, id); err != nil {
+		return fmt.Errorf("remove node %d from the meta group: %w", id, err)
+	}
+	return nil
 }
 
 // addReplica makes id a voting member of group: it adds it, or promotes

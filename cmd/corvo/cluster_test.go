@@ -62,9 +62,12 @@ type clusterView struct {
 		Status   string   `json:"status"`
 		LeaderOf []uint64 `json:"leader_of"`
 	} `json:"nodes"`
-	Shards []struct {
-		ShardID  uint64 `json:"shard_id"`
-		Leader   uint64 `json:"leader_node"`
+	ShardCount int `json:"shard_count"`
+	Shards     []struct {
+		ShardID  uint64   `json:"shard_id"`
+		Leader   uint64   `json:"leader_node"`
+		Placed   []uint64 `json:"placed_nodes"`
+		Settled  *bool    `json:"settled"`
 		Replicas []struct {
 			NodeID  uint64  `json:"node_id"`
 			Role    string  `json:"role"`
@@ -82,21 +85,23 @@ func clusterStatusOf(t *testing.T, s *server) (clusterView, bool) {
 	return decode[clusterView](t, body), true
 }
 
-// waitCluster waits until a node sees n nodes up, every shard with n
-// replicas, a leader and every replica caught up to within 100 entries
-// of the leader (the load keeps them from being equal).
+// waitCluster waits until a node sees n nodes up, every shard with
+// min(n, 3) replicas as placed, settled, with a leader, and every replica
+// caught up to within 100 entries of the leader (the load keeps them from
+// being equal).
 func waitCluster(t *testing.T, s *server, n int) clusterView {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		v, ok := clusterStatusOf(t, s)
-		if ok && len(v.Nodes) == n {
+		if ok && len(v.Nodes) == n && len(v.Shards) == v.ShardCount {
 			good := true
 			for _, node := range v.Nodes {
 				good = good && node.Status == "up"
 			}
 			for _, sh := range v.Shards {
-				good = good && sh.Leader != 0 && len(sh.Replicas) == n
+				good = good && sh.Leader != 0 && len(sh.Replicas) == min(n, 3) && len(sh.Placed) == min(n, 3) &&
+					sh.Settled != nil && *sh.Settled
 				for _, r := range sh.Replicas {
 					good = good && r.Lag != nil && *r.Lag < 100 && r.Role != "learner"
 				}
@@ -493,10 +498,11 @@ func mirrorJobIDs(t *testing.T, s *server) []string {
 	return last
 }
 
-// TestClusterAddAndRemoveNode: a 4th node joins a loaded 3-node cluster,
-// becomes a replica of every shard and takes leaderships; then a node is
-// removed: the others lead its shards, the removed node stops itself, and
-// no job is lost.
+// TestClusterAddAndRemoveNode: a 4th node joins a loaded 3-node cluster
+// (3 replicas per shard): the placement moves some replicas onto it (their
+// old nodes delete theirs) and it takes leaderships; then a node is
+// removed: its replicas move to the others, the removed node stops itself,
+// and no job is lost.
 func TestClusterAddAndRemoveNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -514,7 +520,24 @@ func TestClusterAddAndRemoveNode(t *testing.T) {
 	}
 
 	n4 := newClusterNode(t, 3, nodes[1].http)
-	v := waitCluster(t, n4, 4)
+	// 4 shards × 3 replicas over 4 nodes: once the placement is done,
+	// every node hosts 3 shards, so replicas moved onto node 4 and away
+	// from each of the others (one move at a time).
+	var v clusterView
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		v = waitCluster(t, n4, 4)
+		hosted := map[uint64]int{}
+		for _, sh := range v.Shards {
+			for _, r := range sh.Replicas {
+				hosted[r.NodeID]++
+			}
+		}
+		if len(hosted) == 4 && hosted[1] == 3 && hosted[2] == 3 && hosted[3] == 3 && hosted[4] == 3 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "replicas never spread evenly: %v", hosted)
+		time.Sleep(200 * time.Millisecond)
+	}
 	// Leaderships spread onto the new node (4 shards over 4 nodes).
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -105,7 +106,7 @@ func (s *server) start() {
 	if s.bind != "" {
 		bind = s.bind
 	}
-	args := append([]string{"server", "--bind", bind, "--raft-bind", s.raft, "--data-dir", s.dir, "--log-level", "warn"}, s.extra...)
+	args := append([]string{"server", "--bind", bind, "--raft-bind", s.raft, "--data-dir", s.dir, "--log-level", cmp.Or(os.Getenv("CORVO_TEST_LOG_LEVEL"), "warn")}, s.extra...)
 	if s.command != nil {
 		s.cmd = s.command(args)
 	} else {

@@ -136,7 +136,11 @@ type Source interface {
 // StartFrom is Start with the opened-at index of each shard read from src.
 func (h *Hub) StartFrom(src Source) error {
 	opened := make([]uint64, src.Shards())
+	hs, _ := src.(interface{ Hosts(int) bool })
 	for i := range opened {
+		if hs != nil && !hs.Hosts(i) {
+			continue // not hosted here (yet): its events start with its first entry
+		}
 		v, err := src.Read(i, statemachine.OpenedAtQuery{})
 		if err != nil {
 			return fmt.Errorf("events: shard %d: %w", i, err)
