@@ -134,7 +134,7 @@ func newClusterCmd() *cobra.Command {
 			return "GET", "/api/v1/cluster/status", nil, nil
 		},
 		printClusterStatus)
-	remove := apiCommand("remove NODE_ID", "Take a node out of every shard (stop it afterwards); its ID is never reused", cobra.ExactArgs(1),
+	remove := apiCommand("remove NODE_ID", "Take a node out of the cluster: its replicas move to other nodes, then it stops; its ID is never reused", cobra.ExactArgs(1),
 		func(_ *cobra.Command, args []string) (string, string, any, error) {
 			if _, err := strconv.ParseUint(args[0], 10, 64); err != nil {
 				return "", "", nil, fmt.Errorf("node id must be a number, not %q", args[0])

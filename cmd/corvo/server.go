@@ -75,7 +75,7 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.raftAdvertise, "raft-advertise", "", "Raft address other nodes reach this node on (default: --raft-bind)")
 	fl.StringVar(&f.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node on (default: --bind, with the Raft host when --bind has none)")
 	fl.Uint64Var(&f.snapshotEntries, "snapshot-entries", shard.SnapshotEntriesDefault, "Raft entries each shard applies between snapshots (a replica further behind than a fifth of that catches up from a snapshot)")
-	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard the cluster aims for (set at bootstrap; recorded only for now: every node hosts every shard)")
+	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard (set at bootstrap): each shard is placed on this many nodes, or on every node while there are fewer")
 	fl.StringVar(&f.discover, "discover", "", `find peers automatically: "dns" (a Kubernetes headless service; the pod with ordinal 0 bootstraps, the rest join)`)
 	fl.StringVar(&f.discoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
 	fl.IntVar(&f.shards, "shards", 0, fmt.Sprintf("number of shards, fixed at first start (default %d)", shard.ShardsDefault))
