@@ -426,6 +426,12 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 		return mergeParts(f.Desc, limit, page), nil
 	}
 
+	var body []byte // each remote part is this request, with ?shards=
+	if len(remote) > 0 {
+		if body, err = json.Marshal(req, json.OmitZeroStructFields(true)); err != nil {
+			return nil, &apiError{status: 500, code: "internal", msg: err.Error()}
+		}
+	}
 	var (
 		mu    sync.Mutex
 		parts []*searchResult
@@ -457,10 +463,6 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 		}()
 	}
 	if len(remote) > 0 {
-		body, err := json.Marshal(req, json.OmitZeroStructFields(true))
-		if err != nil {
-			return nil, &apiError{status: 500, code: "internal", msg: err.Error()}
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
