@@ -115,29 +115,23 @@ func (s *Server) bulkTargets(req *bulkRequest) ([]string, *apiError) {
 	if s.cfg.Mirror == nil {
 		return nil, &apiError{status: 503, code: "unavailable", msg: "a bulk filter needs the mirror"}
 	}
-	f, err := req.Filter.filter()
-	if err != nil {
-		return nil, invalid("filter: %v", err)
-	}
-	f.Limit, f.Desc, f.Sort = 1000, false, "created_at"
+	f := req.Filter.pages(1000)
 	var ids []string
 	for {
-		c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
-		page, err := s.cfg.Mirror.Search(c, f)
-		cancel()
-		if err != nil {
-			return nil, invalid("filter: %v", err)
+		page, aerr := s.search(context.Background(), f, nil, false)
+		if aerr != nil {
+			return nil, filterError(aerr)
 		}
-		for _, r := range page.Jobs {
-			ids = append(ids, r.ID)
+		for _, h := range page.hits {
+			ids = append(ids, h.id)
 		}
 		if len(ids) > maxBulkJobs {
 			return nil, &apiError{status: 413, code: "bulk_too_large", msg: "the filter matches more than 100000 jobs; narrow it"}
 		}
-		if !page.HasMore {
+		if !page.hasMore {
 			return ids, nil
 		}
-		f.Cursor = page.Cursor
+		f.Cursor = &page.cursor
 	}
 }
 

@@ -96,21 +96,15 @@ func (s *Server) bulkIsAsync(req *bulkRequest) (bool, int, *apiError) {
 	if s.cfg.Mirror == nil {
 		return false, 0, &apiError{status: 503, code: "unavailable", msg: "a bulk filter needs the mirror"}
 	}
-	f, err := req.Filter.filter()
-	if err != nil {
-		return false, 0, invalid("filter: %v", err)
+	f := *req.Filter
+	f.Limit, f.Cursor = 1, nil
+	page, aerr := s.search(context.Background(), &f, nil, false)
+	if aerr != nil {
+		return false, 0, filterError(aerr)
 	}
-	f.Limit, f.Cursor = 1, ""
-	f.KnownTotal = s.countByQueueState(req.Filter)
-	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
-	defer cancel()
-	page, err := s.cfg.Mirror.Search(c, f)
-	if err != nil {
-		return false, 0, invalid("filter: %v", err)
-	}
-	total := page.Total
-	if !page.HasMore {
-		total = len(page.Jobs)
+	total := page.total
+	if !page.hasMore {
+		total = len(page.hits)
 	}
 	return req.Async || total > asyncBulkThreshold, total, nil
 }
@@ -121,15 +115,13 @@ func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk f
 		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "asynchronous bulk operations keep their status in the mirror, which this server runs without"})
 		return
 	}
-	var filter *mirror.Filter
+	var filter *searchRequest
 	if req.Filter != nil {
-		f, err := req.Filter.filter()
-		if err != nil {
+		if _, err := req.Filter.filter(); err != nil {
 			writeError(ctx, invalid("filter: %v", err))
 			return
 		}
-		f.Limit, f.Desc, f.Sort, f.Cursor = bulkChunk, false, "created_at", ""
-		filter = &f
+		filter = req.Filter.pages(bulkChunk)
 	}
 	run := &bulkRun{
 		rec: mirror.BulkRecord{ID: "bulk_" + ulid.Make().String(), Action: req.Action, Status: "processing",
@@ -186,7 +178,7 @@ func (s *Server) saveBulk(rec *mirror.BulkRecord) error {
 
 // runBulk applies the operation a chunk at a time until it is done,
 // cancelled, or the server stops.
-func (s *Server) runBulk(run *bulkRun, ids []string, filter *mirror.Filter, moveTo string, mk func(string, int) statemachine.Op) {
+func (s *Server) runBulk(run *bulkRun, ids []string, filter *searchRequest, moveTo string, mk func(string, int) statemachine.Op) {
 	br := s.bulk
 	defer br.wg.Done()
 	status, failure := "completed", ""
@@ -229,31 +221,29 @@ func (s *Server) runBulk(run *bulkRun, ids []string, filter *mirror.Filter, move
 		}
 	} else {
 		for {
-			ctx, cancel := context.WithTimeout(br.ctx, s.cfg.RequestTimeout)
-			page, err := s.cfg.Mirror.Search(ctx, *filter)
-			cancel()
-			if err != nil {
+			page, aerr := s.search(br.ctx, filter, nil, false)
+			if aerr != nil {
 				if br.ctx.Err() == nil {
-					status, failure = "failed", "reading the filter's matches: "+err.Error()
+					status, failure = "failed", "reading the filter's matches: "+aerr.msg
 				}
 				break
 			}
 			chunk = chunk[:0]
-			for i := range page.Jobs {
+			for i := range page.hits {
 				// A job moved across shards reappears under a new ID with
 				// the same creation time, after the cursor: already done.
-				if moveTo != "" && page.Jobs[i].Queue == moveTo {
+				if moveTo != "" && page.hits[i].queue == moveTo {
 					continue
 				}
-				chunk = append(chunk, page.Jobs[i].ID)
+				chunk = append(chunk, page.hits[i].id)
 			}
 			if len(chunk) > 0 && !step() {
 				break
 			}
-			if !page.HasMore {
+			if !page.hasMore {
 				break
 			}
-			filter.Cursor = page.Cursor
+			filter.Cursor = &page.cursor
 		}
 	}
 	run.mu.Lock()

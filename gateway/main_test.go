@@ -26,6 +26,9 @@ var baseURL string
 // gateway in front of the same shards).
 var testEngine Engine
 
+// testMirror is the mirror behind baseURL.
+var testMirror *mirror.Mirror
+
 // testEventsCapacity is the event ring's size in tests: small enough that
 // a test can push old events out.
 const testEventsCapacity = 200000
@@ -67,7 +70,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	testEngine = host
+	testEngine, testMirror = host, mir
 	srv := New(Config{Logger: zerolog.Nop(), Mirror: mir, Events: hub, EventsKeepalive: 300 * time.Millisecond}, host)
 	go func() { _ = srv.Serve(ln) }()
 	baseURL = fmt.Sprintf("http://%s", ln.Addr())

@@ -1,15 +1,22 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/mirror"
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -84,14 +91,14 @@ func (r *searchRequest) filter() (mirror.Filter, error) {
 	return f, nil
 }
 
-// countByQueueState answers the total of a search that filters by queue
-// and/or state only, from the state machines' per-queue state counts (exact
-// in Pebble, O(queues)), so such a search need not count rows in SQLite.
-// It does so only while the mirror has applied everything those shards
-// committed, so the total always agrees with the pages (a bulk operation
-// by filter acts on exactly what the search showed). It returns nil for
-// any other filter.
-func (s *Server) countByQueueState(r *searchRequest) *int {
+// countByQueueState answers the total over the given shards of a search
+// that filters by queue and/or state only, from the state machines'
+// per-queue state counts (exact in Pebble, O(queues)), so such a search
+// need not count rows in SQLite. It does so only while the mirror has
+// applied everything those shards committed, so the total always agrees
+// with the pages (a bulk operation by filter acts on exactly what the
+// search showed). It returns nil for any other filter.
+func (s *Server) countByQueueState(r *searchRequest, shards []int) *int {
 	other := *r
 	other.Queue, other.State, other.Sort, other.Order, other.Cursor, other.Limit = "", nil, "", "", nil, 0
 	if !reflect.DeepEqual(other, searchRequest{}) {
@@ -105,14 +112,6 @@ func (s *Server) countByQueueState(r *searchRequest) *int {
 		}
 		if !slices.Contains(states, st) {
 			states = append(states, st)
-		}
-	}
-	shards := make([]int, 0, s.eng.Shards())
-	if r.Queue != "" {
-		shards = append(shards, s.rt.ShardForQueue(r.Queue))
-	} else {
-		for sh := 0; sh < s.eng.Shards(); sh++ {
-			shards = append(shards, sh)
 		}
 	}
 	lag := s.cfg.Mirror.Lag()
@@ -145,9 +144,14 @@ func (s *Server) countByQueueState(r *searchRequest) *int {
 	return &total
 }
 
-// POST /api/v1/jobs/search — every filter of the spec over this node's
-// mirror, newest first by default, with keyset cursors.
+// POST /api/v1/jobs/search — every filter of the spec, newest first by
+// default, with keyset cursors: over this node's mirror for the shards it
+// holds, and over other nodes' for the others (search). A request with
+// ?shards=1,3 (a part of another node's search) searches only those shards
+// here, answers 503 if this node does not hold one of them, and adds each
+// row's keyset position to the answer ("keys").
 func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
 	if s.cfg.Mirror == nil {
 		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "search needs the mirror, which this server runs without"})
 		return
@@ -157,38 +161,48 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	f, err := req.filter()
-	if err != nil {
-		writeError(ctx, invalid("%v", err))
+	only, aerr := s.shardsParam(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
 		return
 	}
-	f.KnownTotal = s.countByQueueState(&req)
-	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
-	defer cancel()
-	page, err := s.cfg.Mirror.Search(c, f)
-	if errors.Is(err, mirror.ErrBadFilter) {
-		writeError(ctx, invalid("%v", err))
-		return
-	}
-	if err != nil {
-		writeError(ctx, &apiError{status: 500, code: "internal", msg: err.Error()})
+	res, aerr := s.search(context.Background(), &req, only, len(ctx.Request.Header.Peek(hopHeader)) > 0)
+	if aerr != nil {
+		writeError(ctx, aerr)
 		return
 	}
 	b := []byte(`{"jobs":[`)
-	for i := range page.Jobs {
+	for i := range res.hits {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendRow(b, &page.Jobs[i])
+		b = append(b, res.hits[i].raw...)
 	}
 	b = append(b, `],"total":`...)
-	b = appendInt(b, int64(page.Total))
+	b = appendInt(b, int64(res.total))
 	b = append(b, `,"cursor":`...)
-	b = appendNullableString(b, page.Cursor)
+	b = appendNullableString(b, res.cursor)
 	b = append(b, `,"has_more":`...)
-	b = appendBool(b, page.HasMore)
+	b = appendBool(b, res.hasMore)
 	b = append(b, `,"duration_ms":`...)
-	b = strconv.AppendFloat(b, float64(page.Duration.Microseconds())/1000, 'f', 3, 64)
+	b = strconv.AppendFloat(b, float64(time.Since(start).Microseconds())/1000, 'f', 3, 64)
+	if only != nil {
+		b = append(b, `,"keys":[`...)
+		for i := range res.hits {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			h := &res.hits[i]
+			b = append(b, `{"v":`...)
+			b = appendInt(b, h.v)
+			b = append(b, `,"id":`...)
+			b = appendString(b, h.id)
+			b = append(b, `,"queue":`...)
+			b = appendString(b, h.queue)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
 	writeJSON(ctx, 200, append(b, '}'))
 }
 
@@ -257,4 +271,441 @@ func (s *Server) handleRebuildMirror(ctx *fasthttp.RequestCtx) {
 	}
 	s.cfg.Mirror.RequestRebuild()
 	writeJSON(ctx, 202, []byte(`{"status":"rebuilding"}`))
+}
+
+// Search fan-out. A node's mirror holds the shards the node hosts; a
+// search touching others is split: the shards held here are searched here,
+// and the rest on a covering set of other nodes (greedily, the node that
+// holds the most of the remaining shards first), each asked for its part
+// with the same request and ?shards=. Every part returns up to the limit
+// in the same order; the pages are merged by (sort value, job ID) — the
+// mirror's keyset order — and cut at the limit. Cursors are keyset
+// positions, valid on every node, so the merged page's cursor (its last
+// row's position) continues every part. A part that fails is asked of
+// another node holding its shards; when none answers, the search fails
+// (503), never returning a partial page.
+
+// searchHit is one job of a search: its keyset position, the fields bulk
+// operations need, and its rendered JSON.
+type searchHit struct {
+	v     int64 // the sort expression's value (mirror.Page.SortValues)
+	id    string
+	queue string
+	raw   []byte
+}
+
+// searchResult is a search's page, merged from its parts.
+type searchResult struct {
+	hits    []searchHit
+	total   int
+	hasMore bool
+	cursor  string // "" when !hasMore
+}
+
+// holder is implemented by mirrors that may not hold every shard
+// (mirror.Mirror: a shard dropped, or refilling after it came back).
+type holder interface {
+	Holds(shard int) bool
+}
+
+// searchable reports whether this node's mirror can answer for shard sh.
+func (s *Server) searchable(sh int) bool {
+	if !s.hosted(sh) {
+		return false
+	}
+	h, ok := s.cfg.Mirror.(holder)
+	return !ok || h.Holds(sh)
+}
+
+// shardsParam reads ?shards=1,3 (nil when absent).
+func (s *Server) shardsParam(ctx *fasthttp.RequestCtx) ([]int, *apiError) {
+	if !ctx.QueryArgs().Has("shards") {
+		return nil, nil
+	}
+	only := []int{}
+	v := string(ctx.QueryArgs().Peek("shards"))
+	if v == "" {
+		return only, nil
+	}
+	for _, p := range strings.Split(v, ",") {
+		sh, err := strconv.Atoi(p)
+		if err != nil || sh < 0 || sh >= s.eng.Shards() {
+			return nil, invalid("shards: %q is not a shard (0–%d)", p, s.eng.Shards()-1)
+		}
+		only = append(only, sh)
+	}
+	return only, nil
+}
+
+// pages is the request a bulk operation pages through its matches with:
+// n at a time, oldest first.
+func (r *searchRequest) pages(n int) *searchRequest {
+	p := *r
+	p.Limit, p.Order, p.Sort, p.Cursor = n, "asc", "created_at", nil
+	return &p
+}
+
+// filterError is a search's error as a bulk operation reports it.
+func filterError(e *apiError) *apiError {
+	if e.status == 400 {
+		return invalid("filter: %s", e.msg)
+	}
+	return e
+}
+
+// searchShards lists the shards whose jobs a search can match: the queue's
+// shard, the shards whose job-ID tag fits job_id_prefix, or every shard.
+func (s *Server) searchShards(r *searchRequest) []int {
+	n := s.eng.Shards()
+	qsh := -1
+	if r.Queue != "" {
+		qsh = s.rt.ShardForQueue(r.Queue)
+	}
+	out := make([]int, 0, n)
+	for sh := 0; sh < n; sh++ {
+		if qsh >= 0 && sh != qsh {
+			continue
+		}
+		if r.JobIDPrefix != "" {
+			// An ID of shard sh starts with its tag: it can start with
+			// the prefix only if one of the two begins the other.
+			tag := router.JobIDPrefix + itoa(sh) + "_"
+			p := r.JobIDPrefix
+			if !strings.HasPrefix(tag, p) && !strings.HasPrefix(p, tag) {
+				continue
+			}
+		}
+		out = append(out, sh)
+	}
+	return out
+}
+
+// search runs a search over every shard its filter can match: locally for
+// the shards this node's mirror holds, on other nodes for the rest (unless
+// the request was forwarded here: then it never goes further, and a shard
+// not held here is a 503). only, when not nil, restricts it to those shards,
+// which must all be held here (a part of another node's search).
+func (s *Server) search(ctx context.Context, req *searchRequest, only []int, forwarded bool) (*searchResult, *apiError) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	f, err := req.filter()
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := f.Check(s.eng.Shards()); err != nil {
+		return nil, invalid("%v", err)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = mirror.DefaultLimit
+	}
+	touched := s.searchShards(req)
+	if only != nil {
+		touched = slices.DeleteFunc(touched, func(sh int) bool { return !slices.Contains(only, sh) })
+	}
+	var local, remote []int
+	for _, sh := range touched {
+		if s.searchable(sh) {
+			local = append(local, sh)
+		} else {
+			remote = append(remote, sh)
+		}
+	}
+	if len(remote) > 0 && (only != nil || forwarded) {
+		return nil, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(remote[0]) + " is not hosted on this node"}
+	}
+	if len(remote) == 0 && only == nil {
+		// Everything the filter can match is here: no restriction, so
+		// the plan is the one a single node always had.
+		f.KnownTotal = s.countByQueueState(req, touched)
+		page, aerr := s.searchLocal(ctx, f)
+		if aerr != nil {
+			return nil, aerr
+		}
+		return mergeParts(f.Desc, limit, page), nil
+	}
+
+	var body []byte // each remote part is this request, with ?shards=
+	if len(remote) > 0 {
+		if body, err = json.Marshal(req, json.OmitZeroStructFields(true)); err != nil {
+			return nil, &apiError{status: 500, code: "internal", msg: err.Error()}
+		}
+	}
+	var (
+		mu    sync.Mutex
+		parts []*searchResult
+		first *apiError // a failure that ends the search
+		wg    sync.WaitGroup
+	)
+	fail := func(e *apiError) {
+		mu.Lock()
+		if first == nil {
+			first = e
+		}
+		mu.Unlock()
+	}
+	if len(local) > 0 || len(remote) == 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lf := f
+			lf.Shards = append([]int{}, local...)
+			lf.KnownTotal = s.countByQueueState(req, local)
+			page, aerr := s.searchLocal(ctx, lf)
+			if aerr != nil {
+				fail(aerr)
+				return
+			}
+			mu.Lock()
+			parts = append(parts, page)
+			mu.Unlock()
+		}()
+	}
+	if len(remote) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, aerr := s.searchRemote(body, remote, deadline)
+			if aerr != nil {
+				fail(aerr)
+				return
+			}
+			mu.Lock()
+			parts = append(parts, got...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	return mergeParts(f.Desc, limit, parts...), nil
+}
+
+// searchLocal runs a filter on this node's mirror.
+func (s *Server) searchLocal(ctx context.Context, f mirror.Filter) (*searchResult, *apiError) {
+	page, err := s.cfg.Mirror.Search(ctx, f)
+	if errors.Is(err, mirror.ErrBadFilter) {
+		return nil, invalid("%v", err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return nil, &apiError{status: 503, code: "unavailable", msg: "the search did not finish in time"}
+	}
+	if err != nil {
+		return nil, &apiError{status: 500, code: "internal", msg: err.Error()}
+	}
+	out := &searchResult{total: page.Total, hasMore: page.HasMore, cursor: page.Cursor, hits: make([]searchHit, len(page.Jobs))}
+	var buf []byte
+	ends := make([]int, len(page.Jobs))
+	for i := range page.Jobs {
+		buf = appendRow(buf, &page.Jobs[i])
+		ends[i] = len(buf)
+	}
+	startAt := 0
+	for i := range page.Jobs {
+		r := &page.Jobs[i]
+		out.hits[i] = searchHit{v: page.SortValues[i], id: r.ID, queue: r.Queue, raw: buf[startAt:ends[i]:ends[i]]}
+		startAt = ends[i]
+	}
+	return out, nil
+}
+
+// mergeParts merges pages sorted alike into one of at most limit rows,
+// whose cursor is its last row's keyset position.
+func mergeParts(desc bool, limit int, parts ...*searchResult) *searchResult {
+	out := &searchResult{}
+	for _, p := range parts {
+		out.hits = append(out.hits, p.hits...)
+		out.total += p.total
+		out.hasMore = out.hasMore || p.hasMore
+	}
+	if len(parts) > 1 {
+		slices.SortFunc(out.hits, func(a, b searchHit) int {
+			if desc {
+				a, b = b, a
+			}
+			if c := cmp.Compare(a.v, b.v); c != 0 {
+				return c
+			}
+			return strings.Compare(a.id, b.id)
+		})
+	}
+	if len(out.hits) > limit {
+		out.hits, out.hasMore = out.hits[:limit], true
+	}
+	if out.hasMore && len(out.hits) > 0 {
+		last := out.hits[len(out.hits)-1]
+		out.cursor = mirror.CursorAfter(last.v, last.id)
+	}
+	return out
+}
+
+// searchPart is the shards one node is asked to search.
+type searchPart struct {
+	addr   string
+	shards []int
+}
+
+// planSearch covers shards with nodes that host them, skipping the given
+// addresses: greedily, the node that hosts the most of the shards still
+// uncovered first (ties: the one listed first). It returns what no node
+// covers.
+func (s *Server) planSearch(shards []int, skip map[string]bool) (parts []searchPart, uncovered []int) {
+	hosts := map[string][]int{}
+	var order []string
+	for _, sh := range shards {
+		for _, addr := range s.forwardTargets(sh) {
+			if skip[addr] || slices.Contains(hosts[addr], sh) {
+				continue
+			}
+			if hosts[addr] == nil {
+				order = append(order, addr)
+			}
+			hosts[addr] = append(hosts[addr], sh)
+		}
+	}
+	left := append([]int{}, shards...)
+	for len(left) > 0 {
+		best, bestN := "", 0
+		for _, addr := range order {
+			n := 0
+			for _, sh := range hosts[addr] {
+				if slices.Contains(left, sh) {
+					n++
+				}
+			}
+			if n > bestN {
+				best, bestN = addr, n
+			}
+		}
+		if bestN == 0 {
+			return parts, left
+		}
+		p := searchPart{addr: best}
+		left = slices.DeleteFunc(left, func(sh int) bool {
+			if slices.Contains(hosts[best], sh) {
+				p.shards = append(p.shards, sh)
+				return true
+			}
+			return false
+		})
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+// searchRemote searches shards on other nodes, re-planning the shards of a
+// part that failed over the nodes not tried yet, until every shard has
+// answered or no node is left (503).
+func (s *Server) searchRemote(body []byte, shards []int, deadline time.Time) ([]*searchResult, *apiError) {
+	var out []*searchResult
+	tried := map[string]bool{}
+	why := ""
+	for len(shards) > 0 {
+		plan, uncovered := s.planSearch(shards, tried)
+		if len(uncovered) > 0 {
+			msg := "no node hosting shard " + itoa(uncovered[0]) + " answered the search"
+			if why != "" {
+				msg += " (" + why + ")"
+			}
+			return nil, &apiError{status: 503, code: "unavailable", msg: msg}
+		}
+		type answer struct {
+			res *searchResult
+			err *apiError
+		}
+		answers := make([]answer, len(plan))
+		var wg sync.WaitGroup
+		for i, p := range plan {
+			wg.Add(1)
+			go func(i int, p searchPart) {
+				defer wg.Done()
+				answers[i].res, answers[i].err = s.searchPartAt(p, body, deadline)
+			}(i, p)
+		}
+		wg.Wait()
+		shards = shards[:0:0]
+		for i, a := range answers {
+			switch {
+			case a.err == nil:
+				out = append(out, a.res)
+			case a.err.status == 503:
+				// Not asked again. (A node that answered is: it hosts
+				// none of these shards, or the plan would have given
+				// them to it.)
+				tried[plan[i].addr] = true
+				why = plan[i].addr + ": " + a.err.msg
+				shards = append(shards, plan[i].shards...)
+			default:
+				return nil, a.err
+			}
+		}
+		slices.Sort(shards)
+	}
+	return out, nil
+}
+
+// partAnswer is a node's answer to a part of a search (?shards=).
+type partAnswer struct {
+	Jobs    []jsontext.Value `json:"jobs"`
+	Total   int              `json:"total"`
+	HasMore bool             `json:"has_more"`
+	Keys    []struct {
+		V     int64  `json:"v"`
+		ID    string `json:"id"`
+		Queue string `json:"queue"`
+	} `json:"keys"`
+}
+
+// searchPartAt asks one node for one part of a search. Every failure that
+// another node might not have (unreachable, 5xx, 429, a malformed answer)
+// is a 503; a 4xx is the node's answer to the request itself.
+func (s *Server) searchPartAt(p searchPart, body []byte, deadline time.Time) (*searchResult, *apiError) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	uri := make([]byte, 0, 64)
+	uri = append(uri, "http://"...)
+	uri = append(uri, p.addr...)
+	uri = append(uri, "/api/v1/jobs/search?shards="...)
+	for i, sh := range p.shards {
+		if i > 0 {
+			uri = append(uri, ',')
+		}
+		uri = appendInt(uri, int64(sh))
+	}
+	req.SetRequestURIBytes(uri)
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.Header.Set(hopHeader, "1")
+	req.SetBody(body)
+	unavailable := func(msg string) *apiError {
+		return &apiError{status: 503, code: "unavailable", msg: msg}
+	}
+	if err := s.fwd.client(p.addr).DoDeadline(req, resp, deadline); err != nil {
+		return nil, unavailable(err.Error())
+	}
+	if code := resp.StatusCode(); code != 200 {
+		var e struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		_ = json.Unmarshal(resp.Body(), &e)
+		if code >= 400 && code < 500 && code != 429 && e.Code != "" {
+			return nil, &apiError{status: code, code: e.Code, msg: e.Error}
+		}
+		return nil, unavailable("status " + itoa(code) + ": " + e.Error)
+	}
+	var a partAnswer
+	if err := json.Unmarshal(resp.Body(), &a); err != nil || len(a.Keys) != len(a.Jobs) {
+		return nil, unavailable("a malformed answer")
+	}
+	out := &searchResult{total: a.Total, hasMore: a.HasMore, hits: make([]searchHit, len(a.Jobs))}
+	for i := range a.Jobs {
+		k := &a.Keys[i]
+		out.hits[i] = searchHit{v: k.V, id: k.ID, queue: k.Queue, raw: a.Jobs[i]}
+	}
+	return out, nil
 }

@@ -24,8 +24,14 @@ type change struct {
 	errs  []statemachine.JobError
 }
 
+// hostCheckInterval is how often the mirror asks the source whether it
+// hosts again a shard it dropped (events of the shard ask at once).
+const hostCheckInterval = time.Second
+
 func (m *Mirror) loop() {
 	defer close(m.done)
+	tick := time.NewTicker(hostCheckInterval)
+	defer tick.Stop()
 	for {
 		select {
 		case <-m.stop:
@@ -33,15 +39,23 @@ func (m *Mirror) loop() {
 			return
 		case sh := <-m.rebuilds:
 			m.rebuild(sh)
+		case r := <-m.drops:
+			r.done <- m.drop(r.shard)
+		case <-tick.C:
+			for sh := 0; sh < m.shards; sh++ {
+				if !m.hosted[sh].Load() && !m.dirty[sh].Load() && m.src.Hosts(sh) {
+					m.markDirty(sh) // hosted again: rebuild
+				}
+			}
 		case info := <-m.in:
 			p := &pending{changes: map[string]*change{}, index: make([]uint64, m.shards)}
-			p.add(info)
+			m.add(p, info)
 			deadline := time.After(m.cfg.FlushWindow)
 		collect:
 			for len(p.changes) < 20000 {
 				select {
 				case info := <-m.in:
-					p.add(info)
+					m.add(p, info)
 				case <-deadline:
 					break collect
 				case <-m.stop:
@@ -62,7 +76,7 @@ func (m *Mirror) flushAll() {
 	for {
 		select {
 		case info := <-m.in:
-			p.add(info)
+			m.add(p, info)
 		default:
 			if err := m.write(p); err != nil {
 				m.log.Warn().Err(err).Msg("mirror flush at shutdown failed")
@@ -72,8 +86,13 @@ func (m *Mirror) flushAll() {
 	}
 }
 
-func (p *pending) add(info *statemachine.AppliedInfo) {
+// add collects an Update's changes, unless its shard is not kept here
+// (an event queued before the shard was dropped).
+func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 	sh := int(info.ShardID) - 1
+	if !m.hosted[sh].Load() {
+		return
+	}
 	if info.Index > p.index[sh] {
 		p.index[sh] = info.Index
 	}
@@ -340,10 +359,21 @@ func (m *Mirror) StopReads() {
 // rebuild re-reads one shard's jobs from Pebble. Events keep flowing in
 // between pages; rows carry the index they reflect, so an older event
 // never overwrites a newer row, and rows the scan did not see again
-// (deleted meanwhile) are removed at the end by generation.
+// (deleted meanwhile) are removed at the end by generation. A dropped
+// shard is rebuilt only once the source hosts it again (its events are
+// applied from then on; the scan holds those ignored before).
 func (m *Mirror) rebuild(sh int) {
 	if m.src == nil {
 		return
+	}
+	if !m.hosted[sh].Load() {
+		if !m.src.Hosts(sh) {
+			m.dirty[sh].Store(false)
+			return
+		}
+		m.log.Info().Int("shard", sh).Msg("mirror: the shard is hosted here again: rebuilding it")
+		m.refill[sh].Store(true)
+		m.hosted[sh].Store(true)
 	}
 	start := time.Now()
 	losses := m.losses[sh].Load()
@@ -361,6 +391,14 @@ func (m *Mirror) rebuild(sh int) {
 			return
 		}
 		if err != nil {
+			if !m.src.Hosts(sh) {
+				// The node stopped hosting the shard: forget it.
+				m.dirty[sh].Store(false)
+				if err := m.drop(sh); err != nil {
+					m.log.Error().Err(err).Msg("mirror rebuild: the shard is no longer hosted")
+				}
+				return
+			}
 			m.log.Error().Err(err).Int("shard", sh).Msg("mirror rebuild: read failed; will retry")
 			time.AfterFunc(time.Second, func() { m.rebuilds <- sh })
 			return
@@ -402,6 +440,7 @@ func (m *Mirror) rebuild(sh int) {
 		m.log.Error().Err(err).Msg("mirror rebuild: state failed")
 	}
 	m.mirrored[sh].Store(idx)
+	m.refill[sh].Store(false)
 	m.log.Info().Int("shard", sh).Int("jobs", n).Dur("took", time.Since(start)).Msg("mirror shard rebuilt")
 }
 
@@ -411,7 +450,7 @@ func (m *Mirror) drainEvents() {
 	for len(p.changes) < 20000 {
 		select {
 		case info := <-m.in:
-			p.add(info)
+			m.add(p, info)
 			continue
 		default:
 		}

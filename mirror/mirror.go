@@ -27,7 +27,11 @@ import (
 // Source reads the shards' Pebble state (shard.Host).
 type Source interface {
 	Shards() int
+	// Read fails for a shard this node runs no replica of.
 	Read(shard int, query interface{}) (interface{}, error)
+	// Hosts reports whether this node hosts the shard (a replica whose
+	// Pebble state can be read).
+	Hosts(shard int) bool
 }
 
 // Config configures a Mirror.
@@ -62,6 +66,16 @@ type Mirror struct {
 	rebuilds chan int
 	once     sync.Once
 
+	// hosted: the mirror keeps the shard's rows and applies its events
+	// (false after DropShard, or when the node did not host the shard at
+	// Start). Only the apply goroutine changes it (Start before it runs).
+	hosted []atomic.Bool
+	// refill: the shard is hosted again after a drop and its first
+	// rebuild has not finished: its rows are incomplete.
+	refill  []atomic.Bool
+	drops   chan dropReq
+	started atomic.Bool
+
 	dropped *metrics.Counter
 	applied *metrics.Counter
 }
@@ -81,8 +95,12 @@ func Open(cfg Config, shards int) (*Mirror, error) {
 		seen: make([]atomic.Uint64, shards), mirrored: make([]atomic.Uint64, shards), dirty: make([]atomic.Bool, shards),
 		losses: make([]atomic.Int64, shards),
 		gen:    make([]int64, shards), rebuilds: make(chan int, shards+1),
+		hosted: make([]atomic.Bool, shards), refill: make([]atomic.Bool, shards), drops: make(chan dropReq),
 		dropped: metrics.GetOrCreateCounter(`corvo_mirror_dropped_updates_total`),
 		applied: metrics.GetOrCreateCounter(`corvo_mirror_applied_changes_total`),
+	}
+	for sh := range m.hosted {
+		m.hosted[sh].Store(true)
 	}
 	if err := m.openDB(); err != nil {
 		m.log.Warn().Err(err).Msg("mirror unusable: recreating it (it will be rebuilt from Pebble)")
@@ -237,6 +255,13 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 	if sh < 0 || sh >= m.shards {
 		return
 	}
+	if !m.hosted[sh].Load() {
+		// Not kept here (dropped): the event is ignored, and the apply
+		// goroutine checks whether the node hosts the shard again (then
+		// it rebuilds it from Pebble, which holds what was ignored).
+		m.markDirty(sh)
+		return
+	}
 	m.seen[sh].Store(info.Index)
 	if info.Reset {
 		// A snapshot replaced the shard's state: changes were not
@@ -262,7 +287,10 @@ func (m *Mirror) markDirty(sh int) {
 }
 
 // Start checks each shard against its Pebble state, schedules rebuilds for
-// the ones the mirror missed changes of, and starts applying.
+// the ones the mirror missed changes of, and starts applying. A shard the
+// node does not host is dropped (rows left from when it did are deleted)
+// until the source hosts it again; one it hosts but cannot read yet is
+// rebuilt when it can.
 func (m *Mirror) Start(src Source) error {
 	m.src = src
 	hs, _ := src.(interface{ Hosts(int) bool })
@@ -271,8 +299,16 @@ func (m *Mirror) Start(src Source) error {
 			continue
 		}
 		v, err := src.Read(sh, statemachine.OpenedAtQuery{})
+		if err != nil && !src.Hosts(sh) {
+			if err := m.drop(sh); err != nil {
+				return fmt.Errorf("mirror: shard %d is not hosted here, and dropping its rows failed: %w", sh, err)
+			}
+			continue
+		}
 		if err != nil {
-			return fmt.Errorf("mirror: shard %d: %w", sh, err)
+			m.log.Warn().Err(err).Int("shard", sh).Msg("mirror: cannot read the shard yet; it will be rebuilt when it can")
+			m.markDirty(sh)
+			continue
 		}
 		if opened := v.(uint64); opened != m.mirrored[sh].Load() {
 			m.log.Info().Int("shard", sh).Uint64("mirror_index", m.mirrored[sh].Load()).Uint64("pebble_index", opened).Msg("mirror behind Pebble: rebuilding the shard")
@@ -285,8 +321,82 @@ func (m *Mirror) Start(src Source) error {
 			return float64(m.seen[sh].Load()) - float64(m.mirrored[sh].Load())
 		})
 	}
+	m.started.Store(true)
 	go m.loop()
 	return nil
+}
+
+// dropReq asks the apply goroutine to drop a shard.
+type dropReq struct {
+	shard int
+	done  chan error
+}
+
+// DropShard deletes shard sh's rows and its applied index: this node
+// stopped hosting it (call it once the Source no longer hosts it). Events
+// still queued for it are ignored, and so is every later one until the
+// Source hosts the shard again: then it is rebuilt from Pebble (a Reset or
+// any event of the shard, or a check every second, notices). It runs on
+// the apply goroutine, between writes and rebuilds.
+func (m *Mirror) DropShard(sh int) error {
+	if sh < 0 || sh >= m.shards {
+		return fmt.Errorf("mirror: no shard %d", sh)
+	}
+	if !m.started.Load() {
+		return m.drop(sh)
+	}
+	req := dropReq{shard: sh, done: make(chan error, 1)}
+	select {
+	case m.drops <- req:
+	case <-m.done:
+		return errors.New("mirror: closed")
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-m.done:
+		return errors.New("mirror: closed")
+	}
+}
+
+// drop forgets shard sh (the apply goroutine, or Start before it runs).
+func (m *Mirror) drop(sh int) error {
+	m.hosted[sh].Store(false)
+	m.refill[sh].Store(false)
+	lo, hi := shardIDRange(sh)
+	err := func() error {
+		tx, err := m.db.BeginTx(context.Background(), nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{
+			{`DELETE FROM job_errors WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
+			{`DELETE FROM jobs WHERE id >= ? AND id < ?`, []any{lo, hi}},
+			{`DELETE FROM mirror_state WHERE shard = ?`, []any{sh}},
+		} {
+			if _, err := tx.Exec(q.sql, q.args...); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	}()
+	m.seen[sh].Store(0)
+	m.mirrored[sh].Store(0)
+	if err != nil {
+		return fmt.Errorf("mirror: drop shard %d: %w", sh, err)
+	}
+	m.log.Info().Int("shard", sh).Msg("mirror dropped a shard this node no longer hosts")
+	return nil
+}
+
+// Holds reports whether the mirror has shard sh's rows in full, up to its
+// lag: it keeps the shard and is not refilling it after a drop.
+func (m *Mirror) Holds(sh int) bool {
+	return sh >= 0 && sh < m.shards && m.hosted[sh].Load() && !m.refill[sh].Load()
 }
 
 // RequestRebuild rebuilds every shard from Pebble (POST /admin/rebuild-mirror).
@@ -312,6 +422,9 @@ func (m *Mirror) Close() {
 func (m *Mirror) Lag() []int64 {
 	out := make([]int64, m.shards)
 	for sh := range out {
+		if !m.hosted[sh].Load() {
+			continue // not kept here
+		}
 		if d := int64(m.seen[sh].Load()) - int64(m.mirrored[sh].Load()); d > 0 {
 			out[sh] = d
 		}
@@ -328,6 +441,9 @@ func (m *Mirror) Caught(ctx context.Context) error {
 	for {
 		behind := false
 		for sh := 0; sh < m.shards; sh++ {
+			if !m.hosted[sh].Load() {
+				continue
+			}
 			if m.dirty[sh].Load() || m.mirrored[sh].Load() < m.seen[sh].Load() {
 				behind = true
 			}

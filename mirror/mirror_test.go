@@ -16,7 +16,8 @@ import (
 // fakeSource is a shard with nothing in Pebble yet.
 type fakeSource struct{ jobs []statemachine.JobView }
 
-func (fakeSource) Shards() int { return 1 }
+func (fakeSource) Shards() int    { return 1 }
+func (fakeSource) Hosts(int) bool { return true }
 func (f fakeSource) Read(_ int, q interface{}) (interface{}, error) {
 	switch q.(type) {
 	case statemachine.OpenedAtQuery:
