@@ -133,7 +133,7 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.subscribers.Add(-1)
-		s.streamEvents(w, sub, reset, only != nil)
+		s.streamEvents(w, sub, reset, only != nil, f.Shards)
 	})
 }
 
@@ -173,11 +173,14 @@ func (s *Server) localShards(set []bool, n int) []bool {
 	return out
 }
 
-// streamEvents serves a stream from this node's ring. A stream restricted
-// to some shards (?shards=, what another node's merged stream opens)
-// starts with the comment ": connected {cursor}", the position it starts
-// from, so the merging node knows where it is even before an event.
-func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset, restricted bool) {
+// streamEvents serves a stream of the shards set (nil: all) from this
+// node's ring. A stream restricted to some shards (?shards=, what another
+// node's merged stream opens) starts with the comment ": connected
+// {cursor}", the position it starts from, so the merging node knows where
+// it is even before an event. The stream ends when this node stops
+// hosting one of its shards (checked at each keepalive): the client
+// resumes elsewhere, or through a merged stream.
+func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset, restricted bool, set []bool) {
 	var b []byte
 	switch {
 	case reset:
@@ -212,13 +215,27 @@ func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset, restricte
 		select {
 		case <-wait:
 		case <-keepalive.C:
-			if !writeFlush(w, []byte(": keepalive\n\n")) {
+			if !s.hostsAll(set) || !writeFlush(w, []byte(": keepalive\n\n")) {
 				return
 			}
 		case <-s.closed:
 			return
 		}
 	}
+}
+
+// hostsAll reports whether this node hosts every shard of the set (nil:
+// all).
+func (s *Server) hostsAll(set []bool) bool {
+	if s.hoster == nil {
+		return true
+	}
+	for i := 0; i < s.rt.Shards(); i++ {
+		if wanted(set, i) && !s.hoster.Hosts(i) {
+			return false
+		}
+	}
+	return true
 }
 
 func writeFlush(w *bufio.Writer, b []byte) bool {

@@ -117,7 +117,7 @@ type merger struct {
 // resume cursor (nil: live).
 func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int, query string) *merger {
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &merger{s: s, ctx: ctx, end: cancel, msgs: make(chan upMsg, 1024), n: n, known: make([]bool, n),
+	m := &merger{s: s, ctx: ctx, end: cancel, msgs: make(chan upMsg, 256), n: n, known: make([]bool, n),
 		query: query, failed: map[string]time.Time{}, backoff: upstreamBackoffMin}
 	if from != nil {
 		m.cur = append(events.Cursor(nil), from...)
@@ -233,7 +233,9 @@ start:
 			m.retry = nil
 			m.openPending(false)
 		case <-keepalive.C:
-			if !writeFlush(w, []byte(": keepalive\n\n")) {
+			// A shard read from the ring that this node stopped hosting:
+			// end, and the client resumes through a new plan.
+			if (m.local != nil && !s.hostsAll(m.local)) || !writeFlush(w, []byte(": keepalive\n\n")) {
 				return
 			}
 		case <-s.closed:

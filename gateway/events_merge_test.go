@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -540,4 +541,48 @@ func TestEventsMergedShutdown(t *testing.T) {
 			t.Fatal("the merged stream did not end")
 		}
 	}
+}
+
+// switchable is the real engine hosting the shards whose flag is set.
+type switchable struct {
+	Engine
+	hosts []atomic.Bool
+}
+
+func (s *switchable) Hosts(sh int) bool { return s.hosts[sh].Load() }
+
+// TestEventsStreamEndsWhenShardLeaves: a stream served from the ring ends
+// when this node stops hosting one of its shards; resumed, it is merged
+// (that shard from a node hosting it) and misses nothing.
+func TestEventsStreamEndsWhenShardLeaves(t *testing.T) {
+	t.Parallel()
+	q := queuesByShard(t, "evleave")
+	real := realAddr()
+	eng := &switchable{Engine: testEngine, hosts: make([]atomic.Bool, 4)}
+	for i := range eng.hosts {
+		eng.hosts[i].Store(true)
+	}
+	_, front := frontServer(t, Config{Events: partialHub(t, []bool{true, true, true, true}), EventsKeepalive: 100 * time.Millisecond,
+		ShardTargets: func(int) []string { return []string{real} }}, eng)
+	path := "http://" + front + "/api/v1/events?queue=" + strings.Join(q, ",")
+	s := openSSEURL(t, path, "")
+	a := enqueue(t, map[string]any{"queue": q[2], "payload": 1})
+	_, ids := s.collect(t, 1)
+
+	eng.hosts[2].Store(false)
+	timeout := time.After(10 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case f, ok := <-s.frames:
+			ended = !ok
+			require.NotEqual(t, "job", f.Event, f.Data)
+		case <-timeout:
+			t.Fatal("the stream did not end")
+		}
+	}
+	b := enqueue(t, map[string]any{"queue": q[2], "payload": 2})
+	r := openSSEURL(t, path, ids[0])
+	c := enqueue(t, map[string]any{"queue": q[2], "payload": 3})
+	e, _ := r.collect(t, 2)
+	require.Equal(t, []string{b, c}, []string{e[0].JobID, e[1].JobID}, "after %s", a)
 }
