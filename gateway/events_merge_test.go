@@ -342,35 +342,71 @@ func TestEventsShardsParam(t *testing.T) {
 
 // restartable is a gateway over the shared shards hosting some of them
 // that can be stopped and started again on the same address, keeping its
-// ring (a gateway restart).
+// ring (a gateway restart). While it is stopped a listener holds the
+// address (closing every connection at once, as a node that is down
+// refuses them), so no other test's server takes it.
 type restartable struct {
-	t    *testing.T
-	cfg  Config
-	eng  Engine
-	addr string
-	srv  *Server
+	t       *testing.T
+	cfg     Config
+	eng     Engine
+	addr    string
+	srv     *Server
+	ln      net.Listener
+	holder  net.Listener
+	running bool
 }
 
 func newRestartable(t *testing.T, hosts []bool, targets func(int) []string) *restartable {
 	r := &restartable{t: t, eng: hostsOnly{Engine: testEngine, hosts: hosts},
 		cfg: Config{Logger: zerolog.Nop(), Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, ShardTargets: targets}}
-	r.addr = freeLocalAddr(t)
-	r.start()
-	t.Cleanup(r.stop)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r.addr = ln.Addr().String()
+	r.serve(ln)
+	t.Cleanup(func() {
+		if r.running {
+			r.stop()
+		}
+		if r.holder != nil {
+			r.holder.Close()
+		}
+	})
 	return r
 }
 
+func (r *restartable) serve(ln net.Listener) {
+	r.srv = New(r.cfg, r.eng)
+	r.ln = ln
+	r.running = true
+	go func() { _ = r.srv.Serve(ln) }()
+}
+
 func (r *restartable) start() {
+	r.holder.Close()
+	r.holder = nil
 	ln, err := net.Listen("tcp", r.addr)
 	require.NoError(r.t, err)
-	r.srv = New(r.cfg, r.eng)
-	go func() { _ = r.srv.Serve(ln) }()
+	r.serve(ln)
 }
 
 func (r *restartable) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(r.t, r.srv.Shutdown(ctx))
+	r.ln.Close() // Shutdown closes it only if Serve has started
+	r.running = false
+	h, err := net.Listen("tcp", r.addr)
+	require.NoError(r.t, err)
+	r.holder = h
+	go func() {
+		for {
+			c, err := h.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 }
 
 // TestEventsMergedUpstreamRestarts: the node streaming shards 1 and 2 to
