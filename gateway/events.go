@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,9 +28,13 @@ const (
 	eventsBatch            = 256
 )
 
-// GET /api/v1/events — the node's job lifecycle events as Server-Sent
-// Events, optionally of some queues and types, resumable with
-// Last-Event-ID.
+// GET /api/v1/events — the cluster's job lifecycle events as Server-Sent
+// Events, optionally of some queues, types and shards, resumable with
+// Last-Event-ID. The events of the shards this node hosts come from its
+// ring; when it does not host every shard the stream needs, the others
+// come from streams opened to nodes that do (events_merge.go). A request
+// with the hop header is served from the ring only: 503 when this node
+// does not host every shard it needs.
 func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Events == nil {
 		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "this server runs without the event stream"})
@@ -37,9 +42,10 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	}
 	args := ctx.QueryArgs()
 	var f events.Filter
-	if v := string(args.Peek("queue")); v != "" {
+	rawQueue, rawType := string(args.Peek("queue")), string(args.Peek("type"))
+	if rawQueue != "" {
 		f.Queues = map[string]bool{}
-		for _, q := range strings.Split(v, ",") {
+		for _, q := range strings.Split(rawQueue, ",") {
 			if err := router.ValidateQueueName(q); err != nil {
 				writeError(ctx, invalid("query \"queue\": %v", err))
 				return
@@ -47,9 +53,9 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 			f.Queues[q] = true
 		}
 	}
-	if v := string(args.Peek("type")); v != "" {
+	if rawType != "" {
 		f.Types = map[statemachine.EventType]bool{}
-		for _, name := range strings.Split(v, ",") {
+		for _, name := range strings.Split(rawType, ",") {
 			t, ok := statemachine.ParseEventType(name)
 			if !ok {
 				writeError(ctx, invalid("query \"type\": unknown event type %q", name))
@@ -58,6 +64,20 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 			f.Types[t] = true
 		}
 	}
+	n := s.cfg.Events.Shards()
+	var only []bool // ?shards=: the stream covers these shards only
+	if v := string(args.Peek("shards")); v != "" {
+		only = make([]bool, n)
+		for _, p := range strings.Split(v, ",") {
+			k, err := strconv.Atoi(p)
+			if err != nil || k < 0 || k >= n {
+				writeError(ctx, invalid("query \"shards\": %q is not a shard of this server (0 to %d)", p, n-1))
+				return
+			}
+			only[k] = true
+		}
+	}
+	f.Shards = s.neededShards(&f, only, n)
 	last := string(ctx.Request.Header.Peek("Last-Event-ID"))
 	if last == "" {
 		last = string(args.Peek("last_event_id"))
@@ -71,28 +91,105 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 		}
 		from = c
 	}
+	// The shards this node would need another node for.
+	var remote []int
+	if s.hoster != nil {
+		for i := 0; i < n; i++ {
+			if wanted(f.Shards, i) && !s.hosted(i) {
+				remote = append(remote, i)
+			}
+		}
+	}
+	if len(remote) > 0 && len(ctx.Request.Header.Peek(hopHeader)) > 0 {
+		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(remote[0]) + " is not hosted on this node"})
+		return
+	}
 	if s.subscribers.Add(1) > maxEventSubscribers {
 		s.subscribers.Add(-1)
 		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "too many event subscribers"})
 		return
 	}
-	sub, reset := s.cfg.Events.Subscribe(from, f)
+	var sub *events.Sub
+	var reset bool
+	if len(remote) == 0 {
+		sub, reset = s.cfg.Events.Subscribe(from, f)
+	} else if local := s.localShards(f.Shards, n); local != nil {
+		lf := f
+		lf.Shards = local
+		sub, reset = s.cfg.Events.Subscribe(from, lf)
+	}
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	markStream(ctx)
+	if len(remote) > 0 {
+		m := s.newMerger(n, from, f.Shards, remote, upstreamQuery(rawQueue, rawType))
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			defer s.subscribers.Add(-1)
+			m.stream(w, sub, reset)
+		})
+		return
+	}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.subscribers.Add(-1)
-		s.streamEvents(w, sub, reset)
+		s.streamEvents(w, sub, reset, only != nil, f.Shards)
 	})
 }
 
-func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset bool) {
+// neededShards is the set of shards whose events the stream may carry
+// (nil: every shard): those of ?shards=, and when the filter names queues
+// and leaves out "moved" events, only the queues' shards. (A move to a
+// queue on another shard is told by the job's old shard, under the new
+// queue's name: with "moved" events in, a queue filter needs every shard.)
+func (s *Server) neededShards(f *events.Filter, only []bool, n int) []bool {
+	need := only
+	if f.Queues != nil && f.Types != nil && !f.Types[statemachine.EventMoved] {
+		mask := make([]bool, n)
+		for q := range f.Queues {
+			if sh := s.rt.ShardForQueue(q); sh < n && wanted(only, sh) {
+				mask[sh] = true
+			}
+		}
+		need = mask
+	}
+	return need
+}
+
+// wanted reports whether shard sh is in the set (nil: every shard).
+func wanted(set []bool, sh int) bool { return set == nil || (sh < len(set) && set[sh]) }
+
+// localShards is the part of the set this node hosts (nil: none).
+func (s *Server) localShards(set []bool, n int) []bool {
+	var out []bool
+	for i := 0; i < n; i++ {
+		if wanted(set, i) && s.hosted(i) {
+			if out == nil {
+				out = make([]bool, n)
+			}
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// streamEvents serves a stream of the shards set (nil: all) from this
+// node's ring. A stream restricted to some shards (?shards=, what another
+// node's merged stream opens) starts with the comment ": connected
+// {cursor}", the position it starts from, so the merging node knows where
+// it is even before an event. The stream ends when this node stops
+// hosting one of its shards (checked at each keepalive): the client
+// resumes elsewhere, or through a merged stream.
+func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset, restricted bool, set []bool) {
 	var b []byte
-	if reset {
-		b = appendReset(b, sub, "the resume point is older than the events this server keeps; refetch and continue")
-	} else {
+	switch {
+	case reset:
+		b = appendReset(b, sub.Cursor().Encode(), "the resume point is older than the events this server keeps; refetch and continue")
+	case restricted:
+		b = append(b, ": connected "...)
+		b = append(b, sub.Cursor().Encode()...)
+		b = append(b, "\n\n"...)
+	default:
 		b = append(b, ": connected\n\n"...)
 	}
 	if !writeFlush(w, b) {
@@ -104,7 +201,7 @@ func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset bool) {
 		items, wait, lagged := sub.Next(eventsBatch)
 		b = b[:0]
 		if lagged {
-			b = appendReset(b, sub, "this stream fell behind the events this server keeps; refetch and continue")
+			b = appendReset(b, sub.Cursor().Encode(), "this stream fell behind the events this server keeps; refetch and continue")
 		}
 		for i := range items {
 			b = appendEventFrame(b, &items[i])
@@ -118,13 +215,27 @@ func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset bool) {
 		select {
 		case <-wait:
 		case <-keepalive.C:
-			if !writeFlush(w, []byte(": keepalive\n\n")) {
+			if !s.hostsAll(set) || !writeFlush(w, []byte(": keepalive\n\n")) {
 				return
 			}
 		case <-s.closed:
 			return
 		}
 	}
+}
+
+// hostsAll reports whether this node hosts every shard of the set (nil:
+// all).
+func (s *Server) hostsAll(set []bool) bool {
+	if s.hoster == nil {
+		return true
+	}
+	for i := 0; i < s.rt.Shards(); i++ {
+		if wanted(set, i) && !s.hoster.Hosts(i) {
+			return false
+		}
+	}
+	return true
 }
 
 func writeFlush(w *bufio.Writer, b []byte) bool {
@@ -134,9 +245,11 @@ func writeFlush(w *bufio.Writer, b []byte) bool {
 	return w.Flush() == nil
 }
 
-func appendReset(b []byte, sub *events.Sub, reason string) []byte {
+// appendReset renders a reset frame: the stream continues live from the
+// cursor id.
+func appendReset(b []byte, id, reason string) []byte {
 	b = append(b, "id: "...)
-	b = append(b, sub.Cursor().Encode()...)
+	b = append(b, id...)
 	b = append(b, "\nevent: reset\ndata: {\"reason\":"...)
 	b = appendString(b, reason)
 	return append(b, "}\n\n"...)
@@ -145,9 +258,13 @@ func appendReset(b []byte, sub *events.Sub, reason string) []byte {
 // appendEventFrame renders one SSE frame: id, event and one data line of
 // JSON (appendString escapes newlines, so the JSON is one line).
 func appendEventFrame(b []byte, it *events.Item) []byte {
-	e := &it.Event
+	return appendJobFrame(b, it.Cursor, &it.Event)
+}
+
+// appendJobFrame renders the frame of event e with the cursor id.
+func appendJobFrame(b []byte, id string, e *events.Event) []byte {
 	b = append(b, "id: "...)
-	b = append(b, it.Cursor...)
+	b = append(b, id...)
 	b = append(b, "\nevent: job\ndata: {\"type\":"...)
 	b = appendString(b, e.Type.String())
 	b = append(b, `,"job_id":`...)

@@ -28,8 +28,14 @@ type sseStream struct {
 
 func openSSE(t *testing.T, path, lastID string) *sseStream {
 	t.Helper()
+	return openSSEURL(t, baseURL+path, lastID)
+}
+
+// openSSEURL is openSSE against any server.
+func openSSEURL(t *testing.T, url, lastID string) *sseStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, "GET", baseURL+path, nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	require.NoError(t, err)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)

@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	host, err := shard.Open(ctx, shard.Config{DataDir: dir, RaftAddress: raftAddr, Shards: 4, Logger: zerolog.Nop(),
 		RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 20 * time.Millisecond,
-		JobChanges: true, JobEvents: true, OnApplied: func(info *statemachine.AppliedInfo) { hub.Applied(info); mir.Applied(info) }})
+		JobChanges: true, JobEvents: true, OnApplied: func(info *statemachine.AppliedInfo) { hub.Applied(info); mir.Applied(info); testApplied(info) }})
 	cancel()
 	if err != nil {
 		panic(err)

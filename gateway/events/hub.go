@@ -111,6 +111,7 @@ type Hub struct {
 	head   Cursor   // per shard: the last event appended (at least floor)
 	last   []uint64 // per shard: the last Raft index applied (0: unknown)
 	gen    uint64   // bumped when a shard skipped entries (snapshot install)
+	skip   []uint64 // per shard: the gen its last skip made (0: none)
 	ready  bool     // Start has run: floor is known
 	notify chan struct{}
 }
@@ -121,7 +122,7 @@ func New(shards, capacity int) *Hub {
 		capacity = CapacityDefault
 	}
 	return &Hub{ring: make([]Event, capacity), floor: make(Cursor, shards), head: make(Cursor, shards), last: make([]uint64, shards),
-		notify: make(chan struct{})}
+		skip: make([]uint64, shards), notify: make(chan struct{})}
 }
 
 // Shards is the node's shard count.
@@ -199,6 +200,7 @@ func (h *Hub) Applied(info *statemachine.AppliedInfo) {
 			h.head[sh] = h.floor[sh]
 		}
 		h.gen++
+		h.skip[sh] = h.gen
 	}
 	if info.Index > h.last[sh] {
 		h.last[sh] = info.Index
@@ -226,7 +228,15 @@ func (h *Hub) Applied(info *statemachine.AppliedInfo) {
 type Filter struct {
 	Queues map[string]bool
 	Types  map[statemachine.EventType]bool
+	// Shards restricts the subscription to some shards (indexed by shard;
+	// nil: every shard). Only their positions are checked against what the
+	// ring retains, only their events are read, only their skips reset the
+	// subscription, and only their positions move: the others stay as the
+	// resume cursor gave them.
+	Shards []bool
 }
+
+func (f *Filter) shard(sh int) bool { return f.Shards == nil || (sh < len(f.Shards) && f.Shards[sh]) }
 
 func (f *Filter) match(e *Event) bool {
 	if f.Types != nil && !f.Types[e.Type] {
@@ -252,21 +262,62 @@ func (h *Hub) Subscribe(from Cursor, f Filter) (sub *Sub, reset bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	s := &Sub{h: h, f: f, gen: h.gen}
-	if from != nil && h.ready && len(from) == len(h.floor) {
-		ok := true
-		for i := range from {
-			if from[i].Less(h.floor[i]) {
-				ok = false
+	if from != nil && len(from) == len(h.floor) {
+		s.cur = append(Cursor(nil), from...)
+		if h.ready {
+			ok := true
+			for i := range from {
+				if f.shard(i) && from[i].Less(h.floor[i]) {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				s.seq = h.first
+				return s, false
+			}
+		}
+	}
+	s.seq = h.next
+	s.live()
+	return s, from != nil
+}
+
+// live moves the subscription's shards to the ring's head (h.mu held).
+func (s *Sub) live() {
+	h := s.h
+	if s.cur == nil || s.f.Shards == nil {
+		s.cur = append(s.cur[:0], h.head...)
+		return
+	}
+	for i := range s.cur {
+		if s.f.shard(i) {
+			s.cur[i] = h.head[i]
+		}
+	}
+}
+
+// skipped reports whether one of the subscription's shards skipped
+// entries since it (re)started (h.mu held).
+func (s *Sub) skipped() bool {
+	h := s.h
+	if s.gen == h.gen {
+		return false
+	}
+	if s.f.Shards != nil {
+		hit := false
+		for i, g := range h.skip {
+			if g > s.gen && s.f.shard(i) {
+				hit = true
 				break
 			}
 		}
-		if ok {
-			s.seq, s.cur = h.first, append(Cursor(nil), from...)
-			return s, false
+		if !hit {
+			s.gen = h.gen // another shard's skip: nothing missed here
+			return false
 		}
 	}
-	s.seq, s.cur = h.next, append(Cursor(nil), h.head...)
-	return s, from != nil
+	return true
 }
 
 // Cursor is the subscription's current cursor.
@@ -286,14 +337,18 @@ func (s *Sub) Next(max int) (items []Item, wait <-chan struct{}, reset bool) {
 	h := s.h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if s.seq < h.first || s.gen != h.gen {
-		s.seq, s.cur, s.gen = h.next, append(s.cur[:0], h.head...), h.gen
+	if s.seq < h.first || s.skipped() {
+		s.seq, s.gen = h.next, h.gen
+		s.live()
 		return nil, nil, true
 	}
 	n := uint64(len(h.ring))
 	for scanned := 0; s.seq < h.next && len(items) < max && scanned < 16*max; scanned++ {
 		e := &h.ring[s.seq%n]
 		s.seq++
+		if s.f.Shards != nil && !s.f.shard(e.Shard) {
+			continue
+		}
 		p := e.pos()
 		if !s.cur[e.Shard].Less(p) {
 			continue // at or before the cursor it resumed from

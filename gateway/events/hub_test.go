@@ -147,3 +147,42 @@ func TestHubSnapshotGap(t *testing.T) {
 	feed(h, 0, 51, 2, "a")
 	require.Len(t, drain(t, s), 2)
 }
+
+// TestHubShardsFilter: a subscription restricted to some shards (a node
+// streaming the shards it hosts to another) checks, reads and moves only
+// their positions, and only their skips reset it.
+func TestHubShardsFilter(t *testing.T) {
+	t.Parallel()
+	h := New(3, 100)
+	h.Start([]uint64{10, 0, 30}) // shard 1 is not hosted here: never fed
+	only := Filter{Shards: []bool{true, false, true}}
+	// Shard 1's position is not checked (0 is older than anything).
+	from := Cursor{{10, ^uint32(0)}, {0, 0}, {30, ^uint32(0)}}
+	s, reset := h.Subscribe(from, only)
+	require.False(t, reset)
+	_, reset = h.Subscribe(from, Filter{})
+	require.True(t, reset, "unrestricted, shard 1's position counts")
+	_, reset = h.Subscribe(Cursor{{9, 0}, {0, 0}, {30, ^uint32(0)}}, only)
+	require.True(t, reset, "shard 0's position is too old")
+
+	feed(h, 0, 11, 2, "a")
+	feed(h, 2, 31, 1, "c")
+	got := drain(t, s)
+	require.Len(t, got, 3)
+	c, err := DecodeCursor(got[2].Cursor, 3)
+	require.NoError(t, err)
+	require.Equal(t, Cursor{{11, 1}, {0, 0}, {31, 0}}, c, "shard 1 stays where it was")
+
+	// Another shard's gap does not reset it; one of its own does.
+	other, _ := h.Subscribe(c, Filter{Shards: []bool{true, false, false}})
+	h.Applied(&statemachine.AppliedInfo{ShardID: 3, From: 40, Index: 40, Reset: true})
+	_, _, reset = other.Next(10)
+	require.False(t, reset, "shard 2's snapshot is not this subscription's")
+	_, _, reset = s.Next(10)
+	require.True(t, reset)
+	c = s.Cursor()
+	require.Equal(t, Pos{0, 0}, c[1], "a reset moves only its shards to live")
+	require.Equal(t, Pos{40, ^uint32(0)}, c[2])
+	feed(h, 0, 12, 1, "a")
+	require.Len(t, drain(t, other), 1)
+}
