@@ -293,11 +293,7 @@ func (m *Mirror) markDirty(sh int) {
 // rebuilt when it can.
 func (m *Mirror) Start(src Source) error {
 	m.src = src
-	hs, _ := src.(interface{ Hosts(int) bool })
 	for sh := 0; sh < m.shards; sh++ {
-		if hs != nil && !hs.Hosts(sh) {
-			continue
-		}
 		v, err := src.Read(sh, statemachine.OpenedAtQuery{})
 		if err != nil && !src.Hosts(sh) {
 			if err := m.drop(sh); err != nil {

@@ -282,6 +282,14 @@ func runServer(ctx context.Context, f serverFlags) error {
 		hcfg.JobEvents = true
 	}
 	hcfg.OnApplied = fanOut(mir, hub)
+	hcfg.OnShardRemoved = func(i int) {
+		// The replica moved to other nodes: so do its search rows.
+		if mir != nil {
+			if err := mir.DropShard(i); err != nil {
+				log.Warn().Err(err).Int("shard", i).Msg("dropping a moved shard's mirror rows failed")
+			}
+		}
+	}
 	closeMirror := func() {
 		if mir != nil {
 			mir.Close()
