@@ -45,7 +45,7 @@ func (s *Server) handleDead(ctx *fasthttp.RequestCtx) {
 	var all []statemachine.JobView
 	more := false
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.eng.Read(sh, statemachine.DeadQuery{Queue: queue, Before: before, BeforeID: beforeID, Limit: limit})
+		v, err := s.read(sh, statemachine.DeadQuery{Queue: queue, Before: before, BeforeID: beforeID, Limit: limit})
 		if err != nil {
 			writeError(ctx, engineError(err))
 			return

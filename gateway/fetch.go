@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"encoding/json"
+	"errors"
 	"reflect"
+	"slices"
 	"sort"
 	"time"
 
@@ -29,8 +32,12 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	deadline := time.Now().Add(timeout)
 	queues := dedupe(req.Queues)
+	if s.hoster != nil && !s.allHosted(queues) {
+		s.fetchElsewhere(ctx, &req, queues, timeout, count)
+		return
+	}
+	deadline := time.Now().Add(timeout)
 	for {
 		// Watch before checking, so a job arriving in between still wakes us.
 		watches := make([]<-chan struct{}, len(queues))
@@ -295,6 +302,306 @@ func (s *Server) writeFetched(ctx *fasthttp.RequestCtx, jobs []statemachine.JobV
 			b = append(b, ',')
 		}
 		b = appendFetchedJob(b, &jobs[i])
+	}
+	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+// ---- fetch over queues on shards this node does not host ----
+
+// remoteFetchSlice is how long a fetch over queues on several nodes waits
+// on its local queues' signals between rounds of asking the other nodes.
+const remoteFetchSlice = 250 * time.Millisecond
+
+// allHosted reports whether this node hosts the shard of every queue.
+func (s *Server) allHosted(queues []string) bool {
+	for _, q := range queues {
+		if !s.hoster.Hosts(s.rt.ShardForQueue(q)) {
+			return false
+		}
+	}
+	return true
+}
+
+// fetchGroup is the queues of some shards no local replica serves, and the
+// nodes hosting every one of those shards, best first.
+type fetchGroup struct {
+	addrs  []string
+	queues []string
+}
+
+// fetchElsewhere serves a fetch naming a queue whose shard this node does
+// not host. A node hosting every queue's shard gets the whole request (it
+// long-polls with its own signals); failing that, the queues are split
+// between this node and a few others, polled in rounds.
+func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, queues []string, timeout time.Duration, count int) {
+	if len(ctx.Request.Header.Peek(hopHeader)) > 0 {
+		// Sent here by a node that took this one for a host of them all.
+		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "not every queue's shard is hosted on this node"})
+		ctx.Response.Header.Set(notHostedHeader, "1")
+		return
+	}
+	byShard := map[int][]string{}
+	var shards []int
+	var local []string
+	for _, q := range queues {
+		sh := s.rt.ShardForQueue(q)
+		if _, ok := byShard[sh]; !ok {
+			shards = append(shards, sh)
+		}
+		byShard[sh] = append(byShard[sh], q)
+		if s.hosted(sh) {
+			local = append(local, q)
+		}
+	}
+	targets := make(map[int][]string, len(shards))
+	for _, sh := range shards {
+		if s.cfg.ShardTargets != nil {
+			targets[sh] = s.cfg.ShardTargets(sh) // best first, not rotated
+		} else {
+			targets[sh] = s.forwardTargets(sh)
+		}
+	}
+	if all := commonTargets(shards, targets); len(all) > 0 {
+		if err := s.forwardUntil(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
+			writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "the queues' shards are hosted on another node, and forwarding failed: " + err.Error()})
+		}
+		return
+	}
+	var remote []int
+	for _, sh := range shards {
+		if !s.hosted(sh) && len(targets[sh]) > 0 {
+			remote = append(remote, sh)
+		}
+	}
+	groups := coverShards(remote, byShard, targets)
+	if len(local) == 0 && len(groups) == 0 {
+		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "the queues' shards are not hosted on this node, and no node hosting them is known"})
+		return
+	}
+	s.fetchRounds(ctx, req, local, groups, timeout, count)
+}
+
+// commonTargets lists the nodes that host every one of shards, in the
+// order of the first shard's list.
+func commonTargets(shards []int, targets map[int][]string) []string {
+	var out []string
+	for _, a := range targets[shards[0]] {
+		in := true
+		for _, sh := range shards[1:] {
+			if !slices.Contains(targets[sh], a) {
+				in = false
+				break
+			}
+		}
+		if in && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// coverShards groups shards by a node hosting them, greedily: the node
+// hosting the most shards not yet grouped (ties: the one ranked best in
+// some shard's list) takes all of those it hosts.
+func coverShards(shards []int, byShard map[int][]string, targets map[int][]string) []fetchGroup {
+	var groups []fetchGroup
+	for len(shards) > 0 {
+		var order []string
+		hosts, rank := map[string]int{}, map[string]int{}
+		for _, sh := range shards {
+			for i, a := range targets[sh] {
+				if _, ok := hosts[a]; !ok {
+					order, rank[a] = append(order, a), i
+				}
+				hosts[a]++
+				rank[a] = min(rank[a], i)
+			}
+		}
+		best := order[0]
+		for _, a := range order[1:] {
+			if hosts[a] > hosts[best] || (hosts[a] == hosts[best] && rank[a] < rank[best]) {
+				best = a
+			}
+		}
+		var mine, rest []int
+		for _, sh := range shards {
+			if slices.Contains(targets[sh], best) {
+				mine = append(mine, sh)
+			} else {
+				rest = append(rest, sh)
+			}
+		}
+		g := fetchGroup{addrs: []string{best}}
+		for _, a := range commonTargets(mine, targets) {
+			if a != best {
+				g.addrs = append(g.addrs, a) // fallbacks if best cannot be dialled
+			}
+		}
+		for _, sh := range mine {
+			g.queues = append(g.queues, byShard[sh]...)
+		}
+		groups = append(groups, g)
+		shards = rest
+	}
+	return groups
+}
+
+// fetchRounds polls the local queues (tryFetch) and each group's node (a
+// fetch with timeout 0) in turn, asking each for what is still missing of
+// count, and answers with what a round claimed. An empty round waits on
+// the local queues' signals for at most remoteFetchSlice, so jobs on the
+// other nodes are found within that, nothing spins, and no more than
+// count jobs are ever claimed. The round's first source rotates, so no
+// queue starves another.
+func (s *Server) fetchRounds(ctx *fasthttp.RequestCtx, req *fetchRequest, local []string, groups []fetchGroup, timeout time.Duration, count int) {
+	deadline := time.Now().Add(timeout)
+	sources := len(groups)
+	if len(local) > 0 {
+		sources++
+	}
+	start := int(s.fwd.next.Add(1) % uint64(sources))
+	for round := 0; ; round++ {
+		watches := make([]<-chan struct{}, len(local))
+		for i, q := range local {
+			watches[i] = s.eng.Watch(q)
+		}
+		var jobs []statemachine.JobView
+		var raw [][]byte
+		var firstErr *apiError
+		failed := 0
+		for i := 0; i < sources && len(jobs)+len(raw) < count; i++ {
+			k := (start + round + i) % sources
+			want := count - len(jobs) - len(raw)
+			var aerr *apiError
+			if len(local) > 0 && k == 0 {
+				var got []statemachine.JobView
+				got, aerr = s.tryFetch(local, req, want)
+				jobs = append(jobs, got...)
+			} else {
+				if len(local) > 0 {
+					k--
+				}
+				var got [][]byte
+				got, aerr = s.fetchFrom(&groups[k], req, want)
+				raw = append(raw, got...)
+			}
+			if aerr != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = aerr
+				}
+			}
+		}
+		if len(jobs)+len(raw) > 0 {
+			s.writeFetchedFrom(ctx, jobs, raw, req.Count != nil)
+			return
+		}
+		if failed == sources {
+			writeError(ctx, firstErr)
+			return
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
+		if !s.waitAny(watches, min(wait, remoteFetchSlice)) {
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
+	}
+}
+
+// fetchFrom claims up to want jobs from a group's queues on a node hosting
+// them (a fetch with timeout 0) and returns each job's JSON as that node
+// rendered it. A node that cannot be dialled, or no longer hosts them, is
+// skipped; one that was reached and failed is not retried elsewhere (it
+// may have claimed jobs).
+func (s *Server) fetchFrom(g *fetchGroup, req *fetchRequest, want int) ([][]byte, *apiError) {
+	body := append([]byte(`{"queues":`), appendStrings(nil, g.queues)...)
+	body = append(body, `,"worker_id":`...)
+	body = appendString(body, req.WorkerID)
+	body = append(body, `,"hostname":`...)
+	body = appendString(body, req.Hostname)
+	body = append(body, `,"count":`...)
+	body = appendInt(body, int64(want))
+	body = append(body, `,"timeout":0}`...)
+	hreq := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(hreq)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	hreq.Header.SetMethod(fasthttp.MethodPost)
+	hreq.Header.SetContentType("application/json")
+	hreq.Header.Set(hopHeader, "1")
+	hreq.SetBodyRaw(body)
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	last := errNoTarget
+	for _, addr := range g.addrs {
+		hreq.SetRequestURI("http://" + addr + "/api/v1/fetch")
+		if err := s.fwd.client(addr).DoDeadline(hreq, resp, deadline); err != nil {
+			last = err
+			if dialFailed(err) {
+				continue
+			}
+			return nil, &apiError{status: 503, code: "unavailable", msg: "fetching from " + addr + " failed (" + err.Error() + ")"}
+		}
+		switch status := resp.StatusCode(); {
+		case status == fasthttp.StatusNoContent:
+			return nil, nil
+		case status == 200:
+			var r struct {
+				Jobs []json.RawMessage `json:"jobs"`
+			}
+			if err := json.Unmarshal(resp.Body(), &r); err != nil {
+				return nil, &apiError{status: 500, code: "internal", msg: "unreadable fetch answer from " + addr + ": " + err.Error()}
+			}
+			out := make([][]byte, len(r.Jobs))
+			for i := range r.Jobs {
+				out[i] = r.Jobs[i]
+			}
+			return out, nil
+		case len(resp.Header.Peek(notHostedHeader)) > 0:
+			last = errors.New(addr + " does not host the queues' shards")
+			continue
+		default:
+			return nil, remoteError(addr, status, resp.Body())
+		}
+	}
+	return nil, &apiError{status: 503, code: "unavailable", msg: "no node hosting the queues' shards answered: " + last.Error()}
+}
+
+// writeFetchedFrom answers with jobs claimed here and jobs another node
+// claimed and rendered (spliced in as they came, so a worker sees the same
+// JSON either way).
+func (s *Server) writeFetchedFrom(ctx *fasthttp.RequestCtx, jobs []statemachine.JobView, raw [][]byte, many bool) {
+	if len(raw) == 0 {
+		s.writeFetched(ctx, jobs, many)
+		return
+	}
+	if !many && len(jobs) == 0 && len(raw) == 1 {
+		writeJSON(ctx, 200, raw[0])
+		return
+	}
+	size := 128
+	for i := range raw {
+		size += len(raw[i]) + 1
+	}
+	for i := range jobs {
+		s.counters(jobs[i].Job.Queue).fetched.Inc()
+		size += 256 + len(jobs[i].Job.Payload) + len(jobs[i].State.Checkpoint)
+	}
+	b := append(make([]byte, 0, size), `{"jobs":[`...)
+	for i := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendFetchedJob(b, &jobs[i])
+	}
+	for i := range raw {
+		if i > 0 || len(jobs) > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, raw[i]...)
 	}
 	writeJSON(ctx, 200, append(b, "]}"...))
 }

@@ -106,10 +106,14 @@ func (s *Server) forwardIfElsewhere(ctx *fasthttp.RequestCtx, sh int) bool {
 // reached is skipped; one that was reached is not retried elsewhere (the
 // request may have been applied there).
 func (s *Server) forward(ctx *fasthttp.RequestCtx, targets []string) error {
+	return s.forwardUntil(ctx, targets, time.Now().Add(s.cfg.RequestTimeout))
+}
+
+// forwardUntil is forward with its own deadline (a long-poll's is longer).
+func (s *Server) forwardUntil(ctx *fasthttp.RequestCtx, targets []string, deadline time.Time) error {
 	if len(targets) == 0 {
 		return errNoTarget
 	}
-	deadline := time.Now().Add(s.cfg.RequestTimeout)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	ctx.Request.CopyTo(req)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,9 +89,14 @@ func TestForwardNeverLoops(t *testing.T) {
 	t.Parallel()
 	q := uq("fwdloop")
 	sh := router.New(4).ShardForQueue(q)
-	var self string
-	_, front := frontServer(t, Config{ShardTargets: func(int) []string { return []string{self} }}, notHosting{Engine: testEngine, missing: sh})
-	self = front
+	var self atomic.Pointer[string] // ShardTargets runs in the background too (the throughput sampler)
+	_, front := frontServer(t, Config{ShardTargets: func(int) []string {
+		if p := self.Load(); p != nil {
+			return []string{*p}
+		}
+		return nil
+	}}, notHosting{Engine: testEngine, missing: sh})
+	self.Store(&front)
 	code, body := callAt(t, "POST", "http://"+front+"/api/v1/enqueue", map[string]any{"queue": q})
 	require.Equal(t, 503, code, string(body))
 	require.Contains(t, string(body), "not hosted on this node")

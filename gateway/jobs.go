@@ -606,7 +606,7 @@ func (s *Server) handleGetBatch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "batch " + id + " not found"})
 		return
 	}
-	v, rerr := s.eng.Read(sh, statemachine.BatchQuery{ID: id})
+	v, rerr := s.read(sh, statemachine.BatchQuery{ID: id})
 	if rerr != nil {
 		writeError(ctx, engineError(rerr))
 		return

@@ -34,7 +34,7 @@ func (s *Server) queueParam(ctx *fasthttp.RequestCtx) (string, bool) {
 func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 	var all []statemachine.QueueInfo
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.eng.Read(sh, statemachine.ListQueuesQuery{})
+		v, err := s.read(sh, statemachine.ListQueuesQuery{})
 		if err != nil {
 			writeError(ctx, engineError(err))
 			return

@@ -105,7 +105,7 @@ func appendSchedule(b []byte, sc *statemachine.Schedule) []byte {
 func (s *Server) allSchedules() ([]statemachine.Schedule, *apiError) {
 	var all []statemachine.Schedule
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.eng.Read(sh, statemachine.SchedulesQuery{})
+		v, err := s.read(sh, statemachine.SchedulesQuery{})
 		if err != nil {
 			return nil, engineError(err)
 		}
@@ -187,7 +187,7 @@ func (s *Server) handlePutSchedule(ctx *fasthttp.RequestCtx) {
 	}
 	sc.NextRun = rs[0].NextAttemptAt
 	// Answer with the stored record (it has the times the shard set).
-	if v, err := s.eng.Read(s.rt.ShardForQueue(sc.Queue), statemachine.SchedulesQuery{}); err == nil {
+	if v, err := s.read(s.rt.ShardForQueue(sc.Queue), statemachine.SchedulesQuery{}); err == nil {
 		for _, x := range v.([]statemachine.Schedule) {
 			if x.ID == sc.ID {
 				sc = x

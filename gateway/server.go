@@ -54,7 +54,8 @@ type Config struct {
 	Events          Events // the event stream; nil: GET /events answers 503
 	EventsKeepalive time.Duration
 	// ShardTargets lists the HTTP addresses to forward a request for a
-	// shard this node does not host to; nil: the other live nodes.
+	// shard this node does not host to; nil: the other live nodes. It is
+	// called concurrently, from requests and background loops.
 	ShardTargets func(shard int) []string
 }
 
@@ -175,6 +176,8 @@ func New(cfg Config, eng Engine) *Server {
 		s.route(r, "GET", "/api/v1/cluster/status", s.handleClusterStatus)
 		s.route(r, "POST", "/api/v1/cluster/removed", s.handleRemoved)
 	}
+	s.route(r, "POST", "/internal/v1/shards/{n}/propose", s.handleShardPropose)
+	s.route(r, "POST", "/internal/v1/shards/{n}/read", s.handleShardRead)
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
 	s.route(r, "GET", "/", s.handleUIRedirect)
@@ -369,6 +372,10 @@ func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
 
 // engineError maps a shard-layer error to an API error.
 func engineError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae // another node's answer (s.read), as its handler gave it
+	}
 	switch {
 	case errors.Is(err, shard.ErrBusy):
 		return &apiError{status: 429, code: "overloaded", msg: "the server is overloaded; retry after the Retry-After delay"}
@@ -386,8 +393,12 @@ func (s *Server) propose(shardIdx int, ops ...statemachine.Op) ([]statemachine.R
 	return s.proposeCtx(context.Background(), shardIdx, ops...)
 }
 
-// proposeCtx is propose under a parent context.
+// proposeCtx is propose under a parent context: the engine when this node
+// hosts the shard, else a node that does (proposeRemote, gateway/remote.go).
 func (s *Server) proposeCtx(parent context.Context, shardIdx int, ops ...statemachine.Op) ([]statemachine.Result, *apiError) {
+	if !s.hosted(shardIdx) {
+		return s.proposeRemote(parent, shardIdx, ops)
+	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
 	defer cancel()
 	rs, err := s.eng.Propose(ctx, shardIdx, ops...)

@@ -41,7 +41,7 @@ func (s *Server) sampleLoop() {
 func (s *Server) takeSample() {
 	smp := totalsSample{at: time.Now(), totals: map[string][3]int64{}}
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.eng.Read(sh, statemachine.ListQueuesQuery{})
+		v, err := s.read(sh, statemachine.ListQueuesQuery{})
 		infos, ok := v.([]statemachine.QueueInfo)
 		if err != nil || !ok {
 			return

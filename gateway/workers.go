@@ -14,7 +14,7 @@ import (
 func (s *Server) handleWorkers(ctx *fasthttp.RequestCtx) {
 	merged := map[string]*statemachine.WorkerInfo{}
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.eng.Read(sh, statemachine.WorkersQuery{})
+		v, err := s.read(sh, statemachine.WorkersQuery{})
 		if err != nil {
 			writeError(ctx, engineError(err))
 			return

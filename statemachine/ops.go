@@ -677,6 +677,12 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 	return e.b
 }
 
+// AppendResults appends the full (non-compact) wire form of op results to
+// b, as an entry's Update returns them: fetched jobs travel whole. It is
+// how a node that proposed on behalf of another hands the results back;
+// DecodeResults reads it.
+func AppendResults(b []byte, rs []Result) []byte { return encodeResults(b, rs, false) }
+
 // DecodeResults parses the results an entry's Update returned.
 func DecodeResults(b []byte) ([]Result, error) {
 	rs, _, err := decodeResults(b)
