@@ -20,14 +20,14 @@ import (
 	"github.com/corvohq/corvo/statemachine"
 )
 
-// hostsOnly is the real engine, except that this node hosts only some
+// hostsSome is the real engine, except that this node hosts only some
 // shards.
-type hostsOnly struct {
+type hostsSome struct {
 	Engine
 	hosts []bool
 }
 
-func (h hostsOnly) Hosts(sh int) bool { return h.hosts[sh] }
+func (h hostsSome) Hosts(sh int) bool { return h.hosts[sh] }
 
 // appliedHooks are extra listeners on the shared host's applies (the event
 // rings of nodes that host only some shards), fed by testApplied.
@@ -87,7 +87,7 @@ func partialHub(t *testing.T, hosts []bool) *events.Hub {
 func partialNode(t *testing.T, hosts []bool, targets func(int) []string) string {
 	t.Helper()
 	_, addr := frontServer(t, Config{Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, ShardTargets: targets},
-		hostsOnly{Engine: testEngine, hosts: hosts})
+		hostsSome{Engine: testEngine, hosts: hosts})
 	return addr
 }
 
@@ -122,8 +122,6 @@ func eventKeys(evs []jobEvent) []string {
 	slices.Sort(out)
 	return out
 }
-
-func realAddr() string { return strings.TrimPrefix(baseURL, "http://") }
 
 // TestEventsMergedStream: a node hosting shard 0 only serves a stream of
 // every shard: its own from its ring, 1 and 2 from a node hosting those
@@ -357,7 +355,7 @@ type restartable struct {
 }
 
 func newRestartable(t *testing.T, hosts []bool, targets func(int) []string) *restartable {
-	r := &restartable{t: t, eng: hostsOnly{Engine: testEngine, hosts: hosts},
+	r := &restartable{t: t, eng: hostsSome{Engine: testEngine, hosts: hosts},
 		cfg: Config{Logger: zerolog.Nop(), Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, ShardTargets: targets}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -554,7 +552,7 @@ func TestEventsMergedShutdown(t *testing.T) {
 	real := realAddr()
 	hosts := []bool{true, false, false, false}
 	srv, front := frontServer(t, Config{Events: partialHub(t, hosts), EventsKeepalive: time.Minute,
-		ShardTargets: func(int) []string { return []string{real} }}, hostsOnly{Engine: testEngine, hosts: hosts})
+		ShardTargets: func(int) []string { return []string{real} }}, hostsSome{Engine: testEngine, hosts: hosts})
 	s := openSSEURL(t, "http://"+front+"/api/v1/events?queue="+strings.Join(q, ","), "")
 	id := enqueue(t, map[string]any{"queue": q[3], "payload": 1})
 	e, _ := s.collect(t, 1)

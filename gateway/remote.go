@@ -384,3 +384,14 @@ func decodeReadResult(b []byte, rr remoteRead) (any, error) {
 	}
 	return v.Elem().Interface(), nil
 }
+
+// ProposeElsewhere proposes ops to shard sh through a node that hosts it.
+// The shard layer's outbox relay uses it (shard.Host.SetRemote) to deliver
+// cross-shard effects to shards this node does not host.
+func (s *Server) ProposeElsewhere(ctx context.Context, sh int, ops ...statemachine.Op) ([]statemachine.Result, error) {
+	rs, aerr := s.proposeRemote(ctx, sh, ops)
+	if aerr != nil {
+		return nil, aerr
+	}
+	return rs, nil
+}

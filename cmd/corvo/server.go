@@ -326,6 +326,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		gcfg.Mirror = mir
 	}
 	gw := gateway.New(gcfg, host)
+	host.SetRemote(gw.ProposeElsewhere) // outbox deliveries to shards placed on other nodes
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gw.Serve(ln) }()
 	log.Info().Str("http", ln.Addr().String()).Str("raft", meta.RaftAddr).Int("shards", meta.Shards).Uint64("node_id", meta.ReplicaID).
