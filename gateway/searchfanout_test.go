@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -47,14 +48,22 @@ func (m heldMirror) Search(ctx context.Context, f mirror.Filter) (*mirror.Page, 
 // holding only held of them), whose other shards live on A and B.
 func cluster3(t *testing.T, front, held []int) (frontURL, a, b string) {
 	t.Helper()
+	// Set after the servers start, read by their background samplers.
+	var addrA, addrB atomic.Pointer[string]
 	targets := func(sh int) []string {
+		p := addrB.Load()
 		if sh < 2 {
-			return []string{a}
+			p = addrA.Load()
 		}
-		return []string{b}
+		if p == nil {
+			return nil
+		}
+		return []string{*p}
 	}
 	_, a = frontServer(t, Config{Mirror: heldMirror{testMirror, []int{0, 1}}, ShardTargets: targets}, hostingSet{testEngine, []int{0, 1}})
+	addrA.Store(&a)
 	_, b = frontServer(t, Config{Mirror: heldMirror{testMirror, []int{2, 3}}, ShardTargets: targets}, hostingSet{testEngine, []int{2, 3}})
+	addrB.Store(&b)
 	_, f := frontServer(t, Config{Mirror: heldMirror{testMirror, held}, ShardTargets: targets}, hostingSet{testEngine, front})
 	return "http://" + f, a, b
 }
