@@ -536,6 +536,7 @@ func TestRemoteMultiShardHandlers(t *testing.T) {
 	require.NotEmpty(t, sc.NextRun, "answered with the stored record")
 	code, want = call(t, "GET", "/api/v1/schedules", nil)
 	require.Equal(t, 200, code)
+	require.Contains(t, string(want), sc.ID, "the hosting node lists it")
 	code, body = callAt(t, "GET", furl+"/api/v1/schedules", nil)
 	require.Equal(t, 200, code)
 	require.Contains(t, string(body), sc.ID)
