@@ -41,7 +41,10 @@ func (s *Server) sampleLoop() {
 func (s *Server) takeSample() {
 	smp := totalsSample{at: time.Now(), totals: map[string][3]int64{}}
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.read(sh, statemachine.ListQueuesQuery{})
+		if !s.hosted(sh) {
+			continue // sampled by the nodes that host it
+		}
+		v, err := s.eng.Read(sh, statemachine.ListQueuesQuery{})
 		infos, ok := v.([]statemachine.QueueInfo)
 		if err != nil || !ok {
 			return
