@@ -270,14 +270,10 @@ func (h *Host) deleteReplica(ctx context.Context, group, id uint64) error {
 	})
 }
 
-// registerSelf records this node's settings in the meta group: the
-// bootstrap node initialises the cluster, and a node whose HTTP address
-// changed updates it. It retries in the background until the meta group
-// has a quorum.
-func (h *Host) registerSelf() {
-	defer h.wg.Done()
+// untilClosing is a context that ends when the host starts closing (or
+// cancel is called).
+func (h *Host) untilClosing() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	go func() {
 		select {
 		case <-h.closing:
@@ -285,6 +281,17 @@ func (h *Host) registerSelf() {
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
+
+// registerSelf records this node's settings in the meta group: the
+// bootstrap node initialises the cluster, and a node whose HTTP address
+// changed updates it. It retries in the background until the meta group
+// has a quorum.
+func (h *Host) registerSelf() {
+	defer h.wg.Done()
+	ctx, cancel := h.untilClosing()
+	defer cancel()
 	self := Node{ID: h.cfg.NodeID, Name: h.cfg.NodeName, RaftAddr: h.cfg.RaftAddress, HTTPAddr: h.cfg.HTTPAddress}
 	for ctx.Err() == nil {
 		if st, err := h.Meta(); err == nil {

@@ -165,15 +165,8 @@ func (h *Host) joinShard(i int, id uint64) {
 		return
 	}
 	h.log.Info().Int("shard", i).Uint64("replica", id).Msg("placed here: catching up")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := h.untilClosing()
 	defer cancel()
-	go func() {
-		select {
-		case <-h.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	if err := h.waitShard(ctx, i); err != nil {
 		if !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 			h.log.Warn().Err(err).Int("shard", i).Msg("placed replica did not catch up")
