@@ -212,6 +212,10 @@ type ShardStatus struct {
 		Applied *uint64 `json:"applied_index"`
 		Lag     *uint64 `json:"lag"`
 	} `json:"replicas"`
+	// PlacedNodes is where the placement puts the shard; Settled is false
+	// while a replica moves there.
+	PlacedNodes     []uint64 `json:"placed_nodes"`
+	Settled         *bool    `json:"settled"`
 	ProposalLatency *struct {
 		P50 float64 `json:"p50"`
 		P90 float64 `json:"p90"`
