@@ -1,12 +1,7 @@
 package mirror
 
 import (
-	"context"
-	"database/sql/driver"
-	"fmt"
 	"time"
-
-	"github.com/mattn/go-sqlite3"
 
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -107,160 +102,27 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 	}
 }
 
-const upsertSQL = `INSERT INTO jobs (id, shard, idx, gen, queue, state, priority, attempt, max_retries, payload, tags,
- unique_key, batch_id, chain_id, worker_id, hostname, progress, checkpoint, result, reason, last_error, error_count,
- created_at, scheduled_at, started_at, completed_at, failed_at, expire_at, lease_expires_at)
-VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-ON CONFLICT(id) DO UPDATE SET shard=excluded.shard, idx=excluded.idx, gen=excluded.gen, queue=excluded.queue,
- state=excluded.state, priority=excluded.priority, attempt=excluded.attempt, max_retries=excluded.max_retries,
- payload=excluded.payload, tags=excluded.tags, unique_key=excluded.unique_key, batch_id=excluded.batch_id,
- chain_id=excluded.chain_id, worker_id=excluded.worker_id, hostname=excluded.hostname, progress=excluded.progress,
- checkpoint=excluded.checkpoint, result=excluded.result, reason=excluded.reason, last_error=excluded.last_error,
- error_count=excluded.error_count, created_at=excluded.created_at, scheduled_at=excluded.scheduled_at,
- started_at=excluded.started_at, completed_at=excluded.completed_at, failed_at=excluded.failed_at,
- expire_at=excluded.expire_at, lease_expires_at=excluded.lease_expires_at
-WHERE excluded.idx >= jobs.idx`
-
-// writeStmts are the writer's statements, prepared once on the writer's
-// SQLite connection and run through the driver directly: database/sql's
-// per-call argument conversion, locking and context plumbing were ~15 % of
-// the mirror's CPU (BENCHMARKS.md).
-type writeStmts struct {
-	conn                                             *sqlite3.SQLiteConn
-	upsert, delJob, delErrs, insErr, setGen, saveIdx rawStmt
-	args                                             []driver.NamedValue // reused for every call
-}
-
-// rawStmt is one prepared driver statement of writeStmts.
-type rawStmt struct {
-	st driver.StmtExecContext
-	w  *writeStmts
-}
-
-var writeSQL = [...]string{
-	upsertSQL,
-	`DELETE FROM jobs WHERE id = ?`,
-	`DELETE FROM job_errors WHERE job_id = ?`,
-	`INSERT INTO job_errors (job_id, attempt, error, at) VALUES (?,?,?,?)`,
-	`UPDATE jobs SET gen = ? WHERE id = ?`,
-	`INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
-ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
-}
-
-func (w *writeStmts) all() []*rawStmt {
-	return []*rawStmt{&w.upsert, &w.delJob, &w.delErrs, &w.insErr, &w.setGen, &w.saveIdx}
-}
-
-func prepareWrite(c *sqlite3.SQLiteConn) (*writeStmts, error) {
-	w := &writeStmts{conn: c}
-	for i, st := range w.all() {
-		ds, err := c.Prepare(writeSQL[i])
-		if err != nil {
-			w.close()
-			return nil, err
-		}
-		st.st, st.w = ds.(driver.StmtExecContext), w
-	}
-	return w, nil
-}
-
-func (w *writeStmts) close() {
-	for _, st := range w.all() {
-		if st.st != nil {
-			_ = st.st.(driver.Stmt).Close()
-			st.st = nil
-		}
-	}
-}
-
-// Exec runs the statement with args: strings, []byte, nil and integers.
-func (r rawStmt) Exec(args ...any) error {
-	w := r.w
-	w.args = w.args[:0]
-	for i, a := range args {
-		var v driver.Value
-		switch a := a.(type) {
-		case nil, string, []byte, int64:
-			v = a
-		case int:
-			v = int64(a)
-		case uint32:
-			v = int64(a)
-		case uint64:
-			v = int64(a)
-		case int32:
-			v = int64(a)
-		default:
-			return fmt.Errorf("mirror: unsupported argument type %T", a)
-		}
-		w.args = append(w.args, driver.NamedValue{Ordinal: i + 1, Value: v})
-	}
-	_, err := r.st.ExecContext(context.Background(), w.args)
-	return err
-}
-
-// inTx runs fn in one write transaction on the writer's connection, with
-// its statements (prepared on first use), and commits.
-func (m *Mirror) inTx(fn func(tx *writeStmts) error) error {
-	ctx := context.Background()
-	conn, err := m.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return conn.Raw(func(dc any) error {
-		c, ok := dc.(*sqlite3.SQLiteConn)
-		if !ok {
-			return fmt.Errorf("mirror: unexpected driver connection %T", dc)
-		}
-		if m.ws == nil || m.ws.conn != c {
-			if m.ws != nil {
-				m.ws.close()
-			}
-			if m.ws, err = prepareWrite(c); err != nil {
-				return err
-			}
-		}
-		tx, err := c.BeginTx(ctx, driver.TxOptions{})
-		if err != nil {
-			return err
-		}
-		if err := fn(m.ws); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	})
-}
-
 // write applies one flush in a transaction.
 func (m *Mirror) write(p *pending) error {
 	if len(p.changes) == 0 && !anyIndex(p.index) {
 		return nil
 	}
-	err := m.inTx(func(st *writeStmts) error {
-		for id, ch := range p.changes {
-			if ch.c.Deleted {
-				if err := st.delJob.Exec(id); err != nil {
-					return err
-				}
-				if err := st.delErrs.Exec(id); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := st.upsert.Exec(rowArgs(ch.shard, ch.idx, m.gen[ch.shard], ch.c.View)...); err != nil {
-				return err
-			}
-			for _, e := range ch.errs {
-				if err := st.insErr.Exec(id, e.Attempt, e.Error, e.At); err != nil {
-					return err
-				}
-			}
+	b := &m.batch
+	b.reset()
+	for id, ch := range p.changes {
+		if ch.c.Deleted {
+			b.deleteJob(id)
+			continue
 		}
-		return m.saveIndexes(st, p.index)
-	})
-	if err != nil {
+		if err := m.w.upsert(b, ch.shard, ch.idx, m.gen[ch.shard], ch.c.View); err != nil {
+			return err
+		}
+		for i := range ch.errs {
+			b.insertError(id, &ch.errs[i])
+		}
+	}
+	m.saveIndexes(b, p.index)
+	if err := m.w.run(b); err != nil {
 		return err
 	}
 	for sh, idx := range p.index {
@@ -281,16 +143,13 @@ func anyIndex(idx []uint64) bool {
 	return false
 }
 
-func (m *Mirror) saveIndexes(st *writeStmts, idx []uint64) error {
+func (m *Mirror) saveIndexes(b *batch, idx []uint64) {
 	for sh, i := range idx {
 		if i == 0 || i <= m.mirrored[sh].Load() {
 			continue
 		}
-		if err := st.saveIdx.Exec(sh, i, m.gen[sh]); err != nil {
-			return err
-		}
+		b.saveIndex(sh, i, m.gen[sh])
 	}
-	return nil
 }
 
 func nullTime(ns int64) any {
@@ -312,28 +171,6 @@ func nullJSON(b []byte) any {
 		return nil
 	}
 	return string(b)
-}
-
-// rowArgs are the upsert's arguments for a job view.
-func rowArgs(shard int, idx uint64, gen int64, v *statemachine.JobView) []any {
-	j, st := &v.Job, &v.State
-	sched := st.DueAt
-	if sched == 0 && j.ScheduledAt > j.CreatedAt {
-		sched = j.ScheduledAt
-	}
-	chainID := ""
-	if j.Chain != nil {
-		chainID = j.Chain.ID
-	}
-	payload := string(j.Payload)
-	if payload == "" {
-		payload = "null"
-	}
-	return []any{j.ID, shard, int64(idx), gen, j.Queue, st.State.String(), int(j.Priority), st.Attempt, j.MaxRetries,
-		payload, nullJSON(j.Tags), nullText(j.UniqueKey), nullText(j.BatchID), nullText(chainID),
-		nullText(st.WorkerID), nullText(st.Hostname), nullJSON(st.Progress), nullJSON(st.Checkpoint), nullJSON(st.Result),
-		nullText(st.Reason), nullText(st.LastError), st.Errors, j.CreatedAt, nullTime(sched), nullTime(st.StartedAt),
-		nullTime(st.CompletedAt), nullTime(st.FailedAt), nullTime(j.ExpireAt), nullTime(st.LeaseExpiresAt)}
 }
 
 // readSource reads from the shards unless StopReads was called (ok false).
@@ -436,7 +273,7 @@ func (m *Mirror) rebuild(sh int) {
 	if s := m.mirrored[sh].Load(); s > idx {
 		idx = s
 	}
-	if _, err := m.db.Exec(writeSQL[5], sh, idx, gen); err != nil {
+	if _, err := m.db.Exec(fixedSQL[stSaveIdx], sh, idx, gen); err != nil {
 		m.log.Error().Err(err).Msg("mirror rebuild: state failed")
 	}
 	m.mirrored[sh].Store(idx)
@@ -462,26 +299,20 @@ func (m *Mirror) drainEvents() {
 }
 
 func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error {
-	return m.inTx(func(st *writeStmts) error {
-		for i := range page.Jobs {
-			v := &page.Jobs[i]
-			if err := st.upsert.Exec(rowArgs(sh, page.Index, gen, v)...); err != nil {
-				return fmt.Errorf("job %s: %w", v.Job.ID, err)
-			}
-			// The scan's row wins only if no newer event wrote it; the errors
-			// are rewritten from the full history either way.
-			if err := st.setGen.Exec(gen, v.Job.ID); err != nil {
-				return err
-			}
-			if err := st.delErrs.Exec(v.Job.ID); err != nil {
-				return err
-			}
-			for _, e := range v.Errors {
-				if err := st.insErr.Exec(v.Job.ID, e.Attempt, e.Error, e.At); err != nil {
-					return err
-				}
-			}
+	b := &m.batch
+	b.reset()
+	for i := range page.Jobs {
+		v := &page.Jobs[i]
+		if err := m.w.upsert(b, sh, page.Index, gen, v); err != nil {
+			return err
 		}
-		return nil
-	})
+		// The scan's row wins only if no newer event wrote it; the errors
+		// are rewritten from the full history either way.
+		b.setGen(v.Job.ID, gen)
+		b.deleteErrors(v.Job.ID)
+		for k := range v.Errors {
+			b.insertError(v.Job.ID, &v.Errors[k])
+		}
+	}
+	return m.w.run(b)
 }

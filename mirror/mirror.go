@@ -44,11 +44,12 @@ type Config struct {
 
 // Mirror is the per-node SQLite view.
 type Mirror struct {
-	cfg Config
-	log zerolog.Logger
-	db  *sql.DB // the writer (one connection)
-	rdb *sql.DB // readers
-	ws  *writeStmts
+	cfg   Config
+	log   zerolog.Logger
+	db    *sql.DB // the writer (one connection)
+	rdb   *sql.DB // readers
+	w     *writer // the apply goroutine's writes of job rows
+	batch batch   // the writer's buffer, reused
 
 	readMu  sync.Mutex // held while reading the shards
 	noReads bool       // set by StopReads
@@ -133,6 +134,9 @@ func (m *Mirror) openDB() error {
 	if _, err := m.db.Exec(bulkSchema); err != nil {
 		return err
 	}
+	if m.w, err = openWriter(m.cfg.Path); err != nil {
+		return err
+	}
 	rdb, err := sql.Open("sqlite3", dsn+"&mode=ro")
 	if err != nil {
 		return err
@@ -160,13 +164,9 @@ func (m *Mirror) openDB() error {
 }
 
 func (m *Mirror) closeDB() {
-	if m.ws != nil {
-		// Finalize the writer's statements on their connection.
-		if conn, err := m.db.Conn(context.Background()); err == nil {
-			_ = conn.Raw(func(any) error { m.ws.close(); return nil })
-			_ = conn.Close()
-		}
-		m.ws = nil
+	if m.w != nil {
+		m.w.close()
+		m.w = nil
 	}
 	if m.db != nil {
 		_ = m.db.Close()

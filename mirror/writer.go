@@ -1,0 +1,284 @@
+package mirror
+
+/*
+#include <stdlib.h>
+#include "writer.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// writer is the mirror's own write connection. A flush is encoded into
+// one buffer of operations (a prepared statement and its values) and run
+// by C in one transaction: one cgo call per flush instead of ~30 per row
+// (binding each value through database/sql or the driver was a third of
+// the mirror's CPU; BENCHMARKS.md). Only the apply goroutine uses it.
+type writer struct {
+	db      *C.sqlite3
+	stmts   []*C.sqlite3_stmt
+	upserts map[uint32]uint16 // upsert statement per set of non-NULL optional columns
+}
+
+// The fixed statements, by index.
+const (
+	stDelJob uint16 = iota
+	stDelErrs
+	stInsErr
+	stSetGen
+	stSaveIdx
+	stFixed // upserts follow
+)
+
+var fixedSQL = [stFixed]string{
+	stDelJob:  `DELETE FROM jobs WHERE id = ?`,
+	stDelErrs: `DELETE FROM job_errors WHERE job_id = ?`,
+	stInsErr:  `INSERT INTO job_errors (job_id, attempt, error, at) VALUES (?,?,?,?)`,
+	stSetGen:  `UPDATE jobs SET gen = ? WHERE id = ?`,
+	stSaveIdx: `INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
+ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
+}
+
+func openWriter(path string) (*writer, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	w := &writer{upserts: map[uint32]uint16{}}
+	if rc := C.corvo_open(cpath, &w.db); rc != 0 {
+		err := w.err(rc, "open")
+		w.close()
+		return nil, err
+	}
+	for _, sql := range fixedSQL {
+		if _, err := w.prepare(sql); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func (w *writer) err(rc C.int, what string) error {
+	msg := "out of memory"
+	if w.db != nil {
+		msg = C.GoString(C.corvo_errmsg(w.db))
+	}
+	return fmt.Errorf("mirror writer: %s: %s (SQLite code %d)", what, msg, int(rc))
+}
+
+func (w *writer) prepare(sql string) (uint16, error) {
+	if len(w.stmts) >= 1<<16 {
+		return 0, fmt.Errorf("mirror writer: too many statements")
+	}
+	csql := C.CString(sql)
+	defer C.free(unsafe.Pointer(csql))
+	var st *C.sqlite3_stmt
+	if rc := C.corvo_prepare(w.db, csql, C.int(len(sql)), &st); rc != 0 {
+		return 0, w.err(rc, "prepare")
+	}
+	w.stmts = append(w.stmts, st)
+	return uint16(len(w.stmts) - 1), nil
+}
+
+func (w *writer) close() {
+	for _, st := range w.stmts {
+		C.corvo_finalize(st)
+	}
+	w.stmts = nil
+	if w.db != nil {
+		C.corvo_close(w.db)
+		w.db = nil
+	}
+}
+
+// run executes the batch's operations in one transaction.
+func (w *writer) run(b *batch) error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	var at C.size_t
+	rc := C.corvo_run(w.db, &w.stmts[0], C.int(len(w.stmts)), (*C.uchar)(unsafe.Pointer(&b.buf[0])), C.size_t(len(b.buf)), &at)
+	if rc != 0 {
+		return w.err(rc, fmt.Sprintf("write (operation at byte %d of %d)", int(at), len(b.buf)))
+	}
+	return nil
+}
+
+// batch is a flush's operations, encoded as writer.c reads them: per
+// operation the statement (u16) and value count (u8), then each value as
+// a tag (0 NULL, 1 int64, 2 text) and its bytes (8, or a u32 length and
+// the text), little-endian.
+type batch struct {
+	buf []byte
+}
+
+func (b *batch) reset() { b.buf = b.buf[:0] }
+
+func (b *batch) op(st uint16, n int) {
+	b.buf = append(b.buf, byte(st), byte(st>>8), byte(n))
+}
+
+func (b *batch) int(v int64) {
+	b.buf = append(b.buf, 1)
+	b.buf = binary.LittleEndian.AppendUint64(b.buf, uint64(v))
+}
+
+func (b *batch) text(s string) {
+	b.buf = append(b.buf, 2)
+	b.buf = binary.LittleEndian.AppendUint32(b.buf, uint32(len(s)))
+	b.buf = append(b.buf, s...)
+}
+
+func (b *batch) bytes(s []byte) {
+	b.buf = append(b.buf, 2)
+	b.buf = binary.LittleEndian.AppendUint32(b.buf, uint32(len(s)))
+	b.buf = append(b.buf, s...)
+}
+
+// unsafeString is b as a string without a copy, for appending to a batch at once
+// (b is not changed meanwhile).
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// The jobs table's columns: the first always have a value, the optional
+// ones (from tags on) are NULL when unset and left out of the upsert.
+var jobCols = [...]string{"id", "shard", "idx", "gen", "queue", "state", "priority", "attempt", "max_retries",
+	"payload", "error_count", "created_at",
+	"tags", "unique_key", "batch_id", "chain_id", "worker_id", "hostname", "progress", "checkpoint", "result",
+	"reason", "last_error", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at", "lease_expires_at"}
+
+const firstOptional = 12
+
+// optional is a row's optional columns; a column is set when its text is
+// non-empty or its time non-zero.
+type optional struct {
+	text  [11]string // tags … last_error
+	times [6]int64   // scheduled_at … lease_expires_at
+}
+
+func (o *optional) mask() uint32 {
+	var m uint32
+	for i, t := range o.text {
+		if len(t) > 0 {
+			m |= 1 << i
+		}
+	}
+	for i, t := range o.times {
+		if t != 0 {
+			m |= 1 << (len(o.text) + i)
+		}
+	}
+	return m
+}
+
+// upsertSQL is the upsert of a row whose optional columns in mask are set:
+// the others are NULL, so they are neither bound nor listed. A row only
+// replaces one of an older Raft index.
+func upsertSQL(mask uint32) string {
+	var cols, set []string
+	for i, c := range jobCols {
+		if i < firstOptional || mask&(1<<(i-firstOptional)) != 0 {
+			cols = append(cols, c)
+			if c != "id" {
+				set = append(set, c+"=excluded."+c)
+			}
+		} else {
+			set = append(set, c+"=NULL")
+		}
+	}
+	return "INSERT INTO jobs (" + strings.Join(cols, ",") + ") VALUES (?" + strings.Repeat(",?", len(cols)-1) +
+		") ON CONFLICT(id) DO UPDATE SET " + strings.Join(set, ",") + " WHERE excluded.idx >= jobs.idx"
+}
+
+// upsert appends the upsert of a job view.
+func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemachine.JobView) error {
+	j, st := &v.Job, &v.State
+	var o optional
+	o.text = [11]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
+		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError}
+	if j.Chain != nil {
+		o.text[3] = j.Chain.ID
+	}
+	sched := st.DueAt
+	if sched == 0 && j.ScheduledAt > j.CreatedAt {
+		sched = j.ScheduledAt
+	}
+	o.times = [6]int64{sched, st.StartedAt, st.CompletedAt, st.FailedAt, j.ExpireAt, st.LeaseExpiresAt}
+	mask := o.mask()
+	si, ok := w.upserts[mask]
+	if !ok {
+		var err error
+		if si, err = w.prepare(upsertSQL(mask)); err != nil {
+			return err
+		}
+		w.upserts[mask] = si
+	}
+	n := firstOptional
+	for m := mask; m != 0; m &= m - 1 {
+		n++
+	}
+	b.op(si, n)
+	b.text(j.ID)
+	b.int(int64(shard))
+	b.int(int64(idx))
+	b.int(gen)
+	b.text(j.Queue)
+	b.text(st.State.String())
+	b.int(int64(j.Priority))
+	b.int(int64(st.Attempt))
+	b.int(int64(j.MaxRetries))
+	if len(j.Payload) == 0 {
+		b.text("null")
+	} else {
+		b.bytes(j.Payload)
+	}
+	b.int(int64(st.Errors))
+	b.int(j.CreatedAt)
+	for i, t := range o.text {
+		if mask&(1<<i) != 0 {
+			b.text(t)
+		}
+	}
+	for i, t := range o.times {
+		if mask&(1<<(len(o.text)+i)) != 0 {
+			b.int(t)
+		}
+	}
+	return nil
+}
+
+func (b *batch) deleteJob(id string) {
+	b.op(stDelJob, 1)
+	b.text(id)
+	b.deleteErrors(id)
+}
+
+func (b *batch) deleteErrors(id string) {
+	b.op(stDelErrs, 1)
+	b.text(id)
+}
+
+func (b *batch) insertError(id string, e *statemachine.JobError) {
+	b.op(stInsErr, 4)
+	b.text(id)
+	b.int(int64(e.Attempt))
+	b.text(e.Error)
+	b.int(e.At)
+}
+
+func (b *batch) setGen(id string, gen int64) {
+	b.op(stSetGen, 2)
+	b.int(gen)
+	b.text(id)
+}
+
+func (b *batch) saveIndex(shard int, idx uint64, gen int64) {
+	b.op(stSaveIdx, 3)
+	b.int(int64(shard))
+	b.int(int64(idx))
+	b.int(gen)
+}

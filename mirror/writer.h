@@ -1,0 +1,25 @@
+// The mirror's write path in C: a whole flush (one transaction of many
+// statement executions) is one cgo call. The SQLite functions are the
+// ones github.com/mattn/go-sqlite3 compiles into the binary; only the
+// few used here are declared, with SQLite's stable C ABI.
+#ifndef CORVO_MIRROR_WRITER_H
+#define CORVO_MIRROR_WRITER_H
+
+#include <stddef.h>
+
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+
+// corvo_open opens the database file for writing, with the mirror's
+// pragmas (WAL, synchronous=OFF, a 64 MiB page cache, a busy timeout).
+int corvo_open(const char *path, sqlite3 **db);
+int corvo_prepare(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st);
+// corvo_run executes every operation of buf (see writer.go's batch) in one
+// transaction, and commits; on an error it rolls back and stores in *at
+// the offset of the failed operation.
+int corvo_run(sqlite3 *db, sqlite3_stmt **stmts, int nstmts, const unsigned char *buf, size_t n, size_t *at);
+const char *corvo_errmsg(sqlite3 *db);
+void corvo_finalize(sqlite3_stmt *st);
+void corvo_close(sqlite3 *db);
+
+#endif
