@@ -44,12 +44,14 @@ func (s *Server) handleDead(ctx *fasthttp.RequestCtx) {
 	}
 	var all []statemachine.JobView
 	more := false
-	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.read(sh, statemachine.DeadQuery{Queue: queue, Before: before, BeforeID: beforeID, Limit: limit})
-		if err != nil {
-			writeError(ctx, engineError(err))
-			return
-		}
+	vs, err := s.readEach(func(int) any {
+		return statemachine.DeadQuery{Queue: queue, Before: before, BeforeID: beforeID, Limit: limit}
+	})
+	if err != nil {
+		writeError(ctx, engineError(err))
+		return
+	}
+	for _, v := range vs {
 		page := v.(statemachine.DeadPage)
 		all = append(all, page.Jobs...)
 		more = more || page.More

@@ -29,16 +29,16 @@ func (s *Server) queueParam(ctx *fasthttp.RequestCtx) (string, bool) {
 	return name, true
 }
 
-// GET /api/v1/queues — every queue with its counts, from each shard's
-// replica on this node.
+// GET /api/v1/queues — every queue with its counts, from every shard
+// (readEach).
 func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
+	vs, err := s.readEach(func(int) any { return statemachine.ListQueuesQuery{} })
+	if err != nil {
+		writeError(ctx, engineError(err))
+		return
+	}
 	var all []statemachine.QueueInfo
-	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.read(sh, statemachine.ListQueuesQuery{})
-		if err != nil {
-			writeError(ctx, engineError(err))
-			return
-		}
+	for _, v := range vs {
 		all = append(all, v.([]statemachine.QueueInfo)...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })

@@ -10,6 +10,7 @@ import (
 	"net"
 	"reflect"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -57,6 +58,36 @@ func (s *Server) read(sh int, q any) (any, error) {
 		return s.eng.Read(sh, q)
 	}
 	return s.readRemote(sh, q)
+}
+
+// readEach reads every shard with the query q(sh) — the ones hosted here
+// from the engine, the others from nodes hosting them, all at once — and
+// returns the answers in shard order, or the lowest shard's error.
+func (s *Server) readEach(q func(sh int) any) ([]any, error) {
+	n := s.eng.Shards()
+	out, errs := make([]any, n), make([]error, n)
+	var wg sync.WaitGroup
+	for sh := 0; sh < n; sh++ {
+		if !s.hosted(sh) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[sh], errs[sh] = s.readRemote(sh, q(sh))
+			}()
+		}
+	}
+	for sh := 0; sh < n; sh++ {
+		if s.hosted(sh) {
+			out[sh], errs[sh] = s.eng.Read(sh, q(sh))
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // proposeRemote proposes ops on a node hosting shard sh (s.proposeCtx

@@ -103,12 +103,12 @@ func appendSchedule(b []byte, sc *statemachine.Schedule) []byte {
 }
 
 func (s *Server) allSchedules() ([]statemachine.Schedule, *apiError) {
+	vs, err := s.readEach(func(int) any { return statemachine.SchedulesQuery{} })
+	if err != nil {
+		return nil, engineError(err)
+	}
 	var all []statemachine.Schedule
-	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.read(sh, statemachine.SchedulesQuery{})
-		if err != nil {
-			return nil, engineError(err)
-		}
+	for _, v := range vs {
 		all = append(all, v.([]statemachine.Schedule)...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })

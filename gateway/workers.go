@@ -13,12 +13,12 @@ import (
 // (fetches and heartbeats), merged across shards, with the jobs it holds.
 func (s *Server) handleWorkers(ctx *fasthttp.RequestCtx) {
 	merged := map[string]*statemachine.WorkerInfo{}
-	for sh := 0; sh < s.eng.Shards(); sh++ {
-		v, err := s.read(sh, statemachine.WorkersQuery{})
-		if err != nil {
-			writeError(ctx, engineError(err))
-			return
-		}
+	vs, err := s.readEach(func(int) any { return statemachine.WorkersQuery{} })
+	if err != nil {
+		writeError(ctx, engineError(err))
+		return
+	}
+	for _, v := range vs {
 		for _, w := range v.([]statemachine.WorkerInfo) {
 			m, ok := merged[w.ID]
 			if !ok {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # BENCHMARKS.md's cluster figures: the same `corvo bench` runs against a
-# single node and against a 3-node cluster on 127.0.0.1–3 of this machine
-# (every node a replica of every shard), spreading the load over the nodes.
+# single node, a 3-node cluster on 127.0.0.1–3 of this machine (every node
+# a replica of every shard) and a 4-node cluster on 127.0.0.1–4 (each of
+# the 4 shards placed on 3 of the 4 nodes), spreading the load over the
+# nodes. STAGES picks some: STAGES="single 4" scripts/bench-cluster.sh
 set -euo pipefail
 BIN=${BIN:-bin/corvo}
 DIR=$(mktemp -d)
@@ -27,19 +29,48 @@ runs() { # $1: comma-separated URLs
   done
 }
 
-echo "## single node"
-"$BIN" server --data-dir "$DIR/s" --bind 127.0.0.1:18180 --raft-bind 127.0.0.1:19180 --log-level warn &
-wait_healthy 127.0.0.1:18180
-runs http://127.0.0.1:18180
-kill %1; wait %1 || true
+STAGES=${STAGES:-single 3 4}
 
-echo "## 3-node cluster"
-"$BIN" server --data-dir "$DIR/n1" --bind 127.0.0.1:18181 --raft-bind 127.0.0.1:19181 --node-id n1 --log-level warn &
-wait_healthy 127.0.0.1:18181
-for i in 2 3; do
-  "$BIN" server --data-dir "$DIR/n$i" --bind 127.0.0.$i:1818$i --raft-bind 127.0.0.$i:1918$i --node-id n$i --join 127.0.0.1:18181 --log-level warn &
+# cluster N [first port]: N fresh nodes on 127.0.0.1..N, joined to the
+# first; sets URLS. It waits until every shard's placement is settled.
+cluster() {
+  local n=$1 p=$2 urls=()
+  for i in $(seq 1 "$n"); do
+    local join=()
+    [ "$i" -gt 1 ] && join=(--join "127.0.0.1:$p")
+    "$BIN" server --data-dir "$DIR/c$n-n$i" --bind "127.0.0.$i:$((p + i - 1))" --raft-bind "127.0.0.$i:$((p + 1000 + i - 1))" \
+      --node-id "n$i" "${join[@]}" --log-level warn &
+    wait_healthy "127.0.0.$i:$((p + i - 1))"
+    urls+=("http://127.0.0.$i:$((p + i - 1))")
+  done
+  URLS=$(IFS=,; echo "${urls[*]}")
+  # Settled: no shard moving, and the last node hosts its share (+ meta).
+  for _ in $(seq 1 600); do
+    st=$(curl -fs "${urls[0]}/api/v1/cluster/status" || true)
+    last=$(curl -fs "${urls[n - 1]}/api/v1/cluster/status?local=true" | grep -o '"shard_id"' | wc -l)
+    if [ -n "$st" ] && ! grep -q '"settled":false' <<<"$st" && [ "$last" -ge $(( (4 * (n < 3 ? n : 3) + n - 1) / n + 1 )) ]; then
+      break
+    fi
+    sleep 0.5
+  done
+  sleep 3 # leaderships spread over the nodes
+  "$BIN" cluster status --url "${urls[0]}"
+}
+
+for stage in $STAGES; do
+  case $stage in
+  single)
+    echo "## single node"
+    "$BIN" server --data-dir "$DIR/s" --bind 127.0.0.1:18180 --raft-bind 127.0.0.1:19180 --log-level warn &
+    wait_healthy 127.0.0.1:18180
+    runs http://127.0.0.1:18180
+    ;;
+  *)
+    echo "## $stage-node cluster"
+    cluster "$stage" $((18180 + 10 * stage))
+    runs "$URLS"
+    ;;
+  esac
+  kill $(jobs -p) 2>/dev/null || true
+  wait 2>/dev/null || true
 done
-wait_healthy 127.0.0.2:18182; wait_healthy 127.0.0.3:18183
-sleep 3 # leaderships spread over the nodes
-"$BIN" cluster status --url http://127.0.0.1:18181
-runs http://127.0.0.1:18181,http://127.0.0.2:18182,http://127.0.0.3:18183
