@@ -205,21 +205,30 @@ func (h *Hub) Applied(info *statemachine.AppliedInfo) {
 	if info.Index > h.last[sh] {
 		h.last[sh] = info.Index
 	}
-	if len(info.Events) == 0 {
+	// Events at or before the shard's head were appended already: a
+	// replica replaying entries this node applied before (the shard moved
+	// away and back while the log still held them). Positions are
+	// deterministic, so they are the same events: skip them, so the ring
+	// holds each once and the head never moves back.
+	evs := info.Events
+	for len(evs) > 0 && !h.head[sh].Less(Pos{Index: evs[0].Index, N: evs[0].Pos}) {
+		evs = evs[1:]
+	}
+	if len(evs) == 0 {
 		return
 	}
 	n := uint64(len(h.ring))
-	for i := range info.Events {
+	for i := range evs {
 		if h.next-h.first == n {
 			old := &h.ring[h.first%n]
 			h.floor[old.Shard] = old.pos()
 			*old = Event{}
 			h.first++
 		}
-		h.ring[h.next%n] = Event{Shard: sh, JobEvent: info.Events[i]}
+		h.ring[h.next%n] = Event{Shard: sh, JobEvent: evs[i]}
 		h.next++
 	}
-	h.head[sh] = Pos{Index: info.Events[len(info.Events)-1].Index, N: info.Events[len(info.Events)-1].Pos}
+	h.head[sh] = Pos{Index: evs[len(evs)-1].Index, N: evs[len(evs)-1].Pos}
 	close(h.notify)
 	h.notify = make(chan struct{})
 }

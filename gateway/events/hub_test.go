@@ -186,3 +186,35 @@ func TestHubShardsFilter(t *testing.T) {
 	feed(h, 0, 12, 1, "a")
 	require.Len(t, drain(t, other), 1)
 }
+
+// A shard that moved away and came back replays, from index 1, entries
+// this node applied before: their events are in the ring already and are
+// neither appended again nor sent again to a live subscriber; the events
+// after them are.
+func TestHubReplayAfterShardReturns(t *testing.T) {
+	t.Parallel()
+	h := New(1, 64)
+	h.Start([]uint64{0})
+	for idx := uint64(1); idx <= 5; idx++ {
+		feed(h, 0, idx, 2, "a")
+	}
+	live, _ := h.Subscribe(nil, Filter{})
+	// The new replica replays 1..5, then applies 6 and 7.
+	for idx := uint64(1); idx <= 7; idx++ {
+		feed(h, 0, idx, 2, "a")
+	}
+	got := drain(t, live)
+	require.Len(t, got, 4)
+	require.Equal(t, uint64(6), got[0].Event.Index)
+	require.Equal(t, Pos{Index: 7, N: 1}, h.head[0])
+	require.Equal(t, uint64(14), h.next-h.first, "each event once in the ring")
+
+	// Resuming from the start of the run gives every event exactly once.
+	s, reset := h.Subscribe(Cursor{{Index: 0, N: ^uint32(0)}}, Filter{})
+	require.False(t, reset)
+	all := drain(t, s)
+	require.Len(t, all, 14)
+	for i := 1; i < len(all); i++ {
+		require.True(t, all[i-1].Event.pos().Less(all[i].Event.pos()))
+	}
+}
