@@ -24,7 +24,7 @@ type Cluster interface {
 	AddNode(ctx context.Context, name, raftAddr, httpAddr string) (shard.JoinInfo, error)
 	RemoveNode(ctx context.Context, id uint64) error
 	LocalStatus() []shard.ShardStatus
-	BalanceLeaders(alive func(uint64) bool) bool
+	BalanceLeaders(alive func(uint64) bool, leads func(uint64) (int, bool)) bool
 	HandOff(ctx context.Context, alive func(uint64) bool) int
 }
 
@@ -38,6 +38,7 @@ type peers struct {
 	client *fasthttp.Client
 	mu     sync.Mutex
 	seen   map[uint64]time.Time // last good /healthz
+	led    map[uint64]int       // data shards each node said it leads, then
 	addrs  map[uint64]string
 }
 
@@ -51,6 +52,7 @@ func newPeers(self uint64) *peers {
 			MaxIdleConnDuration: time.Minute,
 		},
 		seen:  map[uint64]time.Time{},
+		led:   map[uint64]int{},
 		addrs: map[uint64]string{},
 	}
 }
@@ -66,7 +68,20 @@ func (p *peers) alive(id uint64) bool {
 	return ok && time.Since(t) < 3*peerProbeInterval+time.Second
 }
 
-// probe checks every other live node's /healthz in parallel.
+// leads is how many data shards node id leads, as its last /healthz said
+// (ok false when it is not alive or did not say).
+func (p *peers) leads(id uint64) (int, bool) {
+	if !p.alive(id) {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, ok := p.led[id]
+	return n, ok
+}
+
+// probe checks every other live node's /healthz in parallel, and notes
+// how many shards each leads.
 func (p *peers) probe(nodes []shard.Node) {
 	var wg sync.WaitGroup
 	for _, n := range nodes {
@@ -85,6 +100,14 @@ func (p *peers) probe(nodes []shard.Node) {
 			p.addrs[n.ID] = n.HTTPAddr
 			if err == nil && resp.StatusCode() == 200 {
 				p.seen[n.ID] = time.Now()
+				var h struct {
+					Led *int `json:"shards_led"`
+				}
+				if json.Unmarshal(resp.Body(), &h) == nil && h.Led != nil {
+					p.led[n.ID] = *h.Led
+				} else {
+					delete(p.led, n.ID)
+				}
 			}
 			p.mu.Unlock()
 		}(n)
@@ -112,7 +135,7 @@ func (s *Server) clusterLoop() {
 			continue
 		}
 		s.peers.probe(live)
-		s.cluster.BalanceLeaders(s.peers.alive)
+		s.cluster.BalanceLeaders(s.peers.alive, s.peers.leads)
 	}
 }
 

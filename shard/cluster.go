@@ -333,42 +333,74 @@ func (h *Host) shardInfos() map[uint64]dragonboat.ShardInfo {
 // BalanceLeaders moves at most one leadership from this node to a live
 // voter that leads at least two fewer data shards, so leaders spread evenly
 // over the nodes. alive says which nodes answer; a transfer to a dead node
-// would stall the shard for an election timeout. It reports whether it
-// asked for a transfer.
-func (h *Host) BalanceLeaders(alive func(uint64) bool) bool {
+// would stall the shard for an election timeout. leads says how many data
+// shards another node leads, as that node last reported (ok false: not
+// known). With placement a node sees the leaders only of the shards it
+// hosts, so counting from its own view alone can ping-pong a leadership
+// between two nodes that each see the other lead nothing. It reports
+// whether it asked for a transfer.
+func (h *Host) BalanceLeaders(alive func(uint64) bool, leads func(uint64) (int, bool)) bool {
 	infos := h.shardInfos()
-	// Counted by node, over the shards this node runs (with placement it
-	// may not see every shard's leader).
-	counts := map[uint64]int{}
-	for i := 0; i < h.cfg.Shards; i++ {
-		if si, ok := infos[ShardID(i)]; ok && si.LeaderID != 0 {
-			counts[NodeOf(si.LeaderID)]++
-		}
-	}
 	me := h.cfg.NodeID
+	seen := map[uint64]int{} // leaderships by node, over the shards this node runs
+	var mine []leadership
 	for i := 0; i < h.cfg.Shards; i++ {
 		si, ok := infos[ShardID(i)]
-		if !ok || si.LeaderID == 0 || si.LeaderID != h.rep[i].Load() {
+		if !ok || si.LeaderID == 0 {
 			continue
 		}
+		seen[NodeOf(si.LeaderID)]++
+		if si.LeaderID == h.rep[i].Load() {
+			mine = append(mine, leadership{shard: i, replicas: sortedReplicaIDs(si.Replicas)})
+		}
+	}
+	count := func(n uint64) int {
+		if n == me {
+			return len(mine)
+		}
+		if c, ok := leads(n); ok {
+			return c
+		}
+		return seen[n]
+	}
+	sh, to := pickLeaderMove(me, mine, count, alive)
+	if to == 0 {
+		return false
+	}
+	if err := h.nh.RequestLeaderTransfer(ShardID(sh), to); err != nil {
+		return false
+	}
+	h.log.Info().Int("shard", sh).Uint64("to", to).Msg("moving leadership to spread leaders")
+	return true
+}
+
+// leadership is a data shard this node leads, with its replica IDs.
+type leadership struct {
+	shard    int
+	replicas []uint64
+}
+
+// pickLeaderMove chooses one of this node's leaderships to hand to the
+// live replica whose node leads the fewest shards, if that node leads at
+// least two fewer than this one (so a move never just swaps the
+// imbalance). It returns the replica ID 0 when no move helps.
+func pickLeaderMove(me uint64, mine []leadership, count func(uint64) int, alive func(uint64) bool) (shard int, to uint64) {
+	for _, l := range mine {
 		var best uint64
-		for _, id := range sortedReplicaIDs(si.Replicas) {
+		for _, id := range l.replicas {
 			n := NodeOf(id)
 			if n == me || !alive(n) {
 				continue
 			}
-			if counts[me]-counts[n] >= 2 && (best == 0 || counts[n] < counts[NodeOf(best)]) {
+			if count(me)-count(n) >= 2 && (best == 0 || count(n) < count(NodeOf(best))) {
 				best = id
 			}
 		}
 		if best != 0 {
-			if err := h.nh.RequestLeaderTransfer(ShardID(i), best); err == nil {
-				h.log.Info().Int("shard", i).Uint64("to", best).Msg("moving leadership to spread leaders")
-				return true
-			}
+			return l.shard, best
 		}
 	}
-	return false
+	return 0, 0
 }
 
 // HandOff transfers every leadership this node holds to a live voter and

@@ -165,3 +165,45 @@ func TestPlacementAdoptsAClusterFromBeforePlacement(t *testing.T) {
 	require.Equal(t, uint64(1), gen)
 	require.Equal(t, []uint64{1, 2}, st.NodesOf(0))
 }
+
+// Leader spreading counts other nodes' leaderships as they report them:
+// two nodes that each see only some shards never hand a leadership back
+// and forth.
+func TestPickLeaderMoveUsesReportedCounts(t *testing.T) {
+	alive := func(uint64) bool { return true }
+	r := func(nodes ...uint64) []uint64 {
+		out := make([]uint64, len(nodes))
+		for i, n := range nodes {
+			out[i] = ReplicaIDFor(n, 0)
+		}
+		return out
+	}
+	// 4 shards × 3 over 4 nodes. Node 1 leads shards 0 and 1 and hosts
+	// 0,1,2; node 2 leads shard 3 (which node 1 does not host) and shard
+	// 2. From its own view node 1 would count node 2 at 1 and move one.
+	mine := []leadership{{shard: 0, replicas: r(1, 2, 3)}, {shard: 1, replicas: r(1, 2, 4)}}
+	reported := map[uint64]int{1: 2, 2: 2, 3: 0, 4: 0}
+	count := func(n uint64) int { return reported[n] }
+	sh, to := pickLeaderMove(1, mine, count, alive)
+	require.NotZero(t, to)
+	require.Contains(t, []uint64{3, 4}, NodeOf(to), "to a node leading none")
+	require.Contains(t, []int{0, 1}, sh)
+
+	// Balanced by the reported counts: no move, although node 1's own
+	// view (it sees no leader on node 4) would suggest one.
+	reported = map[uint64]int{1: 1, 2: 1, 3: 1, 4: 1}
+	_, to = pickLeaderMove(1, mine[:1], count, alive)
+	require.Zero(t, to)
+
+	// The ping-pong the local view caused: node 1 leads shard 0, node 2
+	// leads shards 1 and 3; each sees the other lead nothing of the
+	// shards it hosts. With the reported counts (1 vs 2) neither moves.
+	reported = map[uint64]int{1: 1, 2: 2, 3: 0, 4: 1}
+	_, to = pickLeaderMove(2, []leadership{{shard: 1, replicas: r(1, 2, 4)}, {shard: 3, replicas: r(2, 1, 4)}}, count, alive)
+	require.Zero(t, to)
+
+	// A dead node is never picked, and a one-shard difference is no reason.
+	reported = map[uint64]int{1: 3, 2: 0, 3: 2}
+	_, to = pickLeaderMove(1, []leadership{{shard: 0, replicas: r(1, 2, 3)}}, count, func(n uint64) bool { return n != 2 })
+	require.Zero(t, to)
+}
