@@ -81,3 +81,22 @@ func TestThroughputRate(t *testing.T) {
 	require.True(t, ok)
 	require.InDelta(t, 2, r[0], 0.1, "a queue born since the sample counts from zero")
 }
+
+// A 429 or 503 says when to retry: 1 s unless the handler set its own
+// delay (a busy bulk runner asks for 5 s).
+func TestWriteErrorRetryAfter(t *testing.T) {
+	t.Parallel()
+	var ctx fasthttp.RequestCtx
+	writeError(&ctx, &apiError{status: 503, code: "unavailable", msg: "x"})
+	require.Equal(t, "1", string(ctx.Response.Header.Peek("Retry-After")))
+
+	ctx = fasthttp.RequestCtx{}
+	ctx.Response.Header.Set("Retry-After", "5")
+	writeError(&ctx, &apiError{status: 429, code: "bulk_busy", msg: "x"})
+	require.Equal(t, "5", string(ctx.Response.Header.Peek("Retry-After")))
+	require.Equal(t, 429, ctx.Response.StatusCode())
+
+	ctx = fasthttp.RequestCtx{}
+	writeError(&ctx, &apiError{status: 400, code: "invalid", msg: "x"})
+	require.Empty(t, ctx.Response.Header.Peek("Retry-After"))
+}

@@ -360,8 +360,8 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 }
 
 func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
-	if e.status == 429 || e.status == 503 {
-		ctx.Response.Header.Set("Retry-After", "1")
+	if (e.status == 429 || e.status == 503) && len(ctx.Response.Header.Peek("Retry-After")) == 0 {
+		ctx.Response.Header.Set("Retry-After", "1") // unless the handler knows better
 	}
 	b := append([]byte(`{"error":`), appendString(nil, e.msg)...)
 	b = append(b, `,"code":`...)
