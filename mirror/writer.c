@@ -127,7 +127,7 @@ static int exec(sqlite3_stmt **stmts, int nstmts, const unsigned char **pp, cons
 }
 
 int corvo_run(sqlite3 *db, sqlite3_stmt **stmts, int nstmts, const unsigned char *buf, size_t n, size_t *at) {
-	int rc = sqlite3_exec(db, "BEGIN", 0, 0, 0);
+	int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0); // the write lock now, waiting (busy timeout) if another connection holds it
 	if (rc != SQLITE_OK) {
 		*at = 0;
 		return rc;
