@@ -69,17 +69,29 @@ func TestOverloadAndUnavailableCarryRetryAfter(t *testing.T) {
 func TestThroughputRate(t *testing.T) {
 	t.Parallel()
 	var tp throughput
-	_, ok := tp.rate("q", [3]int64{10, 5, 1})
+	_, ok := tp.rate("q", 0, [3]int64{10, 5, 1})
 	require.False(t, ok, "no sample yet")
-	tp.samples = []totalsSample{{at: time.Now().Add(-10 * time.Second), totals: map[string][3]int64{"q": {0, 0, 0}}}}
-	r, ok := tp.rate("q", [3]int64{100, 50, 10})
+	tp.samples = []totalsSample{{at: time.Now().Add(-10 * time.Second), totals: map[string][3]int64{"q": {0, 0, 0}},
+		sampled: []bool{true, false}}}
+	r, ok := tp.rate("q", 0, [3]int64{100, 50, 10})
 	require.True(t, ok)
 	require.InDelta(t, 10, r[0], 0.2)
 	require.InDelta(t, 5, r[1], 0.1)
 	require.InDelta(t, 1, r[2], 0.1)
-	r, ok = tp.rate("new-queue", [3]int64{20, 0, 0})
+	r, ok = tp.rate("new-queue", 0, [3]int64{20, 0, 0})
 	require.True(t, ok)
 	require.InDelta(t, 2, r[0], 0.1, "a queue born since the sample counts from zero")
+
+	// A queue of a shard hosted elsewhere is not timed from zero (its
+	// whole history would look like the last minute's) but from the
+	// totals read for it before.
+	_, ok = tp.rate("remote", 1, [3]int64{1_000_000, 0, 0})
+	require.False(t, ok, "first read: no rate")
+	tp.seen["remote"][0].at = time.Now().Add(-20 * time.Second)
+	r, ok = tp.rate("remote", 1, [3]int64{1_000_200, 0, 0})
+	require.True(t, ok)
+	require.InDelta(t, 10, r[0], 0.2)
+	require.Len(t, tp.seen["remote"], 2, "a second point, more than sampleEvery later")
 }
 
 // A 429 or 503 says when to retry: 1 s unless the handler set its own

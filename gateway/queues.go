@@ -51,7 +51,7 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 		b = b[:len(b)-1] // reopen the object for its throughput
 		b = append(b, `,"throughput":`...)
 		st := &all[i].Stats
-		if r, ok := s.rates.rate(all[i].Name, [3]int64{st.Enqueued, st.Completed, st.Failed}); ok {
+		if r, ok := s.rates.rate(all[i].Name, s.rt.ShardForQueue(all[i].Name), [3]int64{st.Enqueued, st.Completed, st.Failed}); ok {
 			b = append(b, `{"enqueued_per_s":`...)
 			b = strconv.AppendFloat(b, r[0], 'f', -1, 64)
 			b = append(b, `,"completed_per_s":`...)
