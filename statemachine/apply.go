@@ -488,6 +488,9 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	if j.ID == "" || j.Queue == "" {
 		return Result{Status: StatusInvalid, Message: "job id and queue are required"}
 	}
+	if j.Priority > PriorityNormal {
+		return Result{Status: StatusInvalid, Message: "unknown priority"}
+	}
 	if o.IfAbsent {
 		if _, exists := a.get(jobKey(j.ID)); exists {
 			return Result{State: a.loadState(j.ID).State, Existing: true, JobID: j.ID}

@@ -3,6 +3,7 @@ package statemachine
 import (
 	"testing"
 
+	sm "github.com/lni/dragonboat/v4/statemachine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,4 +41,71 @@ func TestEntryRoundTrip(t *testing.T) {
 	require.Equal(t, e.ID, got.ID)
 	require.Equal(t, e.Now, got.Now)
 	require.Equal(t, e.Ops, got.Ops)
+}
+
+// FuzzApplyEntry applies any bytes as a committed Raft entry, after a few
+// jobs exist, on two state machines: a replica never panics or fails on an
+// entry (whatever a peer's internal propose endpoint or a bug put in the
+// log — a failing apply would stop every replica of the shard), and both
+// end byte-for-byte alike (determinism).
+func FuzzApplyEntry(f *testing.F) {
+	seed := setup(f)
+	id := seed.newID()
+	for _, ops := range [][]Op{
+		{&EnqueueOp{Job: Job{ID: id, Queue: "q", Payload: []byte(`{}`), Priority: PriorityHigh, MaxRetries: 2}}},
+		{&FetchOp{Queues: []string{"q", "r"}, WorkerID: "w", Count: 5}},
+		{&AckOp{JobID: id, Holder: Holder{WorkerID: "w", Attempt: 1}, Result: []byte(`1`)}},
+		{&FailOp{JobID: id, Holder: Holder{WorkerID: "w", Attempt: 1}, Error: "e"}},
+		{&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: id, Progress: []byte(`{}`)}}}},
+		{&CancelOp{JobID: id}, &PromoteOp{Limit: 3}, &ReclaimOp{}, &PauseQueueOp{Queue: "q"}},
+		{&MoveJobOp{JobID: id, Queue: "r"}, &PriorityOp{JobID: id, Priority: PriorityCritical}},
+		{&DropQueueOp{Queue: "q", Index: DropPending}, &DropQueueOp{Queue: "q", Index: DropConfig}},
+	} {
+		f.Add(seed.entry(ops...))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		run := func() ([]byte, []string) {
+			tb := setup(t)
+			tb.enqueue("q", PriorityNormal)
+			tb.enqueue("q", PriorityHigh, func(j *Job) { j.UniqueKey = "u" })
+			tb.fetch(1, "q")
+			tb.index++
+			out, err := tb.sm.Update([]sm.Entry{{Index: tb.index, Cmd: b}})
+			require.NoError(t, err)
+			return out[0].Result.Data, tb.dump()
+		}
+		r1, d1 := run()
+		r2, d2 := run()
+		require.Equal(t, r1, r2)
+		require.Equal(t, d1, d2)
+	})
+}
+
+// Ops the gateway would never build (they can still reach the log through
+// the internal propose endpoint) are refused or bounded, and leave the
+// state machine working.
+func TestStateMachineRefusesMalformedOps(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal)
+	for _, c := range []struct {
+		op   Op
+		want Status
+	}{
+		{&EnqueueOp{Job: Job{}}, StatusInvalid},
+		{&EnqueueOp{Job: Job{ID: "job_0_x"}}, StatusInvalid},
+		{&EnqueueOp{Job: Job{ID: "job_0_y", Queue: "q", Priority: Priority(200)}}, StatusInvalid},
+		{&PriorityOp{JobID: id, Priority: Priority(99)}, StatusInvalid},
+		{&DropQueueOp{Queue: "q", Index: 77}, StatusInvalid},
+		{&AckOp{JobID: ""}, StatusNotFound},
+	} {
+		require.Equal(t, c.want, tb.one(c.op).Status, "%T %+v", c.op, c.op)
+	}
+	require.Nil(t, tb.get("job_0_y"))
+	// A fetch of any size hands out what there is.
+	jobs := tb.one(&FetchOp{Queues: []string{"q", "q", ""}, WorkerID: "w", Count: 1 << 31}).Jobs
+	require.Len(t, jobs, 1)
+	require.Equal(t, id, jobs[0].Job.ID)
 }

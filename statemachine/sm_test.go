@@ -28,10 +28,10 @@ type testBundle struct {
 	jobCache int64
 }
 
-func setup(t *testing.T) *testBundle { return setupWith(t, 0) }
+func setup(t testing.TB) *testBundle { return setupWith(t, 0) }
 
 // setupWith sets the job cache size (negative: off).
-func setupWith(t *testing.T, jobCache int64) *testBundle {
+func setupWith(t testing.TB, jobCache int64) *testBundle {
 	t.Helper()
 	tb := &testBundle{t: t, dir: t.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2)), jobCache: jobCache}
 	tb.open()
