@@ -219,6 +219,29 @@ func TestE2EKillDashNine(t *testing.T) {
 		require.Equal(t, 1, n, "job %s completed %d times", id, n)
 	}
 	t.Logf("%d jobs accepted, all completed; %d completed by acks in flight at the kill", len(accepted), lost)
+
+	// The mirror, written until the kill and caught up after the restart,
+	// agrees with Pebble: as many completed jobs as the queues count, and
+	// none in another state (created_after keeps the search on SQLite; a
+	// queue/state-only search would take its total from the shards).
+	code, body := do(t, "GET", s.url+"/api/v1/queues", nil)
+	require.Equal(t, 200, code, string(body))
+	inPebble := 0
+	for _, q := range decode[struct{ Queues []struct{ Completed int } }](t, body).Queues {
+		inPebble += q.Completed
+	}
+	require.GreaterOrEqual(t, inPebble, len(accepted))
+	searchTotal := func(filter map[string]any) int {
+		filter["created_after"], filter["limit"] = "2000-01-01T00:00:00Z", 1
+		code, body := do(t, "POST", s.url+"/api/v1/jobs/search", filter)
+		require.Equal(t, 200, code, string(body))
+		return decode[struct{ Total int }](t, body).Total
+	}
+	for deadline := time.Now().Add(30 * time.Second); searchTotal(map[string]any{"state": []string{"completed"}}) != inPebble; {
+		require.True(t, time.Now().Before(deadline), "the mirror never caught up with Pebble")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, inPebble, searchTotal(map[string]any{}), "no job in the mirror in another state")
 	took := s.stop()
 	require.Less(t, took, 10*time.Second, "SIGTERM shutdown")
 	require.Equal(t, 0, s.exitCode)
