@@ -107,22 +107,26 @@ func (m *Mirror) write(p *pending) error {
 	if len(p.changes) == 0 && !anyIndex(p.index) {
 		return nil
 	}
-	b := &m.batch
-	b.reset()
-	for id, ch := range p.changes {
-		if ch.c.Deleted {
-			b.deleteJob(id)
-			continue
+	err := m.w.tx(func(b *batch) error {
+		for id, ch := range p.changes {
+			if ch.c.Deleted {
+				b.deleteJob(id)
+			} else {
+				if err := m.w.upsert(b, ch.shard, ch.idx, m.gen[ch.shard], ch.c.View); err != nil {
+					return err
+				}
+				for i := range ch.errs {
+					b.insertError(id, &ch.errs[i])
+				}
+			}
+			if err := b.spill(); err != nil {
+				return err
+			}
 		}
-		if err := m.w.upsert(b, ch.shard, ch.idx, m.gen[ch.shard], ch.c.View); err != nil {
-			return err
-		}
-		for i := range ch.errs {
-			b.insertError(id, &ch.errs[i])
-		}
-	}
-	m.saveIndexes(b, p.index)
-	if err := m.w.run(b); err != nil {
+		m.saveIndexes(b, p.index)
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	for sh, idx := range p.index {
@@ -299,20 +303,23 @@ func (m *Mirror) drainEvents() {
 }
 
 func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error {
-	b := &m.batch
-	b.reset()
-	for i := range page.Jobs {
-		v := &page.Jobs[i]
-		if err := m.w.upsert(b, sh, page.Index, gen, v); err != nil {
-			return err
+	return m.w.tx(func(b *batch) error {
+		for i := range page.Jobs {
+			v := &page.Jobs[i]
+			if err := m.w.upsert(b, sh, page.Index, gen, v); err != nil {
+				return err
+			}
+			// The scan's row wins only if no newer event wrote it; the errors
+			// are rewritten from the full history either way.
+			b.setGen(v.Job.ID, gen)
+			b.deleteErrors(v.Job.ID)
+			for k := range v.Errors {
+				b.insertError(v.Job.ID, &v.Errors[k])
+			}
+			if err := b.spill(); err != nil {
+				return err
+			}
 		}
-		// The scan's row wins only if no newer event wrote it; the errors
-		// are rewritten from the full history either way.
-		b.setGen(v.Job.ID, gen)
-		b.deleteErrors(v.Job.ID)
-		for k := range v.Errors {
-			b.insertError(v.Job.ID, &v.Errors[k])
-		}
-	}
-	return m.w.run(b)
+		return nil
+	})
 }

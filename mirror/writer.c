@@ -126,26 +126,17 @@ static int exec(sqlite3_stmt **stmts, int nstmts, const unsigned char **pp, cons
 	return rc;
 }
 
-int corvo_run(sqlite3 *db, sqlite3_stmt **stmts, int nstmts, const unsigned char *buf, size_t n, size_t *at) {
-	int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0); // the write lock now, waiting (busy timeout) if another connection holds it
-	if (rc != SQLITE_OK) {
-		*at = 0;
-		return rc;
-	}
+int corvo_sql(sqlite3 *db, const char *sql) { return sqlite3_exec(db, sql, 0, 0, 0); }
+
+int corvo_exec(sqlite3_stmt **stmts, int nstmts, const unsigned char *buf, size_t n, size_t *at) {
 	const unsigned char *p = buf, *end = buf + n;
 	while (p < end) {
 		const unsigned char *op = p;
-		rc = exec(stmts, nstmts, &p, end);
+		int rc = exec(stmts, nstmts, &p, end);
 		if (rc != SQLITE_OK) {
 			*at = (size_t)(op - buf);
-			sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
 			return rc;
 		}
 	}
-	rc = sqlite3_exec(db, "COMMIT", 0, 0, 0);
-	if (rc != SQLITE_OK) {
-		*at = n;
-		sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
-	}
-	return rc;
+	return SQLITE_OK;
 }

@@ -17,13 +17,15 @@ import (
 
 // writer is the mirror's own write connection. A flush is encoded into
 // one buffer of operations (a prepared statement and its values) and run
-// by C in one transaction: one cgo call per flush instead of ~30 per row
+// by C, in one transaction: one cgo call per flush (per 4 MiB of it)
+// instead of ~30 per row
 // (binding each value through database/sql or the driver was a third of
 // the mirror's CPU; BENCHMARKS.md). Only the apply goroutine uses it.
 type writer struct {
 	db      *C.sqlite3
 	stmts   []*C.sqlite3_stmt
 	upserts map[uint32]uint16 // upsert statement per set of non-NULL optional columns
+	b       batch             // reused by every transaction
 }
 
 // The fixed statements, by index.
@@ -96,15 +98,42 @@ func (w *writer) close() {
 	}
 }
 
-// run executes the batch's operations in one transaction.
-func (w *writer) run(b *batch) error {
-	if len(b.buf) == 0 {
-		return nil
+// tx runs fill in one transaction. fill appends operations to the batch,
+// which runs them whenever it holds more than spillBytes (b.spill) and
+// once more at the end, then commits; on an error nothing of it is kept.
+func (w *writer) tx(fill func(b *batch) error) error {
+	if err := w.sql(sqlBegin); err != nil { // the write lock now, waiting out the bookkeeping connection
+		return err
 	}
-	var at C.size_t
-	rc := C.corvo_run(w.db, &w.stmts[0], C.int(len(w.stmts)), (*C.uchar)(unsafe.Pointer(&b.buf[0])), C.size_t(len(b.buf)), &at)
-	if rc != 0 {
-		return w.err(rc, fmt.Sprintf("write (operation at byte %d of %d)", int(at), len(b.buf)))
+	b := &w.b
+	b.w = w
+	b.reset()
+	err := fill(b)
+	if err == nil {
+		err = b.exec()
+	}
+	if err == nil {
+		err = w.sql(sqlCommit)
+	}
+	if err != nil {
+		_ = w.sql(sqlRollback)
+		b.reset()
+		return err
+	}
+	return nil
+}
+
+// The transaction statements, allocated once for the process.
+var (
+	sqlBegin    = C.CString("BEGIN IMMEDIATE")
+	sqlCommit   = C.CString("COMMIT")
+	sqlRollback = C.CString("ROLLBACK")
+)
+
+// sql runs one of the statements above.
+func (w *writer) sql(stmt *C.char) error {
+	if rc := C.corvo_sql(w.db, stmt); rc != 0 {
+		return w.err(rc, C.GoString(stmt))
 	}
 	return nil
 }
@@ -115,9 +144,39 @@ func (w *writer) run(b *batch) error {
 // the text), little-endian.
 type batch struct {
 	buf []byte
+	w   *writer
 }
 
+// spillBytes bounds a batch's buffer: a flush of many large rows runs in
+// parts (one transaction still), so it never holds a second copy of them
+// all.
+const spillBytes = 4 << 20
+
 func (b *batch) reset() { b.buf = b.buf[:0] }
+
+// spill runs the operations so far if they exceed spillBytes.
+func (b *batch) spill() error {
+	if len(b.buf) < spillBytes {
+		return nil
+	}
+	return b.exec()
+}
+
+// exec runs the operations so far, in the open transaction.
+func (b *batch) exec() error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	w := b.w
+	var at C.size_t
+	rc := C.corvo_exec(&w.stmts[0], C.int(len(w.stmts)), (*C.uchar)(unsafe.Pointer(&b.buf[0])), C.size_t(len(b.buf)), &at)
+	n := len(b.buf)
+	b.reset()
+	if rc != 0 {
+		return w.err(rc, fmt.Sprintf("write (operation at byte %d of %d)", int(at), n))
+	}
+	return nil
+}
 
 func (b *batch) op(st uint16, n int) {
 	b.buf = append(b.buf, byte(st), byte(st>>8), byte(n))

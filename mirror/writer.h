@@ -1,5 +1,5 @@
-// The mirror's write path in C: a whole flush (one transaction of many
-// statement executions) is one cgo call. The SQLite functions are the
+// The mirror's write path in C: a flush's statement executions (up to a few
+// MiB of them) are one cgo call. The SQLite functions are the
 // ones github.com/mattn/go-sqlite3 compiles into the binary; only the
 // few used here are declared, with SQLite's stable C ABI.
 #ifndef CORVO_MIRROR_WRITER_H
@@ -14,10 +14,11 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 // pragmas (WAL, synchronous=OFF, a 64 MiB page cache, a busy timeout).
 int corvo_open(const char *path, sqlite3 **db);
 int corvo_prepare(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st);
-// corvo_run executes every operation of buf (see writer.go's batch) in one
-// transaction, and commits; on an error it rolls back and stores in *at
-// the offset of the failed operation.
-int corvo_run(sqlite3 *db, sqlite3_stmt **stmts, int nstmts, const unsigned char *buf, size_t n, size_t *at);
+// corvo_sql runs SQL without results (BEGIN IMMEDIATE, COMMIT, ROLLBACK).
+int corvo_sql(sqlite3 *db, const char *sql);
+// corvo_exec executes every operation of buf (see writer.go's batch) and
+// stops at the first that fails, storing its offset in *at.
+int corvo_exec(sqlite3_stmt **stmts, int nstmts, const unsigned char *buf, size_t n, size_t *at);
 const char *corvo_errmsg(sqlite3 *db);
 void corvo_finalize(sqlite3_stmt *st);
 void corvo_close(sqlite3 *db);

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -122,12 +123,39 @@ func TestWriterRejectsMalformedBatches(t *testing.T) {
 		"bad tag":           append(append([]byte{}, good.buf...), byte(stDelJob), 0, 1, 9),
 		"text past the end": append(append([]byte{}, good.buf...), byte(stDelJob), 0, 1, 2, 0xff, 0, 0, 0, 'x'),
 	} {
-		err := m.w.run(&batch{buf: buf})
+		err := m.w.tx(func(b *batch) error { b.buf = append(b.buf, buf...); return nil })
 		require.Error(t, err, name)
 		require.Nil(t, row(t, m, v.Job.ID), name)
 	}
-	require.NoError(t, m.w.run(&good))
+	// A part already run (a spill) is rolled back with the rest.
+	err := m.w.tx(func(b *batch) error {
+		b.buf = append(b.buf, good.buf...)
+		require.NoError(t, b.exec())
+		b.buf = append(b.buf, byte(stDelJob), 0, 1, 9)
+		return nil
+	})
+	require.Error(t, err)
+	require.Nil(t, row(t, m, v.Job.ID))
+
+	require.NoError(t, m.w.tx(func(b *batch) error { b.buf = append(b.buf, good.buf...); return nil }))
 	require.Equal(t, "pending", row(t, m, v.Job.ID)["state"])
+}
+
+// A flush larger than spillBytes runs in parts, in one transaction.
+func TestWriterSpillsLargeFlushes(t *testing.T) {
+	t.Parallel()
+	m := openTest(t)
+	pad := strings.Repeat("x", 100_000)
+	p := &pending{changes: map[string]*change{}, index: []uint64{7}}
+	for i := 0; i < 100; i++ { // ~10 MB of payloads
+		v := view(100+i, "big", "pending", `{"pad":"`+pad+`"}`)
+		p.changes[v.Job.ID] = &change{idx: 7, c: statemachine.JobChange{ID: v.Job.ID, View: v}}
+	}
+	require.NoError(t, m.write(p))
+	var n int
+	require.NoError(t, m.rdb.QueryRow(`SELECT count(*) FROM jobs WHERE queue = 'big'`).Scan(&n))
+	require.Equal(t, 100, n)
+	require.Less(t, cap(m.w.b.buf), 2*spillBytes, "the buffer never held the whole flush")
 }
 
 // Every shape's statement lists each column once and binds as many values
