@@ -44,12 +44,11 @@ type Config struct {
 
 // Mirror is the per-node SQLite view.
 type Mirror struct {
-	cfg   Config
-	log   zerolog.Logger
-	db    *sql.DB // the writer (one connection)
-	rdb   *sql.DB // readers
-	w     *writer // the apply goroutine's writes of job rows
-	batch batch   // the writer's buffer, reused
+	cfg Config
+	log zerolog.Logger
+	db  *sql.DB // the writer (one connection)
+	rdb *sql.DB // readers
+	w   *writer // the apply goroutine's writes of job rows
 
 	readMu  sync.Mutex // held while reading the shards
 	noReads bool       // set by StopReads
