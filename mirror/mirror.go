@@ -46,7 +46,7 @@ type Config struct {
 type Mirror struct {
 	cfg Config
 	log zerolog.Logger
-	db  *sql.DB // the writer (one connection)
+	db  *sql.DB // one connection: schema, bulk records, rebuild cleanup, drops
 	rdb *sql.DB // readers
 	w   *writer // the apply goroutine's writes of job rows
 
