@@ -113,11 +113,14 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	a.now = a.s.lastNow
 	a.rateSeq, a.outSeq, a.jobSeq, a.evPos = 0, 0, 0, 0 // per entry, so keys never depend on how entries were batched
 
+	// Every entry is checked against the ones applied, not only retries: a
+	// retry can commit before its first attempt (the first was still on
+	// its way to a leader that lost leadership, and reached the new one
+	// after the retry), and a first attempt applied after its retry must
+	// not apply its ops again (an enqueue would reset a finished job).
 	dk := dedupKey(e.ID)
-	if e.Retry {
-		if prev, ok := a.get(dk); ok {
-			return a.replayResults(prev), true
-		}
+	if prev, ok := a.get(dk); ok {
+		return a.replayResults(prev), true
 	}
 	results := make([]Result, len(e.Ops))
 	for i, op := range e.Ops {

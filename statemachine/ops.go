@@ -73,8 +73,9 @@ type Op interface {
 // clock).
 type Entry struct {
 	ID EntryID
-	// Retry marks a proposal sent again after a timeout: only a retry can
-	// find its ID already applied, so only a retry pays for the lookup.
+	// Retry marks a proposal sent again after a timeout (for logs and
+	// tests). The state machine looks up every entry's ID, whatever the
+	// flag: a retry may commit before its first attempt.
 	Retry bool
 	Now   int64 // Unix ns
 	Ops   []Op

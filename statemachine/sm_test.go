@@ -335,6 +335,29 @@ func TestStateMachineDuplicateEntryAppliesOnce(t *testing.T) {
 	require.Len(t, tb.fetch(10, "q"), 1, "the retry claimed nothing new")
 }
 
+// A retry that commits before its first attempt (the first was on its
+// way to a replica that lost leadership and reached the new leader late)
+// makes the first a duplicate: a completed job is not enqueued again.
+func TestStateMachineFirstAttemptAfterItsRetryAppliesNothing(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.newID()
+	first := tb.entry(&EnqueueOp{Job: Job{ID: id, Queue: "q", Payload: []byte(`{}`), Priority: PriorityNormal, MaxRetries: 3}})
+	retry := append([]byte(nil), first...)
+	retry[RetryFlagOffset] = 1
+	require.Equal(t, StatusOK, tb.applyRaw(retry)[0].Status)
+	jobs := tb.fetch(1, "q")
+	require.Len(t, jobs, 1)
+	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status)
+	before := tb.dump()
+
+	rs := tb.applyRaw(first) // the first attempt, committed last
+	require.Equal(t, StatusOK, rs[0].Status)
+	require.Equal(t, StateCompleted, tb.get(id).State.State, "the job was not enqueued again")
+	after := tb.dump()
+	require.Equal(t, len(before), len(after))
+}
+
 func TestStateMachineRejectsGarbage(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
