@@ -277,6 +277,7 @@ type composeService struct {
 	DependsOn map[string]map[string]string `yaml:"depends_on"`
 	StopGrace string                       `yaml:"stop_grace_period"`
 	Restart   string                       `yaml:"restart"`
+	Env       []string                     `yaml:"environment"`
 }
 
 func loadCompose(t *testing.T, path string) composeFile {
@@ -382,7 +383,15 @@ func TestComposeCluster(t *testing.T) {
 		require.Equal(t, "service_healthy", s.DependsOn[boot]["condition"], "%s waits for %s to be healthy", name, boot)
 	}
 
+	// Every node gets the same cluster secret from the environment.
+	const secret = "compose-test-cluster-secret-0123456789"
+	for name, s := range cf.Services {
+		require.Equal(t, []string{"CORVO_CLUSTER_SECRET=${CORVO_CLUSTER_SECRET:?set CORVO_CLUSTER_SECRET, the same for every node (openssl rand -hex 32)}"}, s.Env, name)
+	}
 	nodes := newNodes(t, names...)
+	for _, n := range nodes {
+		n.env = []string{"CORVO_CLUSTER_SECRET=" + secret}
+	}
 	nodes[boot].start(t, cf.Services[boot].Command)
 	nodes[boot].waitHealthy(t)
 	for _, name := range names[1:] {
@@ -555,8 +564,21 @@ func TestHelmCluster(t *testing.T) {
 	r, err := renderChart(t, map[string]any{"cluster": map[string]any{"enabled": true}, "replicas": 5,
 		"server": map[string]any{"shutdownTimeoutSeconds": 60}})
 	require.NoError(t, err)
-	require.Equal(t, []string{"PodDisruptionBudget/corvo", "Service/corvo", "Service/corvo-headless", "StatefulSet/corvo"}, keys(r))
+	require.Equal(t, []string{"PodDisruptionBudget/corvo", "Secret/corvo-cluster", "Service/corvo", "Service/corvo-headless", "StatefulSet/corvo"}, keys(r))
 	sts := decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
+	// Every pod gets the one cluster secret, random and long.
+	sec := decode[corev1.Secret](t, r, "Secret/corvo-cluster")
+	require.Len(t, sec.Data["cluster-secret"], 64)
+	env := sts.Spec.Template.Spec.Containers[0].Env
+	require.Len(t, env, 1)
+	require.Equal(t, "CORVO_CLUSTER_SECRET", env[0].Name)
+	require.Equal(t, "corvo-cluster", env[0].ValueFrom.SecretKeyRef.Name)
+	require.Equal(t, "cluster-secret", env[0].ValueFrom.SecretKeyRef.Key)
+	// Or one the operator manages.
+	r2, err := renderChart(t, map[string]any{"cluster": map[string]any{"enabled": true, "existingSecret": "mine"}, "replicas": 3})
+	require.NoError(t, err)
+	require.NotContains(t, keys(r2), "Secret/corvo-cluster")
+	require.Equal(t, "mine", decode[appsv1.StatefulSet](t, r2, "StatefulSet/corvo").Spec.Template.Spec.Containers[0].Env[0].ValueFrom.SecretKeyRef.Name)
 	require.Equal(t, int32(5), *sts.Spec.Replicas)
 	require.Equal(t, appsv1.ParallelPodManagement, sts.Spec.PodManagementPolicy, "after a full restart the members must start together")
 	flags := checkPod(t, sts, "corvo-headless", 60)

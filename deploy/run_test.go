@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ type node struct {
 	cmd        *exec.Cmd
 	out        *lockedBuffer
 	exited     chan struct{}
+	env        []string // added to this process's environment
 }
 
 func freeAddr(t *testing.T) string {
@@ -106,6 +108,7 @@ func (n *node) start(t *testing.T, args []string) {
 		args = append(args, "--log-level", "warn")
 	}
 	n.cmd = exec.Command(corvoBin, args...)
+	n.cmd.Env = append(os.Environ(), n.env...)
 	n.out = &lockedBuffer{}
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	require.NoError(t, n.cmd.Start(), "corvo %v", args)

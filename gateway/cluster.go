@@ -244,6 +244,7 @@ func (s *Server) handleRemoveNode(ctx *fasthttp.RequestCtx) {
 		req.Header.SetMethod("POST")
 		req.Header.SetContentType("application/json")
 		req.SetBodyString(`{"node_id":` + strconv.FormatUint(id, 10) + `}`)
+		s.signPeer(req)
 		if err := s.peers.client.DoTimeout(req, resp, 2*time.Second); err != nil {
 			s.log.Info().Err(err).Uint64("node", id).Msg("could not tell the removed node; stop it by hand")
 		}

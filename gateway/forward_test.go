@@ -28,6 +28,9 @@ func (n notHosting) Hosts(sh int) bool { return sh != n.missing }
 func frontServer(t *testing.T, cfg Config, eng Engine) (*Server, string) {
 	t.Helper()
 	cfg.Logger = zerolog.Nop()
+	if cfg.ClusterSecret == "" {
+		cfg.ClusterSecret = testClusterSecret
+	}
 	srv := New(cfg, eng)
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	return srv, serveOnFreePort(t, srv)

@@ -33,6 +33,10 @@ var testMirror *mirror.Mirror
 // a test can push old events out.
 const testEventsCapacity = 200000
 
+// testClusterSecret is the cluster credential of every server the tests
+// start (frontServer gives it to those that set none).
+const testClusterSecret = "test-cluster-secret-0123456789abcdef"
+
 func TestMain(m *testing.M) {
 	if os.Getenv("CORVO_GATEWAY_NO_SERVER") != "" {
 		os.Exit(m.Run())
@@ -71,7 +75,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	testEngine, testMirror = host, mir
-	srv := New(Config{Logger: zerolog.Nop(), Mirror: mir, Events: hub, EventsKeepalive: 300 * time.Millisecond}, host)
+	srv := New(Config{Logger: zerolog.Nop(), Mirror: mir, Events: hub, EventsKeepalive: 300 * time.Millisecond, ClusterSecret: testClusterSecret}, host)
 	go func() { _ = srv.Serve(ln) }()
 	baseURL = fmt.Sprintf("http://%s", ln.Addr())
 	code := m.Run()

@@ -148,6 +148,7 @@ func (s *Server) callShard(sh int, what string, body []byte, deadline time.Time,
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/octet-stream")
 	req.Header.Set(hopHeader, "1")
+	s.signPeer(req)
 	req.SetBodyRaw(body)
 	path := shardPath(sh, what)
 	last := errNoTarget

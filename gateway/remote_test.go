@@ -304,7 +304,7 @@ func TestInternalShardEndpointsBadInput(t *testing.T) {
 	_, readBody, err := encodeReadQuery(statemachine.ListQueuesQuery{})
 	require.NoError(t, err)
 	post := func(url string, body []byte) (*http.Response, []byte) {
-		resp, err := httpc.Post(url, "application/octet-stream", bytes.NewReader(body))
+		resp, err := peerPost(url, body, testClusterSecret)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		out, err := io.ReadAll(resp.Body)

@@ -57,6 +57,10 @@ type Config struct {
 	// shard this node does not host to; nil: the other live nodes. It is
 	// called concurrently, from requests and background loops.
 	ShardTargets func(shard int) []string
+	// ClusterSecret is the credential node-to-node calls carry (see
+	// peerauth.go): the internal shard endpoints, join, removed and node
+	// removal refuse a caller without it. Empty: they refuse everyone.
+	ClusterSecret string
 }
 
 // Mirror is what the gateway needs from the per-node SQLite view.
@@ -171,13 +175,13 @@ func New(cfg Config, eng Engine) *Server {
 	if c, ok := eng.(Cluster); ok {
 		s.cluster = c
 		s.peers = newPeers(c.NodeID())
-		s.route(r, "POST", "/api/v1/cluster/join", s.handleJoin)
-		s.route(r, "DELETE", "/api/v1/cluster/nodes/{id}", s.handleRemoveNode)
+		s.route(r, "POST", "/api/v1/cluster/join", s.peerOnly(s.handleJoin))
+		s.route(r, "DELETE", "/api/v1/cluster/nodes/{id}", s.peerOnly(s.handleRemoveNode))
 		s.route(r, "GET", "/api/v1/cluster/status", s.handleClusterStatus)
-		s.route(r, "POST", "/api/v1/cluster/removed", s.handleRemoved)
+		s.route(r, "POST", "/api/v1/cluster/removed", s.peerOnly(s.handleRemoved))
 	}
-	s.route(r, "POST", "/internal/v1/shards/{n}/propose", s.handleShardPropose)
-	s.route(r, "POST", "/internal/v1/shards/{n}/read", s.handleShardRead)
+	s.route(r, "POST", "/internal/v1/shards/{n}/propose", s.peerOnly(s.handleShardPropose))
+	s.route(r, "POST", "/internal/v1/shards/{n}/read", s.peerOnly(s.handleShardRead))
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
 	s.route(r, "GET", "/", s.handleUIRedirect)

@@ -11,12 +11,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/corvohq/corvo/gateway"
 )
 
 // clientFlags are shared by every command that talks to a server.
 type clientFlags struct {
 	url    string
 	output string
+	// clusterSecret, when set, is sent as the cluster credential (the
+	// node-to-node routes an operator may call: node removal).
+	clusterSecret string
 }
 
 func (c *clientFlags) register(cmd *cobra.Command) {
@@ -46,6 +51,9 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.clusterSecret != "" {
+		req.Header.Set(gateway.ClusterSecretHeader, c.clusterSecret)
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/corvohq/corvo/gateway"
 )
 
 // handOffTimeout bounds how long a stopping node waits for its leaderships
@@ -38,7 +41,7 @@ type joinAnswer struct {
 // joinCluster asks a member (any of the comma-separated HTTP addresses) to
 // add this node, retrying while the cluster is starting or unreachable,
 // until ctx ends. A node only joins with an empty data dir.
-func joinCluster(ctx context.Context, targets string, body joinRequestBody, log zerolog.Logger) (joinAnswer, error) {
+func joinCluster(ctx context.Context, targets string, body joinRequestBody, secret string, log zerolog.Logger) (joinAnswer, error) {
 	b, _ := json.Marshal(body)
 	var addrs []string
 	for _, a := range strings.Split(targets, ",") {
@@ -62,6 +65,7 @@ func joinCluster(ctx context.Context, targets string, body joinRequestBody, log 
 			return joinAnswer{}, err
 		}
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(gateway.ClusterSecretHeader, secret)
 		resp, err := client.Do(req)
 		if err == nil {
 			out, _ := io.ReadAll(resp.Body)
@@ -134,18 +138,53 @@ func newClusterCmd() *cobra.Command {
 			return "GET", "/api/v1/cluster/status", nil, nil
 		},
 		printClusterStatus)
-	remove := apiCommand("remove NODE_ID", "Take a node out of the cluster: its replicas move to other nodes, then it stops; its ID is never reused", cobra.ExactArgs(1),
-		func(_ *cobra.Command, args []string) (string, string, any, error) {
-			if _, err := strconv.ParseUint(args[0], 10, 64); err != nil {
-				return "", "", nil, fmt.Errorf("node id must be a number, not %q", args[0])
+	cmd.AddCommand(status, newClusterRemoveCmd())
+	return cmd
+}
+
+// newClusterRemoveCmd is `corvo cluster remove NODE_ID`. Node removal is a
+// node-to-node route: it needs the cluster secret, not a user key.
+func newClusterRemoveCmd() *cobra.Command {
+	var c clientFlags
+	var secretFile string
+	cmd := &cobra.Command{
+		Use:   "remove NODE_ID",
+		Short: "Take a node out of the cluster: its replicas move to other nodes, then it stops; its ID is never reused",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := c.validate(); err != nil {
+				return err
 			}
-			return "DELETE", "/api/v1/cluster/nodes/" + args[0], nil, nil
-		},
-		func(w io.Writer, out []byte) error {
-			_, err := fmt.Fprintf(w, "%s: removed from the cluster; stop its process\n", bytes.TrimSpace(out))
+			if _, err := strconv.ParseUint(args[0], 10, 64); err != nil {
+				return &exitError{exitUsage, fmt.Errorf("node id must be a number, not %q", args[0])}
+			}
+			secret := strings.TrimSpace(os.Getenv("CORVO_CLUSTER_SECRET"))
+			if secretFile != "" {
+				b, err := os.ReadFile(secretFile)
+				if err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--cluster-secret-file: %w", err)}
+				}
+				secret = strings.TrimSpace(string(b))
+			}
+			if secret == "" {
+				return &exitError{exitUsage, errors.New("removing a node needs the cluster secret: --cluster-secret-file (a node's <data-dir>/" + clusterSecretFile + ") or CORVO_CLUSTER_SECRET")}
+			}
+			c.clusterSecret = secret
+			out, _, err := c.call("DELETE", "/api/v1/cluster/nodes/"+args[0], nil)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if c.output == "json" {
+				_, err = fmt.Fprintln(w, strings.TrimSpace(string(out)))
+				return err
+			}
+			_, err = fmt.Fprintf(w, "%s: removed from the cluster; stop its process\n", bytes.TrimSpace(out))
 			return err
-		})
-	cmd.AddCommand(status, remove)
+		},
+	}
+	c.register(cmd)
+	cmd.Flags().StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (env CORVO_CLUSTER_SECRET)")
 	return cmd
 }
 

@@ -41,6 +41,7 @@ func newClusterNode(t *testing.T, i int, join string, extra ...string) *server {
 	if join != "" {
 		s.extra = append(s.extra, "--join", join)
 	}
+	s.env = append(s.env, "CORVO_CLUSTER_SECRET="+testClusterSecret)
 	s.start()
 	t.Cleanup(func() {
 		if s.cmd != nil && s.cmd.ProcessState == nil {
@@ -576,6 +577,9 @@ func TestClusterAddAndRemoveNode(t *testing.T) {
 	_, code = runCLI(t, n4.url, "cluster", "remove", "two")
 	require.Equal(t, exitUsage, code)
 	out, code = runCLI(t, n4.url, "cluster", "remove", fmt.Sprint(id2))
+	require.Equal(t, exitUsage, code, "without the cluster secret: %s", out)
+	require.Contains(t, out, "cluster secret")
+	out, code = runCLI(t, n4.url, "cluster", "remove", fmt.Sprint(id2), "--cluster-secret-file", filepath.Join(n1.dir, "cluster-secret"))
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "removed")
 	select {
@@ -719,7 +723,7 @@ func TestClusterJoinNeverPausesWrites(t *testing.T) {
 	waitCluster(t, n1, 1)
 	// A member that never starts: were it a voter, every group's quorum
 	// would be two and these writes would time out.
-	code, body := do(t, "POST", n1.url+"/api/v1/cluster/join", map[string]any{"name": "ghost",
+	code, body := doPeer(t, "POST", n1.url+"/api/v1/cluster/join", map[string]any{"name": "ghost",
 		"raft_address": freeAddrOn(t, "127.0.0.9"), "http_address": freeAddrOn(t, "127.0.0.9")})
 	require.Equal(t, 200, code, string(body))
 	ghost := decode[struct {
@@ -759,7 +763,7 @@ func TestClusterJoinNeverPausesWrites(t *testing.T) {
 		}
 	}
 	enqueueAll(n1, "ghost registered")
-	code, body = do(t, "DELETE", fmt.Sprintf("%s/api/v1/cluster/nodes/%d", n1.url, ghost.NodeID), nil)
+	code, body = doPeer(t, "DELETE", fmt.Sprintf("%s/api/v1/cluster/nodes/%d", n1.url, ghost.NodeID), nil)
 	require.Equal(t, 200, code, string(body))
 
 	n2 := newClusterNode(t, 1, n1.http)

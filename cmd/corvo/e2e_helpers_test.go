@@ -20,6 +20,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/gateway"
 )
 
 // corvoBin is the binary built once for the end-to-end tests.
@@ -163,8 +165,22 @@ func (s *server) stop() time.Duration {
 
 var client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 
+// testClusterSecret is the cluster secret of the test clusters' nodes.
+const testClusterSecret = "e2e-cluster-secret-0123456789abcdef"
+
 // do sends a JSON request and returns status and body.
 func do(t testing.TB, method, url string, body any) (int, []byte) {
+	t.Helper()
+	return doWith(t, method, url, body, nil)
+}
+
+// doPeer is do with the test clusters' secret: a node-to-node call.
+func doPeer(t testing.TB, method, url string, body any) (int, []byte) {
+	t.Helper()
+	return doWith(t, method, url, body, map[string]string{gateway.ClusterSecretHeader: testClusterSecret})
+}
+
+func doWith(t testing.TB, method, url string, body any, header map[string]string) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -181,6 +197,9 @@ func do(t testing.TB, method, url string, body any) (int, []byte) {
 	req, err := http.NewRequest(method, url, rd)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())

@@ -212,6 +212,7 @@ func (l *netLab) startNode(i int, join string) *server {
 	if join != "" {
 		s.extra = append(s.extra, "--join", join)
 	}
+	s.env = append(s.env, "CORVO_CLUSTER_SECRET="+testClusterSecret)
 	s.command = func(args []string) *exec.Cmd {
 		cmd := exec.Command("ip", append([]string{"netns", "exec", nd.ns, corvoBin}, args...)...)
 		// ip execs corvo in place; it dies with the test process even

@@ -49,6 +49,7 @@ type serverFlags struct {
 	discover        string
 	discoverService string
 	snapshotEntries uint64
+	secretFile      string
 }
 
 func newServerCmd() *cobra.Command {
@@ -75,6 +76,7 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.raftAdvertise, "raft-advertise", "", "Raft address other nodes reach this node on (default: --raft-bind)")
 	fl.StringVar(&f.httpAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node on (default: --bind, with the Raft host when --bind has none)")
 	fl.Uint64Var(&f.snapshotEntries, "snapshot-entries", shard.SnapshotEntriesDefault, "Raft entries each shard applies between snapshots (a replica further behind than a fifth of that catches up from a snapshot)")
+	fl.StringVar(&f.secretFile, "cluster-secret-file", "", "file holding the cluster secret that node-to-node calls carry (env CORVO_CLUSTER_SECRET); a founding node without one generates it into <data-dir>/cluster-secret, a joining node must be given it")
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard (set at bootstrap): each shard is placed on this many nodes, or on every node while there are fewer")
 	fl.StringVar(&f.discover, "discover", "", `find peers automatically: "dns" (a Kubernetes headless service; the pod with ordinal 0 bootstraps, the rest join)`)
 	fl.StringVar(&f.discoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
@@ -221,8 +223,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	var secret string
 	if ok {
 		if err := checkMeta(f.dataDir, meta, &f); err != nil {
+			return &exitError{exitUsage, err}
+		}
+		if secret, err = loadClusterSecret(f.dataDir, f.secretFile, meta.Joined, log); err != nil {
 			return &exitError{exitUsage, err}
 		}
 	} else {
@@ -232,13 +238,16 @@ func runServer(ctx context.Context, f serverFlags) error {
 				return &exitError{exitUsage, err}
 			}
 		}
+		if secret, err = loadClusterSecret(f.dataDir, f.secretFile, join != "", log); err != nil {
+			return &exitError{exitUsage, err}
+		}
 		meta = nodeMeta{Shards: f.shards, RaftAddr: f.raftAdvertise, NodeID: f.nodeID, ReplicaID: 1}
 		if meta.Shards == 0 {
 			meta.Shards = shard.ShardsDefault
 		}
 		if join != "" {
 			log.Info().Str("join", join).Msg("asking the cluster to add this node")
-			info, err := joinCluster(sigCtx, join, joinRequestBody{Name: f.nodeID, RaftAddress: f.raftAdvertise, HTTPAddress: f.httpAdvertise}, log)
+			info, err := joinCluster(sigCtx, join, joinRequestBody{Name: f.nodeID, RaftAddress: f.raftAdvertise, HTTPAddress: f.httpAdvertise}, secret, log)
 			if err != nil {
 				return &exitError{exitError_, err}
 			}
@@ -305,7 +314,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	removed := make(chan struct{})
 	var removedOnce sync.Once
-	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log,
+	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log, ClusterSecret: secret,
 		OnRemoved: func() { removedOnce.Do(func() { close(removed) }) }}
 	if hub != nil {
 		if err := hub.StartFrom(host); err != nil {

@@ -309,7 +309,9 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 	return &out, err
 }
 
-// RemoveNode takes a node out of every shard of the cluster.
+// RemoveNode takes a node out of every shard of the cluster. It needs the
+// cluster secret (WithClusterSecret): node removal is a node-to-node
+// route.
 func (c *Client) RemoveNode(ctx context.Context, nodeID uint64) error {
 	_, err := c.do(ctx, "DELETE", "/api/v1/cluster/nodes/"+strconv.FormatUint(nodeID, 10), nil, nil)
 	return err

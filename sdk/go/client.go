@@ -54,10 +54,21 @@ type Client struct {
 	// MaxRetries bounds how often a request answered 429 or 503 is retried
 	// after the server's Retry-After delay (default 5).
 	MaxRetries int
+	// clusterSecret is sent on the node-to-node routes an operator calls
+	// (RemoveNode); see WithClusterSecret.
+	clusterSecret string
 }
 
 // Option configures a Client.
 type Option func(*Client)
+
+// WithClusterSecret gives the client the cluster secret (a node's
+// <data-dir>/cluster-secret), which RemoveNode needs: node removal is a
+// node-to-node route that no user key opens.
+func WithClusterSecret(secret string) Option { return func(c *Client) { c.clusterSecret = secret } }
+
+// ClusterSecretHeader is the header that carries the cluster secret.
+const ClusterSecretHeader = "X-Corvo-Cluster-Secret"
 
 // WithHTTPClient replaces the default http.Client.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
@@ -199,6 +210,9 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, o
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.clusterSecret != "" && strings.Contains(req.URL.Path, "/api/v1/cluster/nodes/") {
+		req.Header.Set(ClusterSecretHeader, c.clusterSecret)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

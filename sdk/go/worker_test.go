@@ -58,6 +58,8 @@ func startNode(t *testing.T, extra ...string) (string, *exec.Cmd) {
 	httpAddr := freeAddr(t)
 	args := append([]string{"server", "--bind", httpAddr, "--raft-bind", freeAddr(t), "--data-dir", t.TempDir(), "--log-level", "error"}, extra...)
 	cmd := exec.Command(serverBin, args...)
+	// The nodes of a test cluster share one cluster secret.
+	cmd.Env = append(os.Environ(), "CORVO_CLUSTER_SECRET="+testClusterSecret)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +78,9 @@ func startNode(t *testing.T, extra ...string) (string, *exec.Cmd) {
 	t.Fatal("server did not start")
 	return "", nil
 }
+
+// testClusterSecret is the cluster secret of the test servers.
+const testClusterSecret = "sdk-test-cluster-secret-0123456789abcdef"
 
 func ptr[T any](v T) *T { return &v }
 

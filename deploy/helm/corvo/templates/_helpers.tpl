@@ -78,3 +78,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - {{ . | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The Secret holding the cluster secret (key "cluster-secret"). */}}
+{{- define "corvo.clusterSecretName" -}}
+{{- if .Values.cluster.existingSecret -}}
+{{- .Values.cluster.existingSecret -}}
+{{- else -}}
+{{- printf "%s-cluster" (include "corvo.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
