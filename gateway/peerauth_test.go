@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -74,4 +76,57 @@ func TestPeerEndpointsNeedClusterSecret(t *testing.T) {
 	require.Equal(t, 200, code2, out2)
 	code, _ = call(t, "GET", "/api/v1/jobs/"+id, nil)
 	require.Equal(t, 404, code)
+}
+
+// TestPeerEntryIsValidated: an entry from a peer holding the secret is
+// still checked before it is proposed: a queue name the API refuses, a job
+// or queue of another shard, an unknown priority, or a leader's own
+// housekeeping op is a 400 and changes nothing (the attack stored a queue
+// name the API would refuse, which then showed in GET /queues).
+func TestPeerEntryIsValidated(t *testing.T) {
+	t.Parallel()
+	q := uq("peerval")
+	sh := rt4.ShardForQueue(q)
+	other := (sh + 1) % 4
+	jobOn := func(s int) string { return router.JobID(s, ulid.Make()) }
+	badName := "bad queue/" + q // a space and a slash: refused by the API
+	for badName = badName + "x"; rt4.ShardForQueue(badName) != sh; badName += "x" {
+	}
+	otherQ := uq("peerval-other")
+	for rt4.ShardForQueue(otherQ) == sh {
+		otherQ = uq("peerval-other")
+	}
+	id := enqueue(t, map[string]any{"queue": q, "payload": map[string]any{}})
+	for _, c := range []struct {
+		name string
+		op   statemachine.Op
+	}{
+		{"bad queue name", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(sh), Queue: badName}}},
+		{"queue of another shard", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(sh), Queue: otherQ}}},
+		{"job id of another shard", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(other), Queue: q}}},
+		{"job id never issued", &statemachine.EnqueueOp{Job: statemachine.Job{ID: "job_" + itoa(sh) + "_nope", Queue: q}}},
+		{"unknown priority", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(sh), Queue: q, Priority: 9}}},
+		{"pause a bad name", &statemachine.PauseQueueOp{Queue: badName}},
+		{"delete a job of another shard", &statemachine.DeleteJobOp{JobID: jobOn(other)}},
+		{"move to a bad name", &statemachine.MoveJobOp{JobID: id, Queue: badName}},
+		{"fetch no queue", &statemachine.FetchOp{Count: 1}},
+		{"fetch zero jobs", &statemachine.FetchOp{Queues: []string{q}}},
+		{"leader-only promote", &statemachine.PromoteOp{Limit: 10}},
+		{"leader-only sweep", &statemachine.SweepOp{Limit: 10, PurgeBefore: 1 << 62}},
+		{"leader-only outbox ack", &statemachine.OutboxAckOp{Seqs: []uint64{1}}},
+		{"leader-only cron tick", &statemachine.CronTickOp{Limit: 1}},
+		{"schedule of another shard", &statemachine.ScheduleOp{Schedule: statemachine.Schedule{ID: "sched_" + itoa(other) + "_" + ulid.Make().String(), Queue: q, Cron: "* * * * *"}}},
+	} {
+		// A valid op first: one bad op refuses the whole entry.
+		body := (&statemachine.Entry{Ops: []statemachine.Op{&statemachine.CancelOp{JobID: id}, c.op}}).Encode(nil)
+		code, out := peerCall(t, baseURL+shardPath(sh, "propose"), body, testClusterSecret)
+		require.Equal(t, 400, code, "%s: %s", c.name, out)
+		require.Contains(t, out, `"code":"invalid_request"`, c.name)
+	}
+	code, body := call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"state":"pending"`, "the valid cancel beside a bad op was not applied")
+	code, body = call(t, "GET", "/api/v1/queues", nil)
+	require.Equal(t, 200, code)
+	require.NotContains(t, string(body), "bad queue")
 }

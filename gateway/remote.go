@@ -252,6 +252,10 @@ func (s *Server) handleShardPropose(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, invalid("the entry holds no op"))
 		return
 	}
+	if err := s.checkPeerOps(sh, e.Ops); err != nil {
+		writeError(ctx, invalid("the entry is refused: %v", err))
+		return
+	}
 	if s.refuseNotHosted(ctx, sh) {
 		return
 	}

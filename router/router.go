@@ -112,3 +112,21 @@ func ValidateQueueName(q string) error {
 	}
 	return nil
 }
+
+// TaggedShard returns the shard an ID of the form <prefix><shard>_<rest>
+// carries (batch_3_…, sched_0_…), checked against the shard count.
+func (r *Router) TaggedShard(prefix, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, prefix)
+	if !ok {
+		return 0, false
+	}
+	num, tail, ok := strings.Cut(rest, "_")
+	if !ok || tail == "" || num == "" || len(num) > 5 || (num[0] == '0' && len(num) > 1) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= r.shards {
+		return 0, false
+	}
+	return n, true
+}

@@ -86,3 +86,28 @@ func FuzzParseJobID(f *testing.F) {
 		require.Equal(t, id, JobID(s, u))
 	})
 }
+
+func TestTaggedShard(t *testing.T) {
+	r := New(4)
+	for _, c := range []struct {
+		id   string
+		want int
+		ok   bool
+	}{
+		{"batch_3_01J0000000000000000000000", 3, true},
+		{"batch_0_x", 0, true},
+		{"batch_4_x", 0, false},  // out of range
+		{"batch_03_x", 0, false}, // leading zero
+		{"batch_-1_x", 0, false},
+		{"batch_1_", 0, false},
+		{"batch_1", 0, false},
+		{"sched_1_x", 0, false}, // another prefix
+		{"batch__x", 0, false},
+		{"batch_999999_x", 0, false},
+	} {
+		got, ok := r.TaggedShard("batch_", c.id)
+		if got != c.want || ok != c.ok {
+			t.Errorf("TaggedShard(%q) = %d, %v; want %d, %v", c.id, got, ok, c.want, c.ok)
+		}
+	}
+}
