@@ -27,7 +27,8 @@ func call(t *testing.T, method, path string, body any) (int, []byte) {
 	return callAt(t, method, baseURL+path, body)
 }
 
-// callAt is call against any server: a JSON body (or a string as is).
+// callAt is call against any server: a JSON body (or a string as is),
+// declared application/json on POST and PUT.
 func callAt(t *testing.T, method, url string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
@@ -42,6 +43,9 @@ func callAt(t *testing.T, method, url string, body any) (int, []byte) {
 	}
 	req, err := http.NewRequest(method, url, rd)
 	require.NoError(t, err)
+	if method == "POST" || method == "PUT" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := httpc.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -352,6 +352,7 @@ func TestAPINoMirrorNoAsync(t *testing.T) {
 		resp := fasthttp.AcquireResponse()
 		req.SetRequestURI(fmt.Sprintf("http://%s%s", ln.Addr(), c.path))
 		req.Header.SetMethod(c.method)
+		req.Header.SetContentType("application/json")
 		req.SetBodyString(c.body)
 		require.NoError(t, fasthttp.Do(req, resp))
 		require.Equal(t, 503, resp.StatusCode(), c.path)

@@ -54,6 +54,7 @@ func TestOverloadAndUnavailableCarryRetryAfter(t *testing.T) {
 			resp := fasthttp.AcquireResponse()
 			req.SetRequestURI("http://" + ln.Addr().String() + path)
 			req.Header.SetMethod("POST")
+			req.Header.SetContentType("application/json")
 			req.SetBodyString(body)
 			require.NoError(t, fasthttp.Do(req, resp))
 			require.Equal(t, c.status, resp.StatusCode(), path)

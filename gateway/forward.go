@@ -119,6 +119,10 @@ func (s *Server) forwardUntil(ctx *fasthttp.RequestCtx, targets []string, deadli
 	ctx.Request.CopyTo(req)
 	req.Header.Set(hopHeader, "1")
 	req.Header.Del("Connection")
+	// This node applied the browser rules (route); the receiver sees its
+	// own address as Host and would take the page's Origin for foreign.
+	req.Header.Del("Origin")
+	req.Header.Del("Sec-Fetch-Site")
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	var last error

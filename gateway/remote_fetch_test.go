@@ -159,6 +159,7 @@ func TestRemoteFetchSplit(t *testing.T) {
 	req, err := http.NewRequest("POST", "http://"+front+"/api/v1/fetch", strings.NewReader(`{"queues":["`+qs[1]+`"]}`))
 	require.NoError(t, err)
 	req.Header.Set(hopHeader, "1")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpc.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -61,6 +61,12 @@ type Config struct {
 	// peerauth.go): the internal shard endpoints, join, removed and node
 	// removal refuse a caller without it. Empty: they refuse everyone.
 	ClusterSecret string
+	// CORSOrigins lists the browser origins (scheme://host[:port], or "*"
+	// for any) allowed to call the API from another origin: they get
+	// preflight answers and Access-Control-Allow-Origin. Every other
+	// cross-origin request to a state-changing route is refused (403
+	// cross_origin).
+	CORSOrigins []string
 }
 
 // Mirror is what the gateway needs from the per-node SQLite view.
@@ -117,6 +123,7 @@ type Server struct {
 	bulk        *bulkRunner
 	hoster      hoster // nil: the engine hosts every shard
 	fwd         forwarder
+	cors        corsPolicy
 }
 
 // New builds a server over an engine.
@@ -129,6 +136,7 @@ func New(cfg Config, eng Engine) *Server {
 		log:    cfg.Logger.With().Str("component", "gateway").Logger(),
 		closed: make(chan struct{}),
 		bulk:   newBulkRunner(),
+		cors:   newCORSPolicy(cfg.CORSOrigins),
 	}
 	s.hoster, _ = eng.(hoster)
 	s.interruptLeftovers()
@@ -195,6 +203,7 @@ func New(cfg Config, eng Engine) *Server {
 	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, &apiError{status: 405, code: "method_not_allowed", msg: string(ctx.Method()) + " is not allowed on " + string(ctx.Path())})
 	}
+	r.GlobalOPTIONS = s.handlePreflight
 	r.PanicHandler = func(ctx *fasthttp.RequestCtx, v interface{}) {
 		s.log.Error().Interface("panic", v).Str("path", string(ctx.Path())).Msg("handler panicked")
 		writeError(ctx, &apiError{status: 500, code: "internal", msg: "internal error"})
@@ -223,14 +232,19 @@ func New(cfg Config, eng Engine) *Server {
 	return s
 }
 
-// route registers a handler wrapped with per-route metrics.
+// route registers a handler wrapped with per-route metrics and, on the
+// /api/ routes, the browser rules of gateway/cors.go: a state-changing
+// method refuses other origins, and POST/PUT want a JSON content type.
 func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.RequestHandler) {
 	lat := metrics.GetOrCreateHistogram(`corvo_http_request_duration_seconds{route="` + method + ` ` + path + `"}`)
 	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
 	var codes sync.Map // status → *metrics.Counter
+	guard := routeGuard(method, path)
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		h(ctx)
+		if guard == nil || s.admit(ctx, guard) {
+			h(ctx)
+		}
 		lat.UpdateDuration(start)
 		code := ctx.Response.StatusCode()
 		c, ok := codes.Load(code)

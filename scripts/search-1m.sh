@@ -22,7 +22,7 @@ done
 search() { # $1: label, $2: JSON filter
   printf '| %s |' "$1"
   for _ in 1 2 3; do
-    printf ' %s' "$(curl -fs -XPOST "$URL/api/v1/jobs/search" -d "$2" | jq -r '"\(.duration_ms) ms (total \(.total))"')"
+    printf ' %s' "$(curl -fs -XPOST -H 'Content-Type: application/json' "$URL/api/v1/jobs/search" -d "$2" | jq -r '"\(.duration_ms) ms (total \(.total))"')"
   done
   echo ' |'
 }

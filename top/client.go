@@ -126,8 +126,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, into any) er
 	if err != nil {
 		return err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil || method == http.MethodPost || method == http.MethodPut {
+		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {

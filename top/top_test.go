@@ -326,6 +326,11 @@ func TestClient(t *testing.T) {
 			mu.Unlock()
 			io.WriteString(w, `{"jobs":[{"id":"job_1","created_at":"2026-11-22T09:58:00.000Z"}],"total":1}`)
 		case "/api/v1/queues/a:b/pause", "/api/v1/queues/a:b/resume":
+			if r.Header.Get("Content-Type") != "application/json" { // the server refuses a POST without it (415)
+				w.WriteHeader(415)
+				io.WriteString(w, `{"error":"no content type","code":"unsupported_media_type"}`)
+				return
+			}
 			mu.Lock()
 			searched = append(searched, r.Method+" "+r.URL.Path)
 			mu.Unlock()

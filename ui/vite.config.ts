@@ -17,7 +17,10 @@ export default defineConfig({
   },
   server: {
     proxy: {
-      '/api': { target, changeOrigin: true },
+      // changeOrigin sends the server its own Host; the page's Origin
+      // (:5173) would then look foreign, and corvo refuses cross-origin
+      // writes: the proxy speaks for the page, so it drops the Origin.
+      '/api': { target, changeOrigin: true, configure: (proxy) => proxy.on('proxyReq', (req) => req.removeHeader('origin')) },
       '/healthz': { target, changeOrigin: true },
     },
   },

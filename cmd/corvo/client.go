@@ -49,8 +49,8 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 	if err != nil {
 		return nil, 0, &exitError{exitUsage, err}
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil || method == http.MethodPost || method == http.MethodPut {
+		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
 	}
 	if c.clusterSecret != "" {
 		req.Header.Set(gateway.ClusterSecretHeader, c.clusterSecret)

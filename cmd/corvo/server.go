@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ type serverFlags struct {
 	retention       time.Duration
 	noMirror        bool
 	noEvents        bool
+	corsOrigins     []string
 
 	// Clustering.
 	bootstrap       bool
@@ -89,7 +91,20 @@ func newServerCmd() *cobra.Command {
 	fl.BoolVar(&f.noEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", shard.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
+	fl.StringSliceVar(&f.corsOrigins, "cors-origin", envList("CORVO_CORS_ORIGINS"),
+		`browser origin (scheme://host[:port], or "*") allowed to call the API from its pages; repeatable or comma-separated (default $CORVO_CORS_ORIGINS). Other origins cannot change anything`)
 	return cmd
+}
+
+// envList splits a comma-separated environment variable; nil when unset.
+func envList(name string) []string {
+	var out []string
+	for _, v := range strings.Split(os.Getenv(name), ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // nodeMeta is written at first start (for a joining node: once the
@@ -214,6 +229,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if f.replicas < 1 {
 		return &exitError{exitUsage, errors.New("--replicas must be at least 1")}
 	}
+	if err := gateway.CheckCORSOrigins(f.corsOrigins); err != nil {
+		return &exitError{exitUsage, fmt.Errorf("--cors-origin: %w", err)}
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -314,7 +332,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	removed := make(chan struct{})
 	var removedOnce sync.Once
-	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log, ClusterSecret: secret,
+	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log, ClusterSecret: secret, CORSOrigins: f.corsOrigins,
 		OnRemoved: func() { removedOnce.Do(func() { close(removed) }) }}
 	if hub != nil {
 		if err := hub.StartFrom(host); err != nil {

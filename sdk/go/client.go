@@ -208,8 +208,8 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, o
 	if err != nil {
 		return 0, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil || method == http.MethodPost || method == http.MethodPut {
+		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
 	}
 	if c.clusterSecret != "" && strings.Contains(req.URL.Path, "/api/v1/cluster/nodes/") {
 		req.Header.Set(ClusterSecretHeader, c.clusterSecret)

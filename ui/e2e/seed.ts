@@ -9,7 +9,7 @@ export const url = () => {
 export async function call<T = any>(method: string, path: string, body?: unknown): Promise<T> {
   const r = await fetch(url() + path, {
     method,
-    headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
+    headers: method === 'GET' ? {} : { 'Content-Type': 'application/json' }, // the server wants it on every POST/PUT
     body: body === undefined ? undefined : JSON.stringify(body),
   })
   const text = await r.text()

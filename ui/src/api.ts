@@ -118,11 +118,10 @@ export class ApiError extends Error {
 }
 
 async function call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
-  const init: RequestInit = { method, signal, headers: {} }
-  if (body !== undefined) {
-    init.body = JSON.stringify(body)
-    ;(init.headers as Record<string, string>)['Content-Type'] = 'application/json'
-  }
+  // The server refuses a POST or PUT not declared JSON (415), even one
+  // without a body: every call but a GET says so.
+  const init: RequestInit = { method, signal, headers: method === 'GET' ? {} : { 'Content-Type': 'application/json' } }
+  if (body !== undefined) init.body = JSON.stringify(body)
   const res = await fetch(path, init)
   const text = await res.text()
   let data: unknown = null
