@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,9 @@ type bulkRequest struct {
 	MoveToQueue string         `json:"move_to_queue"`
 	Priority    string         `json:"priority"`
 	Async       bool           `json:"async"`
+	// Confirm: the caller knows the filter selects every job of a queue
+	// (or of the cluster); without it such a request is refused.
+	Confirm bool `json:"confirm"`
 }
 
 // POST /api/v1/jobs/bulk — one action over job IDs or over every job a
@@ -43,10 +47,16 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	if async, total, aerr := s.bulkIsAsync(&req); aerr != nil {
+	async, total, aerr := s.bulkIsAsync(&req)
+	if aerr != nil {
 		writeError(ctx, aerr)
 		return
-	} else if async {
+	}
+	if req.Filter != nil && !req.Confirm && req.Filter.selectsAll() {
+		writeConfirmationRequired(ctx, &req, total)
+		return
+	}
+	if async {
 		s.startAsyncBulk(ctx, &req, mk, total)
 		return
 	}
@@ -64,6 +74,22 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 	b = append(b, `,"duration_ms":`...)
 	b = appendInt(b, time.Since(start).Milliseconds())
 	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// writeConfirmationRequired refuses a bulk action over every job of a
+// queue or of the cluster sent without "confirm": true, saying how many
+// jobs it would touch (the total the bulk itself would use).
+func writeConfirmationRequired(ctx *fasthttp.RequestCtx, req *bulkRequest, total int) {
+	scope := "every job of the cluster"
+	if req.Filter.Queue != "" {
+		scope = "every job of queue " + req.Filter.Queue
+	}
+	msg := fmt.Sprintf("the filter selects %s: %s would touch %d jobs; send \"confirm\": true to go ahead (corvo bulk --confirm)",
+		scope, req.Action, total)
+	b := append([]byte(`{"error":`), appendString(nil, msg)...)
+	b = append(b, `,"code":"confirmation_required","would_affect":`...)
+	b = appendInt(b, int64(total))
+	writeJSON(ctx, 400, append(b, '}'))
 }
 
 // bulkOp validates the action and returns the op for one job.

@@ -250,7 +250,15 @@ func TestAPIBulkAsyncMoveAcrossShards(t *testing.T) {
 	src, dst := qs[0], qs[1]
 	ids := enqueueMany(t, src, n, nil)
 	mirrorHas(t, map[string]any{"queue": src}, n)
-	acc := startBulk(t, map[string]any{"filter": map[string]any{"queue": src}, "action": "move", "move_to_queue": dst, "async": true})
+	// A whole queue needs confirmation, asynchronous or not.
+	code, out := call(t, "POST", "/api/v1/jobs/bulk", map[string]any{"filter": map[string]any{"queue": src}, "action": "move", "move_to_queue": dst, "async": true})
+	require.Equal(t, 400, code, string(out))
+	require.Equal(t, n, mustJSON[struct {
+		Code        string `json:"code"`
+		WouldAffect int    `json:"would_affect"`
+	}](t, out).WouldAffect)
+	require.Contains(t, string(out), `"code":"confirmation_required"`)
+	acc := startBulk(t, map[string]any{"filter": map[string]any{"queue": src}, "action": "move", "move_to_queue": dst, "async": true, "confirm": true})
 	_, done := followBulk(t, acc.ProgressURL)
 	require.Equal(t, "completed", done.Status)
 	require.Equal(t, n, done.Affected)

@@ -51,6 +51,29 @@ type searchRequest struct {
 	Limit           int               `json:"limit"`
 }
 
+// selectsAll reports whether the filter narrows nothing but the queue:
+// every job of a queue, or of the cluster, matches it. Paging and order
+// fields do not narrow; a state list naming every state does not either.
+func (r *searchRequest) selectsAll() bool {
+	narrowed := r.Priority != nil || len(r.Tags) > 0 || r.PayloadContains != "" || r.PayloadJQ != "" ||
+		r.CreatedAfter != "" || r.CreatedBefore != "" || r.ScheduledAfter != "" || r.ScheduledBefore != "" ||
+		r.StartedAfter != "" || r.StartedBefore != "" || r.CompletedAfter != "" || r.CompletedBefore != "" ||
+		r.ExpireAfter != "" || r.ExpireBefore != "" || r.WorkerID != "" || r.HasErrors != nil || r.ErrorContains != "" ||
+		r.BatchID != "" || r.UniqueKey != "" || r.AttemptMin != nil || r.AttemptMax != nil || r.JobIDPrefix != ""
+	if narrowed {
+		return false
+	}
+	if len(r.State) == 0 {
+		return true
+	}
+	for st := statemachine.StatePending; st <= statemachine.StateHeld; st++ {
+		if !slices.Contains(r.State, st.String()) {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *searchRequest) filter() (mirror.Filter, error) {
 	f := mirror.Filter{Queue: r.Queue, States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
 		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, UniqueKey: r.UniqueKey,

@@ -38,7 +38,14 @@ func TestCLIBulkAsync(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// A filter that selects the whole queue needs --confirm.
 	out, code := runCLI(t, s.url, "bulk", "delete", "--async", "--filter", `{"queue":"cli.bulk"}`)
+	require.Equal(t, exitError_, code, out)
+	require.Contains(t, out, "would touch 30 jobs")
+	require.Contains(t, out, "confirmation_required")
+	_, code = runCLI(t, s.url, "bulk", "delete", "--confirm")
+	require.Equal(t, exitUsage, code, "--confirm without --filter")
+	out, code = runCLI(t, s.url, "bulk", "delete", "--async", "--confirm", "--filter", `{"queue":"cli.bulk"}`)
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "running in the background (about 30 jobs)")
 	require.Contains(t, out, "30/30 processed, 30 affected, 0 errors")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -211,7 +212,7 @@ func readIDs(r io.Reader) ([]string, error) {
 func newBulkCmd() *cobra.Command {
 	var c clientFlags
 	var filter string
-	var async bool
+	var async, confirm bool
 	cmd := &cobra.Command{
 		Use:   "bulk <retry|delete|cancel|requeue|move <queue>|change-priority <priority>>",
 		Short: "Apply an action to jobs read from stdin (IDs or 'corvo search -o json') or matched by --filter",
@@ -222,7 +223,8 @@ otherwise) until they finish. 'corvo bulk status <id>', 'corvo bulk cancel <id>'
 and 'corvo bulk list' manage background operations.`,
 		Example: `  corvo search --queue emails.send --state dead --output json | corvo bulk retry
   corvo search --queue old.queue --state pending -o json | corvo bulk move new.queue
-  corvo bulk retry --filter '{"queue":"emails.send","state":["dead"]}'`,
+  corvo bulk retry --filter '{"queue":"emails.send","state":["dead"]}'
+  corvo bulk delete --filter '{"queue":"tmp"}' --confirm`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := c.validate(); err != nil {
@@ -259,7 +261,13 @@ and 'corvo bulk list' manage background operations.`,
 					return &exitError{exitUsage, fmt.Errorf("--filter is not a JSON object: %w", err)}
 				}
 				body["filter"] = f
+				if confirm {
+					body["confirm"] = true
+				}
 			} else {
+				if confirm {
+					return &exitError{exitUsage, errors.New("--confirm goes with --filter (job IDs from stdin need no confirmation)")}
+				}
 				ids, err := readIDs(cmd.InOrStdin())
 				if err != nil {
 					return &exitError{exitUsage, err}
@@ -305,6 +313,7 @@ and 'corvo bulk list' manage background operations.`,
 	c.register(cmd)
 	cmd.Flags().StringVar(&filter, "filter", "", "a search filter (JSON) instead of stdin")
 	cmd.Flags().BoolVar(&async, "async", false, "run in the background on the server whatever the size, and follow its progress")
+	cmd.Flags().BoolVar(&confirm, "confirm", false, "with --filter: go ahead when the filter selects every job of a queue or of the cluster (refused otherwise, with the count)")
 	cmd.AddCommand(newBulkStatusCmd(), newBulkCancelCmd(), newBulkListCmd())
 	return cmd
 }

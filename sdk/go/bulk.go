@@ -23,6 +23,10 @@ type BulkRequest struct {
 	MoveToQueue string         `json:"move_to_queue,omitempty"`
 	Priority    string         `json:"priority,omitempty"`
 	Async       bool           `json:"async,omitempty"` // run in the background whatever the size
+	// Confirm must be set when Filter selects every job of a queue or of
+	// the cluster (it narrows nothing but the queue); else the server
+	// answers 400 confirmation_required (Error.Code) with the count.
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // BulkFailure names a job the action did not apply to.

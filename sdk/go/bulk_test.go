@@ -58,6 +58,18 @@ func TestClientBulkAndEvents(t *testing.T) {
 		t.Fatalf("%+v %+v %v", res, acc, err)
 	}
 
+	// A whole queue by filter needs Confirm.
+	if _, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.bulk.all", Payload: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var apiErr *Error
+	if _, _, err := c.Bulk(ctx, BulkRequest{Filter: map[string]any{"queue": "sdk.bulk.all"}, Action: "delete"}); !errors.As(err, &apiErr) || apiErr.Code != "confirmation_required" {
+		t.Fatalf("want confirmation_required, got %v", err)
+	}
+	if _, _, err := c.Bulk(ctx, BulkRequest{Filter: map[string]any{"queue": "sdk.bulk.all"}, Action: "delete", Confirm: true}); err != nil {
+		t.Fatal(err)
+	}
+
 	seen := map[string][]string{first.Job.JobID: {first.Job.Type}}
 	var last string
 	for len(seen[b.JobIDs[0]]) < 2 || len(seen[b.JobIDs[1]]) < 2 || len(seen[first.Job.JobID]) < 2 {

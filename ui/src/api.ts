@@ -80,6 +80,7 @@ export interface BulkRequest {
   move_to_queue?: string
   priority?: Priority
   async?: boolean
+  confirm?: boolean // needed when filter selects a whole queue (or every job)
 }
 export interface BulkResult { affected: number; errors: number; failed?: { job_id: string; code: string; error: string }[]; duration_ms: number }
 export interface BulkAccepted { bulk_operation_id: string; status: string; estimated_total: number; progress_url: string }

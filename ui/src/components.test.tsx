@@ -41,7 +41,7 @@ describe('bulk requests', () => {
   it('a selection sends ids; a search sends its filter without paging; big ones go async', () => {
     expect(buildRequest('retry', { ids: ['a', 'b'], count: 2, description: '', sample: [] }, {})).toEqual({ action: 'retry', job_ids: ['a', 'b'] })
     expect(buildRequest('move', { filter: { queue: 'q', state: ['dead'], cursor: 'c', limit: 50, sort: 'created_at', order: 'desc' }, count: 5000, description: '', sample: [] }, { queue: 'q2' }))
-      .toEqual({ action: 'move', filter: { queue: 'q', state: ['dead'] }, move_to_queue: 'q2', async: true })
+      .toEqual({ action: 'move', filter: { queue: 'q', state: ['dead'] }, confirm: true, move_to_queue: 'q2', async: true })
   })
   it('falls back to a synchronous request on a server without async bulk', async () => {
     const bodies: unknown[] = []
@@ -73,7 +73,7 @@ describe('BulkDialog', () => {
     fireEvent.click(screen.getByTestId('bulk-confirm'))
     await waitFor(() => expect(screen.getByTestId('bulk-result').textContent).toContain('7 jobs affected'))
     expect(screen.getByTestId('bulk-result').textContent).toContain('1 could not be')
-    expect(sent).toEqual([['/api/v1/jobs/bulk', { action: 'retry', filter: { state: ['dead'] } }]])
+    expect(sent).toEqual([['/api/v1/jobs/bulk', { action: 'retry', filter: { state: ['dead'] }, confirm: true }]])
     expect(done).toHaveBeenCalledOnce()
   })
 

@@ -34,6 +34,9 @@ export function buildRequest(action: BulkAction, t: BulkTarget, opts: { queue?: 
     const f = { ...(t.filter ?? {}) }
     delete f.cursor; delete f.limit; delete f.sort; delete f.order
     r.filter = f
+    // Built once the user confirmed in the preview, which showed the
+    // count: say so, or a filter over a whole queue is refused.
+    r.confirm = true
   }
   if (action === 'move') r.move_to_queue = opts.queue
   if (action === 'change_priority') r.priority = opts.priority
