@@ -435,6 +435,16 @@ type holderFields struct {
 	Attempt  *uint32 `json:"attempt"`
 }
 
+// leaseRequired is the error for a request without the lease's attempt
+// under Config.StrictLeases.
+func leaseRequired(what string) *apiError {
+	return badRequest("lease_required", "%s must name the lease's \"attempt\" (the server runs with --strict-leases)", what)
+}
+
+// noAttempt reports whether a request names no lease: attempts start at
+// 1, and the state machine does not check a 0.
+func noAttempt(a *uint32) bool { return a == nil || *a == 0 }
+
 func (h holderFields) holder() statemachine.Holder {
 	out := statemachine.Holder{WorkerID: h.WorkerID}
 	if h.Attempt != nil {
@@ -492,6 +502,7 @@ func (r *failRequest) validate() *apiError {
 type heartbeatJob struct {
 	Progress   jsontext.Value `json:"progress"`
 	Checkpoint jsontext.Value `json:"checkpoint"`
+	Attempt    *uint32        `json:"attempt"` // the lease's; a wrong one: lost
 }
 
 type heartbeatRequest struct {

@@ -316,6 +316,10 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
+		writeError(ctx, leaseRequired("an ack"))
+		return
+	}
 	id, sh, ok := s.jobParam(ctx)
 	if !ok {
 		return
@@ -367,6 +371,10 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		}
 		if err := a.validate(); err != nil {
 			writeError(ctx, err)
+			return
+		}
+		if s.cfg.StrictLeases && noAttempt(a.Attempt) {
+			writeError(ctx, leaseRequired("acks["+itoa(i)+"]"))
 			return
 		}
 		sh, err := s.rt.ShardForJob(*a.JobID)
@@ -435,6 +443,10 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
+		writeError(ctx, leaseRequired("a fail"))
+		return
+	}
 	id, sh, ok := s.jobParam(ctx)
 	if !ok {
 		return
@@ -476,6 +488,14 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ids := req.sortedIDs()
+	if s.cfg.StrictLeases {
+		for _, id := range ids {
+			if noAttempt(req.Jobs[id].Attempt) {
+				writeError(ctx, leaseRequired("heartbeat job "+id))
+				return
+			}
+		}
+	}
 	status := make(map[string]string, len(ids))
 	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards())
 	for _, id := range ids {
@@ -488,7 +508,11 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 			perShard[sh] = &statemachine.HeartbeatOp{WorkerID: req.WorkerID}
 		}
 		hj := req.Jobs[id]
-		perShard[sh].Jobs = append(perShard[sh].Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint)})
+		var attempt uint32
+		if hj.Attempt != nil {
+			attempt = *hj.Attempt
+		}
+		perShard[sh].Jobs = append(perShard[sh].Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint), Attempt: attempt})
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -67,6 +67,10 @@ type Config struct {
 	// cross-origin request to a state-changing route is refused (403
 	// cross_origin).
 	CORSOrigins []string
+	// StrictLeases: ack, fail and heartbeat must name the lease's attempt
+	// (400 lease_required otherwise), so a caller that does not hold the
+	// job cannot complete it or extend its lease by omitting it.
+	StrictLeases bool
 }
 
 // Mirror is what the gateway needs from the per-node SQLite view.

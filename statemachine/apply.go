@@ -772,7 +772,7 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 	res := Result{Heartbeats: make([]HeartbeatStatus, len(o.Jobs))}
 	for i := range o.Jobs {
 		hj := &o.Jobs[i]
-		j, st, r, ok := a.held(hj.JobID, Holder{WorkerID: o.WorkerID})
+		j, st, r, ok := a.held(hj.JobID, Holder{WorkerID: o.WorkerID, Attempt: hj.Attempt})
 		if !ok {
 			if r.Status == StatusNotFound {
 				res.Heartbeats[i] = HeartbeatNotFound

@@ -14,6 +14,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		&AckOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}, Result: []byte(`1`)},
 		&FailOp{JobID: "j", Error: "e", Backtrace: "b"},
 		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Progress: []byte(`{}`)}}},
+		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Attempt: 2}, {JobID: "k"}}},
 		&CancelOp{JobID: "j"}, &PromoteOp{Limit: 3}, &ReclaimOp{}, &PauseQueueOp{Queue: "q"}, &ResumeQueueOp{Queue: "q"}, &PruneDedupOp{Before: 9},
 	}}
 	f.Add(e.Encode(nil))
@@ -57,6 +58,7 @@ func FuzzApplyEntry(f *testing.F) {
 		{&AckOp{JobID: id, Holder: Holder{WorkerID: "w", Attempt: 1}, Result: []byte(`1`)}},
 		{&FailOp{JobID: id, Holder: Holder{WorkerID: "w", Attempt: 1}, Error: "e"}},
 		{&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: id, Progress: []byte(`{}`)}}}},
+		{&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: id, Attempt: 1, Checkpoint: []byte(`{}`)}, {JobID: id, Attempt: 2}}}},
 		{&CancelOp{JobID: id}, &PromoteOp{Limit: 3}, &ReclaimOp{}, &PauseQueueOp{Queue: "q"}},
 		{&MoveJobOp{JobID: id, Queue: "r"}, &PriorityOp{JobID: id, Priority: PriorityCritical}},
 		{&DropQueueOp{Queue: "q", Index: DropPending}, &DropQueueOp{Queue: "q", Index: DropConfig}},

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 )
 
 // OpCode identifies an op inside a Raft entry. Codes are append-only: never
@@ -360,6 +362,7 @@ type HeartbeatJob struct {
 	JobID      string
 	Progress   []byte // raw JSON, nil = unchanged
 	Checkpoint []byte // raw JSON, nil = unchanged
+	Attempt    uint32 // the lease's attempt; 0 = not checked
 }
 
 // HeartbeatOp extends the leases of active jobs and stores progress and
@@ -380,6 +383,15 @@ func (o *HeartbeatOp) appendBody(b []byte) []byte {
 		e.bytes(o.Jobs[i].Progress)
 		e.bytes(o.Jobs[i].Checkpoint)
 	}
+	// Appended later: the attempts, one per job, after the body above so
+	// that ops already in Raft logs (which end there) decode unchanged.
+	// Left out when no job names one: the encoding is then the old one.
+	if slices.ContainsFunc(o.Jobs, func(j HeartbeatJob) bool { return j.Attempt != 0 }) {
+		e.uvarint(uint64(len(o.Jobs)))
+		for i := range o.Jobs {
+			e.uvarint(uint64(o.Jobs[i].Attempt))
+		}
+	}
 	return e.b
 }
 func (o *HeartbeatOp) decode(d *dec) {
@@ -392,6 +404,21 @@ func (o *HeartbeatOp) decode(d *dec) {
 	o.Jobs = make([]HeartbeatJob, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		o.Jobs = append(o.Jobs, HeartbeatJob{JobID: d.str(), Progress: d.bytes(), Checkpoint: d.bytes()})
+	}
+	if d.err != nil || len(d.b) == 0 {
+		return // the old format: no attempts
+	}
+	if d.uvarint() != n {
+		d.fail()
+		return
+	}
+	for i := range o.Jobs {
+		a := d.uvarint()
+		if a > math.MaxUint32 {
+			d.fail()
+			return
+		}
+		o.Jobs[i].Attempt = uint32(a)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +42,7 @@ type serverFlags struct {
 	noMirror        bool
 	noEvents        bool
 	corsOrigins     []string
+	strictLeases    bool
 
 	// Clustering.
 	bootstrap       bool
@@ -93,6 +95,9 @@ func newServerCmd() *cobra.Command {
 	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	fl.StringSliceVar(&f.corsOrigins, "cors-origin", envList("CORVO_CORS_ORIGINS"),
 		`browser origin (scheme://host[:port], or "*") allowed to call the API from its pages; repeatable or comma-separated (default $CORVO_CORS_ORIGINS). Other origins cannot change anything`)
+	strict, _ := strconv.ParseBool(os.Getenv("CORVO_STRICT_LEASES"))
+	fl.BoolVar(&f.strictLeases, "strict-leases", strict,
+		`ack, fail and heartbeat must name the lease's "attempt" (400 lease_required otherwise), so only the holder can complete a job or extend its lease (default $CORVO_STRICT_LEASES)`)
 	return cmd
 }
 
@@ -332,7 +337,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	removed := make(chan struct{})
 	var removedOnce sync.Once
-	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log, ClusterSecret: secret, CORSOrigins: f.corsOrigins,
+	gcfg := gateway.Config{MaxPayloadBytes: f.maxPayload, Logger: log, ClusterSecret: secret, CORSOrigins: f.corsOrigins, StrictLeases: f.strictLeases,
 		OnRemoved: func() { removedOnce.Do(func() { close(removed) }) }}
 	if hub != nil {
 		if err := hub.StartFrom(host); err != nil {

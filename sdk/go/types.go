@@ -83,6 +83,10 @@ type FailResult struct {
 type HeartbeatJob struct {
 	Progress   any `json:"progress,omitempty"`
 	Checkpoint any `json:"checkpoint,omitempty"`
+	// Attempt is the lease's attempt (FetchedJob.Attempt): a heartbeat
+	// for another attempt is "lost" and changes nothing, and a server
+	// run with --strict-leases refuses one without it.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // Job is the full job document (GET /api/v1/jobs/{id}).

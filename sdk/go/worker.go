@@ -105,7 +105,7 @@ func (j *JobContext) Checkpoint(ctx context.Context, v any) error {
 	j.mu.Lock()
 	j.checkpoint = v
 	j.mu.Unlock()
-	st, err := j.w.c.Heartbeat(ctx, j.w.opt.ID, map[string]HeartbeatJob{j.JobID: {Checkpoint: v}})
+	st, err := j.w.c.Heartbeat(ctx, j.w.opt.ID, map[string]HeartbeatJob{j.JobID: {Checkpoint: v, Attempt: j.Attempt}})
 	if err != nil {
 		return err
 	}
@@ -281,7 +281,7 @@ func (w *Worker) heartbeatBody() map[string]HeartbeatJob {
 	jobs := make(map[string]HeartbeatJob, len(w.inflight))
 	for id, jc := range w.inflight {
 		jc.mu.Lock()
-		jobs[id] = HeartbeatJob{Progress: jc.progress, Checkpoint: jc.checkpoint}
+		jobs[id] = HeartbeatJob{Progress: jc.progress, Checkpoint: jc.checkpoint, Attempt: jc.Attempt}
 		jc.mu.Unlock()
 	}
 	return jobs

@@ -104,7 +104,7 @@ func waitState(t *testing.T, c *Client, id, state string) *Job {
 
 func TestWorkerProcessesJobs(t *testing.T) {
 	t.Parallel()
-	c := New(startServer(t))
+	c := New(startServer(t, "--strict-leases")) // every ack, fail and heartbeat names its lease
 	ctx := context.Background()
 	var ids []string
 	for i := 0; i < 20; i++ {
@@ -151,7 +151,7 @@ func TestWorkerProcessesJobs(t *testing.T) {
 // context within one heartbeat interval.
 func TestWorkerCancelReachesHandler(t *testing.T) {
 	t.Parallel()
-	c := New(startServer(t))
+	c := New(startServer(t, "--strict-leases")) // every ack, fail and heartbeat names its lease
 	ctx := context.Background()
 	e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.cancel", Payload: 1})
 	if err != nil {
@@ -195,26 +195,34 @@ func TestWorkerCancelReachesHandler(t *testing.T) {
 // server retries it from that checkpoint.
 func TestWorkerShutdownKeepsCheckpoint(t *testing.T) {
 	t.Parallel()
-	c := New(startServer(t))
+	c := New(startServer(t, "--strict-leases")) // every ack, fail and heartbeat names its lease
 	ctx := context.Background()
 	e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.long", Payload: 1, RetryBackoff: "none", MaxRetries: ptr(5)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second, ShutdownGrace: 300 * time.Millisecond})
-	checkpointed := make(chan struct{})
+	checkpointed := make(chan error, 1) // the first checkpoint's outcome
 	w.Register("sdk.long", func(ctx context.Context, j *JobContext) (any, error) {
-		if err := j.Checkpoint(ctx, map[string]int{"offset": 47000}); err != nil {
+		err := j.Checkpoint(ctx, map[string]int{"offset": 47000})
+		select {
+		case checkpointed <- err:
+		default:
+		}
+		if err != nil {
 			return nil, err
 		}
-		close(checkpointed)
 		<-ctx.Done() // a long job that does not finish in the grace period
 		return nil, ctx.Err()
 	})
 	runCtx, sigterm := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(runCtx) }()
-	<-checkpointed
+	if err := <-checkpointed; err != nil {
+		sigterm()
+		<-errc
+		t.Fatal("checkpoint:", err)
+	}
 	sigterm()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
