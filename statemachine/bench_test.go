@@ -1,6 +1,7 @@
 package statemachine
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -43,5 +44,56 @@ func BenchmarkLifecycleBatch100(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "jobs/s")
 		})
+	}
+}
+
+// benchEnqueueEntry is an entry of 100 enqueues as the gateway proposes
+// them (defaults, small payload, a tag).
+func benchEnqueueEntry() *Entry {
+	e := &Entry{ID: NewEntryID(1, 2), Now: 3, Ops: make([]Op, 100)}
+	for k := range e.Ops {
+		j := minJobV1()
+		j.ID = fmt.Sprintf("job_0_01J%023d", k)
+		j.Tags = []byte(`{"tenant":"acme"}`)
+		e.Ops[k] = &EnqueueOp{Job: j}
+	}
+	return e
+}
+
+// BenchmarkEncodeEnqueueEntry: the proposer's encode of 100 enqueues.
+func BenchmarkEncodeEnqueueEntry(b *testing.B) {
+	e := benchEnqueueEntry()
+	buf := e.Encode(nil)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		buf = e.Encode(buf[:0])
+	}
+}
+
+// BenchmarkDecodeEnqueueEntry: the apply side's decode of the same entry.
+func BenchmarkDecodeEnqueueEntry(b *testing.B) {
+	buf := benchEnqueueEntry().Encode(nil)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		if _, err := DecodeEntry(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeJobRecord: one j| record, as every transition loads it.
+func BenchmarkDecodeJobRecord(b *testing.B) {
+	j := fullJobV1()
+	buf := j.appendTo(nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		var got Job
+		d := dec{b: buf}
+		got.decode(&d)
+		if d.err != nil {
+			b.Fatal(d.err)
+		}
 	}
 }
