@@ -30,9 +30,6 @@ const (
 	maxLeaseSeconds      = 24 * 3600
 	maxRetriesLimit      = 1000
 	maxWorkerIDLen       = 256
-	defaultMaxRetries    = 3
-	defaultBaseDelayMs   = 5000
-	defaultMaxDelayMs    = 600000
 	defaultFetchQueueMax = 64
 	maxUniqueKey         = 1024
 	maxDependsOn         = 100
@@ -175,8 +172,9 @@ func parseDuration(field, s string, allowZero bool) (int64, *apiError) {
 }
 
 // toJob validates a request and builds the job an EnqueueOp carries (ID
-// excluded; a chain's ID is the job's, set with it). idx prefixes error
-// messages inside a batch.
+// excluded; a chain's ID is the job's, set with it), from
+// statemachine.DefaultJobOptions for the options not given. idx prefixes
+// error messages inside a batch.
 func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (statemachine.Job, *apiError) {
 	wrap := func(e *apiError) *apiError {
 		if e != nil && idx != "" {
@@ -184,14 +182,7 @@ func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (s
 		}
 		return e
 	}
-	j := statemachine.Job{
-		Priority:     statemachine.PriorityNormal,
-		MaxRetries:   defaultMaxRetries,
-		Backoff:      statemachine.BackoffExponential,
-		BaseDelayMs:  defaultBaseDelayMs,
-		MaxDelayMs:   defaultMaxDelayMs,
-		LeaseSeconds: statemachine.DefaultLeaseSeconds,
-	}
+	j := statemachine.Job{JobOptions: statemachine.DefaultJobOptions()}
 	if r.Queue == nil && r.Chain != nil && len(r.Chain.Steps) > 0 {
 		r.Queue = r.Chain.Steps[0].Queue // a chain's job runs its first step
 	}

@@ -105,7 +105,7 @@ func TestPeerEntryIsValidated(t *testing.T) {
 		{"queue of another shard", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(sh), Queue: otherQ}}},
 		{"job id of another shard", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(other), Queue: q}}},
 		{"job id never issued", &statemachine.EnqueueOp{Job: statemachine.Job{ID: "job_" + itoa(sh) + "_nope", Queue: q}}},
-		{"unknown priority", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(sh), Queue: q, Priority: 9}}},
+		{"unknown priority", &statemachine.EnqueueOp{Job: statemachine.Job{ID: jobOn(sh), Queue: q, JobOptions: statemachine.JobOptions{Priority: 9}}}},
 		{"pause a bad name", &statemachine.PauseQueueOp{Queue: badName}},
 		{"delete a job of another shard", &statemachine.DeleteJobOp{JobID: jobOn(other)}},
 		{"move to a bad name", &statemachine.MoveJobOp{JobID: id, Queue: badName}},

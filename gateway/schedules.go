@@ -26,7 +26,8 @@ type scheduleRequest struct {
 }
 
 func (r *scheduleRequest) toSchedule(maxPayload int) (statemachine.Schedule, *apiError) {
-	sc := statemachine.Schedule{Timezone: "UTC", MaxRetries: defaultMaxRetries, Priority: statemachine.PriorityNormal}
+	def := statemachine.DefaultJobOptions()
+	sc := statemachine.Schedule{Timezone: "UTC", MaxRetries: def.MaxRetries, Priority: def.Priority}
 	if r.Name == nil || *r.Name == "" || len(*r.Name) > 256 {
 		return sc, invalid("field \"name\" must be 1–256 bytes")
 	}

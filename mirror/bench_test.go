@@ -24,7 +24,8 @@ func BenchmarkMirrorWrite(b *testing.B) {
 			n := done + i
 			views[i] = statemachine.JobView{
 				Job: statemachine.Job{ID: fmt.Sprintf("job_0_%026d", n), Queue: fmt.Sprintf("bench.q%d", n%4),
-					Payload: []byte(`{"t":1700000000,"r":12345,"i":42,"pad":""}`), CreatedAt: base + int64(n), Priority: statemachine.PriorityNormal},
+					Payload:    []byte(`{"t":1700000000,"r":12345,"i":42,"pad":""}`),
+					JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(n)},
 				State: statemachine.JobState{State: statemachine.StatePending},
 			}
 			p.changes[views[i].Job.ID] = &change{idx: uint64(done + 1), c: statemachine.JobChange{ID: views[i].Job.ID, View: &views[i]}}

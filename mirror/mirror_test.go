@@ -42,7 +42,7 @@ var base = time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC).UnixNano()
 func view(i int, queue, state, payload string) *statemachine.JobView {
 	st, _ := statemachine.ParseState(state)
 	return &statemachine.JobView{
-		Job:   statemachine.Job{ID: fmt.Sprintf("job_0_%026d", i), Queue: queue, Payload: []byte(payload), CreatedAt: base + int64(i)*1e9, Priority: statemachine.PriorityNormal, Tags: []byte(`{"tenant":"acme"}`)},
+		Job:   statemachine.Job{ID: fmt.Sprintf("job_0_%026d", i), Queue: queue, Payload: []byte(payload), JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal, Tags: []byte(`{"tenant":"acme"}`)}, CreatedAt: base + int64(i)*1e9},
 		State: statemachine.JobState{State: st, Attempt: uint32(i % 3)},
 	}
 }

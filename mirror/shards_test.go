@@ -77,7 +77,7 @@ func (s *shardSource) Read(sh int, q interface{}) (interface{}, error) {
 // time: their order is their IDs').
 func shardView(sh, i int, queue string) statemachine.JobView {
 	return statemachine.JobView{
-		Job:   statemachine.Job{ID: fmt.Sprintf("job_%d_%026d", sh, i), Queue: queue, Payload: []byte(`{}`), CreatedAt: base + int64(i%1000)*1e6, Priority: statemachine.PriorityNormal},
+		Job:   statemachine.Job{ID: fmt.Sprintf("job_%d_%026d", sh, i), Queue: queue, Payload: []byte(`{}`), JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(i%1000)*1e6},
 		State: statemachine.JobState{State: statemachine.StatePending},
 	}
 }

@@ -41,7 +41,7 @@ func openHostAt(t *testing.T, dir, addr string, shards int) *Host {
 
 func enqueueOp(shard int, queue string) *statemachine.EnqueueOp {
 	return &statemachine.EnqueueOp{Job: statemachine.Job{ID: router.JobID(shard, ulid.Make()), Queue: queue, Payload: []byte(`{}`),
-		Priority: statemachine.PriorityNormal, MaxRetries: 3, Backoff: statemachine.BackoffExponential, BaseDelayMs: 5000}}
+		JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal, MaxRetries: 3, Backoff: statemachine.BackoffExponential, BaseDelayMs: 5000}}}
 }
 
 func TestShardProposeCoalescesAndSurvivesRestart(t *testing.T) {

@@ -9,9 +9,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// DefaultLeaseSeconds is the lease of a job enqueued without one.
-const DefaultLeaseSeconds = 60
-
 // applier applies the entries of one Update to one indexed batch.
 type applier struct {
 	s     *StateMachine
@@ -501,7 +498,7 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	}
 	j.CreatedAt = a.now
 	j.Seq = a.nextSeq()
-	if j.LeaseSeconds == 0 {
+	if j.LeaseSeconds == 0 { // an op that did not start from DefaultJobOptions
 		j.LeaseSeconds = DefaultLeaseSeconds
 	}
 	if j.UniqueKey != "" {

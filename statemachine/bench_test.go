@@ -31,7 +31,7 @@ func BenchmarkLifecycleBatch100(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				ops := make([]Op, 100)
 				for k := range ops {
-					ops[k] = &EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{"n":1}`), MaxRetries: 3}}
+					ops[k] = &EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{"n":1}`), JobOptions: JobOptions{MaxRetries: 3}}}
 				}
 				tb.apply(ops...)
 				jobs := tb.one(&FetchOp{Queues: []string{"q"}, WorkerID: "w", Count: 100}).Jobs

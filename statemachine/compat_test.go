@@ -30,11 +30,14 @@ const wireV1 = "testdata/wire/v1.txt"
 func fullJobV1() Job {
 	return Job{
 		ID: "job_1_01JAAAAAAAAAAAAAAAAAAAAAAA", Queue: "emails.send", Payload: []byte(`{"to":"a@b.c"}`),
-		Priority: PriorityHigh, MaxRetries: 7, Backoff: BackoffLinear, BaseDelayMs: 1500, MaxDelayMs: 90000,
-		BaseDelay: "1500ms", MaxDelay: "90s", LeaseSeconds: 45, ScheduledAt: 1_770_000_000_000_000_000,
-		ExpireAfter: "1h", ExpireAt: 1_770_003_600_000_000_000, ExpireAfterMs: 3_600_000,
-		Tags: []byte(`{"tenant":"acme"}`), UniqueKey: "user-42", UniquePeriod: 3600,
-		BatchID: "batch_2_01JBBBBBBBBBBBBBBBBBBBBBBB", CreatedAt: 1_769_999_000_000_000_000, Seq: 77<<24 | 3, BatchShard: 2,
+		JobOptions: JobOptions{
+			Priority: PriorityHigh, MaxRetries: 7, Backoff: BackoffLinear, BaseDelayMs: 1500, MaxDelayMs: 90000,
+			BaseDelay: "1500ms", MaxDelay: "90s", LeaseSeconds: 45, ScheduledAt: 1_770_000_000_000_000_000,
+			ExpireAfter: "1h", ExpireAfterMs: 3_600_000,
+			Tags: []byte(`{"tenant":"acme"}`), UniqueKey: "user-42", UniquePeriod: 3600,
+		},
+		ExpireAt: 1_770_003_600_000_000_000,
+		BatchID:  "batch_2_01JBBBBBBBBBBBBBBBBBBBBBBB", CreatedAt: 1_769_999_000_000_000_000, Seq: 77<<24 | 3, BatchShard: 2,
 		Chain: &Chain{ID: "job_1_01JAAAAAAAAAAAAAAAAAAAAAAA", Step: 1,
 			Steps: []ChainTarget{
 				{Queue: "emails.send", Shard: 1},
@@ -48,8 +51,9 @@ func fullJobV1() Job {
 }
 
 func minJobV1() Job {
-	return Job{ID: "job_0_01JEEEEEEEEEEEEEEEEEEEEEEE", Queue: "q", Payload: []byte(`{}`), Priority: PriorityNormal,
-		MaxRetries: 3, Backoff: BackoffExponential, BaseDelayMs: 5000, MaxDelayMs: 600000, LeaseSeconds: 60,
+	return Job{ID: "job_0_01JEEEEEEEEEEEEEEEEEEEEEEE", Queue: "q", Payload: []byte(`{}`),
+		JobOptions: JobOptions{Priority: PriorityNormal, MaxRetries: 3, Backoff: BackoffExponential, BaseDelayMs: 5000,
+			MaxDelayMs: 600000, LeaseSeconds: 60},
 		CreatedAt: 1_769_999_000_000_000_000, Seq: 1 << 24}
 }
 

@@ -243,18 +243,14 @@ func (a *applier) cronTick(o *CronTickOp) Result {
 // fire enqueues the job of one run (on this shard: the schedule lives on
 // its queue's shard).
 func (a *applier) fire(s *Schedule) {
+	opts := DefaultJobOptions()
+	opts.Priority, opts.MaxRetries, opts.UniqueKey = s.Priority, s.MaxRetries, s.UniqueKey
+	opts.Tags = []byte(`{"schedule":` + fmt.Sprintf("%q", s.ID) + `}`)
 	j := Job{
-		ID:           a.derivedID(a.selfShard(), s.ID, fmt.Sprint(s.NextRun)),
-		Queue:        s.Queue,
-		Payload:      s.Payload,
-		Priority:     s.Priority,
-		MaxRetries:   s.MaxRetries,
-		Backoff:      BackoffExponential,
-		BaseDelayMs:  5000,
-		MaxDelayMs:   600000,
-		LeaseSeconds: DefaultLeaseSeconds,
-		UniqueKey:    s.UniqueKey,
-		Tags:         []byte(`{"schedule":` + fmt.Sprintf("%q", s.ID) + `}`),
+		ID:         a.derivedID(a.selfShard(), s.ID, fmt.Sprint(s.NextRun)),
+		Queue:      s.Queue,
+		Payload:    s.Payload,
+		JobOptions: opts,
 	}
 	if len(j.Payload) == 0 {
 		j.Payload = []byte("{}")

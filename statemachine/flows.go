@@ -70,19 +70,11 @@ func (a *applier) afterFinish(j *Job, st *JobState) {
 // chain carried on) or a handler (chain nil).
 func (a *applier) chainJob(from *Job, to *ChainTarget, what string, payload []byte, chain *Chain) {
 	nj := Job{
-		ID:           a.derivedID(to.Shard, from.Chain.ID, what),
-		Queue:        to.Queue,
-		Payload:      payload,
-		Priority:     from.Priority,
-		MaxRetries:   from.MaxRetries,
-		Backoff:      from.Backoff,
-		BaseDelayMs:  from.BaseDelayMs,
-		MaxDelayMs:   from.MaxDelayMs,
-		BaseDelay:    from.BaseDelay,
-		MaxDelay:     from.MaxDelay,
-		LeaseSeconds: from.LeaseSeconds,
-		Tags:         from.Tags,
-		Chain:        chain,
+		ID:         a.derivedID(to.Shard, from.Chain.ID, what),
+		Queue:      to.Queue,
+		Payload:    payload,
+		JobOptions: from.JobOptions.inherited(),
+		Chain:      chain,
 	}
 	a.send(to.Shard, &EnqueueOp{Job: nj, IfAbsent: true})
 }
@@ -259,8 +251,7 @@ func (a *applier) maybeCompleteBatch(b *Batch) {
 	}
 	payload := withFields(b.CallbackPayload, map[string]any{"batch": map[string]any{
 		"id": b.ID, "total": b.Total, "succeeded": b.Succeeded, "failed": b.Failed}})
-	cb := Job{ID: b.CallbackJobID, Queue: b.CallbackQueue, Payload: payload, Priority: PriorityNormal,
-		MaxRetries: 3, Backoff: BackoffExponential, BaseDelayMs: 5000, MaxDelayMs: 600000, LeaseSeconds: DefaultLeaseSeconds}
+	cb := Job{ID: b.CallbackJobID, Queue: b.CallbackQueue, Payload: payload, JobOptions: DefaultJobOptions()}
 	a.send(b.CallbackShard, &EnqueueOp{Job: cb, IfAbsent: true})
 }
 

@@ -9,7 +9,7 @@ import (
 
 func FuzzDecodeEntry(f *testing.F) {
 	e := Entry{ID: NewEntryID(1, 2), Now: 3, Ops: []Op{
-		&EnqueueOp{Job: Job{ID: "job_0_x", Queue: "q", Payload: []byte(`{}`), Priority: PriorityHigh, Backoff: BackoffFixed}},
+		&EnqueueOp{Job: Job{ID: "job_0_x", Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{Priority: PriorityHigh, Backoff: BackoffFixed}}},
 		&FetchOp{Queues: []string{"a", "b"}, WorkerID: "w", Count: 5},
 		&AckOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}, Result: []byte(`1`)},
 		&FailOp{JobID: "j", Error: "e", Backtrace: "b"},
@@ -53,7 +53,7 @@ func FuzzApplyEntry(f *testing.F) {
 	seed := setup(f)
 	id := seed.newID()
 	for _, ops := range [][]Op{
-		{&EnqueueOp{Job: Job{ID: id, Queue: "q", Payload: []byte(`{}`), Priority: PriorityHigh, MaxRetries: 2}}},
+		{&EnqueueOp{Job: Job{ID: id, Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{Priority: PriorityHigh, MaxRetries: 2}}}},
 		{&FetchOp{Queues: []string{"q", "r"}, WorkerID: "w", Count: 5}},
 		{&AckOp{JobID: id, Holder: Holder{WorkerID: "w", Attempt: 1}, Result: []byte(`1`)}},
 		{&FailOp{JobID: id, Holder: Holder{WorkerID: "w", Attempt: 1}, Error: "e"}},
@@ -98,7 +98,7 @@ func TestStateMachineRefusesMalformedOps(t *testing.T) {
 	}{
 		{&EnqueueOp{Job: Job{}}, StatusInvalid},
 		{&EnqueueOp{Job: Job{ID: "job_0_x"}}, StatusInvalid},
-		{&EnqueueOp{Job: Job{ID: "job_0_y", Queue: "q", Priority: Priority(200)}}, StatusInvalid},
+		{&EnqueueOp{Job: Job{ID: "job_0_y", Queue: "q", JobOptions: JobOptions{Priority: Priority(200)}}}, StatusInvalid},
 		{&PriorityOp{JobID: id, Priority: Priority(99)}, StatusInvalid},
 		{&DropQueueOp{Queue: "q", Index: 77}, StatusInvalid},
 		{&AckOp{JobID: ""}, StatusNotFound},

@@ -105,33 +105,20 @@ func ParseBackoff(name string) (Backoff, bool) {
 }
 
 // Job is the part of a job that is written once at enqueue (key j|{id}). The
-// enqueue op carries it; the state machine fills CreatedAt and Seq. Times
-// are Unix nanoseconds, 0 meaning unset.
+// enqueue op carries it; the state machine fills CreatedAt, Seq and
+// ExpireAt. Times are Unix nanoseconds, 0 meaning unset.
 type Job struct {
-	ID            string
-	Queue         string
-	Payload       []byte // raw JSON
-	Priority      Priority
-	MaxRetries    uint32
-	Backoff       Backoff
-	BaseDelayMs   int64
-	MaxDelayMs    int64
-	BaseDelay     string // as sent, e.g. "5s"; "" when defaulted
-	MaxDelay      string
-	LeaseSeconds  uint32
-	ScheduledAt   int64
-	ExpireAfter   string // as sent
-	ExpireAt      int64  // CreatedAt + expire_after, set by the state machine
-	ExpireAfterMs int64
-	Tags          []byte // raw JSON object, nil when none
-	UniqueKey     string
-	UniquePeriod  int64 // seconds
-	BatchID       string
-	CreatedAt     int64
-	Seq           uint64 // shard-wide FIFO tiebreak: raft index<<24 | creation order in the entry
-	BatchShard    uint32 // the shard holding the batch record, when BatchID is set
-	Chain         *Chain // nil unless the job is a step of a chain
-	DependsOn     []Dep  // jobs that must complete before this one may run
+	ID      string
+	Queue   string
+	Payload []byte // raw JSON
+	JobOptions
+	ExpireAt   int64 // CreatedAt + expire_after, set by the state machine
+	BatchID    string
+	CreatedAt  int64
+	Seq        uint64 // shard-wide FIFO tiebreak: raft index<<24 | creation order in the entry
+	BatchShard uint32 // the shard holding the batch record, when BatchID is set
+	Chain      *Chain // nil unless the job is a step of a chain
+	DependsOn  []Dep  // jobs that must complete before this one may run
 }
 
 // Dep names a job another job waits for, with the shard it lives on.
@@ -207,8 +194,13 @@ func (c *Chain) decode(d *dec) {
 	c.Config = d.bytes()
 }
 
+// jobVersion is the first byte of every job record. It never changes: the
+// record grows by appending fields (wire.go).
 const jobVersion = 1
 
+// appendTo writes the job record. Fields added from now on go at the end,
+// after DependsOn, and are read back under d.more() (wire.go); the fields
+// of JobOptions are spread over the record as they were added.
 func (j *Job) appendTo(b []byte) []byte {
 	e := enc{b: b}
 	e.u8(jobVersion)
@@ -246,6 +238,8 @@ func (j *Job) appendTo(b []byte) []byte {
 	return e.b
 }
 
+// decode reads a job record; d must end where the record ends (a Pebble
+// value, a length-prefixed field, or EnqueueOp's bounded job).
 func (j *Job) decode(d *dec) {
 	if v := d.u8(); v != jobVersion {
 		d.fail()
@@ -310,6 +304,8 @@ type JobState struct {
 	ProgressAt      int64  // when Progress was reported (0: never, or before it was recorded)
 }
 
+// stateVersion is the first byte of every state record; it never changes
+// (wire.go).
 const stateVersion = 1
 
 func (s *JobState) appendTo(b []byte) []byte {
@@ -332,8 +328,9 @@ func (s *JobState) appendTo(b []byte) []byte {
 	e.uvarint(uint64(s.Errors))
 	e.str(s.LastError)
 	e.uvarint(uint64(s.DepsDone))
-	// Fields below were appended later: optional on decode, written only
-	// when one of them is set.
+	// Appended fields (wire.go). ProgressAt is left out while zero, so a
+	// state that never reported progress keeps its first-release bytes; a
+	// field appended after it must write ProgressAt whenever it is written.
 	if s.ProgressAt != 0 {
 		e.varint(s.ProgressAt)
 	}
@@ -362,27 +359,32 @@ func (s *JobState) decode(d *dec) {
 	s.Errors = uint32(d.uvarint())
 	s.LastError = d.str()
 	s.DepsDone = uint32(d.uvarint())
-	if len(d.b) > 0 {
+	if d.more() {
 		s.ProgressAt = d.varint()
 	}
 }
 
-// JobError is one failed attempt (key je|{id}\x00{attempt}). Version 2
-// added the attempt's start, its worker and when the next attempt was due,
-// so the job's timeline can be told from its records alone.
+// JobError is one failed attempt (key je|{id}\x00{attempt}). StartedAt,
+// WorkerID and RetryAt were appended (the first byte then went from 1 to
+// 2, the last change made that way: records now grow by the rule in
+// wire.go), so the job's timeline can be told from its records alone.
 type JobError struct {
 	Attempt   uint32
 	Error     string
 	Backtrace string
 	At        int64
-	StartedAt int64  // when the attempt started (0: unknown, version 1)
+	StartedAt int64  // when the attempt started (0: unknown, an old record)
 	WorkerID  string // the worker that held it
 	RetryAt   int64  // when the next attempt became due (0: none followed)
 }
 
+// jobErrorVersion is the first byte error records are written with; 1
+// marks records written before StartedAt existed, which end after At.
+const jobErrorVersion = 2
+
 func (e *JobError) appendTo(b []byte) []byte {
 	w := enc{b: b}
-	w.u8(2)
+	w.u8(jobErrorVersion)
 	w.uvarint(uint64(e.Attempt))
 	w.str(e.Error)
 	w.str(e.Backtrace)
@@ -394,8 +396,7 @@ func (e *JobError) appendTo(b []byte) []byte {
 }
 
 func (e *JobError) decode(d *dec) {
-	v := d.u8()
-	if v != 1 && v != 2 {
+	if v := d.u8(); v != 1 && v != jobErrorVersion {
 		d.fail()
 		return
 	}
@@ -403,7 +404,7 @@ func (e *JobError) decode(d *dec) {
 	e.Error = d.str()
 	e.Backtrace = d.str()
 	e.At = d.varint()
-	if v >= 2 {
+	if d.more() {
 		e.StartedAt = d.varint()
 		e.WorkerID = d.str()
 		e.RetryAt = d.varint()

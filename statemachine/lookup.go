@@ -171,7 +171,7 @@ func cloneBytes(b []byte) []byte {
 // (strings are already copies).
 func cloneJob(j Job) Job {
 	j.Payload = cloneBytes(j.Payload)
-	j.Tags = cloneBytes(j.Tags)
+	j.JobOptions = j.JobOptions.clone()
 	return j
 }
 

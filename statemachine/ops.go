@@ -246,7 +246,20 @@ func (o *EnqueueOp) appendBody(b []byte) []byte {
 	return append(b, 0)
 }
 func (o *EnqueueOp) decode(d *dec) {
-	o.Job.decode(d)
+	// The body is the job record then the IfAbsent byte: the job is read
+	// from the body less its last byte, so that fields appended to Job
+	// read as absent in entries written before them (wire.go, rule 4).
+	if len(d.b) == 0 {
+		d.fail()
+		return
+	}
+	jd := dec{b: d.b[:len(d.b)-1]}
+	o.Job.decode(&jd)
+	if jd.err != nil {
+		d.fail()
+		return
+	}
+	d.b = d.b[len(d.b)-1:]
 	o.IfAbsent = d.boolean()
 }
 

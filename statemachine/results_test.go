@@ -12,9 +12,10 @@ func resultsSample() []Result {
 		{Status: StatusOK, State: StateActive, NextAttemptAt: 5, AttemptsRemaining: 2, Count: 3, Message: "m", Queue: "q",
 			Existing: true, JobID: "job_1_x", Cursor: []byte{1, 2},
 			Jobs: []JobView{{
-				Job: Job{ID: "job_1_x", Queue: "q", Payload: []byte(`{"a":1}`), Priority: PriorityHigh, MaxRetries: 4,
-					Backoff: BackoffLinear, BaseDelayMs: 10, MaxDelayMs: 100, BaseDelay: "10ms", LeaseSeconds: 30,
-					Tags: []byte(`{"t":"x"}`), CreatedAt: 7, Seq: 8, BatchID: "batch_1_y", BatchShard: 1,
+				Job: Job{ID: "job_1_x", Queue: "q", Payload: []byte(`{"a":1}`),
+					JobOptions: JobOptions{Priority: PriorityHigh, MaxRetries: 4, Backoff: BackoffLinear, BaseDelayMs: 10, MaxDelayMs: 100,
+						BaseDelay: "10ms", LeaseSeconds: 30, Tags: []byte(`{"t":"x"}`)},
+					CreatedAt: 7, Seq: 8, BatchID: "batch_1_y", BatchShard: 1,
 					DependsOn: []Dep{{ID: "job_2_z", Shard: 2}}},
 				State: JobState{State: StateActive, Attempt: 2, WorkerID: "w", Hostname: "h", LeaseExpiresAt: 9, StartedAt: 8,
 					Checkpoint: []byte(`{"c":2}`), Errors: 1, LastError: "boom"},

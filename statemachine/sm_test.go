@@ -84,8 +84,8 @@ func (tb *testBundle) apply(ops ...Op) []Result { return tb.applyRaw(tb.entry(op
 func (tb *testBundle) one(op Op) Result { return tb.apply(op)[0] }
 
 func (tb *testBundle) enqueue(queue string, prio Priority, mut ...func(*Job)) string {
-	j := Job{ID: tb.newID(), Queue: queue, Payload: []byte(`{"n":1}`),
-		Priority: prio, MaxRetries: 3, Backoff: BackoffExponential, BaseDelayMs: 5000, MaxDelayMs: 600000}
+	j := Job{ID: tb.newID(), Queue: queue, Payload: []byte(`{"n":1}`), JobOptions: DefaultJobOptions()}
+	j.Priority = prio
 	for _, m := range mut {
 		m(&j)
 	}
@@ -342,7 +342,7 @@ func TestStateMachineFirstAttemptAfterItsRetryAppliesNothing(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	id := tb.newID()
-	first := tb.entry(&EnqueueOp{Job: Job{ID: id, Queue: "q", Payload: []byte(`{}`), Priority: PriorityNormal, MaxRetries: 3}})
+	first := tb.entry(&EnqueueOp{Job: Job{ID: id, Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{Priority: PriorityNormal, MaxRetries: 3}}})
 	retry := append([]byte(nil), first...)
 	retry[RetryFlagOffset] = 1
 	require.Equal(t, StatusOK, tb.applyRaw(retry)[0].Status)
@@ -381,8 +381,8 @@ func randomLog(tb *testBundle, n int) {
 		case k < 4 || len(ids) == 0:
 			id := tb.newID()
 			ids = append(ids, id)
-			j := Job{ID: id, Queue: queues[tb.rnd.IntN(3)], Payload: []byte(`{}`), Priority: Priority(tb.rnd.IntN(3)),
-				MaxRetries: 2, Backoff: BackoffFixed, BaseDelayMs: 1000, LeaseSeconds: 5}
+			j := Job{ID: id, Queue: queues[tb.rnd.IntN(3)], Payload: []byte(`{}`),
+				JobOptions: JobOptions{Priority: Priority(tb.rnd.IntN(3)), MaxRetries: 2, Backoff: BackoffFixed, BaseDelayMs: 1000, LeaseSeconds: 5}}
 			if tb.rnd.IntN(4) == 0 {
 				j.UniqueKey, j.UniquePeriod = fmt.Sprint("u", tb.rnd.IntN(5)), int64(tb.rnd.IntN(20))
 			}
@@ -574,12 +574,12 @@ func TestStateMachineUniqueJobs(t *testing.T) {
 		return func(j *Job) { j.UniqueKey, j.UniquePeriod = "sync-user-42", period }
 	}
 	first := tb.enqueue("q", PriorityNormal, uniq(3600))
-	dup := tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), UniqueKey: "sync-user-42", UniquePeriod: 3600}})
+	dup := tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{UniqueKey: "sync-user-42", UniquePeriod: 3600}}})
 	require.True(t, dup.Existing)
 	require.Equal(t, first, dup.JobID)
 	require.Equal(t, StatePending, dup.State)
 	// Another queue has its own key space.
-	require.False(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "other", Payload: []byte(`{}`), UniqueKey: "sync-user-42"}}).Existing)
+	require.False(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "other", Payload: []byte(`{}`), JobOptions: JobOptions{UniqueKey: "sync-user-42"}}}).Existing)
 
 	// Completion releases the key.
 	tb.fetch(1, "q")
@@ -592,9 +592,9 @@ func TestStateMachineUniqueJobs(t *testing.T) {
 	require.NotEqual(t, second, third)
 	// Without a period the key lives until the job is done (cancelled here).
 	tb.advance(100 * time.Hour)
-	require.True(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), UniqueKey: "sync-user-42"}}).Existing)
+	require.True(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{UniqueKey: "sync-user-42"}}}).Existing)
 	tb.one(&CancelOp{JobID: third})
-	require.False(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), UniqueKey: "sync-user-42"}}).Existing)
+	require.False(t, tb.one(&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{UniqueKey: "sync-user-42"}}}).Existing)
 	// The sweep removes expired locks and keeps live ones.
 	tb.enqueue("q", PriorityNormal, func(j *Job) { j.UniqueKey, j.UniquePeriod = "short", 10 })
 	tb.advance(11 * time.Second)

@@ -5,6 +5,46 @@ import (
 	"errors"
 )
 
+// Records and how they grow.
+//
+// Everything the state machine stores or reads from a Raft log is written
+// by enc and read by dec in a fixed field order: the ops of an entry (each
+// op's body is length-prefixed by the entry), and the Pebble records —
+// Job (j|), JobState (js|), JobError (je|), Schedule (sc|), Batch (b|),
+// queue stats and settings, worker records, outbox records, dedup results. Entries sit in
+// Raft logs and records in Pebble for as long as a cluster lives, and a
+// replica replays old entries after every restart, so every build must
+// read every byte an earlier build wrote, to the same values. One rule:
+//
+//  1. Append fields; never reorder, remove or retype one. A field no
+//     longer used is still written (as its zero value) and read.
+//  2. A decoder reads a field appended after a type's first release only
+//     if bytes remain: `if d.more() { x.New = d.varint() }`. Absent means
+//     zero, so the zero value must mean "as before the field existed".
+//  3. Bytes after the last field a build knows are ignored: they are
+//     fields of a later build.
+//  4. A record is read from a bounded slice — a whole Pebble value, the
+//     op body, or a length-prefixed field (enc.bytes) — never from the
+//     middle of another record, or rule 2 would read the next record's
+//     bytes. EnqueueOp is the one op with a record inside that is not
+//     length-prefixed: its body is the job record then the IfAbsent byte,
+//     so the job is the body less its last byte, and an enqueue's new
+//     fields go into Job (JobOptions), at the end of the job record.
+//  5. Types written inline inside another (Chain, ChainTarget, Dep, Holder,
+//     HeartbeatJob, the Results of a dedup record) cannot grow in place: a
+//     field for them goes at the end of the record that holds them (a
+//     list of values, one per element).
+//  6. To keep records that do not use a new field byte-identical to what
+//     the previous build wrote (replicas of different builds then still
+//     agree), a trailing field may be left out while it and every field
+//     after it are zero (JobState.ProgressAt).
+//
+// Leading version bytes (Job, JobState, JobError, Schedule, Batch, the
+// entry) predate the rule and are kept as format marks: they never change
+// again. JobError went from 1 to 2 when it grew; its decoder accepts both.
+// Old records are frozen in testdata/wire (compat_test.go): add a fixture
+// there when a format grows.
+
 // errShort is returned when an encoded value ends early or is malformed.
 var errShort = errors.New("statemachine: truncated or malformed encoding")
 
@@ -44,6 +84,10 @@ func (d *dec) fail() {
 	}
 	d.b = nil
 }
+
+// more reports whether a record has bytes left: whether a field appended
+// after the record's first release was written (rule 2 above).
+func (d *dec) more() bool { return d.err == nil && len(d.b) > 0 }
 
 func (d *dec) u8() uint8 {
 	if len(d.b) < 1 {

@@ -1,0 +1,41 @@
+package gateway
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// TestEnqueueJobOptions: an enqueue without options gets
+// statemachine.DefaultJobOptions, and each option of the request reaches
+// its JobOptions field — a field no request member sets fails here.
+func TestEnqueueJobOptions(t *testing.T) {
+	t.Parallel()
+	rt := router.New(4)
+	toJob := func(body string) statemachine.Job {
+		t.Helper()
+		var req enqueueRequest
+		require.Nil(t, decodeBody([]byte(body), &req, false))
+		j, err := req.toJob(rt, MaxPayloadDefault, "")
+		require.Nil(t, err)
+		return j
+	}
+	require.Equal(t, statemachine.DefaultJobOptions(), toJob(`{"queue":"q"}`).JobOptions)
+
+	got := toJob(`{"queue":"q","priority":"critical","max_retries":9,"retry_backoff":"fixed","retry_base_delay":"2s",
+		"retry_max_delay":"1m","lease_duration":120,"scheduled_at":"2030-01-02T03:04:05Z","expire_after":"2h",
+		"tags":{"a":"b"},"unique_key":"k","unique_period":30}`).JobOptions
+	require.Equal(t, statemachine.JobOptions{Priority: statemachine.PriorityCritical, MaxRetries: 9,
+		Backoff: statemachine.BackoffFixed, BaseDelayMs: 2000, MaxDelayMs: 60_000, BaseDelay: "2s", MaxDelay: "1m",
+		LeaseSeconds: 120, ScheduledAt: 1_893_553_445_000_000_000, ExpireAfter: "2h", ExpireAfterMs: 7_200_000,
+		Tags: []byte(`{"a":"b"}`), UniqueKey: "k", UniquePeriod: 30}, got)
+	def, gv := reflect.ValueOf(statemachine.DefaultJobOptions()), reflect.ValueOf(got)
+	for i := 0; i < gv.NumField(); i++ {
+		require.NotEqual(t, def.Field(i).Interface(), gv.Field(i).Interface(),
+			"JobOptions.%s: no enqueue field sets it (gateway/decode.go)", gv.Type().Field(i).Name)
+	}
+}
