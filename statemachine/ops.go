@@ -418,7 +418,7 @@ func (o *HeartbeatOp) decode(d *dec) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		o.Jobs = append(o.Jobs, HeartbeatJob{JobID: d.str(), Progress: d.bytes(), Checkpoint: d.bytes()})
 	}
-	if d.err != nil || len(d.b) == 0 {
+	if !d.more() {
 		return // the old format: no attempts
 	}
 	if d.uvarint() != n {
