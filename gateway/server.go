@@ -469,12 +469,16 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 			led++
 		}
 	}
-	shardsLed.Set(uint64(led))
+	shardsLed.Set(float64(led))
 	ctx.SetContentType("text/plain; version=0.0.4")
 	metrics.WritePrometheus(ctx, true)
 }
 
-var shardsLed = metrics.NewCounter(`corvo_shards_led`)
+// The metrics library writes "# HELP" and "# TYPE" before each family only
+// when asked; without them Prometheus takes every family as untyped.
+func init() { metrics.ExposeMetadata(true) }
+
+var shardsLed = metrics.NewGauge(`corvo_shards_led`, nil)
 
 // queueCounters are the per-queue job counters of /metrics.
 type queueCounters struct {
