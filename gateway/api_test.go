@@ -773,23 +773,19 @@ func TestAPICrossShardMoveUnderFetches(t *testing.T) {
 	for i := 0; i < total; i++ {
 		require.Equal(t, 1, seen[i], "job %d processed %d times", i, seen[i])
 	}
-	// A moved job's old ID points at the new one (301 + Location).
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// A moved job's old ID answers the job under its new ID.
 	for _, id := range ids {
-		resp, err := noRedirect.Get(baseURL + "/api/v1/jobs/" + id)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == 301 {
-			require.Contains(t, string(body), `"code":"moved"`)
-			loc := resp.Header.Get("Location")
-			require.True(t, strings.HasPrefix(loc, "/api/v1/jobs/job_"), loc)
-			doc := getJob(t, strings.TrimPrefix(loc, "/api/v1/jobs/"))
-			require.Equal(t, "completed", doc.State)
+		code, body := call(t, "GET", "/api/v1/jobs/"+id, nil)
+		require.Equal(t, 200, code, string(body))
+		d := mustJSON[movedDoc](t, body)
+		if d.ID != id {
+			require.Equal(t, id, d.MovedFrom)
+			require.Equal(t, qs[1], d.Queue)
+			require.Equal(t, "completed", d.State)
 			return
 		}
 	}
-	t.Fatal("no moved job answered 301")
+	t.Fatal("no moved job answered under its new ID")
 }
 
 // drain fetches and handles every job of q that arrives within timeout:

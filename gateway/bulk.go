@@ -192,7 +192,38 @@ func appendFailures(b []byte, failed []bulkFailure) []byte {
 // applyBulk proposes one op per job, 500 per entry, shards in parallel.
 // Cancelling ctx abandons the proposals in flight (their outcome is then
 // unknown and they count as failed).
+// An ID a job had before a move to another shard acts on the job it
+// became (resolveMoved), as for every single-job endpoint.
 func (s *Server) applyBulk(ctx context.Context, ids []string, mk func(id string, sh int) statemachine.Op) (int, []bulkFailure) {
+	affected, failed := s.applyBulkOnce(ctx, ids, mk)
+	var again []string
+	oldOf := map[string]string{}
+	kept := failed[:0]
+	for _, f := range failed {
+		if f.err.status == 404 {
+			if sh, err := s.rt.ShardForJob(f.id); err == nil {
+				if nid, _, moved := s.resolveMoved(f.id, sh); moved {
+					if _, dup := oldOf[nid]; !dup {
+						oldOf[nid] = f.id
+						again = append(again, nid)
+					}
+					continue
+				}
+			}
+		}
+		kept = append(kept, f)
+	}
+	if len(again) == 0 {
+		return affected, kept
+	}
+	n, failed2 := s.applyBulkOnce(ctx, again, mk)
+	for _, f := range failed2 {
+		kept = append(kept, bulkFailure{oldOf[f.id], f.err})
+	}
+	return affected + n, kept
+}
+
+func (s *Server) applyBulkOnce(ctx context.Context, ids []string, mk func(id string, sh int) statemachine.Op) (int, []bulkFailure) {
 	perShard := make([][]string, s.eng.Shards())
 	var failed []bulkFailure
 	for _, id := range ids {

@@ -62,3 +62,86 @@ func familyOf(sample string, types map[string]string) (string, bool) {
 	}
 	return "", false
 }
+
+// moveJob moves a job through the API and returns its new ID.
+func moveJob(t *testing.T, id, queue string) string {
+	t.Helper()
+	code, body := call(t, "POST", "/api/v1/jobs/"+id+"/move", map[string]any{"queue": queue})
+	require.Equal(t, 200, code, string(body))
+	return mustJSON[struct {
+		JobID string `json:"job_id"`
+	}](t, body).JobID
+}
+
+type movedDoc struct {
+	ID        string `json:"id"`
+	Queue     string `json:"queue"`
+	State     string `json:"state"`
+	Priority  string `json:"priority"`
+	MovedFrom string `json:"moved_from"`
+}
+
+// TestAPIMovedIDKeepsWorking: after a job moved to a queue on another
+// shard (twice), its first ID still works for every job endpoint, acting
+// on the job under its current ID.
+func TestAPIMovedIDKeepsWorking(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "movedid", 3)
+	old := enqueue(t, map[string]any{"queue": qs[0], "payload": map[string]any{}, "retry_backoff": "none"})
+	mid := moveJob(t, old, qs[1])
+	require.NotEqual(t, old, mid)
+	// A move through the old ID (the job is now mid on another shard).
+	cur := moveJob(t, old, qs[2])
+	require.NotEqual(t, mid, cur)
+	waitFor(t, "the moved job at its new ID", func() bool { c, _ := call(t, "GET", "/api/v1/jobs/"+cur, nil); return c == 200 })
+
+	for _, from := range []string{old, mid} {
+		code, body := call(t, "GET", "/api/v1/jobs/"+from, nil)
+		require.Equal(t, 200, code, string(body))
+		d := mustJSON[movedDoc](t, body)
+		require.Equal(t, cur, d.ID)
+		require.Equal(t, from, d.MovedFrom)
+		require.Equal(t, qs[2], d.Queue)
+	}
+
+	code, body := call(t, "POST", "/api/v1/jobs/bulk", map[string]any{"job_ids": []string{old}, "action": "change_priority", "priority": "critical"})
+	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"affected":1,`)
+	require.Equal(t, "critical", mustJSON[movedDoc](t, mustGet(t, cur)).Priority)
+
+	code, body = call(t, "POST", "/api/v1/jobs/"+old+"/cancel", nil)
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, "cancelled", getJob(t, cur).State)
+	code, body = call(t, "POST", "/api/v1/jobs/"+old+"/retry", nil)
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, "pending", getJob(t, cur).State)
+
+	// A worker that kept the old ID: fail it, then ack it.
+	j, ok := fetchOne(t, 5, qs[2])
+	require.True(t, ok)
+	require.Equal(t, cur, j.JobID)
+	code, body = call(t, "POST", "/api/v1/fail/"+old, map[string]any{"error": "boom", "worker_id": "w-" + t.Name()})
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, 1, getJob(t, cur).Attempt)
+	waitFor(t, "the retry to be due", func() bool {
+		j, ok = fetchOne(t, 0.2, qs[2])
+		return ok
+	})
+	code, body = call(t, "POST", "/api/v1/ack/"+old, map[string]any{"worker_id": "w-" + t.Name()})
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, "completed", getJob(t, cur).State)
+
+	code, body = call(t, "DELETE", "/api/v1/jobs/"+old, nil)
+	require.Equal(t, 200, code, string(body))
+	code, _ = call(t, "GET", "/api/v1/jobs/"+cur, nil)
+	require.Equal(t, 404, code)
+	code, _ = call(t, "GET", "/api/v1/jobs/"+old, nil)
+	require.Equal(t, 404, code)
+}
+
+func mustGet(t *testing.T, id string) []byte {
+	t.Helper()
+	code, body := call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	return body
+}

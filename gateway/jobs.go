@@ -258,35 +258,91 @@ func (s *Server) proposeShards(perShard [][]statemachine.Op) ([]*apiError, [][]s
 	return errs, results
 }
 
-// GET /api/v1/jobs/{id}
+// GET /api/v1/jobs/{id} — an ID the job had before a move to another
+// shard answers the job as it is now, with "moved_from".
 func (s *Server) handleGetJob(ctx *fasthttp.RequestCtx) {
-	id, sh, ok := s.jobParam(ctx)
+	var jv *statemachine.JobView
+	id, ok := s.onJob(ctx, func(id string, sh int) *apiError {
+		v, err := s.read(sh, statemachine.GetJobQuery{ID: id})
+		if err != nil {
+			return engineError(err)
+		}
+		if jv, _ = v.(*statemachine.JobView); jv == nil {
+			return &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"}
+		}
+		return nil
+	})
 	if !ok {
 		return
 	}
-	v, err := s.eng.Read(sh, statemachine.GetJobQuery{ID: id})
-	if err != nil {
-		writeError(ctx, engineError(err))
-		return
-	}
-	jv, _ := v.(*statemachine.JobView)
-	if jv == nil {
-		if to, err := s.eng.Read(sh, statemachine.MovedQuery{ID: id}); err == nil && to.(string) != "" {
-			// Moved to a queue on another shard, under a new ID.
-			ctx.Response.Header.Set("Location", "/api/v1/jobs/"+to.(string))
-			b := append([]byte(`{"error":`), appendString(nil, "job "+id+" moved to "+to.(string))...)
-			b = append(b, `,"code":"moved","moved_to":`...)
-			b = appendString(b, to.(string))
-			writeJSON(ctx, 301, append(b, '}'))
-			return
-		}
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"})
-		return
-	}
 	b := appendJob(make([]byte, 0, 1024+len(jv.Job.Payload)), jv)
-	b = append(b[:len(b)-1], `,"timeline":`...)
+	b = b[:len(b)-1]
+	if jv.Job.ID != id {
+		b = append(b, `,"moved_from":`...)
+		b = appendString(b, id)
+	}
+	b = append(b, `,"timeline":`...)
 	b = appendTimeline(b, jobTimeline(jv))
 	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// maxMoveHops bounds how many moves resolveMoved follows (a job moved
+// back to a shard it left gets its old ID again, so chains can loop).
+const maxMoveHops = 16
+
+// resolveMoved follows the moves of a job that is no longer at id on shard
+// sh: the ID and shard it has now, and whether it moved at all. Every job
+// endpoint reaches it through onJob (bulk by IDs through applyBulk).
+func (s *Server) resolveMoved(id string, sh int) (string, int, bool) {
+	cur, cursh := id, sh
+	for hop := 0; hop < maxMoveHops; hop++ {
+		v, err := s.read(cursh, statemachine.MovedQuery{ID: cur})
+		to, _ := v.(string)
+		if err != nil || to == "" {
+			break
+		}
+		nsh, err := s.rt.ShardForJob(to)
+		if err != nil {
+			break
+		}
+		cur, cursh = to, nsh
+	}
+	return cur, cursh, cur != id
+}
+
+// onJob runs do on the job in {id} (answering the request itself when it
+// cannot: a malformed ID, a forward, an error from do). A job moved to a
+// queue on another shard is not found at its old ID: do then runs again on
+// the job under its new ID, so stored IDs keep working for every job
+// endpoint. It returns the ID of the request.
+func (s *Server) onJob(ctx *fasthttp.RequestCtx, do func(id string, sh int) *apiError) (string, bool) {
+	id, sh, ok := s.jobParam(ctx)
+	if !ok {
+		return "", false
+	}
+	aerr := do(id, sh)
+	if aerr != nil && aerr.status == 404 {
+		if nid, nsh, moved := s.resolveMoved(id, sh); moved {
+			aerr = do(nid, nsh)
+		}
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return "", false
+	}
+	return id, true
+}
+
+// proposeJob proposes one op and maps a rejected result to its error.
+func (s *Server) proposeJob(sh int, op statemachine.Op) (*statemachine.Result, *apiError) {
+	rs, aerr := s.propose(sh, op)
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		return nil, aerr
+	}
+	return &rs[0], nil
 }
 
 // jobParam reads {id} and routes it; it answers 404 itself for IDs that
@@ -320,19 +376,14 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, leaseRequired("an ack"))
 		return
 	}
-	id, sh, ok := s.jobParam(ctx)
-	if !ok {
+	var r *statemachine.Result
+	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()})
+		return aerr
+	}); !ok {
 		return
 	}
-	rs, aerr := s.propose(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()})
-	if aerr == nil {
-		aerr = resultError(&rs[0])
-	}
-	if aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
-	s.counters(rs[0].Queue).completed.Inc()
+	s.counters(r.Queue).completed.Inc()
 	writeJSON(ctx, 200, []byte(`{"status":"completed"}`))
 }
 
@@ -447,19 +498,13 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, leaseRequired("a fail"))
 		return
 	}
-	id, sh, ok := s.jobParam(ctx)
-	if !ok {
+	var r *statemachine.Result
+	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint)})
+		return aerr
+	}); !ok {
 		return
 	}
-	rs, aerr := s.propose(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint)})
-	if aerr == nil {
-		aerr = resultError(&rs[0])
-	}
-	if aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
-	r := &rs[0]
 	c := s.counters(r.Queue)
 	c.failed.Inc()
 	if r.State == statemachine.StateDead {
@@ -578,19 +623,14 @@ func heartbeatName(h statemachine.HeartbeatStatus) string {
 
 // POST /api/v1/jobs/{id}/cancel
 func (s *Server) handleCancel(ctx *fasthttp.RequestCtx) {
-	id, sh, ok := s.jobParam(ctx)
-	if !ok {
+	var r *statemachine.Result
+	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, &statemachine.CancelOp{JobID: id})
+		return aerr
+	}); !ok {
 		return
 	}
-	rs, aerr := s.propose(sh, &statemachine.CancelOp{JobID: id})
-	if aerr == nil {
-		aerr = resultError(&rs[0])
-	}
-	if aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
-	if rs[0].State == statemachine.StateActive {
+	if r.State == statemachine.StateActive {
 		writeJSON(ctx, 200, []byte(`{"status":"cancelling"}`))
 		return
 	}

@@ -10,21 +10,15 @@ import (
 	"github.com/corvohq/corvo/statemachine"
 )
 
-// jobOp proposes one op for the job in {id} and answers its error, if any.
+// jobOp proposes one op for the job in {id} (or the job a moved one
+// became, onJob) and answers its error, if any.
 func (s *Server) jobOp(ctx *fasthttp.RequestCtx, mk func(id string) statemachine.Op) (*statemachine.Result, bool) {
-	id, sh, ok := s.jobParam(ctx)
-	if !ok {
-		return nil, false
-	}
-	rs, aerr := s.propose(sh, mk(id))
-	if aerr == nil {
-		aerr = resultError(&rs[0])
-	}
-	if aerr != nil {
-		writeError(ctx, aerr)
-		return nil, false
-	}
-	return &rs[0], true
+	var r *statemachine.Result
+	_, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, mk(id))
+		return aerr
+	})
+	return r, ok
 }
 
 // POST /api/v1/jobs/{id}/retry — a completed, dead or cancelled job goes
@@ -63,8 +57,9 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	id, _ := ctx.UserValue("id").(string)
-	newID := id
+	var newID string
 	r, ok := s.jobOp(ctx, func(id string) statemachine.Op {
+		newID = id // id is the job's current ID (another after an earlier move)
 		sh, _ := s.rt.ShardForJob(id)
 		target := s.rt.ShardForQueue(*req.Queue)
 		if target == sh {
