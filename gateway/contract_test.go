@@ -68,6 +68,7 @@ func moveJob(t *testing.T, id, queue string) string {
 	t.Helper()
 	code, body := call(t, "POST", "/api/v1/jobs/"+id+"/move", map[string]any{"queue": queue})
 	require.Equal(t, 200, code, string(body))
+	require.NotContains(t, string(body), "in_transit")
 	return mustJSON[struct {
 		JobID string `json:"job_id"`
 	}](t, body).JobID
@@ -144,4 +145,21 @@ func mustGet(t *testing.T, id string) []byte {
 	code, body := call(t, "GET", "/api/v1/jobs/"+id, nil)
 	require.Equal(t, 200, code, string(body))
 	return body
+}
+
+// TestAPICrossShardMoveReadableAtOnce: a move to a queue on another shard
+// answers only once the job can be read at its new ID; the old ID reads
+// it too.
+func TestAPICrossShardMoveReadableAtOnce(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "moveread", 2)
+	for i := 0; i < 40; i++ {
+		id := enqueue(t, map[string]any{"queue": qs[0], "payload": map[string]any{"n": i}})
+		nid := moveJob(t, id, qs[1])
+		require.NotEqual(t, id, nid)
+		code, body := call(t, "GET", "/api/v1/jobs/"+nid, nil)
+		require.Equal(t, 200, code, "iteration %d: %s", i, body)
+		d := mustJSON[movedDoc](t, mustGet(t, id))
+		require.Equal(t, nid, d.ID)
+	}
 }

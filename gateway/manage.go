@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"strings"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
@@ -73,6 +74,10 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	arrived := true
+	if newID != id {
+		arrived = s.awaitJob(newID, time.Now().Add(s.cfg.RequestTimeout))
+	}
 	b := append([]byte(`{"job_id":`), appendString(nil, newID)...)
 	if newID != id {
 		b = append(b, `,"moved_from":`...)
@@ -82,7 +87,40 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 	b = appendString(b, r.Queue)
 	b = append(b, `,"status":`...)
 	b = appendString(b, r.State.String())
+	if !arrived {
+		b = append(b, `,"in_transit":true`...)
+	}
 	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// awaitJob waits until job id is readable on its shard, or until deadline
+// (false). A move to another shard commits on the source; the job reaches
+// its new shard through the outbox relay a few milliseconds later, and the
+// move answers only once the new ID can be read. The shard layer has no
+// per-job notification (and the target shard may be on another node), so
+// this reads again with a backoff from 1 to 50 ms.
+func (s *Server) awaitJob(id string, deadline time.Time) bool {
+	sh, err := s.rt.ShardForJob(id)
+	if err != nil {
+		return false
+	}
+	wait := time.Millisecond
+	for {
+		if v, err := s.read(sh, statemachine.GetJobQuery{ID: id}); err == nil {
+			if jv, _ := v.(*statemachine.JobView); jv != nil {
+				return true
+			}
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return false
+		}
+		select {
+		case <-time.After(wait):
+		case <-s.closed:
+			return false
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // POST /api/v1/jobs/{id}/approve and /reject — release a held job to
