@@ -163,3 +163,31 @@ func TestAPICrossShardMoveReadableAtOnce(t *testing.T) {
 		require.Equal(t, nid, d.ID)
 	}
 }
+
+// TestAPIFailZeroBackoffSaysRetrying: a failure with retries left answers
+// "retrying" with next_attempt_at even when the backoff is none; the job
+// itself is fetchable again at once.
+func TestAPIFailZeroBackoffSaysRetrying(t *testing.T) {
+	t.Parallel()
+	q := uq("fail-none")
+	id := enqueue(t, map[string]any{"queue": q, "payload": map[string]any{}, "retry_backoff": "none", "max_retries": 2})
+	j, ok := fetchOne(t, 5, q)
+	require.True(t, ok)
+	require.Equal(t, id, j.JobID)
+	code, body := call(t, "POST", "/api/v1/fail/"+id, map[string]any{"error": "boom"})
+	require.Equal(t, 200, code, string(body))
+	r := mustJSON[struct {
+		Status            string  `json:"status"`
+		NextAttemptAt     *string `json:"next_attempt_at"`
+		AttemptsRemaining int     `json:"attempts_remaining"`
+	}](t, body)
+	require.Equal(t, "retrying", r.Status, string(body))
+	require.NotNil(t, r.NextAttemptAt, string(body))
+	require.Equal(t, 1, r.AttemptsRemaining)
+	j, ok = fetchOne(t, 0, q)
+	require.True(t, ok, "a zero-delay retry is fetchable at once")
+	require.Equal(t, id, j.JobID)
+	code, body = call(t, "POST", "/api/v1/fail/"+id, map[string]any{"error": "boom"})
+	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"status":"dead"`)
+}

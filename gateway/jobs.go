@@ -510,8 +510,16 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 	if r.State == statemachine.StateDead {
 		c.dead.Inc()
 	}
-	b := append([]byte(`{"status":`), appendString(nil, stateName(r.State))...)
-	if r.State == statemachine.StateRetrying || r.State == statemachine.StatePending {
+	// The answer is the attempt's outcome: a job with retries left is
+	// "retrying", even when its backoff is none and it is pending again at
+	// once (fetchable now; next_attempt_at is the failure's time).
+	status := stateName(r.State)
+	retry := r.State == statemachine.StateRetrying || r.State == statemachine.StatePending
+	if retry {
+		status = stateName(statemachine.StateRetrying)
+	}
+	b := append([]byte(`{"status":`), appendString(nil, status)...)
+	if retry {
 		b = append(b, `,"next_attempt_at":`...)
 		b = appendTime(b, r.NextAttemptAt)
 	}
