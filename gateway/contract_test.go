@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -190,4 +191,26 @@ func TestAPIFailZeroBackoffSaysRetrying(t *testing.T) {
 	code, body = call(t, "POST", "/api/v1/fail/"+id, map[string]any{"error": "boom"})
 	require.Equal(t, 200, code, string(body))
 	require.Contains(t, string(body), `"status":"dead"`)
+}
+
+// TestAPIDurationsAreIntegerMilliseconds: every duration_ms the API writes
+// (search, bulk) decodes as an integer.
+func TestAPIDurationsAreIntegerMilliseconds(t *testing.T) {
+	t.Parallel()
+	q := uq("durms")
+	enqueue(t, map[string]any{"queue": q, "payload": map[string]any{}})
+	code, body := call(t, "POST", "/api/v1/jobs/search", map[string]any{"queue": q})
+	require.Equal(t, 200, code, string(body))
+	var page struct {
+		DurationMs *int64 `json:"duration_ms"`
+	}
+	require.NoError(t, json.Unmarshal(body, &page), string(body))
+	require.NotNil(t, page.DurationMs)
+	code, body = call(t, "POST", "/api/v1/jobs/bulk", map[string]any{"filter": map[string]any{"queue": q}, "action": "cancel", "confirm": true})
+	require.Equal(t, 200, code, string(body))
+	var bulk struct {
+		DurationMs *int64 `json:"duration_ms"`
+	}
+	require.NoError(t, json.Unmarshal(body, &bulk), string(body))
+	require.NotNil(t, bulk.DurationMs)
 }

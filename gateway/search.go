@@ -208,7 +208,7 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 	b = append(b, `,"has_more":`...)
 	b = appendBool(b, res.hasMore)
 	b = append(b, `,"duration_ms":`...)
-	b = strconv.AppendFloat(b, float64(time.Since(start).Microseconds())/1000, 'f', 3, 64)
+	b = appendInt(b, time.Since(start).Milliseconds()) // integer ms, as every *_ms field
 	if only != nil {
 		b = append(b, `,"keys":[`...)
 		for i := range res.hits {

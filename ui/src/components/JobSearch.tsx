@@ -142,7 +142,7 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
       <ErrorNote error={error} />
       <div class="results-head">
         <span data-testid="result-count" aria-live="polite">
-          {data ? <><strong>{fmtInt(data.total)}</strong> result{data.total === 1 ? '' : 's'} <span class="muted">({data.duration_ms.toFixed(1)} ms)</span></> : 'Searching…'}
+          {data ? <><strong>{fmtInt(data.total)}</strong> result{data.total === 1 ? '' : 's'} <span class="muted">({fmtInt(data.duration_ms)} ms)</span></> : 'Searching…'}
         </span>
         <span class="spacer" />
         {data && data.total > 0 && (
