@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
 
@@ -25,7 +26,7 @@ type bulkRequest struct {
 	Filter      *searchRequest `json:"filter"`
 	Action      string         `json:"action"`
 	MoveToQueue string         `json:"move_to_queue"`
-	Priority    string         `json:"priority"`
+	Priority    jsontext.Value `json:"priority"`
 	Async       bool           `json:"async"`
 	// Confirm: the caller knows the filter selects every job of a queue
 	// (or of the cluster); without it such a request is refused.
@@ -104,9 +105,9 @@ func (s *Server) bulkOp(req *bulkRequest) (func(id string, sh int) statemachine.
 	case "cancel":
 		return func(id string, _ int) statemachine.Op { return &statemachine.CancelOp{JobID: id} }, nil
 	case "change_priority":
-		p, ok := statemachine.ParsePriority(req.Priority)
-		if !ok {
-			return nil, invalid("field \"priority\" must be critical, high or normal for change_priority")
+		p, set, err := parsePriority(req.Priority)
+		if err != nil || !set {
+			return nil, invalid("field \"priority\" must be critical, high or normal (or 0, 1 or 2) for change_priority")
 		}
 		return func(id string, _ int) statemachine.Op { return &statemachine.PriorityOp{JobID: id, Priority: p} }, nil
 	case "move":

@@ -214,3 +214,50 @@ func TestAPIDurationsAreIntegerMilliseconds(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &bulk), string(body))
 	require.NotNil(t, bulk.DurationMs)
 }
+
+// TestAPINumericPriorities: the earlier Corvo's numeric tiers (0 critical,
+// 1 high, 2 normal) are accepted wherever a request carries a priority;
+// answers name the tier; other numbers are rejected and change nothing.
+func TestAPINumericPriorities(t *testing.T) {
+	t.Parallel()
+	q := uq("numprio")
+	id := enqueue(t, map[string]any{"queue": q, "payload": map[string]any{}, "priority": 0})
+	require.Equal(t, "critical", mustJSON[movedDoc](t, mustGet(t, id)).Priority)
+
+	code, body := call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []map[string]any{
+		{"queue": q, "payload": map[string]any{}, "priority": 1},
+		{"queue": q, "payload": map[string]any{}, "priority": "normal"},
+	}})
+	require.Equal(t, 201, code, string(body))
+	ids := mustJSON[struct {
+		JobIDs []string `json:"job_ids"`
+	}](t, body).JobIDs
+	require.Equal(t, "high", mustJSON[movedDoc](t, mustGet(t, ids[0])).Priority)
+	require.Equal(t, "normal", mustJSON[movedDoc](t, mustGet(t, ids[1])).Priority)
+
+	code, body = call(t, "POST", "/api/v1/jobs/bulk", map[string]any{"job_ids": []string{ids[1]}, "action": "change_priority", "priority": 0})
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, "critical", mustJSON[movedDoc](t, mustGet(t, ids[1])).Priority)
+
+	code, body = call(t, "POST", "/api/v1/schedules", map[string]any{"name": uq("numprio"), "queue": q, "cron": "0 9 * * *", "priority": 1})
+	require.Equal(t, 201, code, string(body))
+	require.Contains(t, string(body), `"priority":"high"`)
+
+	code, body = call(t, "POST", "/api/v1/jobs/search", map[string]any{"queue": q, "priority": 2})
+	require.Equal(t, 200, code, string(body))
+
+	for _, bad := range []any{3, -1, 1.5, "urgent", true, "0"} {
+		code, body = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]any{}, "priority": bad})
+		require.Equal(t, 400, code, "%v → %s", bad, body)
+		require.Contains(t, string(body), `"code":`)
+		code, body = call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []map[string]any{{"queue": q, "priority": bad}}})
+		require.Equal(t, 400, code, "%v → %s", bad, body)
+		code, body = call(t, "POST", "/api/v1/jobs/bulk", map[string]any{"job_ids": []string{id}, "action": "change_priority", "priority": bad})
+		require.Equal(t, 400, code, "%v → %s", bad, body)
+		code, body = call(t, "POST", "/api/v1/schedules", map[string]any{"name": uq("numprio-bad"), "queue": q, "cron": "0 9 * * *", "priority": bad})
+		require.Equal(t, 400, code, "%v → %s", bad, body)
+	}
+	require.Equal(t, "critical", mustJSON[movedDoc](t, mustGet(t, id)).Priority)
+	code, body = call(t, "POST", "/api/v1/jobs/search", map[string]any{"queue": q, "priority": 3})
+	require.Equal(t, 400, code, string(body))
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,7 +146,7 @@ func rawOrNil(r jsontext.Value) []byte {
 type enqueueRequest struct {
 	Queue          *string           `json:"queue"`
 	Payload        jsontext.Value    `json:"payload"`
-	Priority       *string           `json:"priority"`
+	Priority       jsontext.Value    `json:"priority"`
 	MaxRetries     *int64            `json:"max_retries"`
 	RetryBackoff   *string           `json:"retry_backoff"`
 	RetryBaseDelay *string           `json:"retry_base_delay"`
@@ -201,11 +202,9 @@ func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (s
 	default:
 		j.Payload = r.Payload
 	}
-	if r.Priority != nil {
-		p, ok := statemachine.ParsePriority(*r.Priority)
-		if !ok {
-			return j, wrap(invalid("field \"priority\": unknown value %q (use critical, high or normal)", *r.Priority))
-		}
+	if p, set, err := parsePriority(r.Priority); err != nil {
+		return j, wrap(invalid("field \"priority\": %v", err))
+	} else if set {
 		j.Priority = p
 	}
 	if r.MaxRetries != nil {
@@ -316,6 +315,35 @@ type batchEnqueueRequest struct {
 type batchRequest struct {
 	CallbackQueue   *string        `json:"callback_queue"`
 	CallbackPayload jsontext.Value `json:"callback_payload"`
+}
+
+// parsePriority reads the "priority" of a request: a tier name, or the
+// earlier Corvo's number (0 critical, 1 high, 2 normal), so producers
+// written for it keep working; answers always name the tier. set is false
+// when the field is absent or null. Every priority a request carries
+// (enqueue, batch enqueue, schedules, bulk change_priority, search
+// filters) goes through it.
+func parsePriority(v jsontext.Value) (p statemachine.Priority, set bool, err error) {
+	if len(v) == 0 || string(v) == "null" {
+		return 0, false, nil
+	}
+	switch v.Kind() {
+	case '"':
+		var name string
+		if json.Unmarshal(v, &name) == nil {
+			if p, ok := statemachine.ParsePriority(name); ok {
+				return p, true, nil
+			}
+		}
+	case '0':
+		if n, err := strconv.ParseUint(string(v), 10, 8); err == nil && n <= uint64(statemachine.PriorityNormal) {
+			return statemachine.Priority(n), true, nil
+		}
+	}
+	if len(v) > 40 {
+		v = append(v[:37:37], "..."...)
+	}
+	return 0, false, fmt.Errorf("unknown value %s (use critical, high or normal, or 0, 1 or 2)", v)
 }
 
 // chainTargetRequest is a step or handler of a chain.

@@ -22,7 +22,7 @@ type scheduleRequest struct {
 	Payload    jsontext.Value `json:"payload"`
 	UniqueKey  *string        `json:"unique_key"`
 	MaxRetries *int64         `json:"max_retries"`
-	Priority   *string        `json:"priority"`
+	Priority   jsontext.Value `json:"priority"`
 }
 
 func (r *scheduleRequest) toSchedule(maxPayload int) (statemachine.Schedule, *apiError) {
@@ -65,11 +65,9 @@ func (r *scheduleRequest) toSchedule(maxPayload int) (statemachine.Schedule, *ap
 		}
 		sc.MaxRetries = uint32(*r.MaxRetries)
 	}
-	if r.Priority != nil {
-		p, ok := statemachine.ParsePriority(*r.Priority)
-		if !ok {
-			return sc, invalid("field \"priority\": unknown value %q", *r.Priority)
-		}
+	if p, set, err := parsePriority(r.Priority); err != nil {
+		return sc, invalid("field \"priority\": %v", err)
+	} else if set {
 		sc.Priority = p
 	}
 	return sc, nil

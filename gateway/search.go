@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -23,7 +24,7 @@ import (
 type searchRequest struct {
 	Queue           string            `json:"queue"`
 	State           []string          `json:"state"`
-	Priority        *string           `json:"priority"`
+	Priority        jsontext.Value    `json:"priority"`
 	Tags            map[string]string `json:"tags"`
 	PayloadContains string            `json:"payload_contains"`
 	PayloadJQ       string            `json:"payload_jq"`
@@ -78,11 +79,9 @@ func (r *searchRequest) filter() (mirror.Filter, error) {
 	f := mirror.Filter{Queue: r.Queue, States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
 		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, UniqueKey: r.UniqueKey,
 		AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
-	if r.Priority != nil {
-		p, ok := statemachine.ParsePriority(*r.Priority)
-		if !ok {
-			return f, errors.New("priority: unknown value " + strconv.Quote(*r.Priority))
-		}
+	if p, set, err := parsePriority(r.Priority); err != nil {
+		return f, fmt.Errorf("priority: %w", err)
+	} else if set {
 		n := int(p)
 		f.Priority = &n
 	}
