@@ -48,6 +48,10 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	stale := false
+	if req.Filter != nil && s.cfg.Mirror != nil {
+		stale = !s.awaitMirror() // a filter matches what this node wrote before
+	}
 	async, total, aerr := s.bulkIsAsync(&req)
 	if aerr != nil {
 		writeError(ctx, aerr)
@@ -74,6 +78,9 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 	b = appendFailures(b, failed)
 	b = append(b, `,"duration_ms":`...)
 	b = appendInt(b, time.Since(start).Milliseconds())
+	if stale {
+		b = append(b, `,"stale":true`...)
+	}
 	writeJSON(ctx, 200, append(b, '}'))
 }
 

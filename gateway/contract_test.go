@@ -261,3 +261,53 @@ func TestAPINumericPriorities(t *testing.T) {
 	code, body = call(t, "POST", "/api/v1/jobs/search", map[string]any{"queue": q, "priority": 3})
 	require.Equal(t, 400, code, string(body))
 }
+
+// TestAPISearchReadsItsWrites: a search right after an enqueue on the same
+// node always finds the job (the search waits for the mirror).
+func TestAPISearchReadsItsWrites(t *testing.T) {
+	t.Parallel()
+	q := uq("ryw")
+	for i := 0; i < 60; i++ {
+		id := enqueue(t, map[string]any{"queue": q, "payload": map[string]any{"n": i}})
+		code, body := call(t, "POST", "/api/v1/jobs/search", map[string]any{"queue": q, "limit": 1})
+		require.Equal(t, 200, code, string(body))
+		require.NotContains(t, string(body), `"stale"`)
+		page := mustJSON[struct {
+			Jobs  []struct{ ID string } `json:"jobs"`
+			Total int                   `json:"total"`
+		}](t, body)
+		require.Equal(t, i+1, page.Total, "iteration %d", i)
+		require.Len(t, page.Jobs, 1)
+		require.Equal(t, id, page.Jobs[0].ID, "iteration %d: the newest job", i)
+	}
+}
+
+// TestAPIBulkByFilterReadsItsWrites: a bulk retry by filter right after
+// jobs died retries all of them.
+func TestAPIBulkByFilterReadsItsWrites(t *testing.T) {
+	t.Parallel()
+	q := uq("ryw-bulk")
+	for round := 0; round < 5; round++ {
+		const n = 5
+		for i := 0; i < n; i++ {
+			enqueue(t, map[string]any{"queue": q, "payload": map[string]any{}, "max_retries": 0})
+		}
+		for i := 0; i < n; i++ {
+			j, ok := fetchOne(t, 5, q)
+			require.True(t, ok)
+			code, body := call(t, "POST", "/api/v1/fail/"+j.JobID, map[string]any{"error": "boom"})
+			require.Equal(t, 200, code, string(body))
+			require.Contains(t, string(body), `"status":"dead"`)
+		}
+		code, body := call(t, "POST", "/api/v1/jobs/bulk", map[string]any{"filter": map[string]any{"queue": q, "state": []string{"dead"}}, "action": "retry"})
+		require.Equal(t, 200, code, string(body))
+		require.Contains(t, string(body), `"affected":5,`, "round %d", round)
+		// Completed so the next round's fetches see only new jobs.
+		for i := 0; i < n; i++ {
+			j, ok := fetchOne(t, 5, q)
+			require.True(t, ok)
+			code, _ = call(t, "POST", "/api/v1/ack/"+j.JobID, nil)
+			require.Equal(t, 200, code)
+		}
+	}
+}

@@ -166,6 +166,19 @@ func (s *Server) countByQueueState(r *searchRequest, shards []int) *int {
 	return &total
 }
 
+// awaitMirror makes a search read its writes: it waits, up to
+// Config.SearchWait, until the mirror holds every change this node's
+// replicas had applied when it was called — every write this node
+// answered. False: it could not (the answer is then marked stale).
+func (s *Server) awaitMirror() bool {
+	if s.cfg.SearchWait < 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SearchWait)
+	defer cancel()
+	return s.cfg.Mirror.WaitFor(ctx, s.cfg.Mirror.Mark()) == nil
+}
+
 // POST /api/v1/jobs/search — every filter of the spec, newest first by
 // default, with keyset cursors: over this node's mirror for the shards it
 // holds, and over other nodes' for the others (search). A request with
@@ -188,7 +201,12 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	res, aerr := s.search(context.Background(), &req, only, len(ctx.Request.Header.Peek(hopHeader)) > 0)
+	forwarded := len(ctx.Request.Header.Peek(hopHeader)) > 0
+	stale := false
+	if only == nil && !forwarded {
+		stale = !s.awaitMirror()
+	}
+	res, aerr := s.search(context.Background(), &req, only, forwarded)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -208,6 +226,9 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 	b = appendBool(b, res.hasMore)
 	b = append(b, `,"duration_ms":`...)
 	b = appendInt(b, time.Since(start).Milliseconds()) // integer ms, as every *_ms field
+	if stale {
+		b = append(b, `,"stale":true`...)
+	}
 	if only != nil {
 		b = append(b, `,"keys":[`...)
 		for i := range res.hits {

@@ -71,13 +71,24 @@ type Config struct {
 	// (400 lease_required otherwise), so a caller that does not hold the
 	// job cannot complete it or extend its lease by omitting it.
 	StrictLeases bool
+	// SearchWait bounds how long a search (or a bulk by filter) waits for
+	// the mirror to hold every write this node answered before it began
+	// (read your writes); past it the search answers "stale": true.
+	// Default SearchWaitDefault; negative: never wait.
+	SearchWait time.Duration
 }
+
+// SearchWaitDefault is Config.SearchWait's default.
+const SearchWaitDefault = 2 * time.Second
 
 // Mirror is what the gateway needs from the per-node SQLite view.
 type Mirror interface {
 	Search(ctx context.Context, f mirror.Filter) (*mirror.Page, error)
 	RequestRebuild()
 	Lag() []int64
+	// Mark and WaitFor: read your writes (mirror.Mirror.Mark).
+	Mark() []uint64
+	WaitFor(ctx context.Context, mark []uint64) error
 	SaveBulk(ctx context.Context, r *mirror.BulkRecord) error
 	GetBulk(ctx context.Context, id string) (*mirror.BulkRecord, error)
 	ListBulk(ctx context.Context, limit int) ([]mirror.BulkRecord, error)
@@ -103,6 +114,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EventsKeepalive == 0 {
 		c.EventsKeepalive = EventsKeepaliveDefault
+	}
+	if c.SearchWait == 0 {
+		c.SearchWait = SearchWaitDefault
 	}
 	return c
 }

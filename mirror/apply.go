@@ -134,6 +134,7 @@ func (m *Mirror) write(p *pending) error {
 			m.mirrored[sh].Store(idx)
 		}
 	}
+	m.advanced()
 	m.applied.Add(len(p.changes))
 	return nil
 }
@@ -282,6 +283,7 @@ func (m *Mirror) rebuild(sh int) {
 	}
 	m.mirrored[sh].Store(idx)
 	m.refill[sh].Store(false)
+	m.advanced()
 	m.log.Info().Int("shard", sh).Int("jobs", n).Dur("took", time.Since(start)).Msg("mirror shard rebuilt")
 }
 

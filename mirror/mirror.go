@@ -78,6 +78,11 @@ type Mirror struct {
 
 	dropped *metrics.Counter
 	applied *metrics.Counter
+
+	// progress is closed, and replaced, each time mirrored moves forward:
+	// WaitFor and Caught wait on it instead of polling.
+	progressMu sync.Mutex
+	progress   chan struct{}
 }
 
 // Open opens (or creates) the mirror for a node with the given shard count.
@@ -96,8 +101,9 @@ func Open(cfg Config, shards int) (*Mirror, error) {
 		losses: make([]atomic.Int64, shards),
 		gen:    make([]int64, shards), rebuilds: make(chan int, shards+1),
 		hosted: make([]atomic.Bool, shards), refill: make([]atomic.Bool, shards), drops: make(chan dropReq),
-		dropped: metrics.GetOrCreateCounter(`corvo_mirror_dropped_updates_total`),
-		applied: metrics.GetOrCreateCounter(`corvo_mirror_applied_changes_total`),
+		dropped:  metrics.GetOrCreateCounter(`corvo_mirror_dropped_updates_total`),
+		applied:  metrics.GetOrCreateCounter(`corvo_mirror_applied_changes_total`),
+		progress: make(chan struct{}),
 	}
 	for sh := range m.hosted {
 		m.hosted[sh].Store(true)
@@ -430,10 +436,64 @@ func (m *Mirror) Lag() []int64 {
 	return out
 }
 
+// advanced wakes the waiters of WaitFor and Caught: mirrored moved.
+func (m *Mirror) advanced() {
+	m.progressMu.Lock()
+	close(m.progress)
+	m.progress = make(chan struct{})
+	m.progressMu.Unlock()
+}
+
+// progressed is the channel the next advance closes.
+func (m *Mirror) progressed() <-chan struct{} {
+	m.progressMu.Lock()
+	defer m.progressMu.Unlock()
+	return m.progress
+}
+
+// Mark is, per shard, the index of the latest change this node's replica
+// handed the mirror (0 for a shard not kept here). Every write this node
+// has answered is at or below it: a search that waits for the mark
+// (WaitFor) reads its own writes.
+func (m *Mirror) Mark() []uint64 {
+	out := make([]uint64, m.shards)
+	for sh := range out {
+		if m.hosted[sh].Load() {
+			out[sh] = m.seen[sh].Load()
+		}
+	}
+	return out
+}
+
+// WaitFor waits until the mirror has written every shard's changes up to
+// mark (from Mark) into SQLite, or ctx ends (its error). Shards not kept
+// here are skipped. The writer wakes it after each flush or rebuild.
+func (m *Mirror) WaitFor(ctx context.Context, mark []uint64) error {
+	for {
+		next := m.progressed()
+		reached := true
+		for sh, idx := range mark {
+			if sh < m.shards && m.hosted[sh].Load() && m.mirrored[sh].Load() < idx {
+				reached = false
+				break
+			}
+		}
+		if reached {
+			return nil
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Caught reports whether the mirror has applied every change up to the
 // given indexes (tests and "read your writes" waits).
 func (m *Mirror) Caught(ctx context.Context) error {
 	for {
+		next := m.progressed()
 		behind := false
 		for sh := 0; sh < m.shards; sh++ {
 			if !m.hosted[sh].Load() {
@@ -449,7 +509,8 @@ func (m *Mirror) Caught(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return errors.New("mirror: still behind")
-		case <-time.After(5 * time.Millisecond):
+		case <-next:
+		case <-time.After(100 * time.Millisecond): // a rebuild that fails midway advances nothing: look again
 		}
 	}
 }
