@@ -5,15 +5,16 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/corvohq/corvo/bench"
+	"github.com/corvohq/corvo/node"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -87,8 +88,10 @@ func newBenchCmd() *cobra.Command {
 	return cmd
 }
 
-// startEmbedded runs `corvo server` from this same binary in a temp dir, so
-// the load generator measures a real process over real HTTP.
+// startEmbedded starts a node in this process, in a temp dir, through the
+// node package — the same assembly as `corvo server`, with the server's
+// flags (extra) — so the load generator measures a real server over real
+// HTTP.
 func startEmbedded(shards int, extra []string) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "corvo-bench-")
 	if err != nil {
@@ -98,38 +101,31 @@ func startEmbedded(shards int, extra []string) (string, func(), error) {
 	if httpAddr == "" || raftAddr == "" {
 		return "", nil, fmt.Errorf("no free port")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", nil, err
-	}
-	args := []string{"server", "--bind", httpAddr, "--raft-bind", raftAddr, "--data-dir", dir, "--log-level", "warn"}
+	var f serverFlags
+	fl := pflag.NewFlagSet("server", pflag.ContinueOnError)
+	f.register(fl)
+	args := append([]string{"--bind", httpAddr, "--raft-bind", raftAddr, "--data-dir", dir, "--log-level", "warn"}, extra...)
 	if shards > 0 {
 		args = append(args, "--shards", strconv.Itoa(shards))
 	}
-	args = append(args, extra...)
-	srv := exec.Command(self, args...)
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
+	if err := fl.Parse(args); err != nil {
+		return "", nil, fmt.Errorf("--server-arg: %w", err)
+	}
+	cfg, err := f.config()
+	if err != nil {
 		return "", nil, err
 	}
+	n, err := node.Open(context.Background(), cfg)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	go func() { _ = n.Serve() }()
 	shutdown := func() {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		_, _ = srv.Process.Wait()
+		_ = n.Shutdown(context.Background())
 		_ = os.RemoveAll(dir)
 	}
-	url := "http://" + httpAddr
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := httpClient.Get(url + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return url, shutdown, nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	shutdown()
-	return "", nil, fmt.Errorf("embedded server did not become healthy")
+	return "http://" + n.Addr(), shutdown, nil
 }
 
 func freePort() string {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/node"
 )
 
 // clientFlags are shared by every command that talks to a server.
@@ -53,7 +53,7 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
 	}
 	if c.clusterSecret != "" {
-		req.Header.Set(gateway.ClusterSecretHeader, c.clusterSecret)
+		req.Header.Set(node.ClusterSecretHeader, c.clusterSecret)
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {

@@ -348,7 +348,7 @@ func TestE2EOutboxSurvivesKill(t *testing.T) {
 	}
 	s := newServer(t)
 	s.stop()
-	s.env = []string{"CORVO_TEST_HOLD_OUTBOX=1"}
+	s.extra = append(s.extra, "--test-hold-outbox")
 	s.start()
 	// Two queues on different shards (4 shards, the router's xxhash).
 	from, to := "q-from-0", ""
@@ -396,7 +396,7 @@ func TestE2EOutboxSurvivesKill(t *testing.T) {
 		break
 	}
 	s.kill9()
-	s.env = nil
+	s.extra = nil
 	s.start()
 	deadline := time.Now().Add(30 * time.Second)
 	for oldID, newID := range moved {

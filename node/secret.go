@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"crypto/rand"
@@ -19,27 +19,29 @@ import (
 // every node that joins is given the same one (--cluster-secret-file or
 // CORVO_CLUSTER_SECRET) and keeps it in its data dir.
 
-// clusterSecretFile is where a node keeps the cluster secret, mode 0600.
-const clusterSecretFile = "cluster-secret"
+// ClusterSecretHeader carries the cluster secret on node-to-node calls.
+const ClusterSecretHeader = gateway.ClusterSecretHeader
 
-func clusterSecretPath(dataDir string) string { return filepath.Join(dataDir, clusterSecretFile) }
+// ClusterSecretFile is where a node keeps the cluster secret, mode 0600.
+const ClusterSecretFile = "cluster-secret"
 
-// loadClusterSecret returns this node's cluster secret: the one given
-// (--cluster-secret-file, else CORVO_CLUSTER_SECRET), stored in the data
-// dir so later starts need neither; else the one stored there; else, for a
-// node that founds a cluster, a new random one. A node that joins, or has
-// joined, a cluster never makes its own: it would not match its peers'.
-func loadClusterSecret(dataDir, file string, joining bool, log zerolog.Logger) (string, error) {
-	given, from := "", ""
-	if file != "" {
+func clusterSecretPath(dataDir string) string { return filepath.Join(dataDir, ClusterSecretFile) }
+
+// LoadClusterSecret returns this node's cluster secret: the one given
+// (given, else the content of file), stored in the data dir so later starts
+// need neither; else the one stored there; else, for a node that founds a
+// cluster, a new random one. A node that joins, or has joined, a cluster
+// never makes its own: it would not match its peers'.
+func LoadClusterSecret(dataDir, file, given string, joining bool, log zerolog.Logger) (string, error) {
+	from := "the given cluster secret"
+	if given == "" && file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return "", fmt.Errorf("--cluster-secret-file: %w", err)
 		}
 		given, from = strings.TrimSpace(string(b)), file
-	} else if v := os.Getenv("CORVO_CLUSTER_SECRET"); v != "" {
-		given, from = strings.TrimSpace(v), "CORVO_CLUSTER_SECRET"
 	}
+	given = strings.TrimSpace(given)
 	path := clusterSecretPath(dataDir)
 	stored, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -64,7 +66,7 @@ func loadClusterSecret(dataDir, file string, joining bool, log zerolog.Logger) (
 	}
 	if joining {
 		return "", errors.New("a node that joins a cluster needs its cluster secret: pass --cluster-secret-file (the founding node wrote it to " +
-			clusterSecretFile + " in its data dir) or set CORVO_CLUSTER_SECRET")
+			ClusterSecretFile + " in its data dir) or set CORVO_CLUSTER_SECRET")
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {

@@ -1,0 +1,47 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/corvohq/corvo/mirror"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// baseURL is one in-process server (real shards, real HTTP, the mirror and
+// the event ring) shared by the API tests; each test uses its own queue
+// names.
+var baseURL string
+
+// testEngine is the engine behind baseURL (for tests that put a second
+// gateway in front of the same shards).
+var testEngine Engine
+
+// testMirror is the mirror behind baseURL.
+var testMirror *mirror.Mirror
+
+// testEventsCapacity is the event ring's size in tests: small enough that
+// a test can push old events out.
+const testEventsCapacity = 200000
+
+// testClusterSecret is the cluster credential of every server the tests
+// start (frontServer gives it to those that set none).
+const testClusterSecret = "test-cluster-secret-0123456789abcdef"
+
+// The test server: TestMain (main_test.go, package gateway_test) starts
+// one node through the node package — the same assembly as `corvo
+// server` — and hands it to the tests here.
+
+// SetTestServer records the test server (TestMain).
+func SetTestServer(url string, eng Engine, mir *mirror.Mirror) {
+	baseURL, testEngine, testMirror = url, eng, mir
+}
+
+// AppliedHook is the hook the tests' applied-entry watchers hang off.
+func AppliedHook(info *statemachine.AppliedInfo) { testApplied(info) }
+
+// Test settings TestMain gives the node.
+const (
+	TestClusterSecret   = testClusterSecret
+	TestEventsCapacity  = testEventsCapacity
+	TestEventsKeepalive = 300 * time.Millisecond
+)

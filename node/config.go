@@ -1,0 +1,204 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/shard"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// Defaults of Config.
+const (
+	BindDefault            = ":8080"
+	DataDirDefault         = "./corvo-data"
+	RaftBindDefault        = "127.0.0.1:9400"
+	ReplicasDefault        = 3
+	ShutdownTimeoutDefault = 30 * time.Second
+	// HandOffTimeout bounds how long a stopping node waits for its
+	// leaderships to move (an election timeout or two).
+	HandOffTimeout = 5 * time.Second
+	// The shard host's defaults, for flags.
+	ShardsDefault          = shard.ShardsDefault
+	SnapshotEntriesDefault = shard.SnapshotEntriesDefault
+	RetentionDefault       = shard.RetentionDefault
+	CacheBytesDefault      = shard.CacheBytesDefault
+	// MaxPayloadDefault is the largest job payload by default.
+	MaxPayloadDefault = gateway.MaxPayloadDefault
+	// OpenTimeoutDefault bounds opening the shards (and catching up, for a
+	// node that joined).
+	OpenTimeoutDefault = 2 * time.Minute
+)
+
+// Config is everything one Corvo node is made of: where it keeps its data,
+// what it listens on, the shard host's, the gateway's, the mirror's and the
+// event stream's settings, and how it finds its cluster. cmd/corvo fills it
+// from flags; tests and `corvo bench --embedded` fill it directly.
+type Config struct {
+	DataDir  string // the Raft log, the Pebble shards, the mirror, corvo.json
+	Bind     string // HTTP listen address
+	RaftBind string // Raft listen address; fixed for the life of DataDir
+	NodeName string // this node's name (default: the host name)
+	Shards   int    // fixed at first start (0: shard.ShardsDefault)
+	Logger   zerolog.Logger
+
+	// Clustering. Without Join (and without Discover finding a member to
+	// join) a new data dir founds a cluster.
+	Bootstrap       bool
+	Join            string // comma-separated HTTP addresses of members
+	RaftAdvertise   string // default RaftBind
+	HTTPAdvertise   string // default Bind, with the Raft host when Bind has none
+	Replicas        int    // replicas per shard (set at bootstrap)
+	Discover        string // "" or "dns" (a Kubernetes headless service)
+	DiscoverService string
+	SnapshotEntries uint64
+	// ClusterSecret is the credential of node-to-node calls; when empty,
+	// ClusterSecretFile is read, else the one stored in DataDir, else a
+	// founding node generates one (see LoadClusterSecret).
+	ClusterSecret     string
+	ClusterSecretFile string
+
+	// The server.
+	MaxPayloadBytes int           // largest job payload (0: gateway.MaxPayloadDefault)
+	ShutdownTimeout time.Duration // how long Shutdown waits for in-flight requests
+	CacheBytes      int64         // Pebble block cache (0: shard.CacheBytesDefault)
+	Retention       time.Duration // finished jobs are kept this long; negative: forever
+	NoMirror        bool          // no SQLite mirror: no search, no async bulk
+	NoEvents        bool          // no event stream
+	// Gateway is the rest of the gateway's settings (CORS, strict leases,
+	// limits); the node fills its mirror, events, logger, cluster secret
+	// and payload limit.
+	Gateway gateway.Config
+
+	Test TestConfig
+}
+
+// TestConfig holds hooks for tests; production leaves it zero.
+type TestConfig struct {
+	// HoldOutbox keeps the outbox relay from delivering (a test crashes a
+	// node between an outbox write and its delivery).
+	HoldOutbox bool
+	// Fast Raft timing for in-process tests (0: shard defaults).
+	RTTMillisecond uint64
+	ElectionRTT    uint64
+	TickInterval   time.Duration
+	// MirrorFlushWindow, when set, replaces the mirror's flush window.
+	MirrorFlushWindow time.Duration
+	// EventsCapacity, when set, sizes the event ring.
+	EventsCapacity int
+	// OnApplied, when set, also hears every committed Update.
+	OnApplied func(*statemachine.AppliedInfo)
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.DataDir == "" {
+		c.DataDir = DataDirDefault
+	}
+	if c.Bind == "" {
+		c.Bind = BindDefault
+	}
+	if c.RaftBind == "" {
+		c.RaftBind = RaftBindDefault
+	}
+	if c.Replicas == 0 {
+		c.Replicas = ReplicasDefault
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = ShutdownTimeoutDefault
+	}
+	if c.SnapshotEntries == 0 {
+		c.SnapshotEntries = shard.SnapshotEntriesDefault
+	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = shard.CacheBytesDefault
+	}
+	if c.Retention == 0 {
+		c.Retention = shard.RetentionDefault
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = gateway.MaxPayloadDefault
+	}
+	return c
+}
+
+// Validate checks the settings and the rules between them.
+func (c Config) Validate() error {
+	if c.Bootstrap && c.Join != "" {
+		return errors.New("--bootstrap and --join exclude each other")
+	}
+	if c.Discover != "" && c.Discover != "dns" {
+		return fmt.Errorf("--discover must be dns, not %q", c.Discover)
+	}
+	if c.Discover == "dns" && c.DiscoverService == "" {
+		return errors.New("--discover=dns needs --discover-service")
+	}
+	if c.Replicas < 1 {
+		return errors.New("--replicas must be at least 1")
+	}
+	if c.Shards < 0 {
+		return errors.New("--shards must be positive")
+	}
+	if c.MaxPayloadBytes < 0 {
+		return errors.New("--max-payload must be positive")
+	}
+	if err := gateway.CheckCORSOrigins(c.Gateway.CORSOrigins); err != nil {
+		return fmt.Errorf("--cors-origin: %w", err)
+	}
+	if _, _, err := net.SplitHostPort(c.Bind); err != nil {
+		return fmt.Errorf("--bind: %w", err)
+	}
+	if _, _, err := net.SplitHostPort(c.RaftBind); err != nil {
+		return fmt.Errorf("--raft-bind: %w", err)
+	}
+	return nil
+}
+
+// advertise fills the advertised addresses from the bind addresses; in
+// Kubernetes (--discover=dns) from the pod's stable DNS name.
+func (c *Config) advertise(hostname string) error {
+	if c.Discover == "dns" && c.DiscoverService != "" {
+		// In Kubernetes, a pod's stable name is <pod>.<headless service>.
+		stable := hostname + "." + c.DiscoverService
+		if c.RaftAdvertise == "" {
+			_, port, err := net.SplitHostPort(c.RaftBind)
+			if err != nil {
+				return fmt.Errorf("--raft-bind: %w", err)
+			}
+			c.RaftAdvertise = net.JoinHostPort(stable, port)
+		}
+		if c.HTTPAdvertise == "" {
+			_, port, err := net.SplitHostPort(c.Bind)
+			if err != nil {
+				return fmt.Errorf("--bind: %w", err)
+			}
+			c.HTTPAdvertise = net.JoinHostPort(stable, port)
+		}
+	}
+	if c.RaftAdvertise == "" {
+		c.RaftAdvertise = c.RaftBind
+	}
+	rhost, _, err := net.SplitHostPort(c.RaftAdvertise)
+	if err != nil {
+		return fmt.Errorf("--raft-advertise: %w", err)
+	}
+	if rhost == "" || net.ParseIP(rhost).IsUnspecified() {
+		return fmt.Errorf("the Raft address %s has no host other nodes can reach: set --raft-advertise", c.RaftAdvertise)
+	}
+	if c.HTTPAdvertise == "" {
+		host, port, err := net.SplitHostPort(c.Bind)
+		if err != nil {
+			return fmt.Errorf("--bind: %w", err)
+		}
+		if host == "" || net.ParseIP(host).IsUnspecified() {
+			host = rhost
+		}
+		c.HTTPAdvertise = net.JoinHostPort(host, port)
+	}
+	return nil
+}
