@@ -167,12 +167,37 @@ func cloneBytes(b []byte) []byte {
 	return append([]byte(nil), b...)
 }
 
-// cloneJob copies the byte slices a decoded job shares with its buffer
-// (strings are already copies).
+// cloneJob copies everything a decoded job shares with its buffer (a Pebble
+// value released after the read, or a Raft entry dragonboat reuses): the
+// byte slices, the chain with its steps' payloads, the dependency list.
+// Strings are already copies.
 func cloneJob(j Job) Job {
 	j.Payload = cloneBytes(j.Payload)
 	j.JobOptions = j.JobOptions.clone()
+	if j.Chain != nil {
+		c := *j.Chain
+		c.Steps = make([]ChainTarget, len(j.Chain.Steps))
+		for i, t := range j.Chain.Steps {
+			c.Steps[i] = t.clone()
+		}
+		for _, h := range []**ChainTarget{&c.OnFailure, &c.OnExit} {
+			if *h != nil {
+				t := (*h).clone()
+				*h = &t
+			}
+		}
+		c.Config = cloneBytes(c.Config)
+		j.Chain = &c
+	}
+	if j.DependsOn != nil {
+		j.DependsOn = append([]Dep(nil), j.DependsOn...)
+	}
 	return j
+}
+
+func (t ChainTarget) clone() ChainTarget {
+	t.Payload = cloneBytes(t.Payload)
+	return t
 }
 
 func cloneState(s JobState) JobState {
