@@ -67,7 +67,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n = &Node{cfg: cfg, log: log, removed: make(chan struct{}), shutCh: make(chan struct{})}
 
 	// The closer stack: each step that opens something pushes how to
-	// close it; an error unwinds what is there, last first.
+	// close it (bound to what it opened: the error paths return a nil
+	// Node); an error unwinds what is there, last first.
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -81,10 +82,12 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 	cfg = n.cfg // with the cluster secret
-	if n.ln, err = net.Listen("tcp", cfg.Bind); err != nil {
+	ln, err := net.Listen("tcp", cfg.Bind)
+	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Bind, err)
 	}
-	closers = append(closers, func() { n.ln.Close() })
+	n.ln = ln
+	closers = append(closers, func() { _ = ln.Close() })
 
 	m := n.meta
 	hcfg := shard.Config{DataDir: cfg.DataDir, RaftAddress: m.RaftAddr, RaftListen: cfg.RaftBind, Shards: m.Shards, Logger: log,
