@@ -95,9 +95,11 @@ func writeConfirmationRequired(ctx *fasthttp.RequestCtx, req *bulkRequest, total
 	msg := fmt.Sprintf("the filter selects %s: %s would touch %d jobs; send \"confirm\": true to go ahead (corvo bulk --confirm)",
 		scope, req.Action, total)
 	b := append([]byte(`{"error":`), appendString(nil, msg)...)
-	b = append(b, `,"code":"confirmation_required","would_affect":`...)
+	b = append(b, `,"code":`...)
+	b = appendString(b, codeConfirmationRequired.Code)
+	b = append(b, `,"would_affect":`...)
 	b = appendInt(b, int64(total))
-	writeJSON(ctx, 400, append(b, '}'))
+	writeJSON(ctx, codeConfirmationRequired.Status, append(b, '}'))
 }
 
 // bulkOp validates the action and returns the op for one job.
@@ -140,14 +142,14 @@ func (s *Server) bulkTargets(req *bulkRequest) ([]string, *apiError) {
 		return nil, invalid("give job_ids or filter, not both")
 	case len(req.JobIDs) > 0:
 		if len(req.JobIDs) > maxBulkJobs {
-			return nil, &apiError{status: 413, code: "bulk_too_large", msg: "at most 100000 job ids"}
+			return nil, codeBulkTooLarge.err("at most 100000 job ids")
 		}
 		return req.JobIDs, nil
 	case req.Filter == nil:
 		return nil, invalid("give job_ids or a filter")
 	}
 	if s.cfg.Mirror == nil {
-		return nil, &apiError{status: 503, code: "unavailable", msg: "a bulk filter needs the mirror"}
+		return nil, codeUnavailable.err("a bulk filter needs the mirror")
 	}
 	f := req.Filter.pages(1000)
 	var ids []string
@@ -160,7 +162,7 @@ func (s *Server) bulkTargets(req *bulkRequest) ([]string, *apiError) {
 			ids = append(ids, h.id)
 		}
 		if len(ids) > maxBulkJobs {
-			return nil, &apiError{status: 413, code: "bulk_too_large", msg: "the filter matches more than 100000 jobs; narrow it"}
+			return nil, codeBulkTooLarge.err("the filter matches more than 100000 jobs; narrow it")
 		}
 		if !page.hasMore {
 			return ids, nil
@@ -237,7 +239,7 @@ func (s *Server) applyBulkOnce(ctx context.Context, ids []string, mk func(id str
 	for _, id := range ids {
 		sh, err := s.rt.ShardForJob(id)
 		if err != nil {
-			failed = append(failed, bulkFailure{id, &apiError{status: 404, code: "not_found", msg: "job not found"}})
+			failed = append(failed, bulkFailure{id, codeNotFound.err("job not found")})
 			continue
 		}
 		perShard[sh] = append(perShard[sh], id)

@@ -94,7 +94,7 @@ func (s *Server) bulkIsAsync(req *bulkRequest) (bool, int, *apiError) {
 		return false, 0, invalid("give job_ids or a filter")
 	}
 	if s.cfg.Mirror == nil {
-		return false, 0, &apiError{status: 503, code: "unavailable", msg: "a bulk filter needs the mirror"}
+		return false, 0, codeUnavailable.err("a bulk filter needs the mirror")
 	}
 	f := *req.Filter
 	f.Limit, f.Cursor = 1, nil
@@ -112,7 +112,7 @@ func (s *Server) bulkIsAsync(req *bulkRequest) (bool, int, *apiError) {
 // startAsyncBulk answers 202 and starts the runner.
 func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk func(string, int) statemachine.Op, total int) {
 	if s.cfg.Mirror == nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "asynchronous bulk operations keep their status in the mirror, which this server runs without"})
+		writeError(ctx, codeUnavailable.err("asynchronous bulk operations keep their status in the mirror, which this server runs without"))
 		return
 	}
 	var filter *searchRequest
@@ -132,13 +132,13 @@ func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk f
 	br.mu.Lock()
 	if br.ctx.Err() != nil {
 		br.mu.Unlock()
-		writeError(ctx, &apiError{status: 503, code: "shutting_down", msg: "the server is shutting down"})
+		writeError(ctx, codeShuttingDown.err("the server is shutting down"))
 		return
 	}
 	if len(br.runs) >= maxAsyncBulkOps {
 		br.mu.Unlock()
 		ctx.Response.Header.Set("Retry-After", "5")
-		writeError(ctx, &apiError{status: 429, code: "bulk_busy", msg: strconv.Itoa(maxAsyncBulkOps) + " bulk operations are running on this node; retry when one finishes"})
+		writeError(ctx, codeBulkBusy.err(strconv.Itoa(maxAsyncBulkOps)+" bulk operations are running on this node; retry when one finishes"))
 		return
 	}
 	br.runs[run.rec.ID] = run
@@ -150,7 +150,7 @@ func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk f
 		delete(br.runs, rec.ID)
 		br.mu.Unlock()
 		br.wg.Done()
-		writeError(ctx, &apiError{status: 500, code: "internal", msg: "cannot record the operation: " + err.Error()})
+		writeError(ctx, codeInternal.err("cannot record the operation: "+err.Error()))
 		return
 	}
 	var ids []string
@@ -349,7 +349,7 @@ func bulkID(ctx *fasthttp.RequestCtx) (string, *apiError) {
 // ?local=true and are never passed on again).
 func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (run *bulkRun, rec *mirror.BulkRecord, peer string, ok bool) {
 	if s.cfg.Mirror == nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "bulk operation records live in the mirror, which this server runs without"})
+		writeError(ctx, codeUnavailable.err("bulk operation records live in the mirror, which this server runs without"))
 		return nil, nil, "", false
 	}
 	id, aerr := bulkID(ctx)
@@ -365,7 +365,7 @@ func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (run *bulkRun, rec *mirror
 	defer cancel()
 	rec, err := s.cfg.Mirror.GetBulk(c, id)
 	if err != nil {
-		writeError(ctx, &apiError{status: 500, code: "internal", msg: err.Error()})
+		writeError(ctx, codeInternal.err(err.Error()))
 		return nil, nil, "", false
 	}
 	if rec != nil {
@@ -380,7 +380,7 @@ func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (run *bulkRun, rec *mirror
 			return nil, nil, peer, true
 		}
 	}
-	writeError(ctx, &apiError{status: 404, code: "not_found", msg: "bulk operation not found"})
+	writeError(ctx, codeNotFound.err("bulk operation not found"))
 	return nil, nil, "", false
 }
 
@@ -443,7 +443,7 @@ func (s *Server) handleCancelBulk(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if run == nil || rec.Status != "processing" {
-		writeError(ctx, &apiError{status: 409, code: "conflict", msg: "bulk operation is " + rec.Status + "; only a processing one can be cancelled"})
+		writeError(ctx, codeConflict.err("bulk operation is "+rec.Status+"; only a processing one can be cancelled"))
 		return
 	}
 	run.mu.Lock()
@@ -467,7 +467,7 @@ func (s *Server) relayToPeer(ctx *fasthttp.RequestCtx, peer string) {
 	req.Header.SetMethodBytes(ctx.Method())
 	req.SetRequestURI("http://" + peer + string(ctx.Path()) + "?local=true")
 	if err := s.peers.client.DoTimeout(req, resp, s.cfg.RequestTimeout+time.Second); err != nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "the node running the operation did not answer: " + err.Error()})
+		writeError(ctx, codeUnavailable.err("the node running the operation did not answer: "+err.Error()))
 		return
 	}
 	writeJSON(ctx, resp.StatusCode(), append([]byte(nil), resp.Body()...))
@@ -476,7 +476,7 @@ func (s *Server) relayToPeer(ctx *fasthttp.RequestCtx, peer string) {
 // GET /api/v1/bulk?limit=50 — this node's recent operations, newest first.
 func (s *Server) handleListBulk(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Mirror == nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "bulk operation records live in the mirror, which this server runs without"})
+		writeError(ctx, codeUnavailable.err("bulk operation records live in the mirror, which this server runs without"))
 		return
 	}
 	limit := 50
@@ -492,7 +492,7 @@ func (s *Server) handleListBulk(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	recs, err := s.cfg.Mirror.ListBulk(c, limit)
 	if err != nil {
-		writeError(ctx, &apiError{status: 500, code: "internal", msg: err.Error()})
+		writeError(ctx, codeInternal.err(err.Error()))
 		return
 	}
 	b := []byte(`{"operations":[`)

@@ -192,16 +192,16 @@ func (s *Server) handleJoin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if req.RaftAddress == "" {
-		writeError(ctx, badRequest("invalid_request", "raft_address is required"))
+		writeError(ctx, invalid("raft_address is required"))
 		return
 	}
 	if _, _, err := net.SplitHostPort(req.RaftAddress); err != nil {
-		writeError(ctx, badRequest("invalid_request", "raft_address: %v", err))
+		writeError(ctx, invalid("raft_address: %v", err))
 		return
 	}
 	if req.HTTPAddress != "" {
 		if _, _, err := net.SplitHostPort(req.HTTPAddress); err != nil {
-			writeError(ctx, badRequest("invalid_request", "http_address: %v", err))
+			writeError(ctx, invalid("http_address: %v", err))
 			return
 		}
 	}
@@ -213,7 +213,7 @@ func (s *Server) handleJoin(ctx *fasthttp.RequestCtx) {
 		if errors.Is(err, shard.ErrNotInitialised) || errors.Is(err, context.DeadlineExceeded) {
 			code = 503
 		}
-		writeError(ctx, &apiError{status: code, code: "join_failed", msg: err.Error()})
+		writeError(ctx, codeJoinFailed.err(err.Error()).withStatus(code))
 		return
 	}
 	b, _ := json.Marshal(info)
@@ -223,7 +223,7 @@ func (s *Server) handleJoin(ctx *fasthttp.RequestCtx) {
 func (s *Server) handleRemoveNode(ctx *fasthttp.RequestCtx) {
 	id, err := strconv.ParseUint(ctx.UserValue("id").(string), 10, 64)
 	if err != nil || id == 0 {
-		writeError(ctx, badRequest("invalid_request", "node id must be a positive integer"))
+		writeError(ctx, invalid("node id must be a positive integer"))
 		return
 	}
 	var addr string
@@ -233,7 +233,7 @@ func (s *Server) handleRemoveNode(ctx *fasthttp.RequestCtx) {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := s.cluster.RemoveNode(c, id); err != nil {
-		writeError(ctx, &apiError{status: 409, code: "remove_failed", msg: err.Error()})
+		writeError(ctx, codeRemoveFailed.err(err.Error()))
 		return
 	}
 	// Tell the removed node, so it stops serving from replicas that no
@@ -265,7 +265,7 @@ func (s *Server) handleRemoved(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if req.NodeID != s.cluster.NodeID() {
-		writeError(ctx, &apiError{status: 409, code: "wrong_node", msg: "this is node " + strconv.FormatUint(s.cluster.NodeID(), 10)})
+		writeError(ctx, codeWrongNode.err("this is node "+strconv.FormatUint(s.cluster.NodeID(), 10)))
 		return
 	}
 	s.log.Warn().Msg("this node was removed from the cluster: shutting down")

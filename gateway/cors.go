@@ -133,13 +133,11 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, g *guard) bool {
 		ctx.Response.Header.Add("Vary", "Origin")
 	}
 	if g.changes && !allowed && crossOrigin(ctx) {
-		writeError(ctx, &apiError{status: 403, code: "cross_origin",
-			msg: "cross-origin requests to this endpoint are refused; allow the page's origin with --cors-origin"})
+		writeError(ctx, codeCrossOrigin.err("cross-origin requests to this endpoint are refused; allow the page's origin with --cors-origin"))
 		return false
 	}
 	if g.json && !jsonContentType(ctx) {
-		writeError(ctx, &apiError{status: 415, code: "unsupported_media_type",
-			msg: string(ctx.Method()) + " requests need Content-Type: application/json (even with an empty body)"})
+		writeError(ctx, codeUnsupportedMediaType.err(string(ctx.Method())+" requests need Content-Type: application/json (even with an empty body)"))
 		return false
 	}
 	return true
@@ -155,7 +153,7 @@ func (s *Server) handlePreflight(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !s.cors.allows(origin) {
-		writeError(ctx, &apiError{status: 403, code: "cross_origin", msg: "origin " + string(origin) + " is not allowed (--cors-origin)"})
+		writeError(ctx, codeCrossOrigin.err("origin "+string(origin)+" is not allowed (--cors-origin)"))
 		return
 	}
 	h := &ctx.Response.Header

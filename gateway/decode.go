@@ -37,23 +37,6 @@ const (
 	maxUniquePeriod      = 365 * 24 * 3600
 )
 
-// apiError is a client error: an HTTP status, a stable code and a message.
-type apiError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-func badRequest(code, format string, args ...any) *apiError {
-	return &apiError{status: 400, code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-func invalid(format string, args ...any) *apiError {
-	return badRequest("invalid_request", format, args...)
-}
-
 // decodeBody parses a JSON object strictly: unknown or duplicate fields,
 // wrong types, invalid UTF-8 and trailing data are errors. An empty body is
 // allowed only when allowEmpty. It uses json v2 (go-json-experiment, the
@@ -64,7 +47,7 @@ func decodeBody(body []byte, v any, allowEmpty bool) *apiError {
 		if allowEmpty {
 			return nil
 		}
-		return badRequest("invalid_json", "request body is required")
+		return codeInvalidJSON.errf("request body is required")
 	}
 	if err := json.Unmarshal(body, v, json.RejectUnknownMembers(true)); err != nil {
 		return jsonError(err)
@@ -77,24 +60,24 @@ func jsonError(err error) *apiError {
 	var syn *jsontext.SyntacticError
 	switch {
 	case errors.As(err, &syn):
-		return badRequest("invalid_json", "malformed JSON at byte %d: %v", syn.ByteOffset, syn.Err)
+		return codeInvalidJSON.errf("malformed JSON at byte %d: %v", syn.ByteOffset, syn.Err)
 	case errors.As(err, &se):
 		field := strings.TrimPrefix(string(se.JSONPointer), "/")
 		switch {
 		case errors.Is(se.Err, json.ErrUnknownName):
 			return invalid("unknown field %q", field)
 		case errors.Is(se.Err, io.ErrUnexpectedEOF):
-			return badRequest("invalid_json", "malformed JSON: unexpected end of input")
+			return codeInvalidJSON.errf("malformed JSON: unexpected end of input")
 		case field == "":
-			return badRequest("invalid_json", "request body must be a JSON object")
+			return codeInvalidJSON.errf("request body must be a JSON object")
 		case se.GoType != nil && se.JSONKind != 0:
 			return invalid("field %q must be %s, not %s", field, jsonKind(se.GoType.String()), kindName(se.JSONKind))
 		}
 		return invalid("field %q: %v", field, se.Err)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return badRequest("invalid_json", "malformed JSON: unexpected end of input")
+		return codeInvalidJSON.errf("malformed JSON: unexpected end of input")
 	}
-	return badRequest("invalid_json", "malformed JSON: %v", err)
+	return codeInvalidJSON.errf("malformed JSON: %v", err)
 }
 
 func kindName(k jsontext.Kind) string {
@@ -198,7 +181,7 @@ func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (s
 	case len(r.Payload) == 0:
 		j.Payload = []byte("{}")
 	case len(r.Payload) > maxPayload:
-		return j, wrap(&apiError{status: 413, code: "payload_too_large", msg: fmt.Sprintf("payload is %d bytes, over the %d-byte limit", len(r.Payload), maxPayload)})
+		return j, wrap(codePayloadTooLarge.err(fmt.Sprintf("payload is %d bytes, over the %d-byte limit", len(r.Payload), maxPayload)))
 	default:
 		j.Payload = r.Payload
 	}
@@ -368,7 +351,7 @@ func (t *chainTargetRequest) target(rt *router.Router, field string, maxPayload 
 		return statemachine.ChainTarget{}, invalid("%s: %v", field, err)
 	}
 	if len(t.Payload) > maxPayload {
-		return statemachine.ChainTarget{}, &apiError{status: 413, code: "payload_too_large", msg: field + ": payload over the limit"}
+		return statemachine.ChainTarget{}, codePayloadTooLarge.err(field + ": payload over the limit")
 	}
 	return statemachine.ChainTarget{Queue: *t.Queue, Shard: uint32(rt.ShardForQueue(*t.Queue)), Payload: rawOrNil(t.Payload)}, nil
 }
@@ -457,7 +440,7 @@ type holderFields struct {
 // leaseRequired is the error for a request without the lease's attempt
 // under Config.StrictLeases.
 func leaseRequired(what string) *apiError {
-	return badRequest("lease_required", "%s must name the lease's \"attempt\" (the server runs with --strict-leases)", what)
+	return codeLeaseRequired.errf("%s must name the lease's \"attempt\" (the server runs with --strict-leases)", what)
 }
 
 // noAttempt reports whether a request names no lease: attempts start at

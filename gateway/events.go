@@ -37,7 +37,7 @@ const (
 // does not host every shard it needs.
 func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Events == nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "this server runs without the event stream"})
+		writeError(ctx, codeUnavailable.err("this server runs without the event stream"))
 		return
 	}
 	args := ctx.QueryArgs()
@@ -101,12 +101,12 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if len(remote) > 0 && len(ctx.Request.Header.Peek(hopHeader)) > 0 {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(remote[0]) + " is not hosted on this node"})
+		writeError(ctx, codeUnavailable.err("shard "+itoa(remote[0])+" is not hosted on this node"))
 		return
 	}
 	if s.subscribers.Add(1) > maxEventSubscribers {
 		s.subscribers.Add(-1)
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "too many event subscribers"})
+		writeError(ctx, codeUnavailable.err("too many event subscribers"))
 		return
 	}
 	var sub *events.Sub

@@ -336,7 +336,7 @@ type fetchGroup struct {
 func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, queues []string, timeout time.Duration, count int) {
 	if len(ctx.Request.Header.Peek(hopHeader)) > 0 {
 		// Sent here by a node that took this one for a host of them all.
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "not every queue's shard is hosted on this node"})
+		writeError(ctx, codeUnavailable.err("not every queue's shard is hosted on this node"))
 		ctx.Response.Header.Set(notHostedHeader, "1")
 		return
 	}
@@ -363,7 +363,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	}
 	if all := commonTargets(shards, targets); len(all) > 0 {
 		if err := s.forwardUntil(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
-			writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "the queues' shards are hosted on another node, and forwarding failed: " + err.Error()})
+			writeError(ctx, codeUnavailable.err("the queues' shards are hosted on another node, and forwarding failed: "+err.Error()))
 		}
 		return
 	}
@@ -375,7 +375,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	}
 	groups := coverShards(remote, byShard, targets)
 	if len(local) == 0 && len(groups) == 0 {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "the queues' shards are not hosted on this node, and no node hosting them is known"})
+		writeError(ctx, codeUnavailable.err("the queues' shards are not hosted on this node, and no node hosting them is known"))
 		return
 	}
 	s.fetchRounds(ctx, req, local, groups, timeout, count)
@@ -543,7 +543,7 @@ func (s *Server) fetchFrom(g *fetchGroup, req *fetchRequest, want int) ([][]byte
 			if dialFailed(err) {
 				continue
 			}
-			return nil, &apiError{status: 503, code: "unavailable", msg: "fetching from " + addr + " failed (" + err.Error() + ")"}
+			return nil, codeUnavailable.err("fetching from " + addr + " failed (" + err.Error() + ")")
 		}
 		switch status := resp.StatusCode(); {
 		case status == fasthttp.StatusNoContent:
@@ -553,7 +553,7 @@ func (s *Server) fetchFrom(g *fetchGroup, req *fetchRequest, want int) ([][]byte
 				Jobs []json.RawMessage `json:"jobs"`
 			}
 			if err := json.Unmarshal(resp.Body(), &r); err != nil {
-				return nil, &apiError{status: 500, code: "internal", msg: "unreadable fetch answer from " + addr + ": " + err.Error()}
+				return nil, codeInternal.err("unreadable fetch answer from " + addr + ": " + err.Error())
 			}
 			out := make([][]byte, len(r.Jobs))
 			for i := range r.Jobs {
@@ -567,7 +567,7 @@ func (s *Server) fetchFrom(g *fetchGroup, req *fetchRequest, want int) ([][]byte
 			return nil, remoteError(addr, status, resp.Body())
 		}
 	}
-	return nil, &apiError{status: 503, code: "unavailable", msg: "no node hosting the queues' shards answered: " + last.Error()}
+	return nil, codeUnavailable.err("no node hosting the queues' shards answered: " + last.Error())
 }
 
 // writeFetchedFrom answers with jobs claimed here and jobs another node

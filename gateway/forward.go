@@ -90,12 +90,12 @@ func (s *Server) forwardIfElsewhere(ctx *fasthttp.RequestCtx, sh int) bool {
 		return false
 	}
 	if len(ctx.Request.Header.Peek(hopHeader)) > 0 {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(sh) + " is not hosted on this node"})
+		writeError(ctx, codeUnavailable.err("shard "+itoa(sh)+" is not hosted on this node"))
 		ctx.Response.Header.Set("Retry-After", "1")
 		return true
 	}
 	if err := s.forward(ctx, s.forwardTargets(sh)); err != nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(sh) + " is not hosted on this node, and forwarding failed: " + err.Error()})
+		writeError(ctx, codeUnavailable.err("shard "+itoa(sh)+" is not hosted on this node, and forwarding failed: "+err.Error()))
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
 	return true

@@ -77,7 +77,7 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if len(req.Jobs) > s.cfg.MaxBatchJobs {
-		writeError(ctx, &apiError{status: 413, code: "batch_too_large", msg: "at most " + itoa(s.cfg.MaxBatchJobs) + " jobs per batch"})
+		writeError(ctx, codeBatchTooLarge.err("at most "+itoa(s.cfg.MaxBatchJobs)+" jobs per batch"))
 		return
 	}
 	ids := make([]string, len(req.Jobs))
@@ -268,7 +268,7 @@ func (s *Server) handleGetJob(ctx *fasthttp.RequestCtx) {
 			return engineError(err)
 		}
 		if jv, _ = v.(*statemachine.JobView); jv == nil {
-			return &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"}
+			return codeNotFound.err("job " + id + " not found")
 		}
 		return nil
 	})
@@ -352,7 +352,7 @@ func (s *Server) jobParam(ctx *fasthttp.RequestCtx) (string, int, bool) {
 	id, _ := ctx.UserValue("id").(string)
 	sh, err := s.rt.ShardForJob(id)
 	if err != nil {
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "job " + id + " not found"})
+		writeError(ctx, codeNotFound.err("job "+id+" not found"))
 		return "", 0, false
 	}
 	if s.forwardIfElsewhere(ctx, sh) {
@@ -430,7 +430,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		}
 		sh, err := s.rt.ShardForJob(*a.JobID)
 		if err != nil {
-			addErr(*a.JobID, &apiError{status: 404, code: "not_found", msg: "job not found"})
+			addErr(*a.JobID, codeNotFound.err("job not found"))
 			continue
 		}
 		perShard[sh] = append(perShard[sh], &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
@@ -675,7 +675,7 @@ func (s *Server) handleGetBatch(ctx *fasthttp.RequestCtx) {
 	num, _, ok2 := strings.Cut(rest, "_")
 	sh, err := strconv.Atoi(num)
 	if !ok || !ok2 || err != nil || sh < 0 || sh >= s.eng.Shards() {
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "batch " + id + " not found"})
+		writeError(ctx, codeNotFound.err("batch "+id+" not found"))
 		return
 	}
 	v, rerr := s.read(sh, statemachine.BatchQuery{ID: id})
@@ -685,7 +685,7 @@ func (s *Server) handleGetBatch(ctx *fasthttp.RequestCtx) {
 	}
 	bt, _ := v.(*statemachine.Batch)
 	if bt == nil || bt.Total == 0 {
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "batch " + id + " not found"})
+		writeError(ctx, codeNotFound.err("batch "+id+" not found"))
 		return
 	}
 	b := append([]byte(`{"id":`), appendString(nil, bt.ID)...)

@@ -36,12 +36,11 @@ func (s *Server) peerOnly(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 func (s *Server) checkPeer(ctx *fasthttp.RequestCtx) *apiError {
 	got := ctx.Request.Header.Peek(ClusterSecretHeader)
 	if len(got) == 0 {
-		return &apiError{status: 401, code: "cluster_secret_required",
-			msg: "this is a node-to-node endpoint: it needs the cluster secret in the " + ClusterSecretHeader + " header"}
+		return codeClusterSecretRequired.err("this is a node-to-node endpoint: it needs the cluster secret in the " + ClusterSecretHeader + " header")
 	}
 	want := s.cfg.ClusterSecret
 	if want == "" || subtle.ConstantTimeCompare(got, []byte(want)) != 1 {
-		return &apiError{status: 403, code: "cluster_secret_invalid", msg: "the cluster secret is wrong"}
+		return codeClusterSecretInvalid.err("the cluster secret is wrong")
 	}
 	return nil
 }

@@ -112,7 +112,7 @@ func (s *Server) proposeRemote(parent context.Context, sh int, ops []statemachin
 		err = fmt.Errorf("%d results for %d ops", len(rs), len(ops))
 	}
 	if err != nil {
-		return nil, &apiError{status: 500, code: "internal", msg: "shard " + itoa(sh) + ": unreadable results from the node hosting it: " + err.Error()}
+		return nil, codeInternal.err("shard " + itoa(sh) + ": unreadable results from the node hosting it: " + err.Error())
 	}
 	return rs, nil
 }
@@ -166,8 +166,8 @@ func (s *Server) callShard(sh int, what string, body []byte, deadline time.Time,
 			if idempotent || dialFailed(err) {
 				continue
 			}
-			return nil, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(sh) + " is hosted on " + addr +
-				", which did not answer (" + err.Error() + "); the request may or may not have been applied"}
+			return nil, codeUnavailable.err("shard " + itoa(sh) + " is hosted on " + addr +
+				", which did not answer (" + err.Error() + "); the request may or may not have been applied")
 		}
 		status := resp.StatusCode()
 		if status == 200 {
@@ -181,7 +181,7 @@ func (s *Server) callShard(sh int, what string, body []byte, deadline time.Time,
 		}
 		return nil, remoteError(addr, status, resp.Body())
 	}
-	return nil, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(sh) + " is not hosted on this node, and no node hosting it answered: " + last.Error()}
+	return nil, codeUnavailable.err("shard " + itoa(sh) + " is not hosted on this node, and no node hosting it answered: " + last.Error())
 }
 
 // remoteError turns another node's error answer back into the error its
@@ -192,9 +192,9 @@ func remoteError(addr string, status int, body []byte) *apiError {
 		Code  string `json:"code"`
 	}
 	if json.Unmarshal(body, &e) != nil || e.Code == "" || status < 400 {
-		return &apiError{status: 503, code: "unavailable", msg: "node " + addr + " answered status " + itoa(status) + "; the request may or may not have been applied"}
+		return codeUnavailable.err("node " + addr + " answered status " + itoa(status) + "; the request may or may not have been applied")
 	}
-	return &apiError{status: status, code: e.Code, msg: e.Error}
+	return relayed(status, e.Code, e.Error)
 }
 
 // dialFailed: the connection was never made, so nothing was sent.
@@ -222,7 +222,7 @@ func (s *Server) refuseNotHosted(ctx *fasthttp.RequestCtx, sh int) bool {
 	if s.hosted(sh) {
 		return false
 	}
-	writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(sh) + " is not hosted on this node"})
+	writeError(ctx, codeUnavailable.err("shard "+itoa(sh)+" is not hosted on this node"))
 	ctx.Response.Header.Set(notHostedHeader, "1")
 	return true
 }
@@ -245,7 +245,7 @@ func (s *Server) handleShardPropose(ctx *fasthttp.RequestCtx) {
 	}
 	e, err := statemachine.DecodeEntry(ctx.PostBody())
 	if err != nil {
-		writeError(ctx, badRequest("bad_request", "cannot decode the entry: %v", err))
+		writeError(ctx, codeBadRequest.errf("cannot decode the entry: %v", err))
 		return
 	}
 	if len(e.Ops) == 0 {
@@ -279,7 +279,7 @@ func (s *Server) handleShardRead(ctx *fasthttp.RequestCtx) {
 	}
 	q, rr, err := decodeReadQuery(ctx.PostBody())
 	if err != nil {
-		writeError(ctx, badRequest("bad_request", "%v", err))
+		writeError(ctx, codeBadRequest.errf("%v", err))
 		return
 	}
 	if s.refuseNotHosted(ctx, sh) {
@@ -292,7 +292,7 @@ func (s *Server) handleShardRead(ctx *fasthttp.RequestCtx) {
 	}
 	out, err := encodeReadResult(v, rr)
 	if err != nil {
-		writeError(ctx, &apiError{status: 500, code: "internal", msg: err.Error()})
+		writeError(ctx, codeInternal.err(err.Error()))
 		return
 	}
 	ctx.SetStatusCode(200)

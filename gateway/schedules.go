@@ -53,7 +53,7 @@ func (r *scheduleRequest) toSchedule(maxPayload int) (statemachine.Schedule, *ap
 		return sc, invalid("%v", err)
 	}
 	if len(r.Payload) > maxPayload {
-		return sc, &apiError{status: 413, code: "payload_too_large", msg: "payload over the limit"}
+		return sc, codePayloadTooLarge.err("payload over the limit")
 	}
 	sc.Payload = rawOrNil(r.Payload)
 	if r.UniqueKey != nil {
@@ -163,7 +163,7 @@ func (s *Server) handlePutSchedule(ctx *fasthttp.RequestCtx) {
 			}
 		}
 		if !found {
-			writeError(ctx, &apiError{status: 404, code: "not_found", msg: "schedule " + id + " not found"})
+			writeError(ctx, codeNotFound.err("schedule "+id+" not found"))
 			return
 		}
 	} else {
@@ -171,7 +171,7 @@ func (s *Server) handlePutSchedule(ctx *fasthttp.RequestCtx) {
 	}
 	for _, x := range all {
 		if x.Name == sc.Name && x.ID != id {
-			writeError(ctx, &apiError{status: 409, code: "conflict", msg: "a schedule named " + strconv.Quote(sc.Name) + " exists (" + x.ID + ")"})
+			writeError(ctx, codeConflict.err("a schedule named "+strconv.Quote(sc.Name)+" exists ("+x.ID+")"))
 			return
 		}
 	}
@@ -211,7 +211,7 @@ func (s *Server) handleDeleteSchedule(ctx *fasthttp.RequestCtx) {
 	id, _ := ctx.UserValue("id").(string)
 	sh := s.scheduleShard(id)
 	if sh < 0 {
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "schedule " + id + " not found"})
+		writeError(ctx, codeNotFound.err("schedule "+id+" not found"))
 		return
 	}
 	rs, aerr := s.propose(sh, &statemachine.ScheduleOp{Schedule: statemachine.Schedule{ID: id}, Delete: true})

@@ -188,7 +188,7 @@ func (s *Server) awaitMirror() bool {
 func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	if s.cfg.Mirror == nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "search needs the mirror, which this server runs without"})
+		writeError(ctx, codeUnavailable.err("search needs the mirror, which this server runs without"))
 		return
 	}
 	var req searchRequest
@@ -309,7 +309,7 @@ func appendRow(b []byte, r *mirror.Row) []byte {
 // POST /api/v1/admin/rebuild-mirror — rebuild this node's mirror from Pebble.
 func (s *Server) handleRebuildMirror(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Mirror == nil {
-		writeError(ctx, &apiError{status: 503, code: "unavailable", msg: "this server runs without a mirror"})
+		writeError(ctx, codeUnavailable.err("this server runs without a mirror"))
 		return
 	}
 	s.cfg.Mirror.RequestRebuild()
@@ -456,7 +456,7 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 		}
 	}
 	if len(remote) > 0 && (only != nil || forwarded) {
-		return nil, &apiError{status: 503, code: "unavailable", msg: "shard " + itoa(remote[0]) + " is not hosted on this node"}
+		return nil, codeUnavailable.err("shard " + itoa(remote[0]) + " is not hosted on this node")
 	}
 	if len(remote) == 0 && only == nil {
 		// Everything the filter can match is here: no restriction, so
@@ -472,7 +472,7 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 	var body []byte // each remote part is this request, with ?shards=
 	if len(remote) > 0 {
 		if body, err = json.Marshal(req, json.OmitZeroStructFields(true)); err != nil {
-			return nil, &apiError{status: 500, code: "internal", msg: err.Error()}
+			return nil, codeInternal.err(err.Error())
 		}
 	}
 	var (
@@ -533,10 +533,10 @@ func (s *Server) searchLocal(ctx context.Context, f mirror.Filter) (*searchResul
 		return nil, invalid("%v", err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return nil, &apiError{status: 503, code: "unavailable", msg: "the search did not finish in time"}
+		return nil, codeUnavailable.err("the search did not finish in time")
 	}
 	if err != nil {
-		return nil, &apiError{status: 500, code: "internal", msg: err.Error()}
+		return nil, codeInternal.err(err.Error())
 	}
 	out := &searchResult{total: page.Total, hasMore: page.HasMore, cursor: page.Cursor, hits: make([]searchHit, len(page.Jobs))}
 	var buf []byte
@@ -652,7 +652,7 @@ func (s *Server) searchRemote(body []byte, shards []int, deadline time.Time) ([]
 			if why != "" {
 				msg += " (" + why + ")"
 			}
-			return nil, &apiError{status: 503, code: "unavailable", msg: msg}
+			return nil, codeUnavailable.err(msg)
 		}
 		type answer struct {
 			res *searchResult
@@ -725,7 +725,7 @@ func (s *Server) searchPartAt(p searchPart, body []byte, deadline time.Time) (*s
 	req.Header.Set(hopHeader, "1")
 	req.SetBody(body)
 	unavailable := func(msg string) *apiError {
-		return &apiError{status: 503, code: "unavailable", msg: msg}
+		return codeUnavailable.err(msg)
 	}
 	if err := s.fwd.client(p.addr).DoDeadline(req, resp, deadline); err != nil {
 		return nil, unavailable(err.Error())
@@ -737,7 +737,7 @@ func (s *Server) searchPartAt(p searchPart, body []byte, deadline time.Time) (*s
 		}
 		_ = json.Unmarshal(resp.Body(), &e)
 		if code >= 400 && code < 500 && code != 429 && e.Code != "" {
-			return nil, &apiError{status: code, code: e.Code, msg: e.Error}
+			return nil, relayed(code, e.Code, e.Error)
 		}
 		return nil, unavailable("status " + itoa(code) + ": " + e.Error)
 	}

@@ -216,15 +216,15 @@ func New(cfg Config, eng Engine) *Server {
 		if uiRedirect(ctx) {
 			return
 		}
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "no such endpoint: " + string(ctx.Method()) + " " + string(ctx.Path())})
+		writeError(ctx, codeNotFound.err("no such endpoint: "+string(ctx.Method())+" "+string(ctx.Path())))
 	}
 	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
-		writeError(ctx, &apiError{status: 405, code: "method_not_allowed", msg: string(ctx.Method()) + " is not allowed on " + string(ctx.Path())})
+		writeError(ctx, codeMethodNotAllowed.err(string(ctx.Method())+" is not allowed on "+string(ctx.Path())))
 	}
 	r.GlobalOPTIONS = s.handlePreflight
 	r.PanicHandler = func(ctx *fasthttp.RequestCtx, v interface{}) {
 		s.log.Error().Interface("panic", v).Str("path", string(ctx.Path())).Msg("handler panicked")
-		writeError(ctx, &apiError{status: 500, code: "internal", msg: "internal error"})
+		writeError(ctx, codeInternal.err("internal error"))
 	}
 	s.srv = &fasthttp.Server{
 		Handler:                       r.Handler,
@@ -237,10 +237,10 @@ func New(cfg Config, eng Engine) *Server {
 		DisableHeaderNamesNormalizing: false,
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-				writeError(ctx, &apiError{status: 413, code: "payload_too_large", msg: "request body is over the size limit"})
+				writeError(ctx, codePayloadTooLarge.err("request body is over the size limit"))
 				return
 			}
-			writeError(ctx, badRequest("bad_request", "cannot read the request: %v", err))
+			writeError(ctx, codeBadRequest.errf("cannot read the request: %v", err))
 		},
 	}
 	go s.sampleLoop()
@@ -414,15 +414,15 @@ func engineError(err error) *apiError {
 	}
 	switch {
 	case errors.Is(err, shard.ErrBusy):
-		return &apiError{status: 429, code: "overloaded", msg: "the server is overloaded; retry after the Retry-After delay"}
+		return codeOverloaded.err("the server is overloaded; retry after the Retry-After delay")
 	case errors.Is(err, shard.ErrClosed):
-		return &apiError{status: 503, code: "shutting_down", msg: "the server is shutting down"}
+		return codeShuttingDown.err("the server is shutting down")
 	case errors.Is(err, context.Canceled):
-		return &apiError{status: 503, code: "shutting_down", msg: "the operation was stopped; the request may or may not have been applied"}
+		return codeShuttingDown.err("the operation was stopped; the request may or may not have been applied")
 	case errors.Is(err, shard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return &apiError{status: 503, code: "unavailable", msg: "no leader could commit the request in time; it may or may not have been applied"}
+		return codeUnavailable.err("no leader could commit the request in time; it may or may not have been applied")
 	}
-	return &apiError{status: 500, code: "internal", msg: err.Error()}
+	return codeInternal.err(err.Error())
 }
 
 func (s *Server) propose(shardIdx int, ops ...statemachine.Op) ([]statemachine.Result, *apiError) {
@@ -448,9 +448,9 @@ func (s *Server) proposeCtx(parent context.Context, shardIdx int, ops ...statema
 func resultError(r *statemachine.Result) *apiError {
 	switch r.Status {
 	case statemachine.StatusNotFound:
-		return &apiError{status: 404, code: "not_found", msg: r.Message}
+		return codeNotFound.err(r.Message)
 	case statemachine.StatusConflict:
-		return &apiError{status: 409, code: "conflict", msg: r.Message}
+		return codeConflict.err(r.Message)
 	case statemachine.StatusInvalid:
 		return invalid("%s", r.Message)
 	}
@@ -460,7 +460,7 @@ func resultError(r *statemachine.Result) *apiError {
 func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
 	select {
 	case <-s.closed:
-		writeError(ctx, &apiError{status: 503, code: "shutting_down", msg: "shutting down"})
+		writeError(ctx, codeShuttingDown.err("shutting down"))
 		return
 	default:
 	}

@@ -107,13 +107,13 @@ func serveUI(ctx *fasthttp.RequestCtx, u *uiFiles) {
 	f := u.files[p]
 	if f == nil {
 		if p == "assets" || strings.HasPrefix(p, "assets/") || looksLikeFile(p) {
-			writeError(ctx, &apiError{status: 404, code: "not_found", msg: "no such file: /ui/" + p})
+			writeError(ctx, codeNotFound.err("no such file: /ui/"+p))
 			return
 		}
 		f = u.index // a client-side route
 	}
 	if f == nil {
-		writeError(ctx, &apiError{status: 404, code: "not_found", msg: "this build has no UI"})
+		writeError(ctx, codeNotFound.err("this build has no UI"))
 		return
 	}
 	h := &ctx.Response.Header

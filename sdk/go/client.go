@@ -176,7 +176,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		if retryable && ae.RetryAfter > 0 {
 			wait = ae.RetryAfter
 		}
-		if retryable && ae.Code == "shutting_down" {
+		if retryable && ae.Code == CodeShuttingDown {
 			c.failover(at) // this node is stopping; another one answers at once
 			wait = 0
 		}

@@ -1,0 +1,124 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+)
+
+// errorCode is one row of the error table: a stable code, the HTTP status
+// it is sent with, and what it means. Every error the gateway writes is
+// built from a row (apiError has no other constructor but relayed, which
+// hands on another node's answer), the "Errors" table of docs/api.md lists
+// the same rows, and the Go SDK exports every code as a constant:
+// errors_test.go keeps the three in step.
+type errorCode struct {
+	Code    string
+	Status  int
+	Also    []int // other statuses the code is sent with (withStatus)
+	Meaning string
+}
+
+// The error table: every code the API answers, with its status and
+// meaning (docs/api.md's "Errors" table is checked against it).
+var (
+	codeInvalidJSON = &errorCode{Code: "invalid_json", Status: 400,
+		Meaning: "malformed JSON, empty body where one is required, trailing data"}
+	codeInvalidRequest = &errorCode{Code: "invalid_request", Status: 400,
+		Meaning: "a missing or invalid field, a wrong JSON type, an unknown field, an unknown value (`priority`, `retry_backoff`, …), an unparseable duration or timestamp, an invalid query parameter"}
+	codeBadRequest = &errorCode{Code: "bad_request", Status: 400,
+		Meaning: "the request cannot be read at all (broken HTTP framing), or a node-to-node entry cannot be decoded"}
+	codeConfirmationRequired = &errorCode{Code: "confirmation_required", Status: 400,
+		Meaning: "a bulk action whose filter selects every job of a queue or of the cluster, without `\"confirm\": true`; `would_affect` says how many jobs it would touch"}
+	codeLeaseRequired = &errorCode{Code: "lease_required", Status: 400,
+		Meaning: "under `--strict-leases`, an ack, ack batch item, fail or heartbeat job without the lease's `attempt` (see [Leases](#leases))"}
+	codeClusterSecretRequired = &errorCode{Code: "cluster_secret_required", Status: 401,
+		Meaning: "a node-to-node route called without the `X-Corvo-Cluster-Secret` header"}
+	codeClusterSecretInvalid = &errorCode{Code: "cluster_secret_invalid", Status: 403,
+		Meaning: "a node-to-node route called with a wrong cluster secret (or on a node with none)"}
+	codeCrossOrigin = &errorCode{Code: "cross_origin", Status: 403,
+		Meaning: "a `POST`, `PUT` or `DELETE` from a web page of another origin (see [Requests from browsers](#requests-from-browsers))"}
+	codeNotFound = &errorCode{Code: "not_found", Status: 404,
+		Meaning: "unknown job id (including ids Corvo could never have issued), batch, bulk operation, schedule or endpoint"}
+	codeMethodNotAllowed = &errorCode{Code: "method_not_allowed", Status: 405,
+		Meaning: "wrong method for an endpoint"}
+	codeConflict = &errorCode{Code: "conflict", Status: 409,
+		Meaning: "ack/fail/heartbeat of a job this worker no longer holds (completed, reclaimed, cancelled, or held by another worker/attempt); cancel of a completed/dead/cancelled job; retry of a job that is not finished; move of an active job; cancel of a bulk operation that has finished"}
+	codeRemoveFailed = &errorCode{Code: "remove_failed", Status: 409,
+		Meaning: "the cluster could not remove the node (the message says why)"}
+	codeWrongNode = &errorCode{Code: "wrong_node", Status: 409,
+		Meaning: "a node-removal notice reached a node other than the one removed"}
+	codePayloadTooLarge = &errorCode{Code: "payload_too_large", Status: 413,
+		Meaning: "payload over `--max-payload` (default 1 MiB); request body over 64 MiB"}
+	codeBatchTooLarge = &errorCode{Code: "batch_too_large", Status: 413,
+		Meaning: "more than 10,000 jobs in a batch enqueue"}
+	codeBulkTooLarge = &errorCode{Code: "bulk_too_large", Status: 413,
+		Meaning: "a bulk operation names or matches more than 100,000 jobs"}
+	codeUnsupportedMediaType = &errorCode{Code: "unsupported_media_type", Status: 415,
+		Meaning: "a `POST` or `PUT` whose `Content-Type` is not `application/json` (missing, `text/plain`, a form…), even with an empty body"}
+	codeOverloaded = &errorCode{Code: "overloaded", Status: 429,
+		Meaning: "the shard's proposal queue is full; retry after `Retry-After` seconds"}
+	codeBulkBusy = &errorCode{Code: "bulk_busy", Status: 429,
+		Meaning: "4 background bulk operations already run on this node"}
+	codeInternal = &errorCode{Code: "internal", Status: 500,
+		Meaning: "an unexpected server error (a bug, or an unreadable answer from another node)"}
+	codeJoinFailed = &errorCode{Code: "join_failed", Status: 500, Also: []int{503},
+		Meaning: "a node could not be added to the cluster; 503 when the cluster is not ready yet (retry)"}
+	codeUnavailable = &errorCode{Code: "unavailable", Status: 503,
+		Meaning: "no Raft leader committed the write in time (it may or may not have applied), the shard's node cannot be reached, or the feature needs the mirror or event stream this server runs without; `Retry-After` is set"}
+	codeShuttingDown = &errorCode{Code: "shutting_down", Status: 503,
+		Meaning: "the server is stopping; `Retry-After` is set"}
+)
+
+// errorCodes is the table, in the order docs/api.md lists it.
+var errorCodes = []*errorCode{
+	codeInvalidJSON, codeInvalidRequest, codeBadRequest, codeConfirmationRequired, codeLeaseRequired,
+	codeClusterSecretRequired, codeClusterSecretInvalid, codeCrossOrigin,
+	codeNotFound, codeMethodNotAllowed,
+	codeConflict, codeRemoveFailed, codeWrongNode,
+	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,
+	codeOverloaded, codeBulkBusy,
+	codeInternal, codeJoinFailed,
+	codeUnavailable, codeShuttingDown,
+}
+
+// apiError is a client error: an HTTP status, a stable code and a message.
+// Build it from a row of the error table (err, errf), never by hand.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+// err is the row's error with message msg.
+func (c *errorCode) err(msg string) *apiError {
+	return &apiError{status: c.Status, code: c.Code, msg: msg}
+}
+
+// errf is the row's error with a formatted message.
+func (c *errorCode) errf(format string, args ...any) *apiError {
+	return c.err(fmt.Sprintf(format, args...))
+}
+
+// withStatus sends e with another status its row allows (Also); any other
+// status leaves e as it is.
+func (e *apiError) withStatus(status int) *apiError {
+	for _, c := range errorCodes {
+		if c.Code == e.code && slices.Contains(c.Also, status) {
+			e.status = status
+		}
+	}
+	return e
+}
+
+// invalid is the common 400 invalid_request.
+func invalid(format string, args ...any) *apiError {
+	return codeInvalidRequest.errf(format, args...)
+}
+
+// relayed is another node's error answer, handed on as that node's
+// handler wrote it (the status and code come from the same table there).
+func relayed(status int, code, msg string) *apiError {
+	return &apiError{status: status, code: code, msg: msg}
+}
