@@ -2,7 +2,6 @@ package corvo
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -18,10 +17,7 @@ func (c *Client) Enqueue(ctx context.Context, r EnqueueRequest) (*Enqueued, erro
 // EnqueueBatch adds up to 10,000 jobs, optionally as a batch with a callback.
 func (c *Client) EnqueueBatch(ctx context.Context, jobs []EnqueueRequest, batch *Batch) (*BatchEnqueued, error) {
 	var out BatchEnqueued
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue/batch", struct {
-		Jobs  []EnqueueRequest `json:"jobs"`
-		Batch *Batch           `json:"batch,omitempty"`
-	}{jobs, batch}, &out)
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue/batch", EnqueueBatchRequest{Jobs: jobs, Batch: batch}, &out)
 	return &out, err
 }
 
@@ -36,18 +32,10 @@ type FetchRequest struct {
 
 // Fetch long-polls for jobs; an empty slice means none arrived in time.
 func (c *Client) Fetch(ctx context.Context, r FetchRequest) ([]FetchedJob, error) {
-	body := map[string]any{"queues": r.Queues, "timeout": r.Timeout}
-	if r.WorkerID != "" {
-		body["worker_id"] = r.WorkerID
-	}
-	if r.Hostname != "" {
-		body["hostname"] = r.Hostname
-	}
+	body := FetchBody{Queues: r.Queues, WorkerID: r.WorkerID, Hostname: r.Hostname, Timeout: r.Timeout}
 	if r.Count > 1 {
-		body["count"] = r.Count
-		var out struct {
-			Jobs []FetchedJob `json:"jobs"`
-		}
+		body.Count = r.Count
+		var out FetchedJobs
 		status, err := c.do(ctx, http.MethodPost, "/api/v1/fetch", body, &out)
 		if err != nil || status == http.StatusNoContent {
 			return nil, err
@@ -83,15 +71,8 @@ func (c *Client) Ack(ctx context.Context, a Ack) error {
 // AckBatch completes many jobs in one request; the answer lists the ones
 // that failed.
 func (c *Client) AckBatch(ctx context.Context, acks []Ack) (acked int, failed map[string]*Error, err error) {
-	var out struct {
-		Acked  int `json:"acked"`
-		Errors []struct {
-			JobID string `json:"job_id"`
-			Code  string `json:"code"`
-			Error string `json:"error"`
-		} `json:"errors"`
-	}
-	_, err = c.do(ctx, http.MethodPost, "/api/v1/ack/batch", map[string]any{"acks": acks}, &out)
+	var out AckBatchResult
+	_, err = c.do(ctx, http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks}, &out)
 	failed = map[string]*Error{}
 	for _, e := range out.Errors {
 		failed[e.JobID] = &Error{Code: e.Code, Message: e.Error}
@@ -118,12 +99,8 @@ func (c *Client) Fail(ctx context.Context, jobID string, f Failure) (*FailResult
 // Heartbeat extends the leases of the jobs a worker holds; the answer maps
 // each job to "ok", "cancel", "lost" or "not_found".
 func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string]HeartbeatJob) (map[string]string, error) {
-	var out struct {
-		Jobs map[string]struct {
-			Status string `json:"status"`
-		} `json:"jobs"`
-	}
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/heartbeat", map[string]any{"worker_id": workerID, "jobs": jobs}, &out)
+	var out HeartbeatResult
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/heartbeat", HeartbeatRequest{WorkerID: workerID, Jobs: jobs}, &out)
 	if err != nil && !IsConflict(err) {
 		return nil, err
 	}
@@ -158,10 +135,8 @@ func (c *Client) Retry(ctx context.Context, id string) error {
 // Move re-files a job under another queue and returns its ID (new when the
 // queue lives on another shard).
 func (c *Client) Move(ctx context.Context, id, queue string, resetAttempt bool) (string, error) {
-	var out struct {
-		JobID string `json:"job_id"`
-	}
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/move", map[string]any{"queue": queue, "reset_attempt": resetAttempt}, &out)
+	var out Moved
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/move", MoveRequest{Queue: queue, ResetAttempt: resetAttempt}, &out)
 	return out.JobID, err
 }
 
@@ -184,18 +159,14 @@ func (c *Client) Reject(ctx context.Context, id string) error {
 }
 
 func (c *Client) status(ctx context.Context, method, path string, in any) (string, error) {
-	var out struct {
-		Status string `json:"status"`
-	}
+	var out StatusAnswer
 	_, err := c.do(ctx, method, path, in, &out)
 	return out.Status, err
 }
 
 // Queues lists every queue with its counts.
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
-	var out struct {
-		Queues []Queue `json:"queues"`
-	}
+	var out QueueList
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/queues", nil, &out)
 	return out.Queues, err
 }
@@ -209,7 +180,7 @@ func (c *Client) QueueAction(ctx context.Context, queue, action string) (map[str
 
 // SetConcurrency caps a queue's active jobs (0: no cap).
 func (c *Client) SetConcurrency(ctx context.Context, queue string, max int) error {
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/concurrency", map[string]int{"max": max}, nil)
+	_, err := c.do(ctx, http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/concurrency", ConcurrencyRequest{Max: max}, nil)
 	return err
 }
 
@@ -226,11 +197,9 @@ func (c *Client) SetThrottle(ctx context.Context, queue string, t *Throttle) err
 
 // DeleteQueue deletes a queue and all its jobs.
 func (c *Client) DeleteQueue(ctx context.Context, queue string) (int, error) {
-	var out struct {
-		JobsDeleted int `json:"jobs_deleted"`
-	}
+	var out QueueDeleted
 	_, err := c.do(ctx, http.MethodDelete, "/api/v1/queues/"+url.PathEscape(queue)+"?confirm=true", nil, &out)
-	return out.JobsDeleted, err
+	return int(out.JobsDeleted), err
 }
 
 // Dead lists dead jobs, newest first; pass the returned cursor for more.
@@ -245,10 +214,7 @@ func (c *Client) Dead(ctx context.Context, queue string, limit int, cursor strin
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
-	var out struct {
-		Jobs   []Job   `json:"jobs"`
-		Cursor *string `json:"cursor"`
-	}
+	var out DeadPage
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/dead?"+q.Encode(), nil, &out)
 	next := ""
 	if out.Cursor != nil {
@@ -259,18 +225,14 @@ func (c *Client) Dead(ctx context.Context, queue string, limit int, cursor strin
 
 // Workers lists the workers the server has heard from.
 func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	var out struct {
-		Workers []WorkerInfo `json:"workers"`
-	}
+	var out WorkerList
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/workers", nil, &out)
 	return out.Workers, err
 }
 
 // Schedules lists cron schedules.
 func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
-	var out struct {
-		Schedules []Schedule `json:"schedules"`
-	}
+	var out ScheduleList
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/schedules", nil, &out)
 	return out.Schedules, err
 }
@@ -278,7 +240,7 @@ func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
 // PutSchedule creates a schedule (ID empty) or replaces one.
 func (c *Client) PutSchedule(ctx context.Context, s Schedule) (*Schedule, error) {
 	id := s.ID
-	s.ID, s.NextRun, s.LastRun = "", nil, nil
+	s.ID, s.NextRun, s.LastRun, s.CreatedAt = "", nil, nil, nil
 	method, path := http.MethodPost, "/api/v1/schedules"
 	if id != "" {
 		method, path = http.MethodPut, path+"/"+url.PathEscape(id)
@@ -295,10 +257,10 @@ func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 }
 
 // BatchStatus reads a batch's counts.
-func (c *Client) BatchStatus(ctx context.Context, id string) (map[string]json.RawMessage, error) {
-	var out map[string]json.RawMessage
+func (c *Client) BatchStatus(ctx context.Context, id string) (*BatchStatus, error) {
+	var out BatchStatus
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/batches/"+url.PathEscape(id), nil, &out)
-	return out, err
+	return &out, err
 }
 
 // ClusterStatus is GET /api/v1/cluster/status: the nodes, the leader and

@@ -30,11 +30,7 @@ type BulkRequest struct {
 }
 
 // BulkFailure names a job the action did not apply to.
-type BulkFailure struct {
-	JobID string `json:"job_id"`
-	Code  string `json:"code"`
-	Error string `json:"error"`
-}
+type BulkFailure = JobFailure
 
 // BulkResult is the answer of a synchronous bulk operation.
 type BulkResult struct {
@@ -103,9 +99,7 @@ func (c *Client) CancelBulk(ctx context.Context, id string) (*BulkOperation, err
 
 // BulkOperations lists this node's recent bulk operations, newest first.
 func (c *Client) BulkOperations(ctx context.Context, limit int) ([]BulkOperation, error) {
-	var out struct {
-		Operations []BulkOperation `json:"operations"`
-	}
+	var out BulkOperationList
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/bulk?limit="+strconv.Itoa(limit), nil, &out)
 	return out.Operations, err
 }
@@ -190,9 +184,7 @@ func (c *Client) Events(ctx context.Context, r EventsRequest, fn func(Event) err
 		ev := Event{ID: f.id}
 		switch f.event {
 		case "reset":
-			var body struct {
-				Reason string `json:"reason"`
-			}
+			var body ResetEvent
 			_ = json.Unmarshal([]byte(f.data), &body)
 			ev.Reset, ev.Reason = true, body.Reason
 		case "job":
@@ -235,10 +227,7 @@ func (c *Client) stream(ctx context.Context, path, lastID string, fn func(sseFra
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(resp.Body)
 		e := &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(data))}
-		var eb struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
+		var eb ErrorBody
 		if json.Unmarshal(data, &eb) == nil {
 			e.Code, e.Message = eb.Code, eb.Error
 		}

@@ -126,12 +126,7 @@ func (c *Client) failover(from uint32) {
 // and from then on spreads over every node that is up, so the client
 // survives the loss of the node it was given.
 func (c *Client) Discover(ctx context.Context) error {
-	var st struct {
-		Nodes []struct {
-			HTTPAddress string `json:"http_address"`
-			Status      string `json:"status"`
-		} `json:"nodes"`
-	}
+	var st ClusterStatus
 	if _, err := c.do(ctx, "GET", "/api/v1/cluster/status", nil, &st); err != nil {
 		return err
 	}
@@ -225,10 +220,7 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, o
 	}
 	if resp.StatusCode >= 400 {
 		e := &Error{Status: resp.StatusCode}
-		var eb struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
+		var eb ErrorBody
 		if json.Unmarshal(data, &eb) == nil {
 			e.Code, e.Message = eb.Code, eb.Error
 		} else {

@@ -60,16 +60,22 @@ type BatchEnqueued struct {
 
 // FetchedJob is a job handed to a worker.
 type FetchedJob struct {
-	JobID         string            `json:"job_id"`
-	Queue         string            `json:"queue"`
-	Payload       json.RawMessage   `json:"payload"`
-	Priority      string            `json:"priority"`
-	Attempt       int               `json:"attempt"`
-	MaxRetries    int               `json:"max_retries"`
-	LeaseDuration int               `json:"lease_duration"`
-	Checkpoint    json.RawMessage   `json:"checkpoint"`
-	Tags          map[string]string `json:"tags"`
-	CreatedAt     time.Time         `json:"created_at"`
+	JobID          string            `json:"job_id"`
+	Queue          string            `json:"queue"`
+	Payload        json.RawMessage   `json:"payload"`
+	Priority       string            `json:"priority"`
+	Attempt        int               `json:"attempt"`
+	MaxRetries     int               `json:"max_retries"`
+	LeaseDuration  int               `json:"lease_duration"`
+	LeaseExpiresAt *time.Time        `json:"lease_expires_at"`
+	Checkpoint     json.RawMessage   `json:"checkpoint"`
+	Tags           map[string]string `json:"tags"`
+	CreatedAt      time.Time         `json:"created_at"`
+}
+
+// FetchedJobs is the answer to a fetch with count > 1.
+type FetchedJobs struct {
+	Jobs []FetchedJob `json:"jobs"`
 }
 
 // FailResult says what the server made of a failure.
@@ -99,19 +105,41 @@ type Job struct {
 	Attempt           int               `json:"attempt"`
 	MaxRetries        int               `json:"max_retries"`
 	AttemptsRemaining int               `json:"attempts_remaining"`
+	RetryBackoff      string            `json:"retry_backoff"`
+	RetryBaseDelay    string            `json:"retry_base_delay"`
+	RetryMaxDelay     string            `json:"retry_max_delay"`
+	LeaseDuration     int               `json:"lease_duration"`
 	CreatedAt         time.Time         `json:"created_at"`
+	ScheduledAt       *time.Time        `json:"scheduled_at"`
 	StartedAt         *time.Time        `json:"started_at"`
 	CompletedAt       *time.Time        `json:"completed_at"`
+	FailedAt          *time.Time        `json:"failed_at"`
+	LeaseExpiresAt    *time.Time        `json:"lease_expires_at"`
+	ExpireAfter       *string           `json:"expire_after"`
+	ExpireAt          *time.Time        `json:"expire_at"`
+	UniqueKey         *string           `json:"unique_key"`
+	UniquePeriod      *int64            `json:"unique_period"`
+	BatchID           *string           `json:"batch_id"`
+	ChainID           *string           `json:"chain_id"`
+	ChainStep         *int              `json:"chain_step"`
+	ChainConfig       json.RawMessage   `json:"chain_config"`
 	Tags              map[string]string `json:"tags"`
 	Progress          json.RawMessage   `json:"progress"`
 	Checkpoint        json.RawMessage   `json:"checkpoint"`
 	Result            json.RawMessage   `json:"result"`
+	CancelRequested   bool              `json:"cancel_requested"`
 	Reason            *string           `json:"reason"`
 	LastError         *string           `json:"last_error"`
-	BatchID           *string           `json:"batch_id"`
-	ChainID           *string           `json:"chain_id"`
 	Errors            []JobError        `json:"errors"`
-	Timeline          []TimelineEntry   `json:"timeline"`
+	Worker            *JobWorker        `json:"worker"`
+	// Timeline is sent by GET /api/v1/jobs/{id} only.
+	Timeline []TimelineEntry `json:"timeline,omitempty"`
+}
+
+// JobWorker is the worker that holds or last held a job.
+type JobWorker struct {
+	ID       string  `json:"id"`
+	Hostname *string `json:"hostname"`
 }
 
 // JobError is one failed attempt.
@@ -135,18 +163,36 @@ type TimelineEntry struct {
 
 // Queue is a queue's counts and settings (GET /api/v1/queues).
 type Queue struct {
-	Name           string         `json:"name"`
-	Pending        int64          `json:"pending"`
-	Active         int64          `json:"active"`
-	Scheduled      int64          `json:"scheduled"`
-	Retrying       int64          `json:"retrying"`
-	Completed      int64          `json:"completed"`
-	Dead           int64          `json:"dead"`
-	Cancelled      int64          `json:"cancelled"`
-	Paused         bool           `json:"paused"`
-	MaxConcurrency *int           `json:"max_concurrency"`
-	Throttle       *Throttle      `json:"throttle"`
-	Totals         map[string]int `json:"totals"`
+	Name           string      `json:"name"`
+	Pending        int64       `json:"pending"`
+	Active         int64       `json:"active"`
+	Scheduled      int64       `json:"scheduled"`
+	Retrying       int64       `json:"retrying"`
+	Completed      int64       `json:"completed"`
+	Dead           int64       `json:"dead"`
+	Cancelled      int64       `json:"cancelled"`
+	Paused         bool        `json:"paused"`
+	MaxConcurrency *int        `json:"max_concurrency"`
+	Throttle       *Throttle   `json:"throttle"`
+	Totals         QueueTotals `json:"totals"`
+	// Throughput is the server's measure over about a minute; nil until it
+	// has one.
+	Throughput *QueueThroughput `json:"throughput"`
+}
+
+// QueueTotals are a queue's running counters.
+type QueueTotals struct {
+	Enqueued  int64 `json:"enqueued"`
+	Completed int64 `json:"completed"`
+	Failed    int64 `json:"failed"`
+	Dead      int64 `json:"dead"`
+}
+
+// QueueThroughput is a queue's jobs per second.
+type QueueThroughput struct {
+	EnqueuedPerS  float64 `json:"enqueued_per_s"`
+	CompletedPerS float64 `json:"completed_per_s"`
+	FailedPerS    float64 `json:"failed_per_s"`
 }
 
 // Throttle is a queue's rate limit.
@@ -180,6 +226,7 @@ type Schedule struct {
 	Priority   string     `json:"priority,omitempty"`
 	NextRun    *time.Time `json:"next_run,omitempty"`
 	LastRun    *time.Time `json:"last_run,omitempty"`
+	CreatedAt  *time.Time `json:"created_at,omitempty"`
 }
 
 // ClusterStatus is the cluster's topology as one node gathered it.
@@ -189,9 +236,12 @@ type ClusterStatus struct {
 	Replicas   int           `json:"replicas"`
 	Nodes      []ClusterNode `json:"nodes"`
 	Shards     []ShardStatus `json:"shards"`
-	Mirror     struct {
-		LagEntries *int64 `json:"lag_entries"`
-	} `json:"mirror"`
+	Mirror     MirrorStatus  `json:"mirror"`
+}
+
+// MirrorStatus is the answering node's search mirror.
+type MirrorStatus struct {
+	LagEntries *int64 `json:"lag_entries"`
 }
 
 // ClusterNode is one member of the cluster.
@@ -207,22 +257,28 @@ type ClusterNode struct {
 
 // ShardStatus is one shard's leader and replicas.
 type ShardStatus struct {
-	ShardID    uint64 `json:"shard_id"`
-	LeaderNode uint64 `json:"leader_node"`
-	Term       uint64 `json:"term"`
-	Replicas   []struct {
-		NodeID  uint64  `json:"node_id"`
-		Role    string  `json:"role"`
-		Applied *uint64 `json:"applied_index"`
-		Lag     *uint64 `json:"lag"`
-	} `json:"replicas"`
+	ShardID    uint64         `json:"shard_id"`
+	LeaderNode uint64         `json:"leader_node"`
+	Term       uint64         `json:"term"`
+	Replicas   []ShardReplica `json:"replicas"`
 	// PlacedNodes is where the placement puts the shard; Settled is false
 	// while a replica moves there.
 	PlacedNodes     []uint64 `json:"placed_nodes"`
 	Settled         *bool    `json:"settled"`
-	ProposalLatency *struct {
-		P50 float64 `json:"p50"`
-		P90 float64 `json:"p90"`
-		P99 float64 `json:"p99"`
-	} `json:"proposal_latency_ms"`
+	ProposalLatency *Latency `json:"proposal_latency_ms"`
+}
+
+// ShardReplica is one replica of a shard.
+type ShardReplica struct {
+	NodeID  uint64  `json:"node_id"`
+	Role    string  `json:"role"` // leader, follower, learner
+	Applied *uint64 `json:"applied_index"`
+	Lag     *uint64 `json:"lag"`
+}
+
+// Latency is a distribution's percentiles, in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
 }

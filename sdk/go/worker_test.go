@@ -307,7 +307,7 @@ func TestClientEveryEndpoint(t *testing.T) {
 	// shards reach it through the outbox relay, so wait for the count.
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		bs, err := c.BatchStatus(ctx, *b.BatchID)
-		if err == nil && string(bs["failed"]) == "1" {
+		if err == nil && bs.Failed == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

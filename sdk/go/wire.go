@@ -1,0 +1,228 @@
+package corvo
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The bodies of the server's answers (and of the requests the SDK's
+// methods build), one Go type each: the server's tests decode what it
+// writes into these types with unknown fields disallowed, so a field the
+// server adds shows up here too.
+
+// ErrorBody is every error answer: {"error", "code"} (Code* constants).
+type ErrorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+	// MovedTo is set with CodeMoved (301): the job's new id.
+	MovedTo string `json:"moved_to,omitempty"`
+}
+
+// EnqueueBatchRequest is POST /api/v1/enqueue/batch.
+type EnqueueBatchRequest struct {
+	Jobs  []EnqueueRequest `json:"jobs"`
+	Batch *Batch           `json:"batch,omitempty"`
+}
+
+// FetchBody is the JSON body of POST /api/v1/fetch (FetchRequest is the
+// method's argument).
+type FetchBody struct {
+	Queues   []string `json:"queues"`
+	WorkerID string   `json:"worker_id,omitempty"`
+	Hostname string   `json:"hostname,omitempty"`
+	Timeout  float64  `json:"timeout"`
+	Count    int      `json:"count,omitempty"`
+}
+
+// StatusAnswer is the answer of ack, cancel, retry, approve, reject and
+// rebuild-mirror: the job's (or operation's) status after the call.
+type StatusAnswer struct {
+	Status string `json:"status"`
+}
+
+// AckBatchRequest is POST /api/v1/ack/batch.
+type AckBatchRequest struct {
+	Acks []Ack `json:"acks"`
+}
+
+// JobFailure names one job a many-job call could not apply.
+type JobFailure struct {
+	JobID string `json:"job_id"`
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+// AckBatchResult is the answer to POST /api/v1/ack/batch.
+type AckBatchResult struct {
+	Acked  int          `json:"acked"`
+	Errors []JobFailure `json:"errors"`
+}
+
+// HeartbeatRequest is POST /api/v1/heartbeat.
+type HeartbeatRequest struct {
+	WorkerID string                  `json:"worker_id"`
+	Jobs     map[string]HeartbeatJob `json:"jobs"`
+}
+
+// HeartbeatResult maps each job to its status: ok, cancel, lost or
+// not_found.
+type HeartbeatResult struct {
+	Jobs map[string]StatusAnswer `json:"jobs"`
+}
+
+// MoveRequest is POST /api/v1/jobs/{id}/move.
+type MoveRequest struct {
+	Queue        string `json:"queue"`
+	ResetAttempt bool   `json:"reset_attempt,omitempty"`
+}
+
+// Moved is the answer to a move: the job's id (new when the queue lives
+// on another shard; MovedFrom is then the old one).
+type Moved struct {
+	JobID     string `json:"job_id"`
+	MovedFrom string `json:"moved_from,omitempty"`
+	Queue     string `json:"queue"`
+	Status    string `json:"status"`
+}
+
+// Deleted is the answer to deleting a job or a schedule.
+type Deleted struct {
+	Deleted bool `json:"deleted"`
+}
+
+// QueueList is GET /api/v1/queues.
+type QueueList struct {
+	Queues []Queue `json:"queues"`
+}
+
+// QueuePaused is the answer to pause and resume.
+type QueuePaused struct {
+	Queue  string `json:"queue"`
+	Paused bool   `json:"paused"`
+}
+
+// ConcurrencyRequest is POST /api/v1/queues/{name}/concurrency (0: no cap).
+type ConcurrencyRequest struct {
+	Max int `json:"max"`
+}
+
+// QueueConcurrency is the answer to a concurrency change.
+type QueueConcurrency struct {
+	Queue          string `json:"queue"`
+	MaxConcurrency *int   `json:"max_concurrency"`
+}
+
+// QueueThrottled is the answer to a throttle change (Throttle nil:
+// removed).
+type QueueThrottled struct {
+	Queue    string    `json:"queue"`
+	Throttle *Throttle `json:"throttle"`
+}
+
+// QueueCleared is the answer to a clear.
+type QueueCleared struct {
+	Queue   string `json:"queue"`
+	Cleared int64  `json:"cleared"`
+}
+
+// QueueDraining is the answer to a drain.
+type QueueDraining struct {
+	Queue    string `json:"queue"`
+	Paused   bool   `json:"paused"`
+	Draining bool   `json:"draining"`
+	Active   int64  `json:"active"`
+}
+
+// QueueDeleted is the answer to deleting a queue.
+type QueueDeleted struct {
+	Queue       string `json:"queue"`
+	Deleted     bool   `json:"deleted"`
+	JobsDeleted int64  `json:"jobs_deleted"`
+}
+
+// WorkerList is GET /api/v1/workers.
+type WorkerList struct {
+	Workers []WorkerInfo `json:"workers"`
+}
+
+// DeadPage is GET /api/v1/dead.
+type DeadPage struct {
+	Jobs    []Job   `json:"jobs"`
+	HasMore bool    `json:"has_more"`
+	Cursor  *string `json:"cursor"`
+}
+
+// SearchPage is the answer to POST /api/v1/jobs/search.
+type SearchPage struct {
+	Jobs       []Job   `json:"jobs"`
+	Total      int64   `json:"total"`
+	Cursor     *string `json:"cursor"`
+	HasMore    bool    `json:"has_more"`
+	DurationMs float64 `json:"duration_ms"`
+}
+
+// ScheduleList is GET /api/v1/schedules.
+type ScheduleList struct {
+	Schedules []Schedule `json:"schedules"`
+}
+
+// BatchStatus is GET /api/v1/batches/{id}.
+type BatchStatus struct {
+	ID              string          `json:"id"`
+	Total           int             `json:"total"`
+	Pending         int             `json:"pending"`
+	Succeeded       int             `json:"succeeded"`
+	Failed          int             `json:"failed"`
+	CallbackQueue   *string         `json:"callback_queue"`
+	CallbackPayload json.RawMessage `json:"callback_payload"`
+	CallbackJobID   *string         `json:"callback_job_id"`
+	CreatedAt       time.Time       `json:"created_at"`
+	CompletedAt     *time.Time      `json:"completed_at"`
+}
+
+// BulkOperationList is GET /api/v1/bulk.
+type BulkOperationList struct {
+	Operations []BulkOperation `json:"operations"`
+}
+
+// Health is GET /healthz.
+type Health struct {
+	Status    string `json:"status"`
+	Shards    int    `json:"shards"`
+	ShardsLed int    `json:"shards_led"`
+}
+
+// JoinRequest is POST /api/v1/cluster/join: a new node asks a member to
+// add it.
+type JoinRequest struct {
+	Name        string `json:"name"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+}
+
+// JoinAnswer is the answer to a join.
+type JoinAnswer struct {
+	NodeID   uint64 `json:"node_id"`
+	Shards   int    `json:"shards"`
+	Replicas int    `json:"replicas"`
+	// Learner: the node was added as a non-voting replica and promotes
+	// itself once caught up.
+	Learner bool `json:"learner"`
+}
+
+// NodeRemoved is the answer to DELETE /api/v1/cluster/nodes/{id}.
+type NodeRemoved struct {
+	Removed uint64 `json:"removed"`
+}
+
+// RemovedNotice is POST /api/v1/cluster/removed: a member tells a node it
+// was removed.
+type RemovedNotice struct {
+	NodeID uint64 `json:"node_id"`
+}
+
+// ResetEvent is the data of an event stream's "reset" event: the stream
+// lost events (Reason says why) and the client should re-read state.
+type ResetEvent struct {
+	Reason string `json:"reason"`
+}
