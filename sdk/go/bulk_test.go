@@ -63,10 +63,10 @@ func TestClientBulkAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var apiErr *Error
-	if _, _, err := c.Bulk(ctx, BulkRequest{Filter: map[string]any{"queue": "sdk.bulk.all"}, Action: "delete"}); !errors.As(err, &apiErr) || apiErr.Code != "confirmation_required" {
+	if _, _, err := c.Bulk(ctx, BulkRequest{Filter: &SearchRequest{Queue: "sdk.bulk.all"}, Action: "delete"}); !errors.As(err, &apiErr) || apiErr.Code != "confirmation_required" {
 		t.Fatalf("want confirmation_required, got %v", err)
 	}
-	if _, _, err := c.Bulk(ctx, BulkRequest{Filter: map[string]any{"queue": "sdk.bulk.all"}, Action: "delete", Confirm: true}); err != nil {
+	if _, _, err := c.Bulk(ctx, BulkRequest{Filter: &SearchRequest{Queue: "sdk.bulk.all"}, Action: "delete", Confirm: true}); err != nil {
 		t.Fatal(err)
 	}
 

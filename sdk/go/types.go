@@ -236,7 +236,9 @@ type ClusterStatus struct {
 	Replicas   int           `json:"replicas"`
 	Nodes      []ClusterNode `json:"nodes"`
 	Shards     []ShardStatus `json:"shards"`
-	Mirror     MirrorStatus  `json:"mirror"`
+	// Meta is the cluster's metadata group (membership and placement).
+	Meta   *ShardStatus `json:"meta"`
+	Mirror MirrorStatus `json:"mirror"`
 }
 
 // MirrorStatus is the answering node's search mirror.
@@ -281,4 +283,6 @@ type Latency struct {
 	P50 float64 `json:"p50"`
 	P90 float64 `json:"p90"`
 	P99 float64 `json:"p99"`
+	// Samples is how many measures the percentiles come from.
+	Samples int `json:"samples"`
 }

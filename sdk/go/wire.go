@@ -154,11 +154,11 @@ type DeadPage struct {
 
 // SearchPage is the answer to POST /api/v1/jobs/search.
 type SearchPage struct {
-	Jobs       []Job   `json:"jobs"`
-	Total      int64   `json:"total"`
-	Cursor     *string `json:"cursor"`
-	HasMore    bool    `json:"has_more"`
-	DurationMs float64 `json:"duration_ms"`
+	Jobs       []SearchHit `json:"jobs"`
+	Total      int64       `json:"total"`
+	Cursor     *string     `json:"cursor"`
+	HasMore    bool        `json:"has_more"`
+	DurationMs float64     `json:"duration_ms"`
 }
 
 // ScheduleList is GET /api/v1/schedules.
@@ -225,4 +225,28 @@ type RemovedNotice struct {
 // lost events (Reason says why) and the client should re-read state.
 type ResetEvent struct {
 	Reason string `json:"reason"`
+}
+
+// SearchHit is a job as search finds it: the search mirror's summary of
+// it (GET /api/v1/jobs/{id} has the full document).
+type SearchHit struct {
+	ID          string            `json:"id"`
+	Queue       string            `json:"queue"`
+	State       string            `json:"state"`
+	Priority    string            `json:"priority"`
+	Payload     json.RawMessage   `json:"payload"`
+	Attempt     int               `json:"attempt"`
+	MaxRetries  int               `json:"max_retries"`
+	CreatedAt   time.Time         `json:"created_at"`
+	ScheduledAt *time.Time        `json:"scheduled_at"`
+	StartedAt   *time.Time        `json:"started_at"`
+	CompletedAt *time.Time        `json:"completed_at"`
+	LastError   *string           `json:"last_error"`
+	ErrorCount  int               `json:"error_count"`
+	Reason      *string           `json:"reason"`
+	Tags        map[string]string `json:"tags"`
+	BatchID     *string           `json:"batch_id"`
+	UniqueKey   *string           `json:"unique_key"`
+	WorkerID    *string           `json:"worker_id"`
+	Progress    json.RawMessage   `json:"progress"`
 }
