@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/valyala/fasthttp"
 
+	corvo "github.com/corvohq/corvo/sdk/go"
 	"github.com/corvohq/corvo/shard"
 )
 
@@ -179,14 +180,8 @@ func (s *Server) HandOff(ctx context.Context) int {
 	return s.cluster.HandOff(ctx, s.peers.alive)
 }
 
-type joinRequest struct {
-	Name        string `json:"name"`
-	RaftAddress string `json:"raft_address"`
-	HTTPAddress string `json:"http_address"`
-}
-
 func (s *Server) handleJoin(ctx *fasthttp.RequestCtx) {
-	var req joinRequest
+	var req corvo.JoinRequest
 	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
 		writeError(ctx, e)
 		return
@@ -257,9 +252,7 @@ func (s *Server) handleRemoveNode(ctx *fasthttp.RequestCtx) {
 // handleRemoved is how a member tells this node it was removed from the
 // cluster: the node then shuts down (Config.OnRemoved).
 func (s *Server) handleRemoved(ctx *fasthttp.RequestCtx) {
-	var req struct {
-		NodeID uint64 `json:"node_id"`
-	}
+	var req corvo.RemovedNotice
 	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
 		writeError(ctx, e)
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -327,6 +328,18 @@ func parsePriority(v jsontext.Value) (p statemachine.Priority, set bool, err err
 		v = append(v[:37:37], "..."...)
 	}
 	return 0, false, fmt.Errorf("unknown value %s (use critical, high or normal, or 0, 1 or 2)", v)
+}
+
+// parsePriorityName reads a priority the SDK's Priority type decoded (a
+// name; numbers became names): nil is unset.
+func parsePriorityName(v *corvo.Priority) (p statemachine.Priority, set bool, err error) {
+	if v == nil {
+		return 0, false, nil
+	}
+	if p, ok := statemachine.ParsePriority(string(*v)); ok {
+		return p, true, nil
+	}
+	return 0, false, fmt.Errorf("unknown value %q (use critical, high or normal, or 0, 1 or 2)", string(*v))
 }
 
 // chainTargetRequest is a step or handler of a chain.

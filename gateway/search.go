@@ -18,39 +18,13 @@ import (
 
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
 	"github.com/corvohq/corvo/statemachine"
 )
 
-type searchRequest struct {
-	Queue           string            `json:"queue"`
-	State           []string          `json:"state"`
-	Priority        jsontext.Value    `json:"priority"`
-	Tags            map[string]string `json:"tags"`
-	PayloadContains string            `json:"payload_contains"`
-	PayloadJQ       string            `json:"payload_jq"`
-	CreatedAfter    string            `json:"created_after"`
-	CreatedBefore   string            `json:"created_before"`
-	ScheduledAfter  string            `json:"scheduled_after"`
-	ScheduledBefore string            `json:"scheduled_before"`
-	StartedAfter    string            `json:"started_after"`
-	StartedBefore   string            `json:"started_before"`
-	CompletedAfter  string            `json:"completed_after"`
-	CompletedBefore string            `json:"completed_before"`
-	ExpireAfter     string            `json:"expire_after"`
-	ExpireBefore    string            `json:"expire_before"`
-	WorkerID        string            `json:"worker_id"`
-	HasErrors       *bool             `json:"has_errors"`
-	ErrorContains   string            `json:"error_contains"`
-	BatchID         string            `json:"batch_id"`
-	UniqueKey       string            `json:"unique_key"`
-	AttemptMin      *int              `json:"attempt_min"`
-	AttemptMax      *int              `json:"attempt_max"`
-	JobIDPrefix     string            `json:"job_id_prefix"`
-	Sort            string            `json:"sort"`
-	Order           string            `json:"order"`
-	Cursor          *string           `json:"cursor"`
-	Limit           int               `json:"limit"`
-}
+// searchRequest is the SDK's search body (one Go definition of the wire
+// type), with the server's methods.
+type searchRequest corvo.SearchRequest
 
 // selectsAll reports whether the filter narrows nothing but the queue:
 // every job of a queue, or of the cluster, matches it. Paging and order
@@ -79,7 +53,7 @@ func (r *searchRequest) filter() (mirror.Filter, error) {
 	f := mirror.Filter{Queue: r.Queue, States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
 		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, UniqueKey: r.UniqueKey,
 		AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
-	if p, set, err := parsePriority(r.Priority); err != nil {
+	if p, set, err := parsePriorityName(r.Priority); err != nil {
 		return f, fmt.Errorf("priority: %w", err)
 	} else if set {
 		n := int(p)

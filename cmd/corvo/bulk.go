@@ -13,21 +13,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-)
 
-// bulkOp is a background bulk operation's status (GET /api/v1/bulk/{id}).
-type bulkOp struct {
-	ID         string `json:"id"`
-	Action     string `json:"action"`
-	Status     string `json:"status"`
-	Total      int64  `json:"total"`
-	Processed  int64  `json:"processed"`
-	Affected   int64  `json:"affected"`
-	Errors     int64  `json:"errors"`
-	CreatedAt  string `json:"created_at"`
-	DurationMs int64  `json:"duration_ms"`
-	Error      string `json:"error"`
-}
+	corvo "github.com/corvohq/corvo/sdk/go"
+)
 
 // streamClient follows progress streams, which outlive httpClient's timeout.
 var streamClient = &http.Client{}
@@ -47,7 +35,7 @@ func followBulk(cmd *cobra.Command, c *clientFlags, id string, total int64) erro
 		fmt.Fprintf(out, "%s: running in the background (about %d jobs)\n", id, total)
 	}
 	var last int64 = -1
-	show := func(op *bulkOp) {
+	show := func(op *corvo.BulkOperation) {
 		switch {
 		case bar != nil:
 			if op.Total > 0 {
@@ -89,7 +77,7 @@ func followBulk(cmd *cobra.Command, c *clientFlags, id string, total int64) erro
 }
 
 // streamBulk reads GET /bulk/{id}/progress until its done frame.
-func streamBulk(c *clientFlags, id string, show func(*bulkOp)) (*bulkOp, []byte, error) {
+func streamBulk(c *clientFlags, id string, show func(*corvo.BulkOperation)) (*corvo.BulkOperation, []byte, error) {
 	resp, err := streamClient.Get(strings.TrimRight(c.url, "/") + "/api/v1/bulk/" + id + "/progress")
 	if err != nil {
 		return nil, nil, err
@@ -109,7 +97,7 @@ func streamBulk(c *clientFlags, id string, show func(*bulkOp)) (*bulkOp, []byte,
 			event = line[len("event: "):]
 		case strings.HasPrefix(line, "data: "):
 			data := []byte(line[len("data: "):])
-			var op bulkOp
+			var op corvo.BulkOperation
 			if err := json.Unmarshal(data, &op); err != nil {
 				return nil, nil, err
 			}
@@ -125,13 +113,13 @@ func streamBulk(c *clientFlags, id string, show func(*bulkOp)) (*bulkOp, []byte,
 	return nil, nil, fmt.Errorf("the progress stream ended early")
 }
 
-func pollBulk(c *clientFlags, id string, show func(*bulkOp)) (*bulkOp, []byte, error) {
+func pollBulk(c *clientFlags, id string, show func(*corvo.BulkOperation)) (*corvo.BulkOperation, []byte, error) {
 	for {
 		raw, _, err := c.call("GET", "/api/v1/bulk/"+id, nil)
 		if err != nil {
 			return nil, nil, err
 		}
-		var op bulkOp
+		var op corvo.BulkOperation
 		if err := json.Unmarshal(raw, &op); err != nil {
 			return nil, nil, &exitError{exitError_, err}
 		}
@@ -148,7 +136,7 @@ func printBulk(cmd *cobra.Command, c *clientFlags, raw []byte) error {
 		_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(string(raw)))
 		return err
 	}
-	var op bulkOp
+	var op corvo.BulkOperation
 	if err := json.Unmarshal(raw, &op); err != nil {
 		return &exitError{exitError_, err}
 	}
@@ -221,9 +209,7 @@ func newBulkListCmd() *cobra.Command {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(string(raw)))
 				return err
 			}
-			var r struct {
-				Operations []bulkOp `json:"operations"`
-			}
+			var r corvo.BulkOperationList
 			if err := json.Unmarshal(raw, &r); err != nil {
 				return &exitError{exitError_, err}
 			}

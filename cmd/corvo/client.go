@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/corvohq/corvo/node"
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // clientFlags are shared by every command that talks to a server.
@@ -65,10 +66,7 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 		return nil, resp.StatusCode, &exitError{exitError_, err}
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
+		var e corvo.ErrorBody
 		msg := strings.TrimSpace(string(out))
 		if json.Unmarshal(out, &e) == nil && e.Error != "" {
 			msg = e.Error + " (" + e.Code + ")"
@@ -99,15 +97,16 @@ func newEnqueueCmd() *cobra.Command {
 			if !json.Valid([]byte(args[1])) {
 				return &exitError{exitUsage, fmt.Errorf("payload is not valid JSON: %s", args[1])}
 			}
-			req := map[string]any{"queue": args[0], "payload": json.RawMessage(args[1])}
-			if priority != "" {
-				req["priority"] = priority
-			}
+			req := corvo.EnqueueRequest{Queue: args[0], Payload: json.RawMessage(args[1]), Priority: priority}
 			if cmd.Flags().Changed("max-retries") {
-				req["max_retries"] = maxRetries
+				req.MaxRetries = &maxRetries
 			}
 			if scheduledAt != "" {
-				req["scheduled_at"] = scheduledAt
+				at, err := time.Parse(time.RFC3339Nano, scheduledAt)
+				if err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--scheduled-at is not an RFC 3339 time: %q", scheduledAt)}
+				}
+				req.ScheduledAt = &at
 			}
 			body, _ := json.Marshal(req)
 			out, _, err := c.call("POST", "/api/v1/enqueue", body)
@@ -118,10 +117,7 @@ func newEnqueueCmd() *cobra.Command {
 				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(out))
 				return err
 			}
-			var r struct {
-				JobID  string `json:"job_id"`
-				Status string `json:"status"`
-			}
+			var r corvo.Enqueued
 			if err := json.Unmarshal(out, &r); err != nil {
 				return &exitError{exitError_, err}
 			}
@@ -188,14 +184,10 @@ func printJob(w io.Writer, doc []byte) error {
 			return err
 		}
 	}
-	var errs []struct {
-		Attempt int    `json:"attempt"`
-		Error   string `json:"error"`
-		At      string `json:"at"`
-	}
+	var errs []corvo.JobError
 	_ = json.Unmarshal(job["errors"], &errs)
 	for _, e := range errs {
-		if _, err := fmt.Fprintf(w, "%-20s #%d %s %s\n", "error", e.Attempt, e.At, e.Error); err != nil {
+		if _, err := fmt.Fprintf(w, "%-20s #%d %s %s\n", "error", e.Attempt, stamp(e.At), e.Error); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/corvohq/corvo/node"
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 func newClusterCmd() *cobra.Command {
@@ -74,40 +75,11 @@ func newClusterRemoveCmd() *cobra.Command {
 }
 
 func printClusterStatus(w io.Writer, out []byte) error {
-	var st struct {
-		NodeID   uint64 `json:"node_id"`
-		Shards   int    `json:"shard_count"`
-		Replicas int    `json:"replicas"`
-		Nodes    []struct {
-			NodeID    uint64   `json:"node_id"`
-			Name      string   `json:"name"`
-			HTTP      string   `json:"http_address"`
-			Raft      string   `json:"raft_address"`
-			Status    string   `json:"status"`
-			LeaderOf  []uint64 `json:"leader_of"`
-			MirrorLag *int64   `json:"mirror_lag_entries"`
-		} `json:"nodes"`
-		Groups []struct {
-			ShardID  uint64 `json:"shard_id"`
-			Leader   uint64 `json:"leader_node"`
-			Term     uint64 `json:"term"`
-			Replicas []struct {
-				NodeID  uint64  `json:"node_id"`
-				Role    string  `json:"role"`
-				Applied *uint64 `json:"applied_index"`
-				Lag     *uint64 `json:"lag"`
-			} `json:"replicas"`
-			Latency *struct {
-				P50 float64 `json:"p50"`
-				P90 float64 `json:"p90"`
-				P99 float64 `json:"p99"`
-			} `json:"proposal_latency_ms"`
-		} `json:"shards"`
-	}
+	var st corvo.ClusterStatus
 	if err := json.Unmarshal(out, &st); err != nil {
 		return &exitError{exitError_, fmt.Errorf("bad answer: %w", err)}
 	}
-	fmt.Fprintf(w, "answered by node %d · %d shards · %d replicas wanted\n\n", st.NodeID, st.Shards, st.Replicas)
+	fmt.Fprintf(w, "answered by node %d · %d shards · %d replicas wanted\n\n", st.NodeID, st.ShardCount, st.Replicas)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tNAME\tSTATUS\tHTTP\tRAFT\tLEADS\tMIRROR LAG")
 	for _, n := range st.Nodes {
@@ -115,7 +87,7 @@ func printClusterStatus(w io.Writer, out []byte) error {
 		if n.MirrorLag != nil {
 			lag = strconv.FormatInt(*n.MirrorLag, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.NodeID, n.Name, n.Status, n.HTTP, n.Raft, joinIDs(n.LeaderOf), lag)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.NodeID, n.Name, n.Status, n.HTTPAddress, n.RaftAddress, joinIDs(n.LeaderOf), lag)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -123,7 +95,7 @@ func printClusterStatus(w io.Writer, out []byte) error {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tREPLICAS (node:applied/lag, *leader, ~learner)\tPROPOSE p50/p90/p99 ms")
-	for _, g := range st.Groups {
+	for _, g := range st.Shards {
 		var reps []string
 		for _, r := range g.Replicas {
 			s := strconv.FormatUint(r.NodeID, 10)
@@ -142,10 +114,10 @@ func printClusterStatus(w io.Writer, out []byte) error {
 			reps = append(reps, s)
 		}
 		lat := "-"
-		if g.Latency != nil {
-			lat = fmt.Sprintf("%.1f/%.1f/%.1f", g.Latency.P50, g.Latency.P90, g.Latency.P99)
+		if g.ProposalLatency != nil {
+			lat = fmt.Sprintf("%.1f/%.1f/%.1f", g.ProposalLatency.P50, g.ProposalLatency.P90, g.ProposalLatency.P99)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", g.ShardID, g.Leader, g.Term, strings.Join(reps, " "), lat)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", g.ShardID, g.LeaderNode, g.Term, strings.Join(reps, " "), lat)
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/corvohq/corvo/gateway"
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // apiCommand builds a command that sends one request and prints the
@@ -54,17 +57,22 @@ func jobPath(id, action string) string { return "/api/v1/jobs/" + url.PathEscape
 
 func queuePath(q, action string) string { return "/api/v1/queues/" + url.PathEscape(q) + action }
 
-// printStatus renders {"status": …}-like answers as "<id> <status>".
-func printField(field string, prefix string) func(io.Writer, []byte) error {
+// render decodes an answer into its SDK type T and prints it with fn.
+func render[T any](fn func(w io.Writer, v *T) error) func(io.Writer, []byte) error {
 	return func(w io.Writer, out []byte) error {
-		var m map[string]any
-		if err := json.Unmarshal(out, &m); err != nil {
-			return &exitError{exitError_, err}
+		var v T
+		if err := json.Unmarshal(out, &v); err != nil {
+			return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
 		}
-		_, err := fmt.Fprintf(w, "%s%v\n", prefix, m[field])
-		return err
+		return fn(w, &v)
 	}
 }
+
+// printStatus prints a {"status"} answer.
+var printStatus = render(func(w io.Writer, v *corvo.StatusAnswer) error {
+	_, err := fmt.Fprintln(w, v.Status)
+	return err
+})
 
 func newJobCmds() []*cobra.Command {
 	one := cobra.ExactArgs(1)
@@ -72,12 +80,12 @@ func newJobCmds() []*cobra.Command {
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
 			return "POST", jobPath(a[0], "/retry"), nil, nil
 		},
-		printField("status", ""))
+		printStatus)
 	cancel := apiCommand("cancel <job-id>", "Cancel a job (an active one on its next heartbeat)", one,
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
 			return "POST", jobPath(a[0], "/cancel"), nil, nil
 		},
-		printField("status", ""))
+		printStatus)
 	del := apiCommand("delete <job-id>", "Delete a job", one,
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
 			return "DELETE", jobPath(a[0], ""), nil, nil
@@ -87,17 +95,17 @@ func newJobCmds() []*cobra.Command {
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
 			return "POST", jobPath(a[0], "/approve"), nil, nil
 		},
-		printField("status", ""))
+		printStatus)
 	reject := apiCommand("reject <job-id>", "Reject a held job (it goes dead)", one,
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
 			return "POST", jobPath(a[0], "/reject"), nil, nil
 		},
-		printField("status", ""))
+		printStatus)
 	var reset bool
 	move := apiCommand("move <job-id> <target-queue>", "Move a job to another queue", cobra.ExactArgs(2),
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
-			return "POST", jobPath(a[0], "/move"), map[string]any{"queue": a[1], "reset_attempt": reset}, nil
-		}, printField("job_id", ""))
+			return "POST", jobPath(a[0], "/move"), corvo.MoveRequest{Queue: a[1], ResetAttempt: reset}, nil
+		}, render(func(w io.Writer, v *corvo.Moved) error { _, err := fmt.Fprintln(w, v.JobID); return err }))
 	move.Flags().BoolVar(&reset, "reset-attempt", false, "reset the attempt counter")
 	return []*cobra.Command{retry, cancel, del, approve, reject, move}
 }
@@ -124,7 +132,10 @@ func newQueueCmds() []*cobra.Command {
 				return "", "", nil, fmt.Errorf("destroying %s deletes all its jobs: add --confirm", a[0])
 			}
 			return "DELETE", queuePath(a[0], "?confirm=true"), nil, nil
-		}, printField("jobs_deleted", "jobs deleted: "))
+		}, render(func(w io.Writer, v *corvo.QueueDeleted) error {
+			_, err := fmt.Fprintf(w, "jobs deleted: %d\n", v.JobsDeleted)
+			return err
+		}))
 	destroy.Flags().BoolVar(&confirm, "confirm", false, "really delete the queue and its jobs")
 	concurrency := apiCommand("concurrency <queue> <max>", "Cap a queue's active jobs (0: no cap, 1: singleton)", cobra.ExactArgs(2),
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
@@ -132,7 +143,7 @@ func newQueueCmds() []*cobra.Command {
 			if err != nil {
 				return "", "", nil, fmt.Errorf("max must be a number: %q", a[1])
 			}
-			return "POST", queuePath(a[0], "/concurrency"), map[string]int{"max": n}, nil
+			return "POST", queuePath(a[0], "/concurrency"), corvo.ConcurrencyRequest{Max: n}, nil
 		}, nil)
 	var remove bool
 	throttle := apiCommand("throttle <queue> [<rate> <period>]", "Limit a queue to rate fetches per period (e.g. 100 1m), or --remove", cobra.RangeArgs(1, 3),
@@ -147,7 +158,7 @@ func newQueueCmds() []*cobra.Command {
 			if err != nil {
 				return "", "", nil, fmt.Errorf("rate must be a number: %q", a[1])
 			}
-			return "POST", queuePath(a[0], "/throttle"), map[string]any{"rate": n, "period": a[2]}, nil
+			return "POST", queuePath(a[0], "/throttle"), corvo.Throttle{Rate: n, Period: a[2]}, nil
 		}, nil)
 	throttle.Flags().BoolVar(&remove, "remove", false, "remove the throttle")
 	return []*cobra.Command{queues, simple("pause", "Pause a queue (workers get no jobs)"), simple("resume", "Resume a paused queue"),
@@ -175,13 +186,10 @@ func newDrainCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				var qs struct {
-					Queues []struct {
-						Name   string `json:"name"`
-						Active int64  `json:"active"`
-					} `json:"queues"`
+				var qs corvo.QueueList
+				if err := json.Unmarshal(out, &qs); err != nil {
+					return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
 				}
-				_ = json.Unmarshal(out, &qs)
 				active := int64(0)
 				for _, q := range qs.Queues {
 					if q.Name == a[0] {
@@ -204,41 +212,30 @@ func newDrainCmd() *cobra.Command {
 	return cmd
 }
 
-func renderQueues(w io.Writer, out []byte) error {
-	var qs struct {
-		Queues []struct {
-			Name                                                  string
-			Pending, Active, Scheduled, Retrying, Completed, Dead int64
-			Paused                                                bool
-		} `json:"queues"`
-	}
-	if err := json.Unmarshal(out, &qs); err != nil {
-		return &exitError{exitError_, err}
-	}
+var renderQueues = render(func(w io.Writer, qs *corvo.QueueList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tCOMPLETED\tDEAD\tPAUSED")
 	for _, q := range qs.Queues {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Completed, q.Dead, q.Paused)
 	}
 	return tw.Flush()
+})
+
+// stamp renders a time as the server does.
+func stamp(t time.Time) string { return t.UTC().Format(gateway.TimeFormat) }
+
+// stampOr renders an optional time, "" when absent.
+func stampOr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return stamp(*t)
 }
 
 func newListCmds() []*cobra.Command {
 	workers := apiCommand("workers", "List connected workers", cobra.NoArgs,
 		func(*cobra.Command, []string) (string, string, any, error) { return "GET", "/api/v1/workers", nil, nil },
-		func(w io.Writer, out []byte) error {
-			var ws struct {
-				Workers []struct {
-					ID         string   `json:"id"`
-					Hostname   *string  `json:"hostname"`
-					Queues     []string `json:"queues"`
-					ActiveJobs int      `json:"active_jobs"`
-					LastSeen   string   `json:"last_seen"`
-				} `json:"workers"`
-			}
-			if err := json.Unmarshal(out, &ws); err != nil {
-				return &exitError{exitError_, err}
-			}
+		render(func(w io.Writer, ws *corvo.WorkerList) error {
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "WORKER\tHOST\tQUEUES\tACTIVE\tLAST SEEN")
 			for _, x := range ws.Workers {
@@ -246,10 +243,10 @@ func newListCmds() []*cobra.Command {
 				if x.Hostname != nil {
 					host = *x.Hostname
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", x.ID, host, strings.Join(x.Queues, ","), x.ActiveJobs, x.LastSeen)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", x.ID, host, strings.Join(x.Queues, ","), x.ActiveJobs, stamp(x.LastSeen))
 			}
 			return tw.Flush()
-		})
+		}))
 	var queue string
 	var limit int
 	dead := apiCommand("dead", "List dead jobs, newest first", cobra.NoArgs,
@@ -260,19 +257,7 @@ func newListCmds() []*cobra.Command {
 			}
 			return "GET", "/api/v1/dead?" + q.Encode(), nil, nil
 		},
-		func(w io.Writer, out []byte) error {
-			var d struct {
-				Jobs []struct {
-					ID        string  `json:"id"`
-					Queue     string  `json:"queue"`
-					Attempt   int     `json:"attempt"`
-					Completed string  `json:"completed_at"`
-					LastError *string `json:"last_error"`
-				} `json:"jobs"`
-			}
-			if err := json.Unmarshal(out, &d); err != nil {
-				return &exitError{exitError_, err}
-			}
+		render(func(w io.Writer, d *corvo.DeadPage) error {
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "JOB\tQUEUE\tATTEMPTS\tDIED\tLAST ERROR")
 			for _, j := range d.Jobs {
@@ -280,26 +265,18 @@ func newListCmds() []*cobra.Command {
 				if j.LastError != nil {
 					e = *j.LastError
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", j.ID, j.Queue, j.Attempt, j.Completed, e)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", j.ID, j.Queue, j.Attempt, stampOr(j.CompletedAt), e)
 			}
 			return tw.Flush()
-		})
+		}))
 	dead.Flags().StringVar(&queue, "queue", "", "only this queue")
 	dead.Flags().IntVar(&limit, "limit", 50, "how many")
 	status := apiCommand("status", "Show server health", cobra.NoArgs,
 		func(*cobra.Command, []string) (string, string, any, error) { return "GET", "/healthz", nil, nil },
-		func(w io.Writer, out []byte) error {
-			var h struct {
-				Status    string `json:"status"`
-				Shards    int    `json:"shards"`
-				ShardsLed int    `json:"shards_led"`
-			}
-			if err := json.Unmarshal(out, &h); err != nil {
-				return &exitError{exitError_, err}
-			}
+		render(func(w io.Writer, h *corvo.Health) error {
 			_, err := fmt.Fprintf(w, "status: %s\nshards: %d (this node leads %d)\n", h.Status, h.Shards, h.ShardsLed)
 			return err
-		})
+		}))
 	return []*cobra.Command{workers, dead, status, newSchedulesCmd()}
 }
 
@@ -308,35 +285,26 @@ func newSchedulesCmd() *cobra.Command {
 		func(*cobra.Command, []string) (string, string, any, error) {
 			return "GET", "/api/v1/schedules", nil, nil
 		},
-		func(w io.Writer, out []byte) error {
-			var s struct {
-				Schedules []struct {
-					ID, Name, Queue, Cron, Timezone string
-					NextRun                         string `json:"next_run"`
-				} `json:"schedules"`
-			}
-			if err := json.Unmarshal(out, &s); err != nil {
-				return &exitError{exitError_, err}
-			}
+		render(func(w io.Writer, s *corvo.ScheduleList) error {
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tQUEUE\tCRON\tTIMEZONE\tNEXT RUN")
 			for _, x := range s.Schedules {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.Name, x.Queue, x.Cron, x.Timezone, x.NextRun)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.Name, x.Queue, x.Cron, x.Timezone, stampOr(x.NextRun))
 			}
 			return tw.Flush()
-		})
+		}))
 	var tz, payload string
 	create := apiCommand("create <name> <queue> <cron>", "Create a cron schedule (e.g. daily-report reports \"0 9 * * *\")", cobra.ExactArgs(3),
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
-			body := map[string]any{"name": a[0], "queue": a[1], "cron": a[2], "timezone": tz}
+			body := corvo.Schedule{Name: a[0], Queue: a[1], Cron: a[2], Timezone: tz}
 			if payload != "" {
 				if !json.Valid([]byte(payload)) {
 					return "", "", nil, fmt.Errorf("--payload is not valid JSON")
 				}
-				body["payload"] = json.RawMessage(payload)
+				body.Payload = json.RawMessage(payload)
 			}
 			return "POST", "/api/v1/schedules", body, nil
-		}, printField("id", ""))
+		}, render(func(w io.Writer, v *corvo.Schedule) error { _, err := fmt.Fprintln(w, v.ID); return err }))
 	create.Flags().StringVar(&tz, "timezone", "UTC", "IANA time zone")
 	create.Flags().StringVar(&payload, "payload", "", "job payload (JSON)")
 	del := apiCommand("delete <schedule-id>", "Delete a cron schedule", cobra.ExactArgs(1),

@@ -11,24 +11,31 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 func newSearchCmd() *cobra.Command {
 	var c clientFlags
 	var states, tags []string
 	var limit int
-	str := map[string]*string{}
-	strFlags := []struct{ flag, field, help string }{
-		{"queue", "queue", "exact queue"}, {"priority", "priority", "critical, high or normal"},
-		{"payload-contains", "payload_contains", "substring of the payload JSON"}, {"payload-jq", "payload_jq", "jq-style filter, e.g. '.amount > 100'"},
-		{"created-after", "created_after", "RFC 3339"}, {"created-before", "created_before", "RFC 3339"},
-		{"scheduled-after", "scheduled_after", "RFC 3339"}, {"scheduled-before", "scheduled_before", "RFC 3339"},
-		{"started-after", "started_after", "RFC 3339"}, {"started-before", "started_before", "RFC 3339"},
-		{"completed-after", "completed_after", "RFC 3339"}, {"completed-before", "completed_before", "RFC 3339"},
-		{"expire-after", "expire_after", "RFC 3339"}, {"expire-before", "expire_before", "RFC 3339"},
-		{"worker-id", "worker_id", "processed by this worker"}, {"error-contains", "error_contains", "substring of any attempt's error"},
-		{"batch-id", "batch_id", ""}, {"unique-key", "unique_key", ""}, {"job-id-prefix", "job_id_prefix", ""},
-		{"sort", "sort", "created_at, scheduled_at, started_at, completed_at, priority, attempt"}, {"order", "order", "asc or desc"},
+	var body corvo.SearchRequest
+	var priority string
+	strFlags := []struct {
+		flag string
+		v    *string
+		help string
+	}{
+		{"queue", &body.Queue, "exact queue"}, {"priority", &priority, "critical, high or normal"},
+		{"payload-contains", &body.PayloadContains, "substring of the payload JSON"}, {"payload-jq", &body.PayloadJQ, "jq-style filter, e.g. '.amount > 100'"},
+		{"created-after", &body.CreatedAfter, "RFC 3339"}, {"created-before", &body.CreatedBefore, "RFC 3339"},
+		{"scheduled-after", &body.ScheduledAfter, "RFC 3339"}, {"scheduled-before", &body.ScheduledBefore, "RFC 3339"},
+		{"started-after", &body.StartedAfter, "RFC 3339"}, {"started-before", &body.StartedBefore, "RFC 3339"},
+		{"completed-after", &body.CompletedAfter, "RFC 3339"}, {"completed-before", &body.CompletedBefore, "RFC 3339"},
+		{"expire-after", &body.ExpireAfter, "RFC 3339"}, {"expire-before", &body.ExpireBefore, "RFC 3339"},
+		{"worker-id", &body.WorkerID, "processed by this worker"}, {"error-contains", &body.ErrorContains, "substring of any attempt's error"},
+		{"batch-id", &body.BatchID, ""}, {"unique-key", &body.UniqueKey, ""}, {"job-id-prefix", &body.JobIDPrefix, ""},
+		{"sort", &body.Sort, "created_at, scheduled_at, started_at, completed_at, priority, attempt"}, {"order", &body.Order, "asc or desc"},
 	}
 	var hasErrors string
 	var attemptMin, attemptMax int
@@ -42,15 +49,11 @@ func newSearchCmd() *cobra.Command {
 			if err := c.validate(); err != nil {
 				return err
 			}
-			body := map[string]any{}
-			for _, f := range strFlags {
-				if v := *str[f.field]; v != "" {
-					body[f.field] = v
-				}
+			if priority != "" {
+				p := corvo.Priority(priority)
+				body.Priority = &p
 			}
-			if len(states) > 0 {
-				body["state"] = states
-			}
+			body.State = states
 			if len(tags) > 0 {
 				tm := map[string]string{}
 				for _, t := range tags {
@@ -60,45 +63,46 @@ func newSearchCmd() *cobra.Command {
 					}
 					tm[k] = v
 				}
-				body["tags"] = tm
+				body.Tags = tm
 			}
 			switch hasErrors {
 			case "":
 			case "true", "false":
-				body["has_errors"] = hasErrors == "true"
+				has := hasErrors == "true"
+				body.HasErrors = &has
 			default:
 				return &exitError{exitUsage, fmt.Errorf("--has-errors is true or false")}
 			}
 			if cmd.Flags().Changed("attempt-min") {
-				body["attempt_min"] = attemptMin
+				body.AttemptMin = &attemptMin
 			}
 			if cmd.Flags().Changed("attempt-max") {
-				body["attempt_max"] = attemptMax
+				body.AttemptMax = &attemptMax
 			}
 			// Page through the matches up to --limit.
 			var jobs []json.RawMessage
-			total := 0
+			var hits []corvo.SearchHit
+			var total int64
 			for len(jobs) < limit {
-				body["limit"] = min(1000, limit-len(jobs))
+				body.Limit = min(1000, limit-len(jobs))
 				raw, _ := json.Marshal(body)
 				out, _, err := c.call("POST", "/api/v1/jobs/search", raw)
 				if err != nil {
 					return err
 				}
-				var page struct {
-					Jobs    []json.RawMessage `json:"jobs"`
-					Total   int               `json:"total"`
-					Cursor  *string           `json:"cursor"`
-					HasMore bool              `json:"has_more"`
-				}
+				var page corvo.SearchPage
+				var sent struct{ Jobs []json.RawMessage } // the jobs as sent, for --output json
 				if err := json.Unmarshal(out, &page); err != nil {
 					return &exitError{exitError_, err}
 				}
-				jobs, total = append(jobs, page.Jobs...), page.Total
+				if err := json.Unmarshal(out, &sent); err != nil {
+					return &exitError{exitError_, err}
+				}
+				jobs, hits, total = append(jobs, sent.Jobs...), append(hits, page.Jobs...), page.Total
 				if !page.HasMore || page.Cursor == nil {
 					break
 				}
-				body["cursor"] = *page.Cursor
+				body.Cursor = page.Cursor
 			}
 			w := cmd.OutOrStdout()
 			if c.output == "json" {
@@ -109,15 +113,13 @@ func newSearchCmd() *cobra.Command {
 				_, err := fmt.Fprintln(w, string(b))
 				return err
 			}
-			return renderJobs(w, jobs, total)
+			return renderJobs(w, hits, total)
 		},
 	}
 	c.register(cmd)
 	fl := cmd.Flags()
 	for _, f := range strFlags {
-		v := new(string)
-		str[f.field] = v
-		fl.StringVar(v, f.flag, "", f.help)
+		fl.StringVar(f.v, f.flag, "", f.help)
 	}
 	fl.StringSliceVar(&states, "state", nil, "states (repeat or comma-separate)")
 	fl.StringArrayVar(&tags, "tag", nil, "tag key=value (repeatable; all must match)")
@@ -128,24 +130,15 @@ func newSearchCmd() *cobra.Command {
 	return cmd
 }
 
-func renderJobs(w io.Writer, jobs []json.RawMessage, total int) error {
+func renderJobs(w io.Writer, jobs []corvo.SearchHit, total int64) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tQUEUE\tSTATE\tPRIORITY\tATTEMPT\tCREATED\tLAST ERROR")
-	for _, raw := range jobs {
-		var j struct {
-			ID, Queue, State, Priority string
-			Attempt                    int
-			CreatedAt                  string  `json:"created_at"`
-			LastError                  *string `json:"last_error"`
-		}
-		if err := json.Unmarshal(raw, &j); err != nil {
-			return &exitError{exitError_, err}
-		}
+	for _, j := range jobs {
 		e := ""
 		if j.LastError != nil {
 			e = *j.LastError
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.Queue, j.State, j.Priority, j.Attempt, j.CreatedAt, e)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.Queue, j.State, j.Priority, j.Attempt, stamp(j.CreatedAt), e)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -231,7 +224,7 @@ and 'corvo bulk list' manage background operations.`,
 				return err
 			}
 			action := strings.ReplaceAll(args[0], "-", "_")
-			body := map[string]any{"action": action}
+			body := corvo.BulkRequest{Action: action, Async: async}
 			switch action {
 			case "retry", "delete", "cancel", "requeue", "move", "change_priority":
 			default:
@@ -243,27 +236,24 @@ and 'corvo bulk list' manage background operations.`,
 					return &exitError{exitUsage, fmt.Errorf("%s needs its target", args[0])}
 				}
 				if action == "move" {
-					body["move_to_queue"] = args[1]
+					body.MoveToQueue = args[1]
 				} else {
-					body["priority"] = args[1]
+					body.Priority = args[1]
 				}
 			default:
 				if len(args) != 1 {
 					return &exitError{exitUsage, fmt.Errorf("%s takes no argument", args[0])}
 				}
 			}
-			if async {
-				body["async"] = true
-			}
 			if filter != "" {
-				var f map[string]any
-				if err := json.Unmarshal([]byte(filter), &f); err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--filter is not a JSON object: %w", err)}
+				dec := json.NewDecoder(strings.NewReader(filter))
+				dec.DisallowUnknownFields()
+				var f corvo.SearchRequest
+				if err := dec.Decode(&f); err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--filter is not a search filter: %w", err)}
 				}
-				body["filter"] = f
-				if confirm {
-					body["confirm"] = true
-				}
+				body.Filter = &f
+				body.Confirm = confirm
 			} else {
 				if confirm {
 					return &exitError{exitUsage, errors.New("--confirm goes with --filter (job IDs from stdin need no confirmation)")}
@@ -276,7 +266,7 @@ and 'corvo bulk list' manage background operations.`,
 					_, err := fmt.Fprintln(cmd.OutOrStdout(), "no jobs on stdin: nothing to do")
 					return err
 				}
-				body["job_ids"] = ids
+				body.JobIDs = ids
 			}
 			raw, _ := json.Marshal(body)
 			out, status, err := c.call("POST", "/api/v1/jobs/bulk", raw)
@@ -284,25 +274,20 @@ and 'corvo bulk list' manage background operations.`,
 				return err
 			}
 			if status == http.StatusAccepted {
-				var acc struct {
-					ID    string `json:"bulk_operation_id"`
-					Total int64  `json:"estimated_total"`
-				}
+				var acc corvo.BulkAccepted
 				if err := json.Unmarshal(out, &acc); err != nil {
 					return &exitError{exitError_, err}
 				}
-				return followBulk(cmd, &c, acc.ID, acc.Total)
+				return followBulk(cmd, &c, acc.ID, acc.EstimatedTotal)
 			}
 			if c.output == "json" {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(string(out)))
 				return err
 			}
-			var r struct {
-				Affected   int `json:"affected"`
-				Errors     int `json:"errors"`
-				DurationMs int `json:"duration_ms"`
+			var r corvo.BulkResult
+			if err := json.Unmarshal(out, &r); err != nil {
+				return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
 			}
-			_ = json.Unmarshal(out, &r)
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d jobs, %d errors, %d ms\n", action, r.Affected, r.Errors, r.DurationMs)
 			if r.Errors > 0 {
 				return &exitError{exitError_, fmt.Errorf("%d jobs were not changed (--output json lists them)", r.Errors)}

@@ -18,8 +18,8 @@ import (
 // filter matches (POST /api/v1/jobs/bulk).
 type BulkRequest struct {
 	JobIDs      []string       `json:"job_ids,omitempty"`
-	Filter      map[string]any `json:"filter,omitempty"` // a search body
-	Action      string         `json:"action"`           // retry, requeue, delete, cancel, move, change_priority
+	Filter      *SearchRequest `json:"filter,omitempty"`
+	Action      string         `json:"action"` // retry, requeue, delete, cancel, move, change_priority
 	MoveToQueue string         `json:"move_to_queue,omitempty"`
 	Priority    string         `json:"priority,omitempty"`
 	Async       bool           `json:"async,omitempty"` // run in the background whatever the size
@@ -34,8 +34,8 @@ type BulkFailure = JobFailure
 
 // BulkResult is the answer of a synchronous bulk operation.
 type BulkResult struct {
-	Affected   int           `json:"affected"`
-	Errors     int           `json:"errors"`
+	Affected   int64         `json:"affected"`
+	Errors     int64         `json:"errors"`
 	Failed     []BulkFailure `json:"failed"`
 	DurationMs int64         `json:"duration_ms"`
 }
@@ -45,7 +45,7 @@ type BulkResult struct {
 type BulkAccepted struct {
 	ID             string `json:"bulk_operation_id"`
 	Status         string `json:"status"`
-	EstimatedTotal int    `json:"estimated_total"`
+	EstimatedTotal int64  `json:"estimated_total"`
 	ProgressURL    string `json:"progress_url"`
 }
 
@@ -54,10 +54,10 @@ type BulkOperation struct {
 	ID         string        `json:"id"`
 	Action     string        `json:"action"`
 	Status     string        `json:"status"` // processing, completed, cancelled, failed, interrupted
-	Total      int           `json:"total"`
-	Processed  int           `json:"processed"`
-	Affected   int           `json:"affected"`
-	Errors     int           `json:"errors"`
+	Total      int64         `json:"total"`
+	Processed  int64         `json:"processed"`
+	Affected   int64         `json:"affected"`
+	Errors     int64         `json:"errors"`
 	CreatedAt  time.Time     `json:"created_at"`
 	FinishedAt *time.Time    `json:"finished_at"`
 	DurationMs int64         `json:"duration_ms"`

@@ -97,7 +97,10 @@ type HeartbeatJob struct {
 
 // Job is the full job document (GET /api/v1/jobs/{id}).
 type Job struct {
-	ID                string            `json:"id"`
+	ID string `json:"id"`
+	// MovedFrom is the ID the request named when the job has moved to a
+	// queue on another shard since (it has a new ID there).
+	MovedFrom         string            `json:"moved_from,omitempty"`
 	Queue             string            `json:"queue"`
 	Payload           json.RawMessage   `json:"payload"`
 	State             string            `json:"state"`

@@ -2,6 +2,7 @@ package corvo
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -14,8 +15,6 @@ import (
 type ErrorBody struct {
 	Error string `json:"error"`
 	Code  string `json:"code"`
-	// MovedTo is set with CodeMoved (301): the job's new id.
-	MovedTo string `json:"moved_to,omitempty"`
 }
 
 // EnqueueBatchRequest is POST /api/v1/enqueue/batch.
@@ -249,4 +248,70 @@ type SearchHit struct {
 	UniqueKey   *string           `json:"unique_key"`
 	WorkerID    *string           `json:"worker_id"`
 	Progress    json.RawMessage   `json:"progress"`
+}
+
+// SearchRequest is POST /api/v1/jobs/search, and the filter of a bulk
+// operation. Empty fields do not filter.
+type SearchRequest struct {
+	Queue           string            `json:"queue,omitempty"`
+	State           []string          `json:"state,omitempty"`
+	Priority        *Priority         `json:"priority,omitempty"`
+	Tags            map[string]string `json:"tags,omitempty"`
+	PayloadContains string            `json:"payload_contains,omitempty"`
+	PayloadJQ       string            `json:"payload_jq,omitempty"`
+	CreatedAfter    string            `json:"created_after,omitempty"`
+	CreatedBefore   string            `json:"created_before,omitempty"`
+	ScheduledAfter  string            `json:"scheduled_after,omitempty"`
+	ScheduledBefore string            `json:"scheduled_before,omitempty"`
+	StartedAfter    string            `json:"started_after,omitempty"`
+	StartedBefore   string            `json:"started_before,omitempty"`
+	CompletedAfter  string            `json:"completed_after,omitempty"`
+	CompletedBefore string            `json:"completed_before,omitempty"`
+	ExpireAfter     string            `json:"expire_after,omitempty"`
+	ExpireBefore    string            `json:"expire_before,omitempty"`
+	WorkerID        string            `json:"worker_id,omitempty"`
+	HasErrors       *bool             `json:"has_errors,omitempty"`
+	ErrorContains   string            `json:"error_contains,omitempty"`
+	BatchID         string            `json:"batch_id,omitempty"`
+	UniqueKey       string            `json:"unique_key,omitempty"`
+	AttemptMin      *int              `json:"attempt_min,omitempty"`
+	AttemptMax      *int              `json:"attempt_max,omitempty"`
+	JobIDPrefix     string            `json:"job_id_prefix,omitempty"`
+	Sort            string            `json:"sort,omitempty"`  // created_at, scheduled_at, started_at, completed_at, priority, attempt
+	Order           string            `json:"order,omitempty"` // asc or desc
+	Cursor          *string           `json:"cursor,omitempty"`
+	Limit           int               `json:"limit,omitempty"`
+}
+
+// Priority is a priority tier as a filter names it: "critical", "high" or
+// "normal". It also reads the earlier Corvo's numeric tiers (0 critical,
+// 1 high, 2 normal) and always writes the name.
+type Priority string
+
+// Priority tiers.
+const (
+	PriorityCritical Priority = "critical"
+	PriorityHigh     Priority = "high"
+	PriorityNormal   Priority = "normal"
+)
+
+// UnmarshalJSON reads a tier name or number. A name is kept as sent (the
+// server says whether it knows it); a number other than 0, 1 or 2 is an
+// error.
+func (p *Priority) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "0":
+		*p = PriorityCritical
+	case "1":
+		*p = PriorityHigh
+	case "2":
+		*p = PriorityNormal
+	default:
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("unknown priority %s (use critical, high or normal, or 0, 1 or 2)", b)
+		}
+		*p = Priority(s)
+	}
+	return nil
 }
