@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 const (
@@ -94,10 +96,7 @@ func (e *statusError) Error() string {
 }
 
 func newStatusError(status int, body []byte) *statusError {
-	var wire struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}
+	var wire corvo.ErrorBody
 	e := &statusError{Status: status}
 	if json.Unmarshal(body, &wire) == nil {
 		e.Code, e.Msg = wire.Code, wire.Error

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // producer enqueues jobs until its budget is spent or ctx ends. p, if not
@@ -50,9 +52,7 @@ func (r *runner) accepted(body []byte, n int) int {
 	if r.cfg.EnqueueBatch == 1 {
 		return 1
 	}
-	var resp struct {
-		JobIDs []json.RawMessage `json:"job_ids"`
-	}
+	var resp corvo.BatchEnqueued
 	if json.Unmarshal(body, &resp) != nil || resp.JobIDs == nil {
 		return n
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // payloadOverhead approximates the bytes of a payload besides the padding:
@@ -52,17 +54,11 @@ func (r *runner) appendEnqueue(b []byte, first int64, n int, sentNs int64) []byt
 
 // fetchBody builds the (constant) fetch request body for one worker.
 func (r *runner) fetchBody(worker int) []byte {
-	req := struct {
-		Queues   []string `json:"queues"`
-		WorkerID string   `json:"worker_id"`
-		Hostname string   `json:"hostname"`
-		Timeout  int      `json:"timeout"`
-		Count    int      `json:"count,omitempty"`
-	}{
+	req := corvo.FetchBody{
 		Queues:   r.cfg.queueNames(),
 		WorkerID: "bench-" + r.runID + "-w" + strconv.Itoa(worker),
 		Hostname: r.hostname,
-		Timeout:  r.cfg.FetchTimeout,
+		Timeout:  float64(r.cfg.FetchTimeout),
 	}
 	if r.cfg.FetchBatch > 1 {
 		req.Count = r.cfg.FetchBatch
@@ -114,18 +110,6 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// wireJob is the part of a fetched job the benchmark needs.
-type wireJob struct {
-	JobID   string          `json:"job_id"`
-	Payload json.RawMessage `json:"payload"`
-}
-
-// fetchResponse decodes both the single-job and the {"jobs":[...]} answer.
-type fetchResponse struct {
-	wireJob
-	Jobs []wireJob `json:"jobs"`
-}
-
 // benchPayload is the part of a payload written by appendPayload.
 type benchPayload struct {
 	T json.Number `json:"t"`
@@ -142,20 +126,24 @@ type fetchedJob struct {
 // decodeFetch parses a fetch answer into jobs, classifying each as own or
 // stale using the run ID embedded in the payload.
 func (r *runner) decodeFetch(body []byte, dst []fetchedJob) ([]fetchedJob, error) {
-	var resp fetchResponse
+	// One pass for both answers: a job, or {"jobs":[...]} (count > 1).
+	var resp struct {
+		corvo.FetchedJob
+		corvo.FetchedJobs
+	}
 	if err := json.Unmarshal(body, &resp); err != nil {
 		return dst, fmt.Errorf("decode fetch response: %w", err)
 	}
 	if resp.Jobs == nil && resp.JobID != "" {
-		return append(dst, r.toFetched(resp.wireJob)), nil
+		return append(dst, r.toFetched(&resp.FetchedJob)), nil
 	}
-	for _, j := range resp.Jobs {
-		dst = append(dst, r.toFetched(j))
+	for i := range resp.Jobs {
+		dst = append(dst, r.toFetched(&resp.Jobs[i]))
 	}
 	return dst, nil
 }
 
-func (r *runner) toFetched(j wireJob) fetchedJob {
+func (r *runner) toFetched(j *corvo.FetchedJob) fetchedJob {
 	fj := fetchedJob{id: j.JobID}
 	var p benchPayload
 	if json.Unmarshal(j.Payload, &p) != nil || p.R != r.runID {
@@ -168,14 +156,4 @@ func (r *runner) toFetched(j wireJob) fetchedJob {
 		fj.sentNs = int64(f) // the server re-encoded the number as a float
 	}
 	return fj
-}
-
-// ackBatchResponse is the answer of POST /ack/batch.
-type ackBatchResponse struct {
-	Acked  int `json:"acked"`
-	Errors []struct {
-		JobID string `json:"job_id"`
-		Code  string `json:"code"`
-		Error string `json:"error"`
-	} `json:"errors"`
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // emptyObject is the body of a single ack without result.
@@ -111,7 +113,7 @@ func (r *runner) ackBatch(c *caller, st *stats, jobs []fetchedJob) {
 	r.succeed()
 	st.record(kindAckReq, lat)
 	done := time.Now()
-	var ar ackBatchResponse
+	var ar corvo.AckBatchResult
 	if err := json.Unmarshal(resp, &ar); err != nil {
 		r.fail(st, fmt.Errorf("decode ack batch response: %w", err))
 		return

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // OldestLimitDefault is how many queues, the ones with the most pending
@@ -39,54 +41,26 @@ type Snapshot struct {
 	NoSearch bool
 }
 
-// Health is GET /healthz.
-type Health struct {
-	Status    string `json:"status"`
-	Shards    int    `json:"shards"`
-	ShardsLed int    `json:"shards_led"`
-}
+// The server's bodies are the SDK's types (one Go definition of the wire).
+type (
+	// Health is GET /healthz.
+	Health = corvo.Health
+	// Totals are a queue's running counters.
+	Totals = corvo.QueueTotals
+	// Throughput is a queue's jobs per second, the server's measure over
+	// about a minute.
+	Throughput = corvo.QueueThroughput
+	// Worker is one entry of GET /api/v1/workers.
+	Worker = corvo.WorkerInfo
+)
 
-// Queue is one entry of GET /api/v1/queues.
+// Queue is one entry of GET /api/v1/queues, with what top adds.
 type Queue struct {
-	Name       string      `json:"name"`
-	Pending    int64       `json:"pending"`
-	Active     int64       `json:"active"`
-	Scheduled  int64       `json:"scheduled"`
-	Retrying   int64       `json:"retrying"`
-	Completed  int64       `json:"completed"`
-	Dead       int64       `json:"dead"`
-	Cancelled  int64       `json:"cancelled"`
-	Paused     bool        `json:"paused"`
-	Totals     Totals      `json:"totals"`
-	Throughput *Throughput `json:"throughput"` // the server's, over about a minute; nil when it has not measured yet
+	corvo.Queue
 
 	// OldestPendingAt is the creation time of the queue's oldest pending
 	// job (from a search); zero when none is pending or it is unknown.
 	OldestPendingAt time.Time `json:"-"`
-}
-
-// Totals are a queue's running counters.
-type Totals struct {
-	Enqueued  int64 `json:"enqueued"`
-	Completed int64 `json:"completed"`
-	Failed    int64 `json:"failed"`
-	Dead      int64 `json:"dead"`
-}
-
-// Throughput is a queue's jobs per second.
-type Throughput struct {
-	EnqueuedPerS  float64 `json:"enqueued_per_s"`
-	CompletedPerS float64 `json:"completed_per_s"`
-	FailedPerS    float64 `json:"failed_per_s"`
-}
-
-// Worker is one entry of GET /api/v1/workers.
-type Worker struct {
-	ID         string    `json:"id"`
-	Hostname   *string   `json:"hostname"`
-	Queues     []string  `json:"queues"`
-	ActiveJobs int       `json:"active_jobs"`
-	LastSeen   time.Time `json:"last_seen"`
 }
 
 // Client polls one server.
@@ -139,10 +113,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, into any) er
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
+		var e corvo.ErrorBody
 		msg := strings.TrimSpace(string(out))
 		if json.Unmarshal(out, &e) == nil && e.Error != "" {
 			msg = e.Error + " (" + e.Code + ")"
@@ -163,8 +134,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, into any) er
 func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
 	var (
 		s       Snapshot
-		queues  struct{ Queues []Queue }
-		workers struct{ Workers []Worker }
+		queues  corvo.QueueList
+		workers corvo.WorkerList
 		wg      sync.WaitGroup
 		errs    [3]error
 	)
@@ -178,7 +149,10 @@ func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
 			return nil, err // one line for the banner: the others say the same
 		}
 	}
-	s.Queues, s.Workers = queues.Queues, workers.Workers
+	s.Queues, s.Workers = make([]Queue, len(queues.Queues)), workers.Workers
+	for i, q := range queues.Queues {
+		s.Queues[i].Queue = q
+	}
 	s.NoSearch = c.fillOldest(ctx, s.Queues)
 	now := time.Now
 	if c.Now != nil {
@@ -220,12 +194,8 @@ func (c *Client) fillOldest(ctx context.Context, qs []Queue) (noSearch bool) {
 		sem <- struct{}{}
 		go func(q *Queue) {
 			defer func() { <-sem; wg.Done() }()
-			var page struct {
-				Jobs []struct {
-					CreatedAt time.Time `json:"created_at"`
-				} `json:"jobs"`
-			}
-			body := map[string]any{"queue": q.Name, "state": []string{"pending"}, "sort": "created_at", "order": "asc", "limit": 1}
+			var page corvo.SearchPage
+			body := corvo.SearchRequest{Queue: q.Name, State: []string{"pending"}, Sort: "created_at", Order: "asc", Limit: 1}
 			err := c.do(ctx, "POST", "/api/v1/jobs/search", body, &page)
 			var se *StatusError
 			if errors.As(err, &se) && se.Status == http.StatusServiceUnavailable {

@@ -16,6 +16,8 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/stretchr/testify/require"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -41,7 +43,7 @@ func (f *fakeSource) SetPaused(_ context.Context, q string, p bool) error {
 }
 
 func queue(name string, pending, active, dead int64, enq, done int64) Queue {
-	return Queue{Name: name, Pending: pending, Active: active, Dead: dead, Totals: Totals{Enqueued: enq, Completed: done}}
+	return Queue{Queue: corvo.Queue{Name: name, Pending: pending, Active: active, Dead: dead, Totals: Totals{Enqueued: enq, Completed: done}}}
 }
 
 func snap(at time.Time, qs ...Queue) *Snapshot {
