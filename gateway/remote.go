@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	corvo "github.com/corvohq/corvo/sdk/go"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -187,10 +188,7 @@ func (s *Server) callShard(sh int, what string, body []byte, deadline time.Time,
 // remoteError turns another node's error answer back into the error its
 // handler had.
 func remoteError(addr string, status int, body []byte) *apiError {
-	var e struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}
+	var e corvo.ErrorBody
 	if json.Unmarshal(body, &e) != nil || e.Code == "" || status < 400 {
 		return codeUnavailable.err("node " + addr + " answered status " + itoa(status) + "; the request may or may not have been applied")
 	}

@@ -705,10 +705,7 @@ func (s *Server) searchPartAt(p searchPart, body []byte, deadline time.Time) (*s
 		return nil, unavailable(err.Error())
 	}
 	if code := resp.StatusCode(); code != 200 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
+		var e corvo.ErrorBody
 		_ = json.Unmarshal(resp.Body(), &e)
 		if code >= 400 && code < 500 && code != 429 && e.Code != "" {
 			return nil, relayed(code, e.Code, e.Error)
