@@ -18,6 +18,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 func main() {
@@ -53,18 +55,14 @@ func run(base, dur string) error {
 	var lags []time.Duration
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
-		var enq struct {
-			JobID string `json:"job_id"`
-		}
-		if err := post(base+"/api/v1/enqueue", map[string]any{"queue": "lagprobe", "payload": map[string]int{"probe": len(lags)}}, &enq); err != nil {
+		var enq corvo.Enqueued
+		if err := post(base+"/api/v1/enqueue", corvo.EnqueueRequest{Queue: "lagprobe", Payload: map[string]int{"probe": len(lags)}}, &enq); err != nil {
 			return err
 		}
 		acked := time.Now()
 		for {
-			var page struct {
-				Total int `json:"total"`
-			}
-			if err := post(base+"/api/v1/jobs/search", map[string]any{"job_id_prefix": enq.JobID}, &page); err != nil {
+			var page corvo.SearchPage
+			if err := post(base+"/api/v1/jobs/search", corvo.SearchRequest{JobIDPrefix: enq.JobID}, &page); err != nil {
 				return err
 			}
 			if page.Total == 1 {

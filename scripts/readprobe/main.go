@@ -17,6 +17,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 func main() {
@@ -38,9 +40,7 @@ func run(url, duration string) error {
 	c := &http.Client{Timeout: 10 * time.Second}
 	ids := make([]string, 0, 200)
 	for range 200 {
-		var e struct {
-			JobID string `json:"job_id"`
-		}
+		var e corvo.Enqueued
 		if err := call(c, "POST", url+"/api/v1/enqueue", `{"queue":"reads","payload":{"n":1}}`, &e); err != nil {
 			return err
 		}
