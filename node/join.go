@@ -16,20 +16,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/corvohq/corvo/gateway"
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
-type joinRequestBody struct {
-	Name        string `json:"name"`
-	RaftAddress string `json:"raft_address"`
-	HTTPAddress string `json:"http_address"`
-}
-
-type joinAnswer struct {
-	NodeID   uint64 `json:"node_id"`
-	Shards   int    `json:"shards"`
-	Replicas int    `json:"replicas"`
-	Learner  bool   `json:"learner"` // added non-voting: promote once caught up
-}
+// The join bodies are the SDK's (the wire types have one Go definition).
+type (
+	joinRequestBody = corvo.JoinRequest
+	joinAnswer      = corvo.JoinAnswer
+)
 
 // joinCluster asks a member (any of the comma-separated HTTP addresses) to
 // add this node, retrying while the cluster is starting or unreachable,
