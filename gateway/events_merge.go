@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corvohq/corvo/gateway/events"
+	"github.com/corvohq/corvo/router"
 )
 
 // The merged event stream: on a node that does not host every shard a
@@ -383,7 +384,7 @@ func (m *merger) openPending(early bool) {
 	groups, rest := m.s.coverShards(shards, m.failed)
 	for _, g := range groups {
 		var known, unknown []int
-		for _, sh := range g.shards {
+		for _, sh := range g.Shards {
 			if m.known[sh] {
 				known = append(known, sh)
 			} else {
@@ -391,10 +392,10 @@ func (m *merger) openPending(early bool) {
 			}
 		}
 		if len(known) > 0 {
-			m.open(g.addr, known, false, early)
+			m.open(g.Addr, known, false, early)
 		}
 		if len(unknown) > 0 {
-			m.open(g.addr, unknown, true, early)
+			m.open(g.Addr, unknown, true, early)
 		}
 	}
 	m.pending = rest
@@ -421,11 +422,6 @@ func (m *merger) open(addr string, shards []int, live, early bool) {
 	}()
 }
 
-type shardGroup struct {
-	addr   string
-	shards []int
-}
-
 // eventTargets lists the nodes hosting shard sh, best first.
 func (s *Server) eventTargets(sh int) []string {
 	if s.cfg.ShardTargets != nil {
@@ -434,11 +430,10 @@ func (s *Server) eventTargets(sh int) []string {
 	return s.forwardTargets(sh)
 }
 
-// coverShards groups shards by the node to stream them from: greedily, the
-// node hosting the most of the remaining shards first (ties: the one
-// listed first). Nodes that failed lately are used only for shards no
+// coverShards groups shards by the node to stream them from
+// (router.Cover). Nodes that failed lately are used only for shards no
 // other node hosts. rest: the shards no node is known to host.
-func (s *Server) coverShards(shards []int, failed map[string]time.Time) (groups []shardGroup, rest []int) {
+func (s *Server) coverShards(shards []int, failed map[string]time.Time) (groups []router.Group, rest []int) {
 	lists := make(map[int][]string, len(shards))
 	for _, sh := range shards {
 		all := s.eventTargets(sh)
@@ -453,47 +448,7 @@ func (s *Server) coverShards(shards []int, failed map[string]time.Time) (groups 
 		}
 		lists[sh] = good
 	}
-	left := append([]int(nil), shards...)
-	for len(left) > 0 {
-		count := map[string]int{}
-		var order []string
-		for _, sh := range left {
-			for _, a := range lists[sh] {
-				if count[a] == 0 {
-					order = append(order, a)
-				}
-				count[a]++
-			}
-		}
-		best, most := "", 0
-		for _, a := range order {
-			if count[a] > most {
-				best, most = a, count[a]
-			}
-		}
-		if most == 0 {
-			return groups, left
-		}
-		g := shardGroup{addr: best}
-		var next []int
-		for _, sh := range left {
-			hosts := false
-			for _, a := range lists[sh] {
-				if a == best {
-					hosts = true
-					break
-				}
-			}
-			if hosts {
-				g.shards = append(g.shards, sh)
-			} else {
-				next = append(next, sh)
-			}
-		}
-		groups = append(groups, g)
-		left = next
-	}
-	return groups, nil
+	return router.Cover(shards, lists)
 }
 
 // upstreamIdle is how long an upstream stream may stay silent (its node

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"slices"
 	"sort"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -361,7 +361,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 			targets[sh] = s.forwardTargets(sh)
 		}
 	}
-	if all := commonTargets(shards, targets); len(all) > 0 {
+	if all := router.CommonHosts(shards, targets); len(all) > 0 {
 		if err := s.forwardUntil(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
 			writeError(ctx, codeUnavailable.err("the queues' shards are hosted on another node, and forwarding failed: "+err.Error()))
 		}
@@ -373,77 +373,19 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 			remote = append(remote, sh)
 		}
 	}
-	groups := coverShards(remote, byShard, targets)
+	cover, _ := router.Cover(remote, targets)
+	groups := make([]fetchGroup, len(cover))
+	for i, c := range cover {
+		groups[i].addrs = append([]string{c.Addr}, c.Also...) // fallbacks if the first cannot be dialled
+		for _, sh := range c.Shards {
+			groups[i].queues = append(groups[i].queues, byShard[sh]...)
+		}
+	}
 	if len(local) == 0 && len(groups) == 0 {
 		writeError(ctx, codeUnavailable.err("the queues' shards are not hosted on this node, and no node hosting them is known"))
 		return
 	}
 	s.fetchRounds(ctx, req, local, groups, timeout, count)
-}
-
-// commonTargets lists the nodes that host every one of shards, in the
-// order of the first shard's list.
-func commonTargets(shards []int, targets map[int][]string) []string {
-	var out []string
-	for _, a := range targets[shards[0]] {
-		in := true
-		for _, sh := range shards[1:] {
-			if !slices.Contains(targets[sh], a) {
-				in = false
-				break
-			}
-		}
-		if in && !slices.Contains(out, a) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// coverShards groups shards by a node hosting them, greedily: the node
-// hosting the most shards not yet grouped (ties: the one ranked best in
-// some shard's list) takes all of those it hosts.
-func coverShards(shards []int, byShard map[int][]string, targets map[int][]string) []fetchGroup {
-	var groups []fetchGroup
-	for len(shards) > 0 {
-		var order []string
-		hosts, rank := map[string]int{}, map[string]int{}
-		for _, sh := range shards {
-			for i, a := range targets[sh] {
-				if _, ok := hosts[a]; !ok {
-					order, rank[a] = append(order, a), i
-				}
-				hosts[a]++
-				rank[a] = min(rank[a], i)
-			}
-		}
-		best := order[0]
-		for _, a := range order[1:] {
-			if hosts[a] > hosts[best] || (hosts[a] == hosts[best] && rank[a] < rank[best]) {
-				best = a
-			}
-		}
-		var mine, rest []int
-		for _, sh := range shards {
-			if slices.Contains(targets[sh], best) {
-				mine = append(mine, sh)
-			} else {
-				rest = append(rest, sh)
-			}
-		}
-		g := fetchGroup{addrs: []string{best}}
-		for _, a := range commonTargets(mine, targets) {
-			if a != best {
-				g.addrs = append(g.addrs, a) // fallbacks if best cannot be dialled
-			}
-		}
-		for _, sh := range mine {
-			g.queues = append(g.queues, byShard[sh]...)
-		}
-		groups = append(groups, g)
-		shards = rest
-	}
-	return groups
 }
 
 // fetchRounds polls the local queues (tryFetch) and each group's node (a

@@ -564,52 +564,22 @@ type searchPart struct {
 	shards []int
 }
 
-// planSearch covers shards with nodes that host them, skipping the given
-// addresses: greedily, the node that hosts the most of the shards still
-// uncovered first (ties: the one listed first). It returns what no node
-// covers.
+// planSearch covers shards with nodes that host them (router.Cover),
+// skipping the given addresses. It returns what no node covers.
 func (s *Server) planSearch(shards []int, skip map[string]bool) (parts []searchPart, uncovered []int) {
-	hosts := map[string][]int{}
-	var order []string
+	hosts := make(map[int][]string, len(shards))
 	for _, sh := range shards {
 		for _, addr := range s.forwardTargets(sh) {
-			if skip[addr] || slices.Contains(hosts[addr], sh) {
-				continue
+			if !skip[addr] {
+				hosts[sh] = append(hosts[sh], addr)
 			}
-			if hosts[addr] == nil {
-				order = append(order, addr)
-			}
-			hosts[addr] = append(hosts[addr], sh)
 		}
 	}
-	left := append([]int{}, shards...)
-	for len(left) > 0 {
-		best, bestN := "", 0
-		for _, addr := range order {
-			n := 0
-			for _, sh := range hosts[addr] {
-				if slices.Contains(left, sh) {
-					n++
-				}
-			}
-			if n > bestN {
-				best, bestN = addr, n
-			}
-		}
-		if bestN == 0 {
-			return parts, left
-		}
-		p := searchPart{addr: best}
-		left = slices.DeleteFunc(left, func(sh int) bool {
-			if slices.Contains(hosts[best], sh) {
-				p.shards = append(p.shards, sh)
-				return true
-			}
-			return false
-		})
-		parts = append(parts, p)
+	groups, uncovered := router.Cover(shards, hosts)
+	for _, g := range groups {
+		parts = append(parts, searchPart{addr: g.Addr, shards: g.Shards})
 	}
-	return parts, nil
+	return parts, uncovered
 }
 
 // searchRemote searches shards on other nodes, re-planning the shards of a
