@@ -387,39 +387,8 @@ func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (run *bulkRun, rec *mirror
 // findBulkPeer asks every other live node of the cluster for an operation
 // and returns the HTTP address of the one that has it, with its answer.
 func (s *Server) findBulkPeer(id string) (addr string, status int, body []byte) {
-	if s.cluster == nil {
-		return "", 0, nil
-	}
-	st, err := s.cluster.Meta()
-	if err != nil {
-		return "", 0, nil
-	}
-	type answer struct {
-		addr string
-		body []byte
-	}
-	found := make(chan answer, len(st.Live()))
-	var wg sync.WaitGroup
-	for _, n := range st.Live() {
-		if n.ID == s.cluster.NodeID() || n.HTTPAddr == "" {
-			continue
-		}
-		wg.Add(1)
-		go func(addr string) {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + addr + "/api/v1/bulk/" + id + "?local=true")
-			if err := s.peers.client.DoTimeout(req, resp, 2*time.Second); err == nil && resp.StatusCode() == 200 {
-				found <- answer{addr, append([]byte(nil), resp.Body()...)}
-			}
-		}(n.HTTPAddr)
-	}
-	wg.Wait()
-	close(found)
-	if a, ok := <-found; ok {
-		return a.addr, 200, a.body
+	for _, r := range s.peer.AskOthers("/api/v1/bulk/"+id+"?local=true", 2*time.Second) {
+		return r.Addr, 200, r.Body
 	}
 	return "", 0, nil
 }
@@ -461,16 +430,12 @@ func (s *Server) handleCancelBulk(ctx *fasthttp.RequestCtx) {
 // relayToPeer passes the request on to the node that owns the operation
 // and answers with its answer.
 func (s *Server) relayToPeer(ctx *fasthttp.RequestCtx, peer string) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethodBytes(ctx.Method())
-	req.SetRequestURI("http://" + peer + string(ctx.Path()) + "?local=true")
-	if err := s.peers.client.DoTimeout(req, resp, s.cfg.RequestTimeout+time.Second); err != nil {
+	status, body, err := s.peer.Call(string(ctx.Method()), peer, string(ctx.Path())+"?local=true", nil, s.cfg.RequestTimeout+time.Second)
+	if err != nil {
 		writeError(ctx, codeUnavailable.err("the node running the operation did not answer: "+err.Error()))
 		return
 	}
-	writeJSON(ctx, resp.StatusCode(), append([]byte(nil), resp.Body()...))
+	writeJSON(ctx, status, body)
 }
 
 // GET /api/v1/bulk?limit=50 — this node's recent operations, newest first.

@@ -7,7 +7,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -17,167 +16,15 @@ import (
 	"github.com/corvohq/corvo/shard"
 )
 
-// Cluster is what the gateway needs from the shard layer to run a
-// multi-node cluster: membership, leadership spreading, status.
+// Cluster is what the gateway's cluster routes need from the shard layer:
+// membership changes and this node's view of its shards. (Probing the
+// other nodes and spreading leaderships is the peer layer's.)
 type Cluster interface {
 	NodeID() uint64
 	Meta() (shard.MetaState, error)
 	AddNode(ctx context.Context, name, raftAddr, httpAddr string) (shard.JoinInfo, error)
 	RemoveNode(ctx context.Context, id uint64) error
 	LocalStatus() []shard.ShardStatus
-	BalanceLeaders(alive func(uint64) bool, leads func(uint64) (int, bool)) bool
-	HandOff(ctx context.Context, alive func(uint64) bool) int
-}
-
-// peerProbeInterval is how often each node checks the others' /healthz.
-const peerProbeInterval = time.Second
-
-// peers tracks which nodes answer over HTTP, for leadership moves (a
-// transfer to a dead node would stall its shard) and for cluster status.
-type peers struct {
-	self   uint64
-	client *fasthttp.Client
-	mu     sync.Mutex
-	seen   map[uint64]time.Time // last good /healthz
-	led    map[uint64]int       // data shards each node said it leads, then
-	addrs  map[uint64]string
-}
-
-func newPeers(self uint64) *peers {
-	return &peers{
-		self: self,
-		client: &fasthttp.Client{
-			Name:                "corvo-peer",
-			ReadTimeout:         2 * time.Second,
-			WriteTimeout:        2 * time.Second,
-			MaxIdleConnDuration: time.Minute,
-		},
-		seen:  map[uint64]time.Time{},
-		led:   map[uint64]int{},
-		addrs: map[uint64]string{},
-	}
-}
-
-// alive reports whether node id answered within the last three probes.
-func (p *peers) alive(id uint64) bool {
-	if id == p.self {
-		return true
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	t, ok := p.seen[id]
-	return ok && time.Since(t) < 3*peerProbeInterval+time.Second
-}
-
-// leads is how many data shards node id leads, as its last /healthz said
-// (ok false when it is not alive or did not say).
-func (p *peers) leads(id uint64) (int, bool) {
-	if !p.alive(id) {
-		return 0, false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n, ok := p.led[id]
-	return n, ok
-}
-
-// probe checks every other live node's /healthz in parallel, and notes
-// how many shards each leads.
-func (p *peers) probe(nodes []shard.Node) {
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		if n.ID == p.self || n.HTTPAddr == "" {
-			continue
-		}
-		wg.Add(1)
-		go func(n shard.Node) {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + n.HTTPAddr + "/healthz")
-			err := p.client.DoTimeout(req, resp, time.Second)
-			p.mu.Lock()
-			p.addrs[n.ID] = n.HTTPAddr
-			if err == nil && resp.StatusCode() == 200 {
-				p.seen[n.ID] = time.Now()
-				var h struct {
-					Led *int `json:"shards_led"`
-				}
-				if json.Unmarshal(resp.Body(), &h) == nil && h.Led != nil {
-					p.led[n.ID] = *h.Led
-				} else {
-					delete(p.led, n.ID)
-				}
-			}
-			p.mu.Unlock()
-		}(n)
-	}
-	wg.Wait()
-}
-
-// clusterLoop probes the other nodes and spreads leaderships over the live
-// ones, until the server shuts down.
-func (s *Server) clusterLoop() {
-	t := time.NewTicker(peerProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.closed:
-			return
-		case <-t.C:
-		}
-		st, err := s.cluster.Meta()
-		if err != nil {
-			continue
-		}
-		live := st.Live()
-		if len(live) < 2 {
-			continue
-		}
-		s.peers.probe(live)
-		s.cluster.BalanceLeaders(s.peers.alive, s.peers.leads)
-	}
-}
-
-// placedTargets lists the HTTP addresses of the other nodes the placement
-// puts shard sh on: the ones answering their health probe first, rotated
-// so the load spreads; the others after them (forward skips those it
-// cannot reach).
-func (s *Server) placedTargets(sh int) []string {
-	st, err := s.cluster.Meta()
-	if err != nil {
-		return nil
-	}
-	var up, down []string
-	for _, id := range st.NodesOf(sh) {
-		n := st.Nodes[id]
-		if id == s.cluster.NodeID() || n == nil || n.HTTPAddr == "" {
-			continue
-		}
-		if s.peers.alive(id) {
-			up = append(up, n.HTTPAddr)
-		} else {
-			down = append(down, n.HTTPAddr)
-		}
-	}
-	if len(up) > 1 {
-		k := int(s.fwd.next.Add(1) % uint64(len(up)))
-		up = append(up[k:], up[:k]...)
-	}
-	return append(up, down...)
-}
-
-// HandOff moves this node's leaderships to live nodes before it stops
-// (graceful shutdown), waiting at most until ctx ends.
-func (s *Server) HandOff(ctx context.Context) int {
-	if s.cluster == nil {
-		return 0
-	}
-	if st, err := s.cluster.Meta(); err == nil && len(st.Live()) > 1 {
-		s.peers.probe(st.Live())
-	}
-	return s.cluster.HandOff(ctx, s.peers.alive)
 }
 
 func (s *Server) handleJoin(ctx *fasthttp.RequestCtx) {
@@ -234,17 +81,10 @@ func (s *Server) handleRemoveNode(ctx *fasthttp.RequestCtx) {
 	// Tell the removed node, so it stops serving from replicas that no
 	// longer receive anything (best effort: it may be down already).
 	if addr != "" {
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		req.SetRequestURI("http://" + addr + "/api/v1/cluster/removed")
-		req.Header.SetMethod("POST")
-		req.Header.SetContentType("application/json")
-		req.SetBodyString(`{"node_id":` + strconv.FormatUint(id, 10) + `}`)
-		s.signPeer(req)
-		if err := s.peers.client.DoTimeout(req, resp, 2*time.Second); err != nil {
+		body := []byte(`{"node_id":` + strconv.FormatUint(id, 10) + `}`)
+		if _, _, err := s.peer.Call("POST", addr, "/api/v1/cluster/removed", body, 2*time.Second); err != nil {
 			s.log.Info().Err(err).Uint64("node", id).Msg("could not tell the removed node; stop it by hand")
 		}
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
 	}
 	writeJSON(ctx, 200, []byte(`{"removed":`+strconv.FormatUint(id, 10)+`}`))
 }
@@ -384,31 +224,12 @@ func (s *Server) handleClusterStatus(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	views := map[uint64]localStatus{self.NodeID: self}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, n := range st.Live() {
-		if n.ID == self.NodeID || n.HTTPAddr == "" {
-			continue
+	for _, r := range s.peer.AskOthers("/api/v1/cluster/status?local=true", time.Second) {
+		var ls localStatus
+		if json.Unmarshal(r.Body, &ls) == nil {
+			views[r.ID] = ls
 		}
-		wg.Add(1)
-		go func(n shard.Node) {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + n.HTTPAddr + "/api/v1/cluster/status?local=true")
-			if err := s.peers.client.DoTimeout(req, resp, time.Second); err != nil || resp.StatusCode() != 200 {
-				return
-			}
-			var ls localStatus
-			if json.Unmarshal(resp.Body(), &ls) == nil {
-				mu.Lock()
-				views[n.ID] = ls
-				mu.Unlock()
-			}
-		}(n)
 	}
-	wg.Wait()
 
 	out := clusterStatus{NodeID: self.NodeID, Shards: st.Shards, Replicas: st.Replicas, Nodes: []statusNode{}, Groups: []statusShard{}}
 	out.Mirror.LagEntries = self.MirrorLag

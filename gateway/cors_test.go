@@ -179,7 +179,7 @@ func TestBrowserRulesThroughForwarding(t *testing.T) {
 	q := uq("corsfwd")
 	sh := router.New(4).ShardForQueue(q)
 	real := strings.TrimPrefix(baseURL, "http://")
-	_, front := frontServer(t, Config{ShardTargets: func(int) []string { return []string{real} }}, notHosting{Engine: testEngine, missing: sh})
+	_, front := frontServer(t, Config{Peer: peerTo(func(int) []string { return []string{real} })}, notHosting{Engine: testEngine, missing: sh})
 	code, _, body := rawCall(t, "POST", "http://"+front+"/api/v1/enqueue", `{"queue":"`+q+`"}`,
 		map[string]string{"Content-Type": "application/json", "Origin": "http://" + front})
 	require.Equal(t, 201, code, body)

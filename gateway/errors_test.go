@@ -27,6 +27,7 @@ func (busyEngine) ThrottledUntil(string) int64                   { return 0 }
 func (busyEngine) Watch(string) <-chan struct{}                  { return make(chan struct{}) }
 func (busyEngine) Head(q string) statemachine.QueueHead          { return statemachine.QueueHead{Queue: q} }
 func (busyEngine) IsLeader(int) bool                             { return true }
+func (busyEngine) Hosts(int) bool                                { return true }
 func (busyEngine) Park(int, *statemachine.FetchOp) *shard.Parked { return nil }
 func (busyEngine) Unpark(int, *shard.Parked) bool                { return true }
 

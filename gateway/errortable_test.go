@@ -69,13 +69,20 @@ func TestErrorTableIsWellFormed(t *testing.T) {
 
 // TestEveryEmittedCodeIsInTheTable: outside errors.go, no gateway source
 // builds an apiError by hand or writes a "code" member from a string
-// literal; so every code the gateway sends comes from a row of the table.
+// literal, and the peer package (whose errors the gateway relays) names
+// codes only through the SDK's constants, which mirror the table; so every
+// code a node sends comes from a row of the table.
 func TestEveryEmittedCodeIsInTheTable(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	peerFiles, err := filepath.Glob("../peer/*.go")
+	if err != nil || len(peerFiles) == 0 {
+		t.Fatalf("no peer sources: %v", err)
+	}
+	files = append(files, peerFiles...)
 	codeLit := regexp.MustCompile(`"code"\s*:\s*"`)
 	fset := token.NewFileSet()
 	checked := 0
@@ -93,6 +100,14 @@ func TestEveryEmittedCodeIsInTheTable(t *testing.T) {
 			case *ast.CompositeLit:
 				if id, ok := n.Type.(*ast.Ident); ok && (id.Name == "apiError" || id.Name == "errorCode") {
 					t.Errorf("%s: %s{…} built outside errors.go: use a row of the error table", fset.Position(n.Pos()), id.Name)
+				}
+				for _, el := range n.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok {
+						key, _ := kv.Key.(*ast.Ident)
+						if lit, ok := kv.Value.(*ast.BasicLit); ok && key != nil && key.Name == "Code" && lit.Kind == token.STRING {
+							t.Errorf("%s: Code: %s written from a literal: use the SDK's Code constant (a row of the table)", fset.Position(kv.Pos()), lit.Value)
+						}
+					}
 				}
 			case *ast.BasicLit:
 				if n.Kind == token.STRING && codeLit.MatchString(n.Value) {

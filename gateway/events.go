@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/gateway/events"
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -93,14 +94,12 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	}
 	// The shards this node would need another node for.
 	var remote []int
-	if s.hoster != nil {
-		for i := 0; i < n; i++ {
-			if wanted(f.Shards, i) && !s.hosted(i) {
-				remote = append(remote, i)
-			}
+	for i := 0; i < n; i++ {
+		if wanted(f.Shards, i) && !s.hosted(i) {
+			remote = append(remote, i)
 		}
 	}
-	if len(remote) > 0 && len(ctx.Request.Header.Peek(hopHeader)) > 0 {
+	if len(remote) > 0 && peer.Forwarded(ctx) {
 		writeError(ctx, codeUnavailable.err("shard "+itoa(remote[0])+" is not hosted on this node"))
 		return
 	}
@@ -227,11 +226,8 @@ func (s *Server) streamEvents(w *bufio.Writer, sub *events.Sub, reset, restricte
 // hostsAll reports whether this node hosts every shard of the set (nil:
 // all).
 func (s *Server) hostsAll(set []bool) bool {
-	if s.hoster == nil {
-		return true
-	}
 	for i := 0; i < s.rt.Shards(); i++ {
-		if wanted(set, i) && !s.hoster.Hosts(i) {
+		if wanted(set, i) && !s.hosted(i) {
 			return false
 		}
 	}

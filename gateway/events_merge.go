@@ -2,27 +2,20 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/corvohq/corvo/gateway/events"
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 )
 
 // The merged event stream: on a node that does not host every shard a
 // stream needs, GET /api/v1/events serves the hosted shards from the local
 // ring and the others through SSE streams opened to nodes that host them
-// (?shards=…, with the hop header, so those nodes answer from their rings
-// only). The client sees one stream whose event IDs are ordinary cursors:
+// (peer.Client.Events: ?shards=…, with the hop header, so those nodes
+// answer from their rings only). The client sees one stream whose event IDs are ordinary cursors:
 // one position per shard, each moved only by what was delivered from that
 // shard, so an ID resumes exactly there through any node.
 //
@@ -40,16 +33,6 @@ const (
 	upstreamBackoffMax = 2 * time.Second        // longest wait
 	upstreamFailedFor  = 5 * time.Second        // a node that could not be opened is tried last for this long
 )
-
-// upstreamClient opens the upstream streams (net/http: a stream is read
-// as it comes and cancelled through its context).
-var upstreamClient = &http.Client{Transport: &http.Transport{
-	DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
-	ResponseHeaderTimeout: 5 * time.Second,
-	MaxIdleConnsPerHost:   4,
-	IdleConnTimeout:       time.Minute,
-	DisableCompression:    true,
-}}
 
 // upstreamQuery is the filter part of an upstream request's query.
 func upstreamQuery(queue, typ string) string {
@@ -422,21 +405,13 @@ func (m *merger) open(addr string, shards []int, live, early bool) {
 	}()
 }
 
-// eventTargets lists the nodes hosting shard sh, best first.
-func (s *Server) eventTargets(sh int) []string {
-	if s.cfg.ShardTargets != nil {
-		return s.cfg.ShardTargets(sh)
-	}
-	return s.forwardTargets(sh)
-}
-
 // coverShards groups shards by the node to stream them from
 // (router.Cover). Nodes that failed lately are used only for shards no
 // other node hosts. rest: the shards no node is known to host.
 func (s *Server) coverShards(shards []int, failed map[string]time.Time) (groups []router.Group, rest []int) {
 	lists := make(map[int][]string, len(shards))
 	for _, sh := range shards {
-		all := s.eventTargets(sh)
+		all := s.forwardTargets(sh)
 		var good []string
 		for _, a := range all {
 			if at, ok := failed[a]; !ok || time.Since(at) > upstreamFailedFor {
@@ -458,84 +433,20 @@ func (s *Server) upstreamIdle() time.Duration {
 	return 3*max(s.cfg.EventsKeepalive, EventsKeepaliveDefault) + 5*time.Second
 }
 
-// readUpstream reads one upstream stream, handing its frames to msgs in
-// order, until it ends or ctx does. from is the resume cursor ("": live).
+// readUpstream reads one upstream stream (peer.Client.Events), handing
+// its frames to msgs in order, until it ends or ctx does. from is the
+// resume cursor ("": live).
 func (s *Server) readUpstream(ctx context.Context, msgs chan<- upMsg, up *upstream, from, query string) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	idle := s.upstreamIdle()
-	watchdog := time.AfterFunc(idle, cancel)
-	defer watchdog.Stop()
-	var list strings.Builder
-	for i, sh := range up.shards {
-		if i > 0 {
-			list.WriteByte(',')
+	return s.peer.Events(ctx, up.addr, up.shards, from, query, s.upstreamIdle(), func(f peer.Frame) bool {
+		m := upMsg{up: up, kind: upFrame, id: f.ID, event: f.Event, data: f.Data}
+		if f.Connected {
+			m.kind = upOpen
 		}
-		list.WriteString(strconv.Itoa(sh))
-	}
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+up.addr+"/api/v1/events?shards="+list.String()+query, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set(hopHeader, "1")
-	req.Header.Set("Accept", "text/event-stream")
-	if from != "" {
-		req.Header.Set("Last-Event-ID", from)
-	}
-	resp, err := upstreamClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s answered %d: %s", up.addr, resp.StatusCode, bytes.TrimSpace(b))
-	}
-	send := func(m upMsg) bool {
-		m.up = up
 		select {
 		case msgs <- m:
 			return true
 		case <-ctx.Done():
 			return false
 		}
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	var f upMsg
-	fields := false
-	for sc.Scan() {
-		watchdog.Reset(idle)
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if fields && !send(f) {
-				return ctx.Err()
-			}
-			f, fields = upMsg{kind: upFrame}, false
-			continue
-		}
-		if line[0] == ':' {
-			if c, ok := bytes.CutPrefix(line, []byte(": connected ")); ok {
-				if !send(upMsg{kind: upOpen, id: string(c)}) {
-					return ctx.Err()
-				}
-			}
-			continue
-		}
-		name, value, _ := bytes.Cut(line, []byte{':'})
-		value = bytes.TrimPrefix(value, []byte{' '})
-		switch string(name) {
-		case "id":
-			f.id, fields = string(value), true
-		case "event":
-			f.event, fields = string(value), true
-		case "data":
-			f.data, fields = append(f.data[:0:0], value...), true
-		}
-		f.kind = upFrame
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return errors.New("the stream ended")
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/gateway/events"
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -86,7 +87,7 @@ func partialHub(t *testing.T, hosts []bool) *events.Hub {
 // some, with its own ring; it returns its address.
 func partialNode(t *testing.T, hosts []bool, targets func(int) []string) string {
 	t.Helper()
-	_, addr := frontServer(t, Config{Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, ShardTargets: targets},
+	_, addr := frontServer(t, Config{Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, Peer: peerTo(targets)},
 		hostsSome{Engine: testEngine, hosts: hosts})
 	return addr
 }
@@ -289,7 +290,7 @@ func TestEventsShardsParam(t *testing.T) {
 		req, err := http.NewRequest("GET", url, nil)
 		require.NoError(t, err)
 		if hop {
-			req.Header.Set(hopHeader, "1")
+			req.Header.Set(peer.HopHeader, "1")
 		}
 		resp, err := httpc.Do(req)
 		require.NoError(t, err)
@@ -356,7 +357,7 @@ type restartable struct {
 
 func newRestartable(t *testing.T, hosts []bool, targets func(int) []string) *restartable {
 	r := &restartable{t: t, eng: hostsSome{Engine: testEngine, hosts: hosts},
-		cfg: Config{Logger: zerolog.Nop(), Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, ShardTargets: targets}}
+		cfg: Config{Logger: zerolog.Nop(), Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, Peer: peerTo(targets)}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	r.addr = ln.Addr().String()
@@ -552,7 +553,7 @@ func TestEventsMergedShutdown(t *testing.T) {
 	real := realAddr()
 	hosts := []bool{true, false, false, false}
 	srv, front := frontServer(t, Config{Events: partialHub(t, hosts), EventsKeepalive: time.Minute,
-		ShardTargets: func(int) []string { return []string{real} }}, hostsSome{Engine: testEngine, hosts: hosts})
+		Peer: peerTo(func(int) []string { return []string{real} })}, hostsSome{Engine: testEngine, hosts: hosts})
 	s := openSSEURL(t, "http://"+front+"/api/v1/events?queue="+strings.Join(q, ","), "")
 	id := enqueue(t, map[string]any{"queue": q[3], "payload": 1})
 	e, _ := s.collect(t, 1)
@@ -597,7 +598,7 @@ func TestEventsStreamEndsWhenShardLeaves(t *testing.T) {
 		eng.hosts[i].Store(true)
 	}
 	_, front := frontServer(t, Config{Events: partialHub(t, []bool{true, true, true, true}), EventsKeepalive: 100 * time.Millisecond,
-		ShardTargets: func(int) []string { return []string{real} }}, eng)
+		Peer: peerTo(func(int) []string { return []string{real} })}, eng)
 	path := "http://" + front + "/api/v1/events?queue=" + strings.Join(q, ",")
 	s := openSSEURL(t, path, "")
 	a := enqueue(t, map[string]any{"queue": q[2], "payload": 1})

@@ -1,14 +1,13 @@
 package gateway
 
 import (
-	"encoding/json"
-	"errors"
 	"reflect"
 	"sort"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
@@ -33,7 +32,7 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	queues := dedupe(req.Queues)
-	if s.hoster != nil && !s.allHosted(queues) {
+	if !s.allHosted(queues) {
 		s.fetchElsewhere(ctx, &req, queues, timeout, count)
 		return
 	}
@@ -315,7 +314,7 @@ const remoteFetchSlice = 250 * time.Millisecond
 // allHosted reports whether this node hosts the shard of every queue.
 func (s *Server) allHosted(queues []string) bool {
 	for _, q := range queues {
-		if !s.hoster.Hosts(s.rt.ShardForQueue(q)) {
+		if !s.hosted(s.rt.ShardForQueue(q)) {
 			return false
 		}
 	}
@@ -334,10 +333,10 @@ type fetchGroup struct {
 // long-polls with its own signals); failing that, the queues are split
 // between this node and a few others, polled in rounds.
 func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, queues []string, timeout time.Duration, count int) {
-	if len(ctx.Request.Header.Peek(hopHeader)) > 0 {
+	if peer.Forwarded(ctx) {
 		// Sent here by a node that took this one for a host of them all.
 		writeError(ctx, codeUnavailable.err("not every queue's shard is hosted on this node"))
-		ctx.Response.Header.Set(notHostedHeader, "1")
+		ctx.Response.Header.Set(peer.NotHostedHeader, "1")
 		return
 	}
 	byShard := map[int][]string{}
@@ -355,14 +354,10 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	}
 	targets := make(map[int][]string, len(shards))
 	for _, sh := range shards {
-		if s.cfg.ShardTargets != nil {
-			targets[sh] = s.cfg.ShardTargets(sh) // best first, not rotated
-		} else {
-			targets[sh] = s.forwardTargets(sh)
-		}
+		targets[sh] = s.forwardTargets(sh)
 	}
 	if all := router.CommonHosts(shards, targets); len(all) > 0 {
-		if err := s.forwardUntil(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
+		if err := s.peer.Forward(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
 			writeError(ctx, codeUnavailable.err("the queues' shards are hosted on another node, and forwarding failed: "+err.Error()))
 		}
 		return
@@ -401,7 +396,7 @@ func (s *Server) fetchRounds(ctx *fasthttp.RequestCtx, req *fetchRequest, local 
 	if len(local) > 0 {
 		sources++
 	}
-	start := int(s.fwd.next.Add(1) % uint64(sources))
+	start := int(s.peer.Next() % uint64(sources))
 	for round := 0; ; round++ {
 		watches := make([]<-chan struct{}, len(local))
 		for i, q := range local {
@@ -455,10 +450,8 @@ func (s *Server) fetchRounds(ctx *fasthttp.RequestCtx, req *fetchRequest, local 
 }
 
 // fetchFrom claims up to want jobs from a group's queues on a node hosting
-// them (a fetch with timeout 0) and returns each job's JSON as that node
-// rendered it. A node that cannot be dialled, or no longer hosts them, is
-// skipped; one that was reached and failed is not retried elsewhere (it
-// may have claimed jobs).
+// them (peer.Client.Fetch) and returns each job's JSON as that node
+// rendered it.
 func (s *Server) fetchFrom(g *fetchGroup, req *fetchRequest, want int) ([][]byte, *apiError) {
 	body := append([]byte(`{"queues":`), appendStrings(nil, g.queues)...)
 	body = append(body, `,"worker_id":`...)
@@ -468,48 +461,11 @@ func (s *Server) fetchFrom(g *fetchGroup, req *fetchRequest, want int) ([][]byte
 	body = append(body, `,"count":`...)
 	body = appendInt(body, int64(want))
 	body = append(body, `,"timeout":0}`...)
-	hreq := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(hreq)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	hreq.Header.SetMethod(fasthttp.MethodPost)
-	hreq.Header.SetContentType("application/json")
-	hreq.Header.Set(hopHeader, "1")
-	hreq.SetBodyRaw(body)
-	deadline := time.Now().Add(s.cfg.RequestTimeout)
-	last := errNoTarget
-	for _, addr := range g.addrs {
-		hreq.SetRequestURI("http://" + addr + "/api/v1/fetch")
-		if err := s.fwd.client(addr).DoDeadline(hreq, resp, deadline); err != nil {
-			last = err
-			if dialFailed(err) {
-				continue
-			}
-			return nil, codeUnavailable.err("fetching from " + addr + " failed (" + err.Error() + ")")
-		}
-		switch status := resp.StatusCode(); {
-		case status == fasthttp.StatusNoContent:
-			return nil, nil
-		case status == 200:
-			var r struct {
-				Jobs []json.RawMessage `json:"jobs"`
-			}
-			if err := json.Unmarshal(resp.Body(), &r); err != nil {
-				return nil, codeInternal.err("unreadable fetch answer from " + addr + ": " + err.Error())
-			}
-			out := make([][]byte, len(r.Jobs))
-			for i := range r.Jobs {
-				out[i] = r.Jobs[i]
-			}
-			return out, nil
-		case len(resp.Header.Peek(notHostedHeader)) > 0:
-			last = errors.New(addr + " does not host the queues' shards")
-			continue
-		default:
-			return nil, remoteError(addr, status, resp.Body())
-		}
+	jobs, err := s.peer.Fetch(g.addrs, body, time.Now().Add(s.cfg.RequestTimeout))
+	if err != nil {
+		return nil, engineError(err)
 	}
-	return nil, codeUnavailable.err("no node hosting the queues' shards answered: " + last.Error())
+	return jobs, nil
 }
 
 // writeFetchedFrom answers with jobs claimed here and jobs another node

@@ -1,86 +1,28 @@
 package gateway
 
 import (
-	"errors"
-	"net"
-	"sort"
-	"strings"
+	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/peer"
+	"github.com/corvohq/corvo/statemachine"
 )
 
-// Forwarding: a request for a shard this node does not host goes, whole,
-// to a node that the placement (R of N nodes per shard) puts it on.
-
-// hopHeader marks a forwarded request: its receiver never forwards it
-// again, so loops are impossible.
-const hopHeader = "X-Corvo-Forwarded"
-
-// hoster is implemented by engines that may not host every shard.
-type hoster interface {
-	Hosts(shard int) bool
-}
-
-// forwarder keeps one keep-alive connection pool per peer.
-type forwarder struct {
-	mu      sync.Mutex
-	clients map[string]*fasthttp.HostClient
-	next    atomic.Uint64 // round robin over targets
-}
-
-func (f *forwarder) client(addr string) *fasthttp.HostClient {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.clients == nil {
-		f.clients = map[string]*fasthttp.HostClient{}
-	}
-	c := f.clients[addr]
-	if c == nil {
-		c = &fasthttp.HostClient{Addr: addr, Name: "corvo-forward", MaxConns: 1024,
-			MaxIdleConnDuration: time.Minute, DisablePathNormalizing: true}
-		f.clients[addr] = c
-	}
-	return c
-}
+// Shards this node does not host: a request for one goes, whole, to a node
+// the placement puts it on (s.peer.Forward); a handler that touches many
+// shards (batch enqueue, ack batch, heartbeat, lists, bulk) proposes and
+// reads each through s.proposeCtx and s.read: the engine when this node
+// hosts the shard, else the peer layer.
 
 // hosted reports whether this node hosts shard sh.
-func (s *Server) hosted(sh int) bool {
-	return s.hoster == nil || s.hoster.Hosts(sh)
-}
+func (s *Server) hosted(sh int) bool { return s.eng.Hosts(sh) }
 
-// forwardTargets lists HTTP addresses that may host shard sh, in the order
-// to try them: Config.ShardTargets when set, else every other node that
-// answers its health probe (every node hosts every shard), rotated so the
-// load spreads.
-func (s *Server) forwardTargets(sh int) []string {
-	var out []string
-	if s.cfg.ShardTargets != nil {
-		out = s.cfg.ShardTargets(sh)
-	} else if s.cluster != nil {
-		return s.placedTargets(sh)
-	} else if s.peers != nil {
-		p := s.peers
-		p.mu.Lock()
-		for id, addr := range p.addrs {
-			if id != p.self && addr != "" && time.Since(p.seen[id]) < 3*peerProbeInterval+time.Second {
-				out = append(out, addr)
-			}
-		}
-		p.mu.Unlock()
-		sort.Strings(out)
-	}
-	if len(out) > 1 {
-		k := int(s.fwd.next.Add(1) % uint64(len(out)))
-		out = append(append(make([]string, 0, len(out)), out[k:]...), out[:k]...)
-	}
-	return out
-}
-
-// errNoTarget: no node that may host the shard answered.
-var errNoTarget = errors.New("no node hosting the shard answered")
+// forwardTargets lists the nodes hosting shard sh, in the order to try
+// them (peer.Client.Targets).
+func (s *Server) forwardTargets(sh int) []string { return s.peer.Targets(sh) }
 
 // forwardIfElsewhere forwards the request when this node does not host
 // shard sh and reports whether it answered the request (forwarded, or a
@@ -89,63 +31,64 @@ func (s *Server) forwardIfElsewhere(ctx *fasthttp.RequestCtx, sh int) bool {
 	if s.hosted(sh) {
 		return false
 	}
-	if len(ctx.Request.Header.Peek(hopHeader)) > 0 {
+	if peer.Forwarded(ctx) {
 		writeError(ctx, codeUnavailable.err("shard "+itoa(sh)+" is not hosted on this node"))
 		ctx.Response.Header.Set("Retry-After", "1")
 		return true
 	}
-	if err := s.forward(ctx, s.forwardTargets(sh)); err != nil {
+	if err := s.peer.Forward(ctx, s.forwardTargets(sh), time.Now().Add(s.cfg.RequestTimeout)); err != nil {
 		writeError(ctx, codeUnavailable.err("shard "+itoa(sh)+" is not hosted on this node, and forwarding failed: "+err.Error()))
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
 	return true
 }
 
-// forward sends the request to the first target that takes it, within the
-// request timeout, and copies the answer back. A target that cannot be
-// reached is skipped; one that was reached is not retried elsewhere (the
-// request may have been applied there).
-func (s *Server) forward(ctx *fasthttp.RequestCtx, targets []string) error {
-	return s.forwardUntil(ctx, targets, time.Now().Add(s.cfg.RequestTimeout))
+// read answers a statemachine query on shard sh: the engine when this node
+// hosts sh, else a node that does (peer.Client.Read; its failure is a
+// *peer.Error, which engineError hands on unchanged).
+func (s *Server) read(sh int, q any) (any, error) {
+	if s.hosted(sh) {
+		return s.eng.Read(sh, q)
+	}
+	return s.peer.Read(sh, q)
 }
 
-// forwardUntil is forward with its own deadline (a long-poll's is longer).
-func (s *Server) forwardUntil(ctx *fasthttp.RequestCtx, targets []string, deadline time.Time) error {
-	if len(targets) == 0 {
-		return errNoTarget
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	ctx.Request.CopyTo(req)
-	req.Header.Set(hopHeader, "1")
-	req.Header.Del("Connection")
-	// This node applied the browser rules (route); the receiver sees its
-	// own address as Host and would take the page's Origin for foreign.
-	req.Header.Del("Origin")
-	req.Header.Del("Sec-Fetch-Site")
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	var last error
-	for _, addr := range targets {
-		req.SetHost(addr)
-		req.URI().SetScheme("http")
-		err := s.fwd.client(addr).DoDeadline(req, resp, deadline)
-		if err == nil {
-			ctx.SetStatusCode(resp.StatusCode())
-			for k, v := range resp.Header.All() {
-				switch strings.ToLower(string(k)) {
-				case "content-type", "retry-after", "location":
-					ctx.Response.Header.SetBytesKV(k, v)
-				}
-			}
-			ctx.SetBody(resp.Body())
-			return nil
-		}
-		last = err
-		var op *net.OpError
-		if !errors.Is(err, fasthttp.ErrDialTimeout) && !(errors.As(err, &op) && op.Op == "dial") {
-			return err // reached, then failed: it may have applied the request
+// readEach reads every shard with the query q(sh) — the ones hosted here
+// from the engine, the others from nodes hosting them, all at once — and
+// returns the answers in shard order, or the lowest shard's error.
+func (s *Server) readEach(q func(sh int) any) ([]any, error) {
+	n := s.eng.Shards()
+	out, errs := make([]any, n), make([]error, n)
+	var wg sync.WaitGroup
+	for sh := 0; sh < n; sh++ {
+		if !s.hosted(sh) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[sh], errs[sh] = s.peer.Read(sh, q(sh))
+			}()
 		}
 	}
-	return last
+	for sh := 0; sh < n; sh++ {
+		if s.hosted(sh) {
+			out[sh], errs[sh] = s.eng.Read(sh, q(sh))
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// proposeRemote proposes ops on a node hosting shard sh (s.proposeCtx
+// when this node does not host it).
+func (s *Server) proposeRemote(parent context.Context, sh int, ops []statemachine.Op) ([]statemachine.Result, *apiError) {
+	rs, err := s.peer.Propose(parent, sh, ops...)
+	if err != nil {
+		return nil, engineError(err)
+	}
+	return rs, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 )
 
@@ -28,12 +29,18 @@ func (n notHosting) Hosts(sh int) bool { return sh != n.missing }
 func frontServer(t *testing.T, cfg Config, eng Engine) (*Server, string) {
 	t.Helper()
 	cfg.Logger = zerolog.Nop()
-	if cfg.ClusterSecret == "" {
-		cfg.ClusterSecret = testClusterSecret
+	if cfg.Peer == nil {
+		cfg.Peer = peer.New(peer.Config{Secret: testClusterSecret, RequestTimeout: cfg.RequestTimeout, Logger: zerolog.Nop()})
 	}
 	srv := New(cfg, eng)
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	return srv, serveOnFreePort(t, srv)
+}
+
+// peerTo is a peer client with the tests' cluster secret that takes the
+// nodes hosting a shard from targets.
+func peerTo(targets func(int) []string) *peer.Client {
+	return peer.New(peer.Config{Secret: testClusterSecret, Targets: targets, Logger: zerolog.Nop()})
 }
 
 // serveOnFreePort serves srv on a fresh loopback port and returns it.
@@ -56,7 +63,7 @@ func TestForwardToHostingNode(t *testing.T) {
 	sh := rt.ShardForQueue(q)
 	dead := freeLocalAddr(t) // nothing listens there
 	real := strings.TrimPrefix(baseURL, "http://")
-	_, front := frontServer(t, Config{ShardTargets: func(int) []string { return []string{dead, real} }}, notHosting{Engine: testEngine, missing: sh})
+	_, front := frontServer(t, Config{Peer: peerTo(func(int) []string { return []string{dead, real} })}, notHosting{Engine: testEngine, missing: sh})
 	url := "http://" + front
 
 	code, body := callAt(t, "POST", url+"/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]int{"n": 1}})
@@ -93,12 +100,12 @@ func TestForwardNeverLoops(t *testing.T) {
 	q := uq("fwdloop")
 	sh := router.New(4).ShardForQueue(q)
 	var self atomic.Pointer[string] // ShardTargets runs in the background too (the throughput sampler)
-	_, front := frontServer(t, Config{ShardTargets: func(int) []string {
+	_, front := frontServer(t, Config{Peer: peerTo(func(int) []string {
 		if p := self.Load(); p != nil {
 			return []string{*p}
 		}
 		return nil
-	}}, notHosting{Engine: testEngine, missing: sh})
+	})}, notHosting{Engine: testEngine, missing: sh})
 	self.Store(&front)
 	code, body := callAt(t, "POST", "http://"+front+"/api/v1/enqueue", map[string]any{"queue": q})
 	require.Equal(t, 503, code, string(body))
@@ -115,7 +122,7 @@ func TestForwardNoTargetAndDeadline(t *testing.T) {
 	t.Parallel()
 	q := uq("fwdnone")
 	sh := router.New(4).ShardForQueue(q)
-	_, none := frontServer(t, Config{ShardTargets: func(int) []string { return nil }}, notHosting{Engine: testEngine, missing: sh})
+	_, none := frontServer(t, Config{Peer: peerTo(func(int) []string { return nil })}, notHosting{Engine: testEngine, missing: sh})
 	code, body := callAt(t, "POST", "http://"+none+"/api/v1/enqueue", map[string]any{"queue": q})
 	require.Equal(t, 503, code, string(body))
 
@@ -131,7 +138,7 @@ func TestForwardNoTargetAndDeadline(t *testing.T) {
 			defer c.Close() // accepted, never answered
 		}
 	}()
-	_, front := frontServer(t, Config{RequestTimeout: 300 * time.Millisecond, ShardTargets: func(int) []string { return []string{silent.Addr().String()} }},
+	_, front := frontServer(t, Config{RequestTimeout: 300 * time.Millisecond, Peer: peerTo(func(int) []string { return []string{silent.Addr().String()} })},
 		notHosting{Engine: testEngine, missing: sh})
 	resp, err := httpc.Post("http://"+front+"/api/v1/enqueue", "application/json", strings.NewReader(`{"queue":"`+q+`"}`))
 	require.NoError(t, err)

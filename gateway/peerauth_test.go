@@ -9,6 +9,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -22,7 +23,7 @@ func peerPost(url string, body []byte, secret string) (*http.Response, error) {
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	if secret != "" {
-		req.Header.Set(ClusterSecretHeader, secret)
+		req.Header.Set(peer.SecretHeader, secret)
 	}
 	return httpc.Do(req)
 }
@@ -52,9 +53,9 @@ func TestPeerEndpointsNeedClusterSecret(t *testing.T) {
 	srvNone := New(Config{}, testEngine) // no secret at all
 	t.Cleanup(func() { _ = srvNone.Shutdown(t.Context()) })
 	none := serveOnFreePort(t, srvNone)
-	for _, path := range []string{shardPath(sh, "propose"), shardPath(sh, "read")} {
+	for _, path := range []string{peer.ShardPath(sh, "propose"), peer.ShardPath(sh, "read")} {
 		body := del
-		if path == shardPath(sh, "read") {
+		if path == peer.ShardPath(sh, "read") {
 			body = read
 		}
 		code, out := peerCall(t, baseURL+path, body, "")
@@ -72,7 +73,7 @@ func TestPeerEndpointsNeedClusterSecret(t *testing.T) {
 	require.Equal(t, 200, code, "the job is still there: %s", out)
 	var code2 int
 	// With the secret, the same delete is applied.
-	code2, out2 := peerCall(t, baseURL+shardPath(sh, "propose"), del, testClusterSecret)
+	code2, out2 := peerCall(t, baseURL+peer.ShardPath(sh, "propose"), del, testClusterSecret)
 	require.Equal(t, 200, code2, out2)
 	code, _ = call(t, "GET", "/api/v1/jobs/"+id, nil)
 	require.Equal(t, 404, code)
@@ -119,7 +120,7 @@ func TestPeerEntryIsValidated(t *testing.T) {
 	} {
 		// A valid op first: one bad op refuses the whole entry.
 		body := (&statemachine.Entry{Ops: []statemachine.Op{&statemachine.CancelOp{JobID: id}, c.op}}).Encode(nil)
-		code, out := peerCall(t, baseURL+shardPath(sh, "propose"), body, testClusterSecret)
+		code, out := peerCall(t, baseURL+peer.ShardPath(sh, "propose"), body, testClusterSecret)
 		require.Equal(t, 400, code, "%s: %s", c.name, out)
 		require.Contains(t, out, `"code":"invalid_request"`, c.name)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/peer"
 )
 
 // fetchRaw long-polls a fetch at a server and returns the status, the jobs
@@ -102,7 +104,7 @@ func TestRemoteFetchForwardedWhole(t *testing.T) {
 	all := newHostsOnly(0, 1, 2, 3)
 	_, backend := frontServer(t, Config{}, all)
 	eng := newHostsOnly(rt4.ShardForQueue(qs[0])) // hosts one: still forwarded, another node hosts all
-	_, front := frontServer(t, Config{ShardTargets: func(int) []string { return []string{backend} }}, eng)
+	_, front := frontServer(t, Config{Peer: peerTo(func(int) []string { return []string{backend} })}, eng)
 	req := map[string]any{"queues": qs, "worker_id": uq("w"), "timeout": 20}
 	done := make(chan struct{})
 	var id string
@@ -151,20 +153,20 @@ func TestRemoteFetchSplit(t *testing.T) {
 	f := newHostsOnly(sh[0])
 	deadAddr := freeLocalAddr(t)
 	targets := map[int][]string{sh[1]: {deadAddr, aAddr}, sh[2]: {bAddr}, sh[3]: {bAddr}}
-	_, front := frontServer(t, Config{ShardTargets: func(s int) []string { return targets[s] }}, f)
+	_, front := frontServer(t, Config{Peer: peerTo(func(s int) []string { return targets[s] })}, f)
 	wid := uq("rsplit-w")
 
 	// A fetch forwarded here by a node that took this one for a host of
 	// every queue is refused, never forwarded again.
 	req, err := http.NewRequest("POST", "http://"+front+"/api/v1/fetch", strings.NewReader(`{"queues":["`+qs[1]+`"]}`))
 	require.NoError(t, err)
-	req.Header.Set(hopHeader, "1")
+	req.Header.Set(peer.HopHeader, "1")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpc.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 503, resp.StatusCode)
-	require.Equal(t, "1", resp.Header.Get(notHostedHeader))
+	require.Equal(t, "1", resp.Header.Get(peer.NotHostedHeader))
 
 	// Empty: a 204 when the timeout passes.
 	code, _, took := fetchAt(t, front, map[string]any{"queues": qs, "worker_id": wid, "timeout": 0.6, "count": 3})

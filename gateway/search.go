@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/mirror"
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 	corvo "github.com/corvohq/corvo/sdk/go"
 	"github.com/corvohq/corvo/statemachine"
@@ -175,7 +175,7 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	forwarded := len(ctx.Request.Header.Peek(hopHeader)) > 0
+	forwarded := peer.Forwarded(ctx)
 	stale := false
 	if only == nil && !forwarded {
 		stale = !s.awaitMirror()
@@ -633,58 +633,13 @@ func (s *Server) searchRemote(body []byte, shards []int, deadline time.Time) ([]
 	return out, nil
 }
 
-// partAnswer is a node's answer to a part of a search (?shards=).
-type partAnswer struct {
-	Jobs    []jsontext.Value `json:"jobs"`
-	Total   int              `json:"total"`
-	HasMore bool             `json:"has_more"`
-	Keys    []struct {
-		V     int64  `json:"v"`
-		ID    string `json:"id"`
-		Queue string `json:"queue"`
-	} `json:"keys"`
-}
-
-// searchPartAt asks one node for one part of a search. Every failure that
-// another node might not have (unreachable, 5xx, 429, a malformed answer)
-// is a 503; a 4xx is the node's answer to the request itself.
+// searchPartAt asks one node for one part of a search
+// (peer.Client.Search): a 503 for what another node might not fail, the
+// node's 4xx answer to the request itself.
 func (s *Server) searchPartAt(p searchPart, body []byte, deadline time.Time) (*searchResult, *apiError) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	uri := make([]byte, 0, 64)
-	uri = append(uri, "http://"...)
-	uri = append(uri, p.addr...)
-	uri = append(uri, "/api/v1/jobs/search?shards="...)
-	for i, sh := range p.shards {
-		if i > 0 {
-			uri = append(uri, ',')
-		}
-		uri = appendInt(uri, int64(sh))
-	}
-	req.SetRequestURIBytes(uri)
-	req.Header.SetMethod("POST")
-	req.Header.SetContentType("application/json")
-	req.Header.Set(hopHeader, "1")
-	req.SetBody(body)
-	unavailable := func(msg string) *apiError {
-		return codeUnavailable.err(msg)
-	}
-	if err := s.fwd.client(p.addr).DoDeadline(req, resp, deadline); err != nil {
-		return nil, unavailable(err.Error())
-	}
-	if code := resp.StatusCode(); code != 200 {
-		var e corvo.ErrorBody
-		_ = json.Unmarshal(resp.Body(), &e)
-		if code >= 400 && code < 500 && code != 429 && e.Code != "" {
-			return nil, relayed(code, e.Code, e.Error)
-		}
-		return nil, unavailable("status " + itoa(code) + ": " + e.Error)
-	}
-	var a partAnswer
-	if err := json.Unmarshal(resp.Body(), &a); err != nil || len(a.Keys) != len(a.Jobs) {
-		return nil, unavailable("a malformed answer")
+	a, err := s.peer.Search(p.addr, p.shards, body, deadline)
+	if err != nil {
+		return nil, engineError(err)
 	}
 	out := &searchResult{total: a.Total, hasMore: a.HasMore, hits: make([]searchHit, len(a.Jobs))}
 	for i := range a.Jobs {

@@ -60,11 +60,11 @@ func cluster3(t *testing.T, front, held []int) (frontURL, a, b string) {
 		}
 		return []string{*p}
 	}
-	_, a = frontServer(t, Config{Mirror: heldMirror{testMirror, []int{0, 1}}, ShardTargets: targets}, hostingSet{testEngine, []int{0, 1}})
+	_, a = frontServer(t, Config{Mirror: heldMirror{testMirror, []int{0, 1}}, Peer: peerTo(targets)}, hostingSet{testEngine, []int{0, 1}})
 	addrA.Store(&a)
-	_, b = frontServer(t, Config{Mirror: heldMirror{testMirror, []int{2, 3}}, ShardTargets: targets}, hostingSet{testEngine, []int{2, 3}})
+	_, b = frontServer(t, Config{Mirror: heldMirror{testMirror, []int{2, 3}}, Peer: peerTo(targets)}, hostingSet{testEngine, []int{2, 3}})
 	addrB.Store(&b)
-	_, f := frontServer(t, Config{Mirror: heldMirror{testMirror, held}, ShardTargets: targets}, hostingSet{testEngine, front})
+	_, f := frontServer(t, Config{Mirror: heldMirror{testMirror, held}, Peer: peerTo(targets)}, hostingSet{testEngine, front})
 	return "http://" + f, a, b
 }
 
@@ -235,7 +235,7 @@ func TestSearchFanOutParts(t *testing.T) {
 			}
 			return c.targets
 		}
-		_, front := frontServer(t, Config{Mirror: heldMirror{testMirror, []int{}}, ShardTargets: targets}, hostingSet{testEngine, nil})
+		_, front := frontServer(t, Config{Mirror: heldMirror{testMirror, []int{}}, Peer: peerTo(targets)}, hostingSet{testEngine, nil})
 		resp, err := httpc.Post("http://"+front+"/api/v1/jobs/search", "application/json", strings.NewReader(`{"tags":{"set":"`+set+`"}}`))
 		require.NoError(t, err)
 		var out struct {
@@ -269,7 +269,7 @@ func TestSearchFanOutParts(t *testing.T) {
 func TestSearchPlan(t *testing.T) {
 	t.Parallel()
 	hosts := map[int][]string{0: {"A"}, 1: {"A", "B"}, 2: {"B", "C"}, 3: {"C"}}
-	s := New(Config{Logger: zerolog.Nop(), ShardTargets: func(sh int) []string { return hosts[sh] }}, notHosting{Engine: testEngine})
+	s := New(Config{Logger: zerolog.Nop(), Peer: peerTo(func(sh int) []string { return hosts[sh] })}, notHosting{Engine: testEngine})
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	parts, left := s.planSearch([]int{0, 1, 2, 3}, nil)
 	require.Empty(t, left)

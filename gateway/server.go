@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/mirror"
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
@@ -33,6 +34,9 @@ type Engine interface {
 	Watch(queue string) <-chan struct{}
 	Head(queue string) statemachine.QueueHead
 	IsLeader(shard int) bool
+	// Hosts reports whether this node hosts a replica of the shard; a
+	// request for one it does not host goes to a node that does.
+	Hosts(shard int) bool
 	// Park leaves a fetch at a shard's proposer to ride in the next entry
 	// that enqueues into its queues; Unpark withdraws it (false: too late,
 	// its result will arrive).
@@ -53,14 +57,14 @@ type Config struct {
 	OnRemoved       func()
 	Events          Events // the event stream; nil: GET /events answers 503
 	EventsKeepalive time.Duration
-	// ShardTargets lists the HTTP addresses to forward a request for a
-	// shard this node does not host to; nil: the other live nodes. It is
-	// called concurrently, from requests and background loops.
-	ShardTargets func(shard int) []string
-	// ClusterSecret is the credential node-to-node calls carry (see
-	// peerauth.go): the internal shard endpoints, join, removed and node
-	// removal refuse a caller without it. Empty: they refuse everyone.
-	ClusterSecret string
+	// Peer reaches the other nodes (shards hosted elsewhere, the
+	// cross-node halves of fetch, search and events) and holds the
+	// cluster credential the node-to-node routes require. nil: a client
+	// that knows no other node and refuses every node-to-node call.
+	Peer *peer.Client
+	// Cluster adds the cluster routes (join, node removal, status); nil:
+	// none.
+	Cluster Cluster
 	// CORSOrigins lists the browser origins (scheme://host[:port], or "*"
 	// for any) allowed to call the API from another origin: they get
 	// preflight answers and Access-Control-Allow-Origin. Every other
@@ -136,11 +140,9 @@ type Server struct {
 
 	ln          atomic.Pointer[trackingListener]
 	cluster     Cluster // nil when the engine is not clustered
-	peers       *peers
+	peer        *peer.Client
 	subscribers atomic.Int64 // open event streams
 	bulk        *bulkRunner
-	hoster      hoster // nil: the engine hosts every shard
-	fwd         forwarder
 	cors        corsPolicy
 }
 
@@ -155,8 +157,11 @@ func New(cfg Config, eng Engine) *Server {
 		closed: make(chan struct{}),
 		bulk:   newBulkRunner(),
 		cors:   newCORSPolicy(cfg.CORSOrigins),
+		peer:   cfg.Peer,
 	}
-	s.hoster, _ = eng.(hoster)
+	if s.peer == nil {
+		s.peer = peer.New(peer.Config{RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger})
+	}
 	s.interruptLeftovers()
 	r := frouter.New()
 	r.RedirectTrailingSlash = false
@@ -198,16 +203,18 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)
 	s.route(r, "PUT", "/api/v1/schedules/{id}", s.handlePutSchedule)
 	s.route(r, "DELETE", "/api/v1/schedules/{id}", s.handleDeleteSchedule)
-	if c, ok := eng.(Cluster); ok {
-		s.cluster = c
-		s.peers = newPeers(c.NodeID())
-		s.route(r, "POST", "/api/v1/cluster/join", s.peerOnly(s.handleJoin))
-		s.route(r, "DELETE", "/api/v1/cluster/nodes/{id}", s.peerOnly(s.handleRemoveNode))
+	// Node-to-node routes: only with the cluster credential (peer.Only).
+	if cfg.Cluster != nil {
+		s.cluster = cfg.Cluster
+		s.route(r, "POST", "/api/v1/cluster/join", s.peer.Only(s.handleJoin, s.fail))
+		s.route(r, "DELETE", "/api/v1/cluster/nodes/{id}", s.peer.Only(s.handleRemoveNode, s.fail))
 		s.route(r, "GET", "/api/v1/cluster/status", s.handleClusterStatus)
-		s.route(r, "POST", "/api/v1/cluster/removed", s.peerOnly(s.handleRemoved))
+		s.route(r, "POST", "/api/v1/cluster/removed", s.peer.Only(s.handleRemoved, s.fail))
 	}
-	s.route(r, "POST", "/internal/v1/shards/{n}/propose", s.peerOnly(s.handleShardPropose))
-	s.route(r, "POST", "/internal/v1/shards/{n}/read", s.peerOnly(s.handleShardRead))
+	internal := peer.NewHandlers(s.peer, eng, peer.Limits{FetchQueues: defaultFetchQueueMax, FetchCount: maxFetchCount,
+		WorkerIDLen: maxWorkerIDLen, HeartbeatJobs: cfg.MaxBatchJobs}, s.fail)
+	s.route(r, "POST", "/internal/v1/shards/{n}/propose", s.peer.Only(internal.Propose, s.fail))
+	s.route(r, "POST", "/internal/v1/shards/{n}/read", s.peer.Only(internal.Read, s.fail))
 	s.route(r, "GET", "/healthz", s.handleHealth)
 	s.route(r, "GET", "/api/v1/metrics", s.handleMetrics)
 	s.route(r, "GET", "/", s.handleUIRedirect)
@@ -244,9 +251,6 @@ func New(cfg Config, eng Engine) *Server {
 		},
 	}
 	go s.sampleLoop()
-	if s.cluster != nil {
-		go s.clusterLoop()
-	}
 	return s
 }
 
@@ -395,6 +399,10 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	ctx.SetBody(body)
 }
 
+// fail writes any error as the error table says (engineError): the peer
+// layer's handlers answer through it.
+func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) { writeError(ctx, engineError(err)) }
+
 func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
 	if (e.status == 429 || e.status == 503) && len(ctx.Response.Header.Peek("Retry-After")) == 0 {
 		ctx.Response.Header.Set("Retry-After", "1") // unless the handler knows better
@@ -410,7 +418,11 @@ func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
 func engineError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
-		return ae // another node's answer (s.read), as its handler gave it
+		return ae
+	}
+	var pe *peer.Error
+	if errors.As(err, &pe) {
+		return relayed(pe.Status, pe.Code, pe.Msg) // another node's answer, as its handler gave it
 	}
 	switch {
 	case errors.Is(err, shard.ErrBusy):
@@ -430,7 +442,7 @@ func (s *Server) propose(shardIdx int, ops ...statemachine.Op) ([]statemachine.R
 }
 
 // proposeCtx is propose under a parent context: the engine when this node
-// hosts the shard, else a node that does (proposeRemote, gateway/remote.go).
+// hosts the shard, else a node that does (proposeRemote, gateway/forward.go).
 func (s *Server) proposeCtx(parent context.Context, shardIdx int, ops ...statemachine.Op) ([]statemachine.Result, *apiError) {
 	if !s.hosted(shardIdx) {
 		return s.proposeRemote(parent, shardIdx, ops)

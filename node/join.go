@@ -15,7 +15,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/peer"
+
 	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
@@ -52,7 +53,7 @@ func joinCluster(ctx context.Context, targets string, body joinRequestBody, secr
 			return joinAnswer{}, err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(gateway.ClusterSecretHeader, secret)
+		req.Header.Set(peer.SecretHeader, secret)
 		resp, err := client.Do(req)
 		if err == nil {
 			out, _ := io.ReadAll(resp.Body)

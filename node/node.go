@@ -1,6 +1,6 @@
-// Package node assembles one Corvo node from a Config: the shard host
-// (dragonboat + Pebble), the mirror (SQLite), the event ring and the HTTP
-// gateway, and runs them: Open, Serve, Shutdown. It also owns what a node
+// Package node assembles one Corvo node from a Config: the peer client
+// (node-to-node), the shard host (dragonboat + Pebble), the mirror
+// (SQLite), the event ring and the HTTP gateway, and runs them: Open, Serve, Shutdown. It also owns what a node
 // keeps about itself in its data dir (corvo.json, the cluster secret) and
 // how a new node joins its cluster (--join, DNS discovery). cmd/corvo maps
 // flags to a Config; tests and `corvo bench --embedded` start nodes
@@ -22,6 +22,7 @@ import (
 	"github.com/corvohq/corvo/gateway"
 	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/mirror"
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -35,6 +36,9 @@ type Node struct {
 	mir  *mirror.Mirror // nil with NoMirror
 	hub  *events.Hub    // nil with NoEvents
 	gw   *gateway.Server
+	peer *peer.Client
+
+	clusterSecret string // loaded by prepareDataDir
 
 	removed     chan struct{} // closed when another member says this node was removed
 	removedOnce sync.Once
@@ -96,6 +100,11 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		SnapshotEntries: cfg.SnapshotEntries,
 		RTTMillisecond:  cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,
 		HoldOutbox: cfg.Test.HoldOutbox}
+	// The peer client first: the shard host's outbox relay reaches shards
+	// placed on other nodes through it; it learns the membership from the
+	// host once that is open (Start).
+	n.peer = peer.New(peer.Config{Secret: n.clusterSecret, RequestTimeout: cfg.Gateway.WithDefaults().RequestTimeout, Logger: log})
+	hcfg.Remote = n.peer.Propose
 	if !cfg.NoMirror {
 		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow}
 		if n.mir, err = mirror.Open(mcfg, m.Shards); err != nil {
@@ -124,6 +133,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("start shards: %w", err)
 	}
 	closers = append(closers, n.host.Close)
+	n.peer.Start(n.host)
+	closers = append(closers, n.peer.Close)
 	if n.mir != nil {
 		// No rebuild may read a shard while it closes.
 		closers = append(closers, n.mir.StopReads)
@@ -144,8 +155,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		gcfg.Mirror = n.mir
 	}
+	gcfg.Peer, gcfg.Cluster = n.peer, n.host
 	n.gw = gateway.New(gcfg, n.host)
-	n.host.SetRemote(n.gw.ProposeElsewhere) // outbox deliveries to shards placed on other nodes
 	return n, nil
 }
 
@@ -157,7 +168,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 
 // prepareDataDir reads corvo.json, or, for a new data dir, founds a
 // cluster or joins one (asking a member to add this node) and writes it;
-// then loads the cluster secret into the gateway's settings.
+// then loads the cluster secret.
 func (n *Node) prepareDataDir(ctx context.Context, hostname string) error {
 	cfg := &n.cfg
 	m, ok, err := loadMeta(cfg.DataDir)
@@ -168,7 +179,7 @@ func (n *Node) prepareDataDir(ctx context.Context, hostname string) error {
 		if err := m.check(cfg); err != nil {
 			return &ConfigError{err}
 		}
-		if cfg.Gateway.ClusterSecret, err = n.secret(m.Joined); err != nil {
+		if n.clusterSecret, err = n.secret(m.Joined); err != nil {
 			return &ConfigError{err}
 		}
 		n.meta = m
@@ -180,7 +191,7 @@ func (n *Node) prepareDataDir(ctx context.Context, hostname string) error {
 			return &ConfigError{err}
 		}
 	}
-	if cfg.Gateway.ClusterSecret, err = n.secret(join != ""); err != nil {
+	if n.clusterSecret, err = n.secret(join != ""); err != nil {
 		return &ConfigError{err}
 	}
 	m = meta{Shards: cfg.Shards, RaftAddr: cfg.RaftAdvertise, NodeID: cfg.NodeName, ReplicaID: 1}
@@ -190,7 +201,7 @@ func (n *Node) prepareDataDir(ctx context.Context, hostname string) error {
 	if join != "" {
 		n.log.Info().Str("join", join).Msg("asking the cluster to add this node")
 		info, err := joinCluster(ctx, join, joinRequestBody{Name: cfg.NodeName, RaftAddress: cfg.RaftAdvertise, HTTPAddress: cfg.HTTPAdvertise},
-			cfg.Gateway.ClusterSecret, n.log)
+			n.clusterSecret, n.log)
 		if err != nil {
 			return err
 		}
@@ -285,7 +296,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutOnce.Do(func() {
 		close(n.shutCh)
 		hoCtx, cancel := context.WithTimeout(ctx, HandOffTimeout)
-		if k := n.gw.HandOff(hoCtx); k > 0 {
+		if k := n.peer.HandOff(hoCtx); k > 0 {
 			n.log.Info().Int("leaderships", k).Msg("handed leaderships to other nodes")
 		}
 		cancel()
@@ -297,6 +308,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if n.mir != nil {
 			n.mir.StopReads() // no rebuild may read a shard while it closes
 		}
+		n.peer.Close()
 		n.host.Close()
 		if n.mir != nil {
 			n.mir.Close()

@@ -11,16 +11,16 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/peer"
 )
 
 // The cluster secret is the credential of node-to-node calls (see
-// gateway/peerauth.go). The founding node generates one at bootstrap;
+// peer/auth.go). The founding node generates one at bootstrap;
 // every node that joins is given the same one (--cluster-secret-file or
 // CORVO_CLUSTER_SECRET) and keeps it in its data dir.
 
 // ClusterSecretHeader carries the cluster secret on node-to-node calls.
-const ClusterSecretHeader = gateway.ClusterSecretHeader
+const ClusterSecretHeader = peer.SecretHeader
 
 // ClusterSecretFile is where a node keeps the cluster secret, mode 0600.
 const ClusterSecretFile = "cluster-secret"
@@ -81,8 +81,8 @@ func LoadClusterSecret(dataDir, file, given string, joining bool, log zerolog.Lo
 }
 
 func checkSecret(s string) error {
-	if len(s) < gateway.MinClusterSecretLen {
-		return fmt.Errorf("the cluster secret must be at least %d characters (e.g. openssl rand -hex 32)", gateway.MinClusterSecretLen)
+	if len(s) < peer.MinSecretLen {
+		return fmt.Errorf("the cluster secret must be at least %d characters (e.g. openssl rand -hex 32)", peer.MinSecretLen)
 	}
 	for _, c := range s {
 		if c <= ' ' || c > '~' {

@@ -102,6 +102,11 @@ type Config struct {
 	// HoldOutbox keeps the relay from delivering (tests use it to crash a
 	// node between an outbox write and its delivery).
 	HoldOutbox bool
+	// Remote proposes to shards this node does not host, through a node
+	// that does (the peer layer's client); the outbox relay delivers
+	// cross-shard effects to them with it. nil: such deliveries wait
+	// (ErrUnavailable) until the shard is hosted here.
+	Remote RemoteProposer
 	// OnApplied, when set, hears every committed Update. It must not
 	// block.
 	OnApplied func(*statemachine.AppliedInfo)
@@ -180,7 +185,6 @@ type Host struct {
 	starting  []atomic.Bool
 	localMu   sync.Mutex
 	local     map[int]localReplica // the replicas file, guarded by localMu
-	remote    atomic.Pointer[RemoteProposer]
 	signals   *signals
 	relayWake []chan struct{}
 	leader    []atomic.Bool // by shard index

@@ -80,12 +80,8 @@ func (h *Host) relayOnce(i int) bool {
 }
 
 // RemoteProposer proposes ops to a shard this node does not host, through
-// a node that does (the gateway provides it; the shard layer knows no
-// HTTP).
+// a node that does (peer.Client.Propose; the shard layer knows no HTTP).
 type RemoteProposer func(ctx context.Context, shard int, ops ...statemachine.Op) ([]statemachine.Result, error)
-
-// SetRemote sets how the outbox relay reaches shards hosted elsewhere.
-func (h *Host) SetRemote(f RemoteProposer) { h.remote.Store(&f) }
 
 // proposeAnywhere proposes to shard i here when this node runs it, else
 // through the remote proposer.
@@ -93,8 +89,8 @@ func (h *Host) proposeAnywhere(ctx context.Context, i int, ops ...statemachine.O
 	if h.rep[i].Load() != 0 {
 		return h.Propose(ctx, i, ops...)
 	}
-	if f := h.remote.Load(); f != nil {
-		return (*f)(ctx, i, ops...)
+	if f := h.cfg.Remote; f != nil {
+		return f(ctx, i, ops...)
 	}
 	return nil, fmt.Errorf("%w: shard %d is not hosted here", ErrUnavailable, i)
 }

@@ -18,10 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corvohq/corvo/peer"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
-
-	"github.com/corvohq/corvo/gateway"
 )
 
 // corvoBin is the binary built once for the end-to-end tests.
@@ -177,7 +176,7 @@ func do(t testing.TB, method, url string, body any) (int, []byte) {
 // doPeer is do with the test clusters' secret: a node-to-node call.
 func doPeer(t testing.TB, method, url string, body any) (int, []byte) {
 	t.Helper()
-	return doWith(t, method, url, body, map[string]string{gateway.ClusterSecretHeader: testClusterSecret})
+	return doWith(t, method, url, body, map[string]string{peer.SecretHeader: testClusterSecret})
 }
 
 func doWith(t testing.TB, method, url string, body any, header map[string]string) (int, []byte) {

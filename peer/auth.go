@@ -1,0 +1,56 @@
+package peer
+
+import (
+	corvo "github.com/corvohq/corvo/sdk/go"
+
+	"crypto/subtle"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Node-to-node endpoints — the internal shard propose/read, cluster join,
+// the "you were removed" notice and node removal — are never reachable
+// without the cluster credential: a secret generated when the cluster is
+// bootstrapped and given to every node that joins (Config.Secret). Every
+// node-to-node call to them carries it in SecretHeader. A user key, when
+// there are some, is not a cluster credential.
+
+// SecretHeader carries the cluster secret on node-to-node calls.
+const SecretHeader = "X-Corvo-Cluster-Secret"
+
+// MinSecretLen is the shortest cluster secret accepted (32 characters:
+// 128 bits or more of a random hex or base64 string).
+const MinSecretLen = 32
+
+// Only wraps a node-to-node handler: it runs only for a caller that
+// presents this node's cluster secret; any other gets the refusal, through
+// fail. A node with no secret configured refuses every such call.
+func (c *Client) Only(h fasthttp.RequestHandler, fail func(*fasthttp.RequestCtx, error)) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		if err := c.check(ctx); err != nil {
+			fail(ctx, err)
+			return
+		}
+		h(ctx)
+	}
+}
+
+func (c *Client) check(ctx *fasthttp.RequestCtx) *Error {
+	got := ctx.Request.Header.Peek(SecretHeader)
+	if len(got) == 0 {
+		return &Error{Status: 401, Code: corvo.CodeClusterSecretRequired,
+			Msg: "this is a node-to-node endpoint: it needs the cluster secret in the " + SecretHeader + " header"}
+	}
+	want := c.cfg.Secret
+	if want == "" || subtle.ConstantTimeCompare(got, []byte(want)) != 1 {
+		return &Error{Status: 403, Code: corvo.CodeClusterSecretInvalid, Msg: "the cluster secret is wrong"}
+	}
+	return nil
+}
+
+// sign adds this node's cluster secret to a node-to-node request.
+func (c *Client) sign(req *fasthttp.Request) {
+	if c.cfg.Secret != "" {
+		req.Header.Set(SecretHeader, c.cfg.Secret)
+	}
+}

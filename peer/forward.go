@@ -1,0 +1,51 @@
+package peer
+
+import (
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Forward sends the request, whole, to the first of targets that takes it
+// before deadline, and copies the answer back. A target that cannot be
+// dialled is skipped; one that was reached is not retried elsewhere (the
+// request may have been applied there).
+func (c *Client) Forward(ctx *fasthttp.RequestCtx, targets []string, deadline time.Time) error {
+	if len(targets) == 0 {
+		return errNoTarget
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	ctx.Request.CopyTo(req)
+	req.Header.Set(HopHeader, "1")
+	req.Header.Del("Connection")
+	// This node applied the browser rules; the receiver sees its own
+	// address as Host and would take the page's Origin for foreign.
+	req.Header.Del("Origin")
+	req.Header.Del("Sec-Fetch-Site")
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	var last error
+	for _, addr := range targets {
+		req.SetHost(addr)
+		req.URI().SetScheme("http")
+		err := c.host(addr).DoDeadline(req, resp, deadline)
+		if err == nil {
+			ctx.SetStatusCode(resp.StatusCode())
+			for k, v := range resp.Header.All() {
+				switch strings.ToLower(string(k)) {
+				case "content-type", "retry-after", "location":
+					ctx.Response.Header.SetBytesKV(k, v)
+				}
+			}
+			ctx.SetBody(resp.Body())
+			return nil
+		}
+		last = err
+		if !DialFailed(err) {
+			return err // reached, then failed: it may have applied the request
+		}
+	}
+	return last
+}
