@@ -7,6 +7,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -44,18 +45,26 @@ type Engine interface {
 	Unpark(shard int, pk *shard.Parked) bool
 }
 
-// Config configures the gateway.
+// Config configures the gateway. New fills unset fields (WithDefaults) and
+// refuses a config that fails Validate.
 type Config struct {
-	MaxPayloadBytes int           // largest job payload (413 above)
-	MaxBatchJobs    int           // most jobs per batch enqueue
-	MaxBodyBytes    int           // largest request body
-	RequestTimeout  time.Duration // how long a write may wait for Raft
-	Logger          zerolog.Logger
-	Mirror          Mirror // search; nil: search answers 503
+	MaxPayloadBytes int // largest job payload (413 above); default MaxPayloadDefault
+	MaxBatchJobs    int // most jobs per batch enqueue, ack or heartbeat; default MaxBatchJobsDefault
+	// MaxBodyBytes is the largest request body (413 above); default
+	// MaxBodyBytesDefault, raised to MaxPayloadBytes+BodyOverheadBytes
+	// when that is larger. It may not be below MaxPayloadBytes.
+	MaxBodyBytes int
+	// RequestTimeout bounds how long a write waits for Raft and a call to
+	// another node waits for its answer; default RequestTimeoutDefault.
+	RequestTimeout time.Duration
+	Logger         zerolog.Logger
+	Mirror         Mirror // search; nil: search answers 503
 	// OnRemoved is called when another member says this node was removed
 	// from the cluster; the server should shut down.
-	OnRemoved       func()
-	Events          Events // the event stream; nil: GET /events answers 503
+	OnRemoved func()
+	Events    Events // the event stream; nil: GET /events answers 503
+	// EventsKeepalive is how often an idle event stream gets a keepalive
+	// comment; default EventsKeepaliveDefault.
 	EventsKeepalive time.Duration
 	// Peer reaches the other nodes (shards hosted elsewhere, the
 	// cross-node halves of fetch, search and events) and holds the
@@ -82,8 +91,16 @@ type Config struct {
 	SearchWait time.Duration
 }
 
-// SearchWaitDefault is Config.SearchWait's default.
-const SearchWaitDefault = 2 * time.Second
+// Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
+// the request limits, EventsKeepaliveDefault with the event stream's).
+const (
+	MaxBodyBytesDefault   = 64 << 20
+	RequestTimeoutDefault = 15 * time.Second
+	SearchWaitDefault     = 2 * time.Second
+	// BodyOverheadBytes is what a request body may hold beyond the largest
+	// payload (the job's other fields) when MaxBodyBytes is defaulted.
+	BodyOverheadBytes = 64 << 10
+)
 
 // Mirror is what the gateway needs from the per-node SQLite view.
 type Mirror interface {
@@ -101,28 +118,43 @@ type Mirror interface {
 
 // WithDefaults fills unset fields.
 func (c Config) WithDefaults() Config {
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = MaxPayloadDefault
-	}
-	if c.MaxBatchJobs == 0 {
-		c.MaxBatchJobs = MaxBatchJobsDefault
-	}
+	setDefault(&c.MaxPayloadBytes, MaxPayloadDefault)
+	setDefault(&c.MaxBatchJobs, MaxBatchJobsDefault)
 	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 64 << 20
-		if min := c.MaxPayloadBytes + 64<<10; c.MaxBodyBytes < min {
-			c.MaxBodyBytes = min
-		}
+		c.MaxBodyBytes = max(MaxBodyBytesDefault, c.MaxPayloadBytes+BodyOverheadBytes)
 	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 15 * time.Second
-	}
-	if c.EventsKeepalive == 0 {
-		c.EventsKeepalive = EventsKeepaliveDefault
-	}
-	if c.SearchWait == 0 {
-		c.SearchWait = SearchWaitDefault
-	}
+	setDefault(&c.RequestTimeout, RequestTimeoutDefault)
+	setDefault(&c.EventsKeepalive, EventsKeepaliveDefault)
+	setDefault(&c.SearchWait, SearchWaitDefault)
 	return c
+}
+
+// setDefault sets *v to d when *v is the zero value.
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// Validate checks a defaulted config and the rules between its fields.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxPayloadBytes < 1:
+		return fmt.Errorf("max payload bytes must be positive, got %d", c.MaxPayloadBytes)
+	case c.MaxBatchJobs < 1:
+		return fmt.Errorf("max batch jobs must be positive, got %d", c.MaxBatchJobs)
+	case c.MaxBodyBytes < c.MaxPayloadBytes:
+		return fmt.Errorf("max body bytes (%d) must be at least max payload bytes (%d)", c.MaxBodyBytes, c.MaxPayloadBytes)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("request timeout must be positive, got %s", c.RequestTimeout)
+	case c.EventsKeepalive <= 0:
+		return fmt.Errorf("events keepalive must be positive, got %s", c.EventsKeepalive)
+	}
+	if err := CheckCORSOrigins(c.CORSOrigins); err != nil {
+		return fmt.Errorf("cors origins: %w", err)
+	}
+	return nil
 }
 
 // Server serves the HTTP API.
@@ -146,9 +178,13 @@ type Server struct {
 	cors        corsPolicy
 }
 
-// New builds a server over an engine.
+// New builds a server over an engine. It panics when cfg.WithDefaults()
+// fails Validate: callers check their config first (node.Open does).
 func New(cfg Config, eng Engine) *Server {
 	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		panic("gateway.New: " + err.Error())
+	}
 	s := &Server{
 		cfg:    cfg,
 		eng:    eng,

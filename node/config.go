@@ -150,6 +150,9 @@ func (c Config) Validate() error {
 	if err := gateway.CheckCORSOrigins(c.Gateway.CORSOrigins); err != nil {
 		return fmt.Errorf("--cors-origin: %w", err)
 	}
+	if err := c.gatewayConfig().WithDefaults().Validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	if _, _, err := net.SplitHostPort(c.Bind); err != nil {
 		return fmt.Errorf("--bind: %w", err)
 	}
@@ -157,6 +160,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--raft-bind: %w", err)
 	}
 	return nil
+}
+
+// gatewayConfig is Gateway with the settings the node owns (the payload
+// limit, the logger); Open adds the mirror, the events and the callbacks.
+func (c Config) gatewayConfig() gateway.Config {
+	g := c.Gateway
+	g.MaxPayloadBytes, g.Logger = c.MaxPayloadBytes, c.Logger
+	return g
 }
 
 // advertise fills the advertised addresses from the bind addresses; in

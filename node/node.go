@@ -140,8 +140,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		closers = append(closers, n.mir.StopReads)
 	}
 
-	gcfg := cfg.Gateway
-	gcfg.MaxPayloadBytes, gcfg.Logger = cfg.MaxPayloadBytes, log
+	gcfg := cfg.gatewayConfig() // checked by Validate
 	gcfg.OnRemoved = func() { n.removedOnce.Do(func() { close(n.removed) }) }
 	if n.hub != nil {
 		if err := n.hub.StartFrom(n.host); err != nil {
