@@ -10,7 +10,7 @@ import (
 // BenchmarkMirrorWrite is the mirror's write path for freshly enqueued
 // jobs (one upsert each), in flushes of 5,000 jobs: ns/op is per job.
 func BenchmarkMirrorWrite(b *testing.B) {
-	m, err := Open(Config{Path: b.TempDir() + "/mirror.db"}, 1)
+	m, err := Open(Config{Path: b.TempDir() + "/mirror.db", Shards: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func TestMirrorBulkRecords(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "mirror.db")
-	m, err := Open(Config{Path: path, Logger: zerolog.Nop()}, 1)
+	m, err := Open(Config{Path: path, Logger: zerolog.Nop(), Shards: 1})
 	require.NoError(t, err)
 	require.NoError(t, m.Start(fakeSource{}))
 	a := &BulkRecord{ID: "bulk_a", Action: "retry", Status: "processing", Total: 10, CreatedAt: 1}
@@ -36,7 +36,7 @@ func TestMirrorBulkRecords(t *testing.T) {
 	require.Equal(t, "bulk_b", list[0].ID)
 	m.Close()
 
-	m2, err := Open(Config{Path: path, Logger: zerolog.Nop()}, 1)
+	m2, err := Open(Config{Path: path, Logger: zerolog.Nop(), Shards: 1})
 	require.NoError(t, err)
 	t.Cleanup(m2.Close)
 	n, err := m2.InterruptBulk(ctx, 9)

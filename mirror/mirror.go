@@ -34,12 +34,49 @@ type Source interface {
 	Hosts(shard int) bool
 }
 
+// Defaults of Config.
+const (
+	QueueSizeDefault   = 8192
+	FlushWindowDefault = 50 * time.Millisecond
+)
+
 // Config configures a Mirror.
 type Config struct {
-	Path        string        // the SQLite file
-	QueueSize   int           // buffered Updates before events are dropped (default 8192)
-	FlushWindow time.Duration // how long changes coalesce before a write (default 50ms)
+	Path   string // the SQLite file
+	Shards int    // the node's shard count
+	// QueueSize is how many Updates are buffered before events are
+	// dropped (the shard is then rebuilt); default QueueSizeDefault.
+	QueueSize int
+	// FlushWindow is how long changes coalesce before a write; default
+	// FlushWindowDefault.
+	FlushWindow time.Duration
 	Logger      zerolog.Logger
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.QueueSize == 0 {
+		c.QueueSize = QueueSizeDefault
+	}
+	if c.FlushWindow == 0 {
+		c.FlushWindow = FlushWindowDefault
+	}
+	return c
+}
+
+// Validate checks a defaulted config.
+func (c Config) Validate() error {
+	switch {
+	case c.Path == "":
+		return errors.New("mirror: path is required")
+	case c.Shards < 1:
+		return fmt.Errorf("mirror: shards must be positive, got %d", c.Shards)
+	case c.QueueSize < 1:
+		return fmt.Errorf("mirror: queue size must be positive, got %d", c.QueueSize)
+	case c.FlushWindow <= 0:
+		return fmt.Errorf("mirror: flush window must be positive, got %s", c.FlushWindow)
+	}
+	return nil
 }
 
 // Mirror is the per-node SQLite view.
@@ -85,16 +122,15 @@ type Mirror struct {
 	progress   chan struct{}
 }
 
-// Open opens (or creates) the mirror for a node with the given shard count.
-// A file that is corrupt or of another schema is replaced (it is rebuilt
+// Open opens (or creates) the mirror for a node of cfg.Shards shards. A
+// file that is corrupt or of another schema is replaced (it is rebuilt
 // from Pebble when the mirror starts).
-func Open(cfg Config, shards int) (*Mirror, error) {
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = 8192
+func Open(cfg Config) (*Mirror, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.FlushWindow <= 0 {
-		cfg.FlushWindow = 50 * time.Millisecond
-	}
+	shards := cfg.Shards
 	m := &Mirror{cfg: cfg, log: cfg.Logger.With().Str("component", "mirror").Logger(), shards: shards,
 		in: make(chan *statemachine.AppliedInfo, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		seen: make([]atomic.Uint64, shards), mirrored: make([]atomic.Uint64, shards), dirty: make([]atomic.Bool, shards),

@@ -30,7 +30,7 @@ func (f fakeSource) Read(_ int, q interface{}) (interface{}, error) {
 
 func openTest(t *testing.T) *Mirror {
 	t.Helper()
-	m, err := Open(Config{Path: filepath.Join(t.TempDir(), "mirror.db"), Logger: zerolog.Nop()}, 1)
+	m, err := Open(Config{Path: filepath.Join(t.TempDir(), "mirror.db"), Logger: zerolog.Nop(), Shards: 1})
 	require.NoError(t, err)
 	require.NoError(t, m.Start(fakeSource{}))
 	t.Cleanup(m.Close)

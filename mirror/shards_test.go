@@ -84,7 +84,7 @@ func shardView(sh, i int, queue string) statemachine.JobView {
 
 func openShards(t *testing.T, path string, src *shardSource) *Mirror {
 	t.Helper()
-	m, err := Open(Config{Path: path, Logger: zerolog.Nop(), FlushWindow: 5 * time.Millisecond}, src.n)
+	m, err := Open(Config{Path: path, Logger: zerolog.Nop(), FlushWindow: 5 * time.Millisecond, Shards: src.n})
 	require.NoError(t, err)
 	require.NoError(t, m.Start(src))
 	t.Cleanup(m.Close)
@@ -322,7 +322,7 @@ func TestMirrorStartsWithoutSomeShards(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "m.db")
 	all := newShardSource(4, 0, 1, 2, 3)
-	m, err := Open(Config{Path: path, Logger: zerolog.Nop(), FlushWindow: 5 * time.Millisecond}, 4)
+	m, err := Open(Config{Path: path, Logger: zerolog.Nop(), FlushWindow: 5 * time.Millisecond, Shards: 4})
 	require.NoError(t, err)
 	require.NoError(t, m.Start(all))
 	for sh := 0; sh < 4; sh++ {

@@ -106,8 +106,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.peer = peer.New(peer.Config{Secret: n.clusterSecret, RequestTimeout: cfg.Gateway.WithDefaults().RequestTimeout, Logger: log})
 	hcfg.Remote = n.peer.Propose
 	if !cfg.NoMirror {
-		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow}
-		if n.mir, err = mirror.Open(mcfg, m.Shards); err != nil {
+		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow}
+		if n.mir, err = mirror.Open(mcfg); err != nil {
 			return nil, fmt.Errorf("open the mirror: %w", err)
 		}
 		closers = append(closers, n.mir.Close)

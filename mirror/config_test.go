@@ -1,0 +1,41 @@
+package mirror
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestConfigDefaultsString pins what a Config with only its required
+// fields becomes: 8,192 buffered updates, a 50 ms flush window.
+func TestConfigDefaultsString(t *testing.T) {
+	t.Parallel()
+	c := Config{Path: "m.db", Shards: 4}.WithDefaults()
+	got := fmt.Sprintf("Path=%s\nShards=%d\nQueueSize=%d\nFlushWindow=%s\n", c.Path, c.Shards, c.QueueSize, c.FlushWindow)
+	require.Equal(t, "Path=m.db\nShards=4\nQueueSize=8192\nFlushWindow=50ms\n", got)
+	require.NoError(t, c.Validate())
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []Config{
+		{Shards: 1},                        // no path
+		{Path: filepath.Join(dir, "a.db")}, // no shards
+		{Path: filepath.Join(dir, "b.db"), Shards: -2},
+		{Path: filepath.Join(dir, "c.db"), Shards: 1, QueueSize: -1},
+		{Path: filepath.Join(dir, "d.db"), Shards: 1, FlushWindow: -time.Millisecond},
+	} {
+		require.Error(t, c.WithDefaults().Validate(), "%+v", c)
+		m, err := Open(c)
+		require.Error(t, err, "%+v", c)
+		require.Nil(t, m)
+	}
+	// Open refused before creating anything.
+	matches, err := filepath.Glob(filepath.Join(dir, "*"))
+	require.NoError(t, err)
+	require.Empty(t, matches)
+}
