@@ -55,7 +55,8 @@ func testApplied(info *statemachine.AppliedInfo) {
 // (each shard's current index), as a node's does when it starts.
 func partialHub(t *testing.T, hosts []bool) *events.Hub {
 	t.Helper()
-	h := events.New(4, testEventsCapacity)
+	h, err := events.New(events.Config{Shards: 4, Capacity: testEventsCapacity})
+	require.NoError(t, err)
 	appliedHooks.mu.Lock()
 	defer appliedHooks.mu.Unlock()
 	opened := make([]uint64, 4)

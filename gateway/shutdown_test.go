@@ -49,7 +49,8 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 // instead of waiting out its context.
 func TestShutdownEndsStalledEventStream(t *testing.T) {
 	t.Parallel()
-	hub := events.New(1, 1000)
+	hub, err := events.New(events.Config{Shards: 1, Capacity: 1000})
+	require.NoError(t, err)
 	hub.Start([]uint64{0})
 	srv := New(Config{Logger: zerolog.Nop(), Events: hub}, busyEngine{})
 	c, err := net.Dial("tcp", serveOnFreePort(t, srv))

@@ -114,7 +114,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		hcfg.JobChanges = true
 	}
 	if !cfg.NoEvents {
-		n.hub = events.New(m.Shards, cfg.Test.EventsCapacity)
+		if n.hub, err = events.New(events.Config{Shards: m.Shards, Capacity: cfg.Test.EventsCapacity}); err != nil {
+			return nil, fmt.Errorf("open the event ring: %w", err)
+		}
 		hcfg.JobEvents = true
 	}
 	hcfg.OnApplied = fanOut(n.mir, n.hub, cfg.Test.OnApplied)

@@ -22,8 +22,33 @@ import (
 	"github.com/corvohq/corvo/statemachine"
 )
 
-// CapacityDefault is how many events the ring keeps.
+// CapacityDefault is how many events the ring keeps by default.
 const CapacityDefault = 65536
+
+// Config configures a Hub.
+type Config struct {
+	Shards   int // the node's shard count
+	Capacity int // how many events the ring keeps; default CapacityDefault
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.Capacity == 0 {
+		c.Capacity = CapacityDefault
+	}
+	return c
+}
+
+// Validate checks a defaulted config.
+func (c Config) Validate() error {
+	switch {
+	case c.Shards < 1:
+		return fmt.Errorf("events: shards must be positive, got %d", c.Shards)
+	case c.Capacity < 1:
+		return fmt.Errorf("events: capacity must be positive, got %d", c.Capacity)
+	}
+	return nil
+}
 
 // Pos is a place in one shard's event history: after the event at
 // (Index, N). N = math.MaxUint32 means after every event of entry Index.
@@ -116,13 +141,15 @@ type Hub struct {
 	notify chan struct{}
 }
 
-// New makes a hub for a node with the given shard count.
-func New(shards, capacity int) *Hub {
-	if capacity <= 0 {
-		capacity = CapacityDefault
+// New makes a hub for a node of cfg.Shards shards.
+func New(cfg Config) (*Hub, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	return &Hub{ring: make([]Event, capacity), floor: make(Cursor, shards), head: make(Cursor, shards), last: make([]uint64, shards),
-		skip: make([]uint64, shards), notify: make(chan struct{})}
+	n := cfg.Shards
+	return &Hub{ring: make([]Event, cfg.Capacity), floor: make(Cursor, n), head: make(Cursor, n), last: make([]uint64, n),
+		skip: make([]uint64, n), notify: make(chan struct{})}, nil
 }
 
 // Shards is the node's shard count.

@@ -1,12 +1,44 @@
 package events
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/statemachine"
 )
+
+// newHub is New for a valid config.
+func newHub(t *testing.T, shards, capacity int) *Hub {
+	t.Helper()
+	h, err := New(Config{Shards: shards, Capacity: capacity})
+	require.NoError(t, err)
+	return h
+}
+
+// TestConfigDefaultsString pins what a Config of 4 shards becomes: the ring
+// keeps 65,536 events, as docs/api.md and docs/architecture.md say.
+func TestConfigDefaultsString(t *testing.T) {
+	t.Parallel()
+	c := Config{Shards: 4}.WithDefaults()
+	require.Equal(t, "Shards=4\nCapacity=65536\n", fmt.Sprintf("Shards=%d\nCapacity=%d\n", c.Shards, c.Capacity))
+	require.NoError(t, c.Validate())
+	h, err := New(Config{Shards: 4})
+	require.NoError(t, err)
+	require.Equal(t, 4, h.Shards())
+	require.Len(t, h.ring, CapacityDefault)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []Config{{}, {Shards: -1}, {Shards: 2, Capacity: -1}} {
+		require.Error(t, c.WithDefaults().Validate(), "%+v", c)
+		_, err := New(c)
+		require.Error(t, err, "%+v", c)
+	}
+	require.NoError(t, Config{Shards: 1, Capacity: 1}.WithDefaults().Validate())
+}
 
 func feed(h *Hub, shard int, index uint64, n int, queue string) {
 	info := &statemachine.AppliedInfo{ShardID: uint64(shard + 1), From: index, Index: index}
@@ -30,7 +62,7 @@ func drain(t *testing.T, s *Sub) []Item {
 
 func TestHubResumeExactlyAndReset(t *testing.T) {
 	t.Parallel()
-	h := New(2, 8)
+	h := newHub(t, 2, 8)
 	h.Start([]uint64{10, 20})
 	live, _ := h.Subscribe(nil, Filter{})
 	feed(h, 0, 11, 2, "a")
@@ -110,7 +142,7 @@ func FuzzDecodeCursor(f *testing.F) {
 // a cursor from before the snapshot gets a reset, one after resumes.
 func TestHubSnapshotResetsOlderCursors(t *testing.T) {
 	t.Parallel()
-	h := New(1, 8)
+	h := newHub(t, 1, 8)
 	h.Start([]uint64{10})
 	feed(h, 0, 11, 1, "a")
 	h.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: 500, Reset: true})
@@ -126,7 +158,7 @@ func TestHubSnapshotResetsOlderCursors(t *testing.T) {
 // cannot replay their events: old cursors and live subscribers reset.
 func TestHubSnapshotGap(t *testing.T) {
 	t.Parallel()
-	h := New(1, 100)
+	h := newHub(t, 1, 100)
 	h.Start([]uint64{10})
 	feed(h, 0, 11, 1, "a")
 	live, _ := h.Subscribe(nil, Filter{})
@@ -153,7 +185,7 @@ func TestHubSnapshotGap(t *testing.T) {
 // their positions, and only their skips reset it.
 func TestHubShardsFilter(t *testing.T) {
 	t.Parallel()
-	h := New(3, 100)
+	h := newHub(t, 3, 100)
 	h.Start([]uint64{10, 0, 30}) // shard 1 is not hosted here: never fed
 	only := Filter{Shards: []bool{true, false, true}}
 	// Shard 1's position is not checked (0 is older than anything).
@@ -193,7 +225,7 @@ func TestHubShardsFilter(t *testing.T) {
 // after them are.
 func TestHubReplayAfterShardReturns(t *testing.T) {
 	t.Parallel()
-	h := New(1, 64)
+	h := newHub(t, 1, 64)
 	h.Start([]uint64{0})
 	for idx := uint64(1); idx <= 5; idx++ {
 		feed(h, 0, idx, 2, "a")
