@@ -6,7 +6,7 @@ BIN       := bin/corvo
 DATA_DIR  ?= ./corvo-data
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all build run test test-short lint fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev
+.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev
 
 all: build ## Build the corvo binary
 
@@ -41,18 +41,19 @@ staticcheck: $(STATICCHECK) ## staticcheck
 	cd sdk/go && $(STATICCHECK) ./...
 	cd deploy && $(STATICCHECK) ./...
 
-lint: vet staticcheck ## go vet + staticcheck + gofmt check
+lint: vet staticcheck tidy-check ## go vet + staticcheck + gofmt check + go mod tidy check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+
+tidy-check: ## Fail when go.mod/go.sum of a module (root, sdk/go, deploy) differ from what go mod tidy writes
+	@for m in . sdk/go deploy; do \
+	  (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod/go.sum are not tidy: run 'go mod tidy' there"; exit 1; }; \
+	done
 
 tools: ## Install what the end-to-end tests drive the server with (curl, jq)
 	@scripts/ensure-tools.sh
 
-fuzz: ## Long fuzz runs of every parser (FUZZTIME=1m each)
-	$(GO) test ./gateway -run '^$$' -fuzz FuzzDecodeEnqueue -fuzztime $${FUZZTIME:-1m}
-	$(GO) test ./gateway -run '^$$' -fuzz FuzzDecodeFetch -fuzztime $${FUZZTIME:-1m}
-	$(GO) test ./statemachine -run '^$$' -fuzz FuzzDecodeEntry -fuzztime $${FUZZTIME:-1m}
-	$(GO) test ./router -run '^$$' -fuzz FuzzParseJobID -fuzztime $${FUZZTIME:-1m}
-	$(GO) test ./gateway/events -run '^$$' -fuzz FuzzDecodeCursor -fuzztime $${FUZZTIME:-1m}
+fuzz: ## Fuzz every Fuzz target of every module, FUZZTIME each (default 1m); scripts/fuzz-all.sh --list shows them
+	GO=$(GO) scripts/fuzz-all.sh
 
 bench: build ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./statemachine ./gateway
