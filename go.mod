@@ -25,6 +25,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1
 	github.com/valyala/fasthttp v1.74.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/term v0.45.0
 )
 

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/internal/leakcheck"
 	"github.com/corvohq/corvo/node"
 )
 
@@ -19,7 +20,7 @@ import (
 // server` opens them, with fast Raft timing.
 func TestMain(m *testing.M) {
 	if os.Getenv("CORVO_GATEWAY_NO_SERVER") != "" {
-		os.Exit(m.Run())
+		os.Exit(checkLeaks(m.Run()))
 	}
 	dir, err := os.MkdirTemp("", "corvo-gateway-test-")
 	if err != nil {
@@ -46,5 +47,19 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	n.Close()
 	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(checkLeaks(code))
+}
+
+// checkLeaks fails a passing run when a goroutine outlives the tests and
+// the shared node (closed first: its shards, mirror and server run
+// goroutines until then).
+func checkLeaks(code int) int {
+	if code != 0 {
+		return code
+	}
+	if err := leakcheck.Find(); err != nil {
+		fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+		return 1
+	}
+	return 0
 }
