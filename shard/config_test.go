@@ -1,0 +1,54 @@
+package shard
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestShardConfigDefaultsString pins what a Config with only its required
+// fields becomes: the numbers ARCHITECTURE.md and the server's flags
+// (--shards, --replicas, --snapshot-entries, --cache-mb, --retention)
+// state. A change here is a change of those, made on purpose.
+func TestShardConfigDefaultsString(t *testing.T) {
+	t.Parallel()
+	c := Config{DataDir: "d", RaftAddress: "x"}.WithDefaults()
+	got := fmt.Sprintf(`Shards=%d
+NodeID=%d
+Replicas=%d
+SnapshotEntries=%d
+RTTMillisecond=%d
+ElectionRTT=%d
+MaxOpsPerEntry=%d
+MaxEntryBytes=%d
+MaxQueuedRequests=%d
+ProposalTimeout=%s
+ProposalDeadline=%s
+TickInterval=%s
+DedupRetention=%s
+CacheBytes=%d
+Retention=%s
+SweepInterval=%s
+`, c.Shards, c.NodeID, c.Replicas, c.SnapshotEntries, c.RTTMillisecond, c.ElectionRTT, c.MaxOpsPerEntry, c.MaxEntryBytes,
+		c.MaxQueuedRequests, c.ProposalTimeout, c.ProposalDeadline, c.TickInterval, c.DedupRetention, c.CacheBytes, c.Retention,
+		c.SweepInterval)
+	require.Equal(t, `Shards=4
+NodeID=1
+Replicas=3
+SnapshotEntries=100000
+RTTMillisecond=50
+ElectionRTT=20
+MaxOpsPerEntry=4096
+MaxEntryBytes=8388608
+MaxQueuedRequests=16384
+ProposalTimeout=3s
+ProposalDeadline=10s
+TickInterval=250ms
+DedupRetention=5m0s
+CacheBytes=268435456
+Retention=168h0m0s
+SweepInterval=1s
+`, got)
+	require.NoError(t, c.Validate())
+}
