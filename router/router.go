@@ -86,7 +86,9 @@ func ParseJobID(id string) (int, error) {
 		}
 		shard = shard*10 + int(c-'0')
 	}
-	if _, err := ulid.ParseStrict(u); err != nil {
+	// ParseStrict also takes lower case; Corvo issues the canonical
+	// (upper-case) form only, and job keys are byte-exact.
+	if parsed, err := ulid.ParseStrict(u); err != nil || parsed.String() != u {
 		return 0, ErrInvalidJobID
 	}
 	return shard, nil
