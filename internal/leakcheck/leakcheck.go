@@ -24,6 +24,11 @@ var Ignored = []goleak.Option{
 	// between passes and exits only after a pass finds no connection left;
 	// fasthttp has no way to stop it sooner.
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+	// One per fasthttp.Client that dialed (the peer client's probe and
+	// one-off calls): it sleeps 10 s between passes and exits only after a
+	// pass finds no host client left; fasthttp has no way to stop it
+	// sooner.
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 	// A fasthttp.Server's idle-worker cleaner: after Shutdown it exits at
 	// its next pass, up to MaxIdleWorkerDuration (10 s) later, longer than
 	// goleak waits.
