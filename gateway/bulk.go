@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -75,7 +74,7 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 	b = append(b, `,"errors":`...)
 	b = appendInt(b, int64(len(failed)))
 	b = append(b, `,"failed":`...)
-	b = appendFailures(b, failed)
+	b = appendFailures(b, failed, maxListedFailures)
 	b = append(b, `,"duration_ms":`...)
 	b = appendInt(b, time.Since(start).Milliseconds())
 	if stale {
@@ -171,40 +170,18 @@ func (s *Server) bulkTargets(req *bulkRequest) ([]string, *apiError) {
 	}
 }
 
-type bulkFailure struct {
-	id  string
-	err *apiError
-}
-
 // maxListedFailures: the first hundred failures say enough.
 const maxListedFailures = 100
 
-func appendFailures(b []byte, failed []bulkFailure) []byte {
-	b = append(b, '[')
-	for i, f := range failed {
-		if i == maxListedFailures {
-			break
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"job_id":`...)
-		b = appendString(b, f.id)
-		b = append(b, `,"code":`...)
-		b = appendString(b, f.err.code)
-		b = append(b, `,"error":`...)
-		b = appendString(b, f.err.msg)
-		b = append(b, '}')
-	}
-	return append(b, ']')
-}
+// bulkEntryOps bounds the ops of one bulk Raft entry.
+const bulkEntryOps = 500
 
 // applyBulk proposes one op per job, 500 per entry, shards in parallel.
 // Cancelling ctx abandons the proposals in flight (their outcome is then
 // unknown and they count as failed).
 // An ID a job had before a move to another shard acts on the job it
 // became (resolveMoved), as for every single-job endpoint.
-func (s *Server) applyBulk(ctx context.Context, ids []string, mk func(id string, sh int) statemachine.Op) (int, []bulkFailure) {
+func (s *Server) applyBulk(ctx context.Context, ids []string, mk func(id string, sh int) statemachine.Op) (int, []jobFailure) {
 	affected, failed := s.applyBulkOnce(ctx, ids, mk)
 	var again []string
 	oldOf := map[string]string{}
@@ -228,56 +205,22 @@ func (s *Server) applyBulk(ctx context.Context, ids []string, mk func(id string,
 	}
 	n, failed2 := s.applyBulkOnce(ctx, again, mk)
 	for _, f := range failed2 {
-		kept = append(kept, bulkFailure{oldOf[f.id], f.err})
+		kept = append(kept, jobFailure{oldOf[f.id], f.err})
 	}
 	return affected + n, kept
 }
 
-func (s *Server) applyBulkOnce(ctx context.Context, ids []string, mk func(id string, sh int) statemachine.Op) (int, []bulkFailure) {
-	perShard := make([][]string, s.eng.Shards())
-	var failed []bulkFailure
-	for _, id := range ids {
+func (s *Server) applyBulkOnce(ctx context.Context, ids []string, mk func(id string, sh int) statemachine.Op) (int, []jobFailure) {
+	p := newShardOps(s.eng.Shards(), len(ids))
+	p.max = bulkEntryOps
+	for i, id := range ids {
 		sh, err := s.rt.ShardForJob(id)
 		if err != nil {
-			failed = append(failed, bulkFailure{id, codeNotFound.err("job not found")})
+			p.reject(i, codeNotFound.err("job not found"))
 			continue
 		}
-		perShard[sh] = append(perShard[sh], id)
+		p.add(sh, i, mk(id, sh))
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	affected := 0
-	for sh, list := range perShard {
-		if len(list) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func(sh int, list []string) {
-			defer wg.Done()
-			for len(list) > 0 {
-				n := min(len(list), 500)
-				chunk := list[:n]
-				list = list[n:]
-				ops := make([]statemachine.Op, len(chunk))
-				for i, id := range chunk {
-					ops[i] = mk(id, sh)
-				}
-				rs, aerr := s.proposeCtx(ctx, sh, ops...)
-				mu.Lock()
-				for i, id := range chunk {
-					switch {
-					case aerr != nil:
-						failed = append(failed, bulkFailure{id, aerr})
-					case resultError(&rs[i]) != nil:
-						failed = append(failed, bulkFailure{id, resultError(&rs[i])})
-					default:
-						affected++
-					}
-				}
-				mu.Unlock()
-			}
-		}(sh, list)
-	}
-	wg.Wait()
-	return affected, failed
+	out := s.proposeAll(ctx, p, nil)
+	return out.applied, jobFailures(nil, &out, func(i int) string { return ids[i] })
 }

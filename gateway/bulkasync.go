@@ -34,7 +34,7 @@ const (
 type bulkRun struct {
 	mu        sync.Mutex
 	rec       mirror.BulkRecord
-	failed    []bulkFailure // the first maxListedFailures
+	failed    []jobFailure  // the first maxListedFailures
 	cancelled bool          // DELETE asked it to stop
 	changed   chan struct{} // closed and replaced after every chunk
 	done      chan struct{} // closed once the final record is saved
@@ -274,7 +274,7 @@ func (s *Server) runBulk(run *bulkRun, ids []string, filter *searchRequest, move
 // snapshotLocked copies the record with its failure list rendered (run.mu held).
 func (r *bulkRun) snapshotLocked() mirror.BulkRecord {
 	rec := r.rec
-	rec.Failed = appendFailures(nil, r.failed)
+	rec.Failed = appendFailures(nil, r.failed, maxListedFailures)
 	return rec
 }
 

@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"slices"
-	"sort"
+	"context"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
@@ -81,12 +79,21 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ids := make([]string, len(req.Jobs))
-	perShard := make([][]statemachine.Op, s.eng.Shards())
-	where := make([][]int, s.eng.Shards())
+	p := newShardOps(s.eng.Shards(), len(req.Jobs)+1)
 	batchID, batchShard, create := s.newBatch(req.Batch, len(req.Jobs))
 	if create != nil && create.Batch.CallbackQueue == "" && req.Batch.CallbackQueue != nil {
 		writeError(ctx, invalid("field \"batch.callback_queue\": %v", router.ValidateQueueName(*req.Batch.CallbackQueue)))
 		return
+	}
+	if create != nil {
+		// The batch record travels first in its shard's entry, and that
+		// entry before the other shards': were the jobs applied without
+		// it, they would report to a batch that does not exist and it
+		// would never call back. If the record fails, nothing else is
+		// proposed (every job is then not applied, and a retry starts
+		// clean). Done-reports that beat the record are kept anyway.
+		p.add(batchShard, -1, create)
+		p.lead = batchShard
 	}
 	for i := range req.Jobs {
 		job, aerr := req.Jobs[i].toJob(s.rt, s.cfg.MaxPayloadBytes, "jobs["+itoa(i)+"]")
@@ -103,51 +110,22 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 			job.BatchID, job.BatchShard = batchID, uint32(batchShard)
 		}
 		ids[i] = job.ID
-		perShard[sh] = append(perShard[sh], &statemachine.EnqueueOp{Job: job})
-		where[sh] = append(where[sh], i)
+		p.add(sh, i, &statemachine.EnqueueOp{Job: job})
 	}
-	if create != nil {
-		// The batch record travels first in its shard's entry; done-reports
-		// that beat it there are kept anyway.
-		perShard[batchShard] = append([]statemachine.Op{create}, perShard[batchShard]...)
-		where[batchShard] = append([]int{-1}, where[batchShard]...)
-	}
-	var errs []*apiError
-	var results [][]statemachine.Result
-	if create != nil {
-		errs, results = s.proposeBatchFirst(perShard, batchShard)
-	} else {
-		errs, results = s.proposeShards(perShard)
-	}
-	existing := false
-	for sh, rs := range results {
-		for k := range rs {
-			if rs[k].Existing && where[sh][k] >= 0 {
-				ids[where[sh][k]] = rs[k].JobID
-				existing = true
+	var existing []bool // which job_ids name a live job that already held the unique key
+	out := s.proposeAll(context.Background(), p, func(item int, op statemachine.Op, r *statemachine.Result) {
+		e, ok := op.(*statemachine.EnqueueOp)
+		switch {
+		case !ok:
+		case r.Existing:
+			if existing == nil {
+				existing = make([]bool, len(ids))
 			}
+			ids[item], existing[item] = r.JobID, true
+		default:
+			s.counters(e.Job.Queue).enqueued.Inc()
 		}
-	}
-	var failed []int
-	var firstErr *apiError
-	for sh, e := range errs {
-		if e != nil {
-			failed = append(failed, where[sh]...)
-			if firstErr == nil {
-				firstErr = e
-			}
-		}
-	}
-	for sh, ops := range perShard {
-		if errs[sh] != nil {
-			continue
-		}
-		for k, op := range ops {
-			if e, ok := op.(*statemachine.EnqueueOp); ok && !results[sh][k].Existing {
-				s.counters(e.Job.Queue).enqueued.Inc()
-			}
-		}
-	}
+	})
 	b := []byte(`{"job_ids":[`)
 	for i, id := range ids {
 		if i > 0 {
@@ -157,18 +135,9 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 	}
 	b = append(b, `],"batch_id":`...)
 	b = appendNullableString(b, batchID)
-	if existing {
-		// Which job_ids name a live job that already held the unique key.
+	if existing != nil {
 		b = append(b, `,"unique_existing":[`...)
-		flags := make([]bool, len(ids))
-		for sh, rs := range results {
-			for k := range rs {
-				if where[sh][k] >= 0 {
-					flags[where[sh][k]] = rs[k].Existing
-				}
-			}
-		}
-		for i, f := range flags {
+		for i, f := range existing {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -176,86 +145,11 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		}
 		b = append(b, ']')
 	}
-	if firstErr != nil {
+	if out.err != nil {
 		// A partial failure names exactly the jobs that were not applied.
-		failed = slices.DeleteFunc(failed, func(i int) bool { return i < 0 })
-		sort.Ints(failed)
-		b = append(b, `,"error":`...)
-		b = appendString(b, firstErr.msg)
-		b = append(b, `,"code":`...)
-		b = appendString(b, firstErr.code)
-		b = append(b, `,"not_applied":[`...)
-		for i, idx := range failed {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendInt(b, int64(idx))
-		}
-		b = append(b, "]}"...)
-		if firstErr.status == 429 || firstErr.status == 503 {
-			ctx.Response.Header.Set("Retry-After", "1")
-		}
-		writeJSON(ctx, firstErr.status, b)
-		return
+		b = appendNotApplied(b, &out)
 	}
-	writeJSON(ctx, 201, append(b, '}'))
-}
-
-// proposeBatchFirst proposes the entry carrying a batch's record before
-// the other shards' jobs: were the jobs applied without it, they would
-// report to a batch that does not exist and it would never call back. If
-// the record's entry fails, nothing else is proposed (every job is then
-// not applied, and the caller's retry starts clean).
-func (s *Server) proposeBatchFirst(perShard [][]statemachine.Op, batchShard int) ([]*apiError, [][]statemachine.Result) {
-	first := make([][]statemachine.Op, len(perShard))
-	first[batchShard] = perShard[batchShard]
-	errs, results := s.proposeShards(first)
-	if e := errs[batchShard]; e != nil && (len(results[batchShard]) == 0 || resultError(&results[batchShard][0]) != nil) {
-		for sh, ops := range perShard {
-			if sh != batchShard && len(ops) > 0 {
-				errs[sh] = e
-			}
-		}
-		return errs, results
-	}
-	rest := slices.Clone(perShard)
-	rest[batchShard] = nil
-	errs2, results2 := s.proposeShards(rest)
-	for sh := range rest {
-		if sh != batchShard {
-			errs[sh], results[sh] = errs2[sh], results2[sh]
-		}
-	}
-	return errs, results
-}
-
-// proposeShards proposes each shard's ops in parallel; errs[shard] is set
-// for shards whose entry failed or had an op rejected.
-func (s *Server) proposeShards(perShard [][]statemachine.Op) ([]*apiError, [][]statemachine.Result) {
-	errs := make([]*apiError, len(perShard))
-	results := make([][]statemachine.Result, len(perShard))
-	var wg sync.WaitGroup
-	for sh, ops := range perShard {
-		if len(ops) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func(sh int, ops []statemachine.Op) {
-			defer wg.Done()
-			rs, err := s.propose(sh, ops...)
-			if err == nil {
-				for i := range rs {
-					if e := resultError(&rs[i]); e != nil {
-						err = e
-						break
-					}
-				}
-			}
-			errs[sh], results[sh] = err, rs
-		}(sh, ops)
-	}
-	wg.Wait()
-	return errs, results
+	writeMulti(ctx, 201, out.err, append(b, '}'))
 }
 
 // GET /api/v1/jobs/{id} — an ID the job had before a move to another
@@ -398,22 +292,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, invalid("field \"acks\" must hold 1–%d acks", s.cfg.MaxBatchJobs))
 		return
 	}
-	perShard := make([][]statemachine.Op, s.eng.Shards())
-	var errs []byte
-	nerr := 0
-	addErr := func(id string, e *apiError) {
-		if nerr > 0 {
-			errs = append(errs, ',')
-		}
-		nerr++
-		errs = append(errs, `{"job_id":`...)
-		errs = appendString(errs, id)
-		errs = append(errs, `,"code":`...)
-		errs = appendString(errs, e.code)
-		errs = append(errs, `,"error":`...)
-		errs = appendString(errs, e.msg)
-		errs = append(errs, '}')
-	}
+	p := newShardOps(s.eng.Shards(), len(req.Acks))
 	for i := range req.Acks {
 		a := &req.Acks[i]
 		if a.JobID == nil {
@@ -430,57 +309,24 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		}
 		sh, err := s.rt.ShardForJob(*a.JobID)
 		if err != nil {
-			addErr(*a.JobID, codeNotFound.err("job not found"))
+			p.reject(i, codeNotFound.err("job not found"))
 			continue
 		}
-		perShard[sh] = append(perShard[sh], &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
+		p.add(sh, i, &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
 	}
-	acked := 0
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var fatal *apiError
-	for sh, ops := range perShard {
-		if len(ops) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func(sh int, ops []statemachine.Op) {
-			defer wg.Done()
-			rs, aerr := s.propose(sh, ops...)
-			mu.Lock()
-			defer mu.Unlock()
-			if aerr != nil {
-				if fatal == nil {
-					fatal = aerr
-				}
-				for _, op := range ops {
-					addErr(op.(*statemachine.AckOp).JobID, aerr)
-				}
-				return
-			}
-			for i := range rs {
-				if e := resultError(&rs[i]); e != nil {
-					addErr(ops[i].(*statemachine.AckOp).JobID, e)
-					continue
-				}
-				acked++
-				s.counters(rs[i].Queue).completed.Inc()
-			}
-		}(sh, ops)
+	out := s.proposeAll(context.Background(), p, func(_ int, _ statemachine.Op, r *statemachine.Result) {
+		s.counters(r.Queue).completed.Inc()
+	})
+	b := append([]byte(`{"acked":`), appendInt(nil, int64(out.applied))...)
+	b = append(b, `,"errors":`...)
+	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
+	// Some acks committed: 200, their errors listed. None could be
+	// committed at all (overload, no leader): that entry error's status.
+	var fail *apiError
+	if out.applied == 0 {
+		fail = out.whole
 	}
-	wg.Wait()
-	b := append([]byte(`{"acked":`), appendInt(nil, int64(acked))...)
-	b = append(b, `,"errors":[`...)
-	b = append(b, errs...)
-	b = append(b, "]}"...)
-	if acked == 0 && fatal != nil {
-		if fatal.status == 429 || fatal.status == 503 {
-			ctx.Response.Header.Set("Retry-After", "1")
-		}
-		writeJSON(ctx, fatal.status, b)
-		return
-	}
-	writeJSON(ctx, 200, b)
+	writeMulti(ctx, 200, fail, append(b, '}'))
 }
 
 // POST /api/v1/fail/{id}
@@ -550,48 +396,36 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	status := make(map[string]string, len(ids))
-	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards())
+	p := newShardOps(s.eng.Shards(), s.eng.Shards())
+	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards()) // the shard's jobs in one op
 	for _, id := range ids {
 		sh, err := s.rt.ShardForJob(id)
 		if err != nil {
 			status[id] = "not_found"
 			continue
 		}
-		if perShard[sh] == nil {
-			perShard[sh] = &statemachine.HeartbeatOp{WorkerID: req.WorkerID}
+		op := perShard[sh]
+		if op == nil {
+			op = &statemachine.HeartbeatOp{WorkerID: req.WorkerID}
+			perShard[sh] = op
+			p.add(sh, -1, op)
 		}
 		hj := req.Jobs[id]
 		var attempt uint32
 		if hj.Attempt != nil {
 			attempt = *hj.Attempt
 		}
-		perShard[sh].Jobs = append(perShard[sh].Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint), Attempt: attempt})
+		op.Jobs = append(op.Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint), Attempt: attempt})
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var fatal *apiError
-	for sh, op := range perShard {
-		if op == nil {
-			continue
+	out := s.proposeAll(context.Background(), p, func(_ int, op statemachine.Op, r *statemachine.Result) {
+		hb := op.(*statemachine.HeartbeatOp)
+		for i, hs := range r.Heartbeats {
+			status[hb.Jobs[i].JobID] = heartbeatName(hs)
 		}
-		wg.Add(1)
-		go func(sh int, op *statemachine.HeartbeatOp) {
-			defer wg.Done()
-			rs, aerr := s.propose(sh, op)
-			mu.Lock()
-			defer mu.Unlock()
-			if aerr != nil {
-				fatal = aerr
-				return
-			}
-			for i, hs := range rs[0].Heartbeats {
-				status[op.Jobs[i].JobID] = heartbeatName(hs)
-			}
-		}(sh, op)
-	}
-	wg.Wait()
-	if fatal != nil {
-		writeError(ctx, fatal)
+	})
+	if out.err != nil {
+		// A heartbeat is answered whole: the worker sends it again.
+		writeError(ctx, out.err)
 		return
 	}
 	held := false
