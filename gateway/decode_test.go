@@ -36,6 +36,6 @@ func TestEnqueueJobOptions(t *testing.T) {
 	def, gv := reflect.ValueOf(statemachine.DefaultJobOptions()), reflect.ValueOf(got)
 	for i := 0; i < gv.NumField(); i++ {
 		require.NotEqual(t, def.Field(i).Interface(), gv.Field(i).Interface(),
-			"JobOptions.%s: no enqueue field sets it (gateway/decode.go)", gv.Type().Field(i).Name)
+			"JobOptions.%s: no enqueue field sets it (gateway/enqueue.go)", gv.Type().Field(i).Name)
 	}
 }

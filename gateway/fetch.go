@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math"
 	"reflect"
 	"sort"
 	"time"
@@ -502,4 +503,45 @@ func (s *Server) writeFetchedFrom(ctx *fasthttp.RequestCtx, jobs []statemachine.
 		b = append(b, raw[i]...)
 	}
 	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+type fetchRequest struct {
+	Queues   []string `json:"queues"`
+	WorkerID string   `json:"worker_id"`
+	Hostname string   `json:"hostname"`
+	Timeout  *float64 `json:"timeout"`
+	Count    *int     `json:"count"`
+}
+
+func (r *fetchRequest) validate() (time.Duration, int, *apiError) {
+	if len(r.Queues) == 0 {
+		return 0, 0, invalid("field \"queues\" must list at least one queue")
+	}
+	if len(r.Queues) > defaultFetchQueueMax {
+		return 0, 0, invalid("at most %d queues per fetch", defaultFetchQueueMax)
+	}
+	for _, q := range r.Queues {
+		if err := router.ValidateQueueName(q); err != nil {
+			return 0, 0, invalid("field \"queues\": %v", err)
+		}
+	}
+	if len(r.WorkerID) > maxWorkerIDLen || len(r.Hostname) > maxWorkerIDLen {
+		return 0, 0, invalid("worker_id and hostname must be at most %d bytes", maxWorkerIDLen)
+	}
+	var timeout time.Duration
+	if r.Timeout != nil {
+		t := *r.Timeout
+		if t < 0 || t > maxFetchTimeout || math.IsNaN(t) {
+			return 0, 0, invalid("field \"timeout\" must be 0–%d seconds", maxFetchTimeout)
+		}
+		timeout = time.Duration(t * float64(time.Second))
+	}
+	count := 1
+	if r.Count != nil {
+		if *r.Count < 1 || *r.Count > maxFetchCount {
+			return 0, 0, invalid("field \"count\" must be 1–%d", maxFetchCount)
+		}
+		count = *r.Count
+	}
+	return timeout, count, nil
 }

@@ -1,9 +1,8 @@
 package gateway
 
 import (
-	"context"
-	"strconv"
 	"strings"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
@@ -12,145 +11,11 @@ import (
 	"github.com/corvohq/corvo/statemachine"
 )
 
-func (s *Server) newJobID(shardIdx int) string { return router.JobID(shardIdx, ulid.Make()) }
+// One job by ID: GET, cancel, retry, delete, move, approve/reject, and how
+// an ID is routed (jobParam) and followed after a move (onJob,
+// resolveMoved).
 
 func stateName(st statemachine.State) string { return st.String() }
-
-// POST /api/v1/enqueue
-func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
-	var req enqueueRequest
-	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	job, aerr := req.toJob(s.rt, s.cfg.MaxPayloadBytes, "")
-	if aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
-	sh := s.rt.ShardForQueue(job.Queue)
-	if s.forwardIfElsewhere(ctx, sh) {
-		return
-	}
-	job.ID = s.newJobID(sh)
-	if job.Chain != nil {
-		job.Chain.ID = job.ID
-	}
-	rs, aerr := s.propose(sh, &statemachine.EnqueueOp{Job: job})
-	if aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
-	if e := resultError(&rs[0]); e != nil {
-		writeError(ctx, e)
-		return
-	}
-	if rs[0].Existing {
-		// A live job holds the unique key: answer it (DECISIONS.md: 200).
-		b := append([]byte(`{"job_id":`), appendString(nil, rs[0].JobID)...)
-		b = append(b, `,"status":`...)
-		b = appendString(b, stateName(rs[0].State))
-		b = append(b, `,"unique_existing":true}`...)
-		writeJSON(ctx, 200, b)
-		return
-	}
-	s.counters(job.Queue).enqueued.Inc()
-	b := append([]byte(`{"job_id":`), appendString(nil, job.ID)...)
-	b = append(b, `,"status":`...)
-	b = appendString(b, stateName(rs[0].State))
-	b = append(b, `,"unique_existing":false}`...)
-	writeJSON(ctx, 201, b)
-}
-
-// POST /api/v1/enqueue/batch — the jobs of each shard travel in one entry,
-// shards in parallel.
-func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
-	var req batchEnqueueRequest
-	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	if len(req.Jobs) == 0 {
-		writeError(ctx, invalid("field \"jobs\" must hold at least one job"))
-		return
-	}
-	if len(req.Jobs) > s.cfg.MaxBatchJobs {
-		writeError(ctx, codeBatchTooLarge.err("at most "+itoa(s.cfg.MaxBatchJobs)+" jobs per batch"))
-		return
-	}
-	ids := make([]string, len(req.Jobs))
-	p := newShardOps(s.eng.Shards(), len(req.Jobs)+1)
-	batchID, batchShard, create := s.newBatch(req.Batch, len(req.Jobs))
-	if create != nil && create.Batch.CallbackQueue == "" && req.Batch.CallbackQueue != nil {
-		writeError(ctx, invalid("field \"batch.callback_queue\": %v", router.ValidateQueueName(*req.Batch.CallbackQueue)))
-		return
-	}
-	if create != nil {
-		// The batch record travels first in its shard's entry, and that
-		// entry before the other shards': were the jobs applied without
-		// it, they would report to a batch that does not exist and it
-		// would never call back. If the record fails, nothing else is
-		// proposed (every job is then not applied, and a retry starts
-		// clean). Done-reports that beat the record are kept anyway.
-		p.add(batchShard, -1, create)
-		p.lead = batchShard
-	}
-	for i := range req.Jobs {
-		job, aerr := req.Jobs[i].toJob(s.rt, s.cfg.MaxPayloadBytes, "jobs["+itoa(i)+"]")
-		if aerr != nil {
-			writeError(ctx, aerr)
-			return
-		}
-		sh := s.rt.ShardForQueue(job.Queue)
-		job.ID = s.newJobID(sh)
-		if job.Chain != nil {
-			job.Chain.ID = job.ID
-		}
-		if create != nil {
-			job.BatchID, job.BatchShard = batchID, uint32(batchShard)
-		}
-		ids[i] = job.ID
-		p.add(sh, i, &statemachine.EnqueueOp{Job: job})
-	}
-	var existing []bool // which job_ids name a live job that already held the unique key
-	out := s.proposeAll(context.Background(), p, func(item int, op statemachine.Op, r *statemachine.Result) {
-		e, ok := op.(*statemachine.EnqueueOp)
-		switch {
-		case !ok:
-		case r.Existing:
-			if existing == nil {
-				existing = make([]bool, len(ids))
-			}
-			ids[item], existing[item] = r.JobID, true
-		default:
-			s.counters(e.Job.Queue).enqueued.Inc()
-		}
-	})
-	b := []byte(`{"job_ids":[`)
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, id)
-	}
-	b = append(b, `],"batch_id":`...)
-	b = appendNullableString(b, batchID)
-	if existing != nil {
-		b = append(b, `,"unique_existing":[`...)
-		for i, f := range existing {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendBool(b, f)
-		}
-		b = append(b, ']')
-	}
-	if out.err != nil {
-		// A partial failure names exactly the jobs that were not applied.
-		b = appendNotApplied(b, &out)
-	}
-	writeMulti(ctx, 201, out.err, append(b, '}'))
-}
 
 // GET /api/v1/jobs/{id} — an ID the job had before a move to another
 // shard answers the job as it is now, with "moved_from".
@@ -255,214 +120,6 @@ func (s *Server) jobParam(ctx *fasthttp.RequestCtx) (string, int, bool) {
 	return id, sh, true
 }
 
-// POST /api/v1/ack/{id}
-func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
-	var req ackRequest
-	if err := decodeBody(ctx.PostBody(), &req, true); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	if err := req.validate(); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
-		writeError(ctx, leaseRequired("an ack"))
-		return
-	}
-	var r *statemachine.Result
-	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
-		r, aerr = s.proposeJob(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()})
-		return aerr
-	}); !ok {
-		return
-	}
-	s.counters(r.Queue).completed.Inc()
-	writeJSON(ctx, 200, []byte(`{"status":"completed"}`))
-}
-
-// POST /api/v1/ack/batch
-func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
-	var req ackBatchRequest
-	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	if len(req.Acks) == 0 || len(req.Acks) > s.cfg.MaxBatchJobs {
-		writeError(ctx, invalid("field \"acks\" must hold 1–%d acks", s.cfg.MaxBatchJobs))
-		return
-	}
-	p := newShardOps(s.eng.Shards(), len(req.Acks))
-	for i := range req.Acks {
-		a := &req.Acks[i]
-		if a.JobID == nil {
-			writeError(ctx, invalid("acks[%d]: field \"job_id\" is required", i))
-			return
-		}
-		if err := a.validate(); err != nil {
-			writeError(ctx, err)
-			return
-		}
-		if s.cfg.StrictLeases && noAttempt(a.Attempt) {
-			writeError(ctx, leaseRequired("acks["+itoa(i)+"]"))
-			return
-		}
-		sh, err := s.rt.ShardForJob(*a.JobID)
-		if err != nil {
-			p.reject(i, codeNotFound.err("job not found"))
-			continue
-		}
-		p.add(sh, i, &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
-	}
-	out := s.proposeAll(context.Background(), p, func(_ int, _ statemachine.Op, r *statemachine.Result) {
-		s.counters(r.Queue).completed.Inc()
-	})
-	b := append([]byte(`{"acked":`), appendInt(nil, int64(out.applied))...)
-	b = append(b, `,"errors":`...)
-	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
-	// Some acks committed: 200, their errors listed. None could be
-	// committed at all (overload, no leader): that entry error's status.
-	var fail *apiError
-	if out.applied == 0 {
-		fail = out.whole
-	}
-	writeMulti(ctx, 200, fail, append(b, '}'))
-}
-
-// POST /api/v1/fail/{id}
-func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
-	var req failRequest
-	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	if err := req.validate(); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
-		writeError(ctx, leaseRequired("a fail"))
-		return
-	}
-	var r *statemachine.Result
-	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
-		r, aerr = s.proposeJob(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint)})
-		return aerr
-	}); !ok {
-		return
-	}
-	c := s.counters(r.Queue)
-	c.failed.Inc()
-	if r.State == statemachine.StateDead {
-		c.dead.Inc()
-	}
-	// The answer is the attempt's outcome: a job with retries left is
-	// "retrying", even when its backoff is none and it is pending again at
-	// once (fetchable now; next_attempt_at is the failure's time).
-	status := stateName(r.State)
-	retry := r.State == statemachine.StateRetrying || r.State == statemachine.StatePending
-	if retry {
-		status = stateName(statemachine.StateRetrying)
-	}
-	b := append([]byte(`{"status":`), appendString(nil, status)...)
-	if retry {
-		b = append(b, `,"next_attempt_at":`...)
-		b = appendTime(b, r.NextAttemptAt)
-	}
-	b = append(b, `,"attempts_remaining":`...)
-	b = appendInt(b, int64(r.AttemptsRemaining))
-	writeJSON(ctx, 200, append(b, '}'))
-}
-
-// POST /api/v1/heartbeat — one request for every job a worker holds; jobs
-// on different shards are proposed in parallel.
-func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
-	var req heartbeatRequest
-	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	if len(req.Jobs) == 0 || len(req.Jobs) > s.cfg.MaxBatchJobs {
-		writeError(ctx, invalid("field \"jobs\" must hold 1–%d jobs", s.cfg.MaxBatchJobs))
-		return
-	}
-	ids := req.sortedIDs()
-	if s.cfg.StrictLeases {
-		for _, id := range ids {
-			if noAttempt(req.Jobs[id].Attempt) {
-				writeError(ctx, leaseRequired("heartbeat job "+id))
-				return
-			}
-		}
-	}
-	status := make(map[string]string, len(ids))
-	p := newShardOps(s.eng.Shards(), s.eng.Shards())
-	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards()) // the shard's jobs in one op
-	for _, id := range ids {
-		sh, err := s.rt.ShardForJob(id)
-		if err != nil {
-			status[id] = "not_found"
-			continue
-		}
-		op := perShard[sh]
-		if op == nil {
-			op = &statemachine.HeartbeatOp{WorkerID: req.WorkerID}
-			perShard[sh] = op
-			p.add(sh, -1, op)
-		}
-		hj := req.Jobs[id]
-		var attempt uint32
-		if hj.Attempt != nil {
-			attempt = *hj.Attempt
-		}
-		op.Jobs = append(op.Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint), Attempt: attempt})
-	}
-	out := s.proposeAll(context.Background(), p, func(_ int, op statemachine.Op, r *statemachine.Result) {
-		hb := op.(*statemachine.HeartbeatOp)
-		for i, hs := range r.Heartbeats {
-			status[hb.Jobs[i].JobID] = heartbeatName(hs)
-		}
-	})
-	if out.err != nil {
-		// A heartbeat is answered whole: the worker sends it again.
-		writeError(ctx, out.err)
-		return
-	}
-	held := false
-	b := []byte(`{"jobs":{`)
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, id)
-		b = append(b, `:{"status":`...)
-		b = appendString(b, status[id])
-		b = append(b, '}')
-		if st := status[id]; st == "ok" || st == "cancel" {
-			held = true
-		}
-	}
-	b = append(b, "}}"...)
-	if !held {
-		// No job in the request is held by this worker any more.
-		writeJSON(ctx, 409, b)
-		return
-	}
-	writeJSON(ctx, 200, b)
-}
-
-func heartbeatName(h statemachine.HeartbeatStatus) string {
-	switch h {
-	case statemachine.HeartbeatOK:
-		return "ok"
-	case statemachine.HeartbeatCancel:
-		return "cancel"
-	case statemachine.HeartbeatLost:
-		return "lost"
-	}
-	return "not_found"
-}
-
 // POST /api/v1/jobs/{id}/cancel
 func (s *Server) handleCancel(ctx *fasthttp.RequestCtx) {
 	var r *statemachine.Result
@@ -479,71 +136,126 @@ func (s *Server) handleCancel(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, 200, []byte(`{"status":"cancelled"}`))
 }
 
-// newBatch prepares a batch for a batch enqueue with a "batch" object: its
-// ID (on the callback queue's shard, so the callback is local) and the op
-// that creates it. No batch object: no batch.
-func (s *Server) newBatch(req *batchRequest, total int) (string, int, *statemachine.BatchCreateOp) {
-	if req == nil {
-		return "", 0, nil
-	}
-	b := statemachine.Batch{Total: uint32(total), CallbackPayload: rawOrNil(req.CallbackPayload)}
-	shard := 0
-	if req.CallbackQueue != nil {
-		if router.ValidateQueueName(*req.CallbackQueue) != nil {
-			return "", 0, &statemachine.BatchCreateOp{} // invalid: the caller answers 400
-		}
-		shard = s.rt.ShardForQueue(*req.CallbackQueue)
-		b.CallbackQueue, b.CallbackShard = *req.CallbackQueue, uint32(shard)
-		b.CallbackJobID = s.newJobID(shard)
-	} else {
-		shard = int(ulid.Make().Time() % uint64(s.eng.Shards()))
-	}
-	b.ID = "batch_" + itoa(shard) + "_" + ulid.Make().String()
-	return b.ID, shard, &statemachine.BatchCreateOp{Batch: b}
+// jobOp proposes one op for the job in {id} (or the job a moved one
+// became, onJob) and answers its error, if any.
+func (s *Server) jobOp(ctx *fasthttp.RequestCtx, mk func(id string) statemachine.Op) (*statemachine.Result, bool) {
+	var r *statemachine.Result
+	_, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, mk(id))
+		return aerr
+	})
+	return r, ok
 }
 
-// GET /api/v1/batches/{id}
-func (s *Server) handleGetBatch(ctx *fasthttp.RequestCtx) {
+// POST /api/v1/jobs/{id}/retry — a completed, dead or cancelled job goes
+// back to pending, attempts reset, error history kept.
+func (s *Server) handleRetry(ctx *fasthttp.RequestCtx) {
+	if _, ok := s.jobOp(ctx, func(id string) statemachine.Op { return &statemachine.RetryJobOp{JobID: id} }); ok {
+		writeJSON(ctx, 200, []byte(`{"status":"pending"}`))
+	}
+}
+
+// DELETE /api/v1/jobs/{id} — the job and everything about it, any state.
+func (s *Server) handleDelete(ctx *fasthttp.RequestCtx) {
+	if _, ok := s.jobOp(ctx, func(id string) statemachine.Op { return &statemachine.DeleteJobOp{JobID: id} }); ok {
+		writeJSON(ctx, 200, []byte(`{"deleted":true}`))
+	}
+}
+
+type moveRequest struct {
+	Queue        *string `json:"queue"`
+	ResetAttempt bool    `json:"reset_attempt"`
+}
+
+// POST /api/v1/jobs/{id}/move {"queue": "target", "reset_attempt": true}
+func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
+	var req moveRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if req.Queue == nil {
+		writeError(ctx, invalid("field \"queue\" is required"))
+		return
+	}
+	if err := router.ValidateQueueName(*req.Queue); err != nil {
+		writeError(ctx, invalid("field \"queue\": %v", err))
+		return
+	}
 	id, _ := ctx.UserValue("id").(string)
-	rest, ok := strings.CutPrefix(id, "batch_")
-	num, _, ok2 := strings.Cut(rest, "_")
-	sh, err := strconv.Atoi(num)
-	if !ok || !ok2 || err != nil || sh < 0 || sh >= s.eng.Shards() {
-		writeError(ctx, codeNotFound.err("batch "+id+" not found"))
+	var newID string
+	r, ok := s.jobOp(ctx, func(id string) statemachine.Op {
+		newID = id // id is the job's current ID (another after an earlier move)
+		sh, _ := s.rt.ShardForJob(id)
+		target := s.rt.ShardForQueue(*req.Queue)
+		if target == sh {
+			return &statemachine.MoveJobOp{JobID: id, Queue: *req.Queue, ResetAttempt: req.ResetAttempt}
+		}
+		// Job IDs carry their shard: on another shard the job gets a new
+		// ID (same ULID), and travels there through the outbox.
+		newID = router.JobID(target, ulid.MustParse(id[strings.LastIndexByte(id, '_')+1:]))
+		return &statemachine.MoveOutOp{JobID: id, NewID: newID, Queue: *req.Queue, Target: target, ResetAttempt: req.ResetAttempt}
+	})
+	if !ok {
 		return
 	}
-	v, rerr := s.read(sh, statemachine.BatchQuery{ID: id})
-	if rerr != nil {
-		writeError(ctx, engineError(rerr))
-		return
+	arrived := true
+	if newID != id {
+		arrived = s.awaitJob(newID, time.Now().Add(s.cfg.RequestTimeout))
 	}
-	bt, _ := v.(*statemachine.Batch)
-	if bt == nil || bt.Total == 0 {
-		writeError(ctx, codeNotFound.err("batch "+id+" not found"))
-		return
+	b := append([]byte(`{"job_id":`), appendString(nil, newID)...)
+	if newID != id {
+		b = append(b, `,"moved_from":`...)
+		b = appendString(b, id)
 	}
-	b := append([]byte(`{"id":`), appendString(nil, bt.ID)...)
-	b = append(b, `,"total":`...)
-	b = appendInt(b, int64(bt.Total))
-	b = append(b, `,"pending":`...)
-	b = appendInt(b, int64(bt.Total)-int64(bt.Succeeded)-int64(bt.Failed))
-	b = append(b, `,"succeeded":`...)
-	b = appendInt(b, int64(bt.Succeeded))
-	b = append(b, `,"failed":`...)
-	b = appendInt(b, int64(bt.Failed))
-	b = append(b, `,"callback_queue":`...)
-	b = appendNullableString(b, bt.CallbackQueue)
-	b = append(b, `,"callback_payload":`...)
-	b = appendRaw(b, bt.CallbackPayload, "null")
-	b = append(b, `,"callback_job_id":`...)
-	if bt.CompletedAt != 0 && bt.CallbackQueue != "" {
-		b = appendString(b, bt.CallbackJobID)
-	} else {
-		b = append(b, "null"...)
+	b = append(b, `,"queue":`...)
+	b = appendString(b, r.Queue)
+	b = append(b, `,"status":`...)
+	b = appendString(b, r.State.String())
+	if !arrived {
+		b = append(b, `,"in_transit":true`...)
 	}
-	b = append(b, `,"created_at":`...)
-	b = appendTime(b, bt.CreatedAt)
-	b = append(b, `,"completed_at":`...)
-	b = appendTime(b, bt.CompletedAt)
 	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// awaitJob waits until job id is readable on its shard, or until deadline
+// (false). A move to another shard commits on the source; the job reaches
+// its new shard through the outbox relay a few milliseconds later, and the
+// move answers only once the new ID can be read. The shard layer has no
+// per-job notification (and the target shard may be on another node), so
+// this reads again with a backoff from 1 to 50 ms.
+func (s *Server) awaitJob(id string, deadline time.Time) bool {
+	sh, err := s.rt.ShardForJob(id)
+	if err != nil {
+		return false
+	}
+	wait := time.Millisecond
+	for {
+		if v, err := s.read(sh, statemachine.GetJobQuery{ID: id}); err == nil {
+			if jv, _ := v.(*statemachine.JobView); jv != nil {
+				return true
+			}
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return false
+		}
+		select {
+		case <-time.After(wait):
+		case <-s.closed:
+			return false
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// POST /api/v1/jobs/{id}/approve and /reject — release a held job to
+// pending, or make it dead ("rejected").
+func (s *Server) handleRelease(approve bool) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		r, ok := s.jobOp(ctx, func(id string) statemachine.Op { return &statemachine.ReleaseOp{JobID: id, Approve: approve} })
+		if !ok {
+			return
+		}
+		writeJSON(ctx, 200, append(append([]byte(`{"status":`), appendString(nil, r.State.String())...), '}'))
+	}
 }

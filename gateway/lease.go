@@ -1,0 +1,312 @@
+package gateway
+
+import (
+	"context"
+	"sort"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// The worker's side of a lease: ack, ack batch, fail and heartbeat, and
+// their request types (the lease a call speaks for: worker_id, attempt;
+// --strict-leases).
+
+// POST /api/v1/ack/{id}
+func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
+	var req ackRequest
+	if err := decodeBody(ctx.PostBody(), &req, true); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
+		writeError(ctx, leaseRequired("an ack"))
+		return
+	}
+	var r *statemachine.Result
+	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()})
+		return aerr
+	}); !ok {
+		return
+	}
+	s.counters(r.Queue).completed.Inc()
+	writeJSON(ctx, 200, []byte(`{"status":"completed"}`))
+}
+
+// POST /api/v1/ack/batch
+func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
+	var req ackBatchRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if len(req.Acks) == 0 || len(req.Acks) > s.cfg.MaxBatchJobs {
+		writeError(ctx, invalid("field \"acks\" must hold 1–%d acks", s.cfg.MaxBatchJobs))
+		return
+	}
+	p := newShardOps(s.eng.Shards(), len(req.Acks))
+	for i := range req.Acks {
+		a := &req.Acks[i]
+		if a.JobID == nil {
+			writeError(ctx, invalid("acks[%d]: field \"job_id\" is required", i))
+			return
+		}
+		if err := a.validate(); err != nil {
+			writeError(ctx, err)
+			return
+		}
+		if s.cfg.StrictLeases && noAttempt(a.Attempt) {
+			writeError(ctx, leaseRequired("acks["+itoa(i)+"]"))
+			return
+		}
+		sh, err := s.rt.ShardForJob(*a.JobID)
+		if err != nil {
+			p.reject(i, codeNotFound.err("job not found"))
+			continue
+		}
+		p.add(sh, i, &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
+	}
+	out := s.proposeAll(context.Background(), p, func(_ int, _ statemachine.Op, r *statemachine.Result) {
+		s.counters(r.Queue).completed.Inc()
+	})
+	b := append([]byte(`{"acked":`), appendInt(nil, int64(out.applied))...)
+	b = append(b, `,"errors":`...)
+	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
+	// Some acks committed: 200, their errors listed. None could be
+	// committed at all (overload, no leader): that entry error's status.
+	var fail *apiError
+	if out.applied == 0 {
+		fail = out.whole
+	}
+	writeMulti(ctx, 200, fail, append(b, '}'))
+}
+
+// POST /api/v1/fail/{id}
+func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
+	var req failRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
+		writeError(ctx, leaseRequired("a fail"))
+		return
+	}
+	var r *statemachine.Result
+	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint)})
+		return aerr
+	}); !ok {
+		return
+	}
+	c := s.counters(r.Queue)
+	c.failed.Inc()
+	if r.State == statemachine.StateDead {
+		c.dead.Inc()
+	}
+	// The answer is the attempt's outcome: a job with retries left is
+	// "retrying", even when its backoff is none and it is pending again at
+	// once (fetchable now; next_attempt_at is the failure's time).
+	status := stateName(r.State)
+	retry := r.State == statemachine.StateRetrying || r.State == statemachine.StatePending
+	if retry {
+		status = stateName(statemachine.StateRetrying)
+	}
+	b := append([]byte(`{"status":`), appendString(nil, status)...)
+	if retry {
+		b = append(b, `,"next_attempt_at":`...)
+		b = appendTime(b, r.NextAttemptAt)
+	}
+	b = append(b, `,"attempts_remaining":`...)
+	b = appendInt(b, int64(r.AttemptsRemaining))
+	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// POST /api/v1/heartbeat — one request for every job a worker holds; jobs
+// on different shards are proposed in parallel.
+func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
+	var req heartbeatRequest
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if len(req.Jobs) == 0 || len(req.Jobs) > s.cfg.MaxBatchJobs {
+		writeError(ctx, invalid("field \"jobs\" must hold 1–%d jobs", s.cfg.MaxBatchJobs))
+		return
+	}
+	ids := req.sortedIDs()
+	if s.cfg.StrictLeases {
+		for _, id := range ids {
+			if noAttempt(req.Jobs[id].Attempt) {
+				writeError(ctx, leaseRequired("heartbeat job "+id))
+				return
+			}
+		}
+	}
+	status := make(map[string]string, len(ids))
+	p := newShardOps(s.eng.Shards(), s.eng.Shards())
+	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards()) // the shard's jobs in one op
+	for _, id := range ids {
+		sh, err := s.rt.ShardForJob(id)
+		if err != nil {
+			status[id] = "not_found"
+			continue
+		}
+		op := perShard[sh]
+		if op == nil {
+			op = &statemachine.HeartbeatOp{WorkerID: req.WorkerID}
+			perShard[sh] = op
+			p.add(sh, -1, op)
+		}
+		hj := req.Jobs[id]
+		var attempt uint32
+		if hj.Attempt != nil {
+			attempt = *hj.Attempt
+		}
+		op.Jobs = append(op.Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint), Attempt: attempt})
+	}
+	out := s.proposeAll(context.Background(), p, func(_ int, op statemachine.Op, r *statemachine.Result) {
+		hb := op.(*statemachine.HeartbeatOp)
+		for i, hs := range r.Heartbeats {
+			status[hb.Jobs[i].JobID] = heartbeatName(hs)
+		}
+	})
+	if out.err != nil {
+		// A heartbeat is answered whole: the worker sends it again.
+		writeError(ctx, out.err)
+		return
+	}
+	held := false
+	b := []byte(`{"jobs":{`)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, id)
+		b = append(b, `:{"status":`...)
+		b = appendString(b, status[id])
+		b = append(b, '}')
+		if st := status[id]; st == "ok" || st == "cancel" {
+			held = true
+		}
+	}
+	b = append(b, "}}"...)
+	if !held {
+		// No job in the request is held by this worker any more.
+		writeJSON(ctx, 409, b)
+		return
+	}
+	writeJSON(ctx, 200, b)
+}
+
+func heartbeatName(h statemachine.HeartbeatStatus) string {
+	switch h {
+	case statemachine.HeartbeatOK:
+		return "ok"
+	case statemachine.HeartbeatCancel:
+		return "cancel"
+	case statemachine.HeartbeatLost:
+		return "lost"
+	}
+	return "not_found"
+}
+
+type holderFields struct {
+	WorkerID string  `json:"worker_id"`
+	Attempt  *uint32 `json:"attempt"`
+}
+
+// leaseRequired is the error for a request without the lease's attempt
+// under Config.StrictLeases.
+func leaseRequired(what string) *apiError {
+	return codeLeaseRequired.errf("%s must name the lease's \"attempt\" (the server runs with --strict-leases)", what)
+}
+
+// noAttempt reports whether a request names no lease: attempts start at
+// 1, and the state machine does not check a 0.
+func noAttempt(a *uint32) bool { return a == nil || *a == 0 }
+
+func (h holderFields) holder() statemachine.Holder {
+	out := statemachine.Holder{WorkerID: h.WorkerID}
+	if h.Attempt != nil {
+		out.Attempt = *h.Attempt
+	}
+	return out
+}
+
+type ackRequest struct {
+	Result     jsontext.Value `json:"result"`
+	StepStatus *string        `json:"step_status"`
+	holderFields
+}
+
+func (r *ackRequest) stepStatus() string {
+	if r.StepStatus == nil {
+		return ""
+	}
+	return *r.StepStatus
+}
+
+func (r *ackRequest) validate() *apiError {
+	if r.StepStatus != nil && *r.StepStatus != "continue" && *r.StepStatus != "exit" {
+		return invalid("field \"step_status\": unknown value %q (use continue or exit)", *r.StepStatus)
+	}
+	return nil
+}
+
+type ackBatchItem struct {
+	JobID *string `json:"job_id"`
+	ackRequest
+}
+
+type ackBatchRequest struct {
+	Acks []ackBatchItem `json:"acks"`
+}
+
+type failRequest struct {
+	Error      *string        `json:"error"`
+	Backtrace  string         `json:"backtrace"`
+	Checkpoint jsontext.Value `json:"checkpoint"`
+	holderFields
+}
+
+func (r *failRequest) validate() *apiError {
+	if r.Error == nil {
+		return invalid("field \"error\" is required")
+	}
+	if len(*r.Error) > maxErrorText || len(r.Backtrace) > maxErrorText {
+		return invalid("error and backtrace must be at most %d bytes each", maxErrorText)
+	}
+	return nil
+}
+
+type heartbeatJob struct {
+	Progress   jsontext.Value `json:"progress"`
+	Checkpoint jsontext.Value `json:"checkpoint"`
+	Attempt    *uint32        `json:"attempt"` // the lease's; a wrong one: lost
+}
+
+type heartbeatRequest struct {
+	WorkerID string                  `json:"worker_id"`
+	Jobs     map[string]heartbeatJob `json:"jobs"`
+}
+
+func (r *heartbeatRequest) sortedIDs() []string {
+	ids := make([]string, 0, len(r.Jobs))
+	for id := range r.Jobs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
