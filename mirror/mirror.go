@@ -151,6 +151,7 @@ func Open(cfg Config) (*Mirror, error) {
 			_ = os.Remove(cfg.Path + suffix)
 		}
 		if err := m.openDB(); err != nil {
+			m.closeDB() // what the second attempt opened before it failed
 			return nil, err
 		}
 	}
@@ -211,9 +212,11 @@ func (m *Mirror) closeDB() {
 	}
 	if m.db != nil {
 		_ = m.db.Close()
+		m.db = nil
 	}
 	if m.rdb != nil {
 		_ = m.rdb.Close()
+		m.rdb = nil
 	}
 }
 
