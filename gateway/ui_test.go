@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"regexp"
@@ -18,6 +20,7 @@ func TestUI(t *testing.T) {
 		Transport:     &http.Transport{DisableCompression: true},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+	t.Cleanup(client.CloseIdleConnections)
 	get := func(t *testing.T, path string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
 		req, err := http.NewRequest("GET", baseURL+path, nil)
@@ -48,6 +51,29 @@ func TestUI(t *testing.T) {
 	require.Contains(t, string(index), `<div id="app">`)
 	etag := res.Header.Get("ETag")
 	require.NotEmpty(t, etag)
+
+	t.Run("every UI response carries the security headers", func(t *testing.T) {
+		// The policy allows index.html's inline theme script by its hash,
+		// and no other inline script.
+		m := regexp.MustCompile(`(?s)<script>(.*?)</script>`).FindSubmatch(index)
+		require.NotNil(t, m, "index.html has its inline theme script")
+		sum := sha256.Sum256(m[1])
+		hash := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+		asset := regexp.MustCompile(`/ui/assets/[^"]+\.js`).Find(index)
+		require.NotNil(t, asset)
+		for _, p := range []string{"/", "/ui", "/ui/", "/ui/queues/emails.send", string(asset), "/ui/assets/nope.js"} {
+			res, _ := get(t, p)
+			csp := res.Header.Get("Content-Security-Policy")
+			require.Contains(t, csp, "default-src 'self'", p)
+			require.Contains(t, csp, "script-src 'self' "+hash+";", p)
+			require.NotContains(t, strings.Split(strings.Split(csp, "script-src")[1], ";")[0], "unsafe", p)
+			require.Contains(t, csp, "frame-ancestors 'none'", p)
+			require.Contains(t, csp, "object-src 'none'", p)
+			require.Equal(t, "nosniff", res.Header.Get("X-Content-Type-Options"), p)
+			require.Equal(t, "DENY", res.Header.Get("X-Frame-Options"), p)
+			require.Equal(t, "same-origin", res.Header.Get("Referrer-Policy"), p)
+		}
+	})
 
 	t.Run("client-side routes get index.html", func(t *testing.T) {
 		for _, p := range []string{"/ui/queues/emails.send", "/ui/jobs/job_2_01JD5Q8Y6Z3M4N5P6Q7R8S9T0V", "/ui/dead", "/ui/jobs"} {
