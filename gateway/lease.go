@@ -21,12 +21,8 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	if err := req.validate(); err != nil {
+	if err := req.validate(s.cfg.StrictLeases, "an ack"); err != nil {
 		writeError(ctx, err)
-		return
-	}
-	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
-		writeError(ctx, leaseRequired("an ack"))
 		return
 	}
 	var r *statemachine.Result
@@ -58,12 +54,8 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, invalid("acks[%d]: field \"job_id\" is required", i))
 			return
 		}
-		if err := a.validate(); err != nil {
+		if err := a.validate(s.cfg.StrictLeases, "acks["+itoa(i)+"]"); err != nil {
 			writeError(ctx, err)
-			return
-		}
-		if s.cfg.StrictLeases && noAttempt(a.Attempt) {
-			writeError(ctx, leaseRequired("acks["+itoa(i)+"]"))
 			return
 		}
 		sh, err := s.rt.ShardForJob(*a.JobID)
@@ -95,12 +87,8 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	if err := req.validate(); err != nil {
+	if err := req.validate(s.cfg.StrictLeases, "a fail"); err != nil {
 		writeError(ctx, err)
-		return
-	}
-	if s.cfg.StrictLeases && noAttempt(req.Attempt) {
-		writeError(ctx, leaseRequired("a fail"))
 		return
 	}
 	var r *statemachine.Result
@@ -237,6 +225,14 @@ func leaseRequired(what string) *apiError {
 // 1, and the state machine does not check a 0.
 func noAttempt(a *uint32) bool { return a == nil || *a == 0 }
 
+// checkLease refuses, under --strict-leases, a call that names no lease.
+func (h holderFields) checkLease(strict bool, what string) *apiError {
+	if strict && noAttempt(h.Attempt) {
+		return leaseRequired(what)
+	}
+	return nil
+}
+
 func (h holderFields) holder() statemachine.Holder {
 	out := statemachine.Holder{WorkerID: h.WorkerID}
 	if h.Attempt != nil {
@@ -258,11 +254,13 @@ func (r *ackRequest) stepStatus() string {
 	return *r.StepStatus
 }
 
-func (r *ackRequest) validate() *apiError {
+// validate checks the ack; strict (--strict-leases) requires the lease's
+// attempt, what names the call in the error.
+func (r *ackRequest) validate(strict bool, what string) *apiError {
 	if r.StepStatus != nil && *r.StepStatus != "continue" && *r.StepStatus != "exit" {
 		return invalid("field \"step_status\": unknown value %q (use continue or exit)", *r.StepStatus)
 	}
-	return nil
+	return r.checkLease(strict, what)
 }
 
 type ackBatchItem struct {
@@ -281,14 +279,15 @@ type failRequest struct {
 	holderFields
 }
 
-func (r *failRequest) validate() *apiError {
+// validate checks the failure, and its lease as ackRequest.validate does.
+func (r *failRequest) validate(strict bool, what string) *apiError {
 	if r.Error == nil {
 		return invalid("field \"error\" is required")
 	}
 	if len(*r.Error) > maxErrorText || len(r.Backtrace) > maxErrorText {
 		return invalid("error and backtrace must be at most %d bytes each", maxErrorText)
 	}
-	return nil
+	return r.checkLease(strict, what)
 }
 
 type heartbeatJob struct {

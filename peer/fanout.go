@@ -35,14 +35,8 @@ import (
 // that was reached and failed is not retried elsewhere (it may have
 // claimed jobs).
 func (c *Client) Fetch(addrs []string, body []byte, deadline time.Time) ([][]byte, *Error) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set(HopHeader, "1")
-	req.SetBodyRaw(body)
+	req, resp, release := c.hopPost("application/json", body, false)
+	defer release()
 	last := errNoTarget
 	for _, addr := range addrs {
 		req.SetRequestURI("http://" + addr + "/api/v1/fetch")
@@ -99,20 +93,14 @@ type SearchKey struct {
 // 429, a malformed answer) is a 503; a 4xx is the node's answer to the
 // request itself.
 func (c *Client) Search(addr string, shards []int, body []byte, deadline time.Time) (*SearchAnswer, *Error) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
+	req, resp, release := c.hopPost("application/json", body, false)
+	defer release()
 	uri := make([]byte, 0, 64)
 	uri = append(uri, "http://"...)
 	uri = append(uri, addr...)
 	uri = append(uri, "/api/v1/jobs/search?shards="...)
 	uri = append(uri, shardList(shards)...)
 	req.SetRequestURIBytes(uri)
-	req.Header.SetMethod("POST")
-	req.Header.SetContentType("application/json")
-	req.Header.Set(HopHeader, "1")
-	req.SetBody(body)
 	if err := c.host(addr).DoDeadline(req, resp, deadline); err != nil {
 		return nil, unavailable(err.Error())
 	}

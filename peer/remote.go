@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -94,15 +92,8 @@ func (c *Client) Read(sh int, q any) (any, error) {
 // applied there.
 func (c *Client) callShard(sh int, what string, body []byte, deadline time.Time, idempotent bool) ([]byte, *Error) {
 	targets := c.Targets(sh)
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/octet-stream")
-	req.Header.Set(HopHeader, "1")
-	c.sign(req)
-	req.SetBodyRaw(body)
+	req, resp, release := c.hopPost("application/octet-stream", body, true)
+	defer release()
 	path := ShardPath(sh, what)
 	last := errNoTarget
 	for _, addr := range targets {

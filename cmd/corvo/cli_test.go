@@ -19,6 +19,13 @@ func runCLI(t *testing.T, url string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(corvoBin, args...)
 	cmd.Env = append(cmd.Environ(), "CORVO_URL="+url)
+	return runCmd(t, cmd)
+}
+
+// runCmd runs cmd to its end and returns its combined output and exit
+// code (a failure to run it at all fails the test).
+func runCmd(t *testing.T, cmd *exec.Cmd) (string, int) {
+	t.Helper()
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

@@ -80,14 +80,7 @@ func TestE2EJoinNeedsTheClusterSecret(t *testing.T) {
 	run := func(env ...string) (string, int) {
 		cmd := exec.Command(corvoBin, "server", "--bind", freeAddr(t), "--raft-bind", freeAddr(t), "--data-dir", t.TempDir(), "--join", founder.http)
 		cmd.Env = append(os.Environ(), env...)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return string(out), code
+		return runCmd(t, cmd)
 	}
 	out, code := run("CORVO_CLUSTER_SECRET=")
 	require.Equal(t, exitUsage, code, out)
