@@ -93,6 +93,9 @@ type TestConfig struct {
 	EventsCapacity int
 	// OnApplied, when set, also hears every committed Update.
 	OnApplied func(*statemachine.AppliedInfo)
+	// ApplyDelay, when set, holds every replica of this node this long
+	// after each applied Update: a follower that trails its leader.
+	ApplyDelay time.Duration
 }
 
 // WithDefaults fills unset fields.

@@ -120,6 +120,15 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		hcfg.JobEvents = true
 	}
 	hcfg.OnApplied = fanOut(n.mir, n.hub, cfg.Test.OnApplied)
+	if d := cfg.Test.ApplyDelay; d > 0 {
+		inner := hcfg.OnApplied
+		hcfg.OnApplied = func(info *statemachine.AppliedInfo) {
+			if inner != nil {
+				inner(info)
+			}
+			time.Sleep(d)
+		}
+	}
 	hcfg.OnShardRemoved = func(i int) {
 		// The replica moved to other nodes: so do its search rows.
 		if n.mir != nil {

@@ -400,6 +400,10 @@ func (h *Host) Applied(info *statemachine.AppliedInfo) {
 // (they had fallen behind the leader's compacted log).
 var snapshotsRecovered = metrics.NewCounter("corvo_snapshots_recovered_total")
 
+// missesConfirmed counts reads whose "not found" this node's replica gave
+// and a linearizable read then answered (found or confirmed missing).
+var missesConfirmed = metrics.NewCounter("corvo_read_misses_confirmed_total")
+
 // reseed re-reads shard i's queue counts and heads into the signals.
 func (h *Host) reseed(i int) {
 	v, err := h.nh.StaleRead(ShardID(i), statemachine.ListQueuesQuery{})
@@ -467,7 +471,12 @@ func (h *Host) Propose(ctx context.Context, i int, ops ...statemachine.Op) ([]st
 }
 
 // Read answers a statemachine query from this node's replica of shard i.
-// After a Propose on this node returns, Read sees its effects.
+// After a Propose on this node returns, Read sees its effects. An answer
+// that says a job or batch does not exist (statemachine.Missing) is
+// confirmed with a linearizable read, so a job acknowledged through any
+// node is found through every node: a follower may not have applied the
+// entry yet. When the shard has no leader to confirm with (a partition),
+// the local answer stands.
 func (h *Host) Read(i int, query interface{}) (interface{}, error) {
 	if i < 0 || i >= h.cfg.Shards {
 		return nil, fmt.Errorf("no shard %d", i)
@@ -477,8 +486,20 @@ func (h *Host) Read(i int, query interface{}) (interface{}, error) {
 		// Removed from the cluster: another node must answer.
 		return nil, fmt.Errorf("%w: this node no longer hosts shard %d", ErrUnavailable, ShardID(i))
 	}
+	if err == nil && statemachine.Missing(v) {
+		ctx, cancel := context.WithTimeout(context.Background(), MissConfirmTimeout)
+		sv, serr := h.nh.SyncRead(ctx, ShardID(i), query)
+		cancel()
+		if serr == nil {
+			missesConfirmed.Inc()
+			return sv, nil
+		}
+	}
 	return v, err
 }
+
+// MissConfirmTimeout bounds the linearizable read that confirms a miss.
+const MissConfirmTimeout = 2 * time.Second
 
 // Fetchable reports whether queue has pending jobs and is not paused, as
 // far as this node's replica knows.

@@ -270,6 +270,20 @@ type ScanPage struct {
 	Next  string // "" when done
 }
 
+// Missing reports whether a query's answer says the job or batch it asked
+// for does not exist on this replica. A follower may trail its leader by a
+// heartbeat, so the shard layer confirms such an answer with a
+// linearizable read before anyone acts on it.
+func Missing(v any) bool {
+	switch x := v.(type) {
+	case *JobView:
+		return x == nil
+	case *Batch:
+		return x == nil
+	}
+	return false
+}
+
 // AppliedQuery reads the last applied index; the answer is uint64.
 type AppliedQuery struct{}
 

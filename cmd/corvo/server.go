@@ -61,6 +61,8 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 		`ack, fail and heartbeat must name the lease's "attempt" (400 lease_required otherwise), so only the holder can complete a job or extend its lease (default $CORVO_STRICT_LEASES)`)
 	fl.BoolVar(&c.Test.HoldOutbox, "test-hold-outbox", false, "tests only: never deliver outbox records")
 	_ = fl.MarkHidden("test-hold-outbox")
+	fl.DurationVar(&c.Test.ApplyDelay, "test-apply-delay", 0, "tests only: hold this node's replicas after each applied entry batch")
+	_ = fl.MarkHidden("test-apply-delay")
 }
 
 // config completes the node.Config from the parsed flags and the
