@@ -1,0 +1,138 @@
+// Package auth is who may do what: API keys (their format, hashing and
+// records), the permissions a route can need, the built-in roles, and the
+// replicated key table (State) that the meta group applies. It is pure: no
+// I/O, no clock, no randomness except in NewKey (the gateway makes a key,
+// then proposes only its hash).
+//
+// The gateway maps every route to one Permission (its permission table)
+// and asks the caller's Principal whether it holds it.
+package auth
+
+import (
+	"path"
+	"slices"
+	"strings"
+)
+
+// Permission is one thing a route needs.
+type Permission string
+
+// The permissions. Each route of the API needs exactly one (the gateway's
+// permission table); PermNone routes are open to anyone (health, the UI's
+// static files).
+const (
+	PermNone Permission = ""
+
+	PermJobsEnqueue Permission = "jobs:enqueue" // enqueue, batch enqueue
+	PermJobsWork    Permission = "jobs:work"    // fetch, ack, fail, heartbeat
+	PermJobsRead    Permission = "jobs:read"    // a job, a batch, search, dead letters, events, workers
+	PermJobsManage  Permission = "jobs:manage"  // cancel, retry, move, delete, approve, bulk
+
+	PermQueuesRead   Permission = "queues:read"   // list queues
+	PermQueuesManage Permission = "queues:manage" // pause, resume, concurrency, throttle, clear, drain, delete
+
+	PermSchedulesRead   Permission = "schedules:read"
+	PermSchedulesManage Permission = "schedules:manage"
+
+	PermClusterRead   Permission = "cluster:read"   // cluster status
+	PermClusterManage Permission = "cluster:manage" // rebuild the mirror, remove a node
+
+	PermMetricsRead Permission = "metrics:read"
+
+	PermKeysManage Permission = "keys:manage" // API keys (create, list, change, revoke)
+)
+
+// Permissions lists every permission, in a stable order.
+var Permissions = []Permission{
+	PermJobsEnqueue, PermJobsWork, PermJobsRead, PermJobsManage,
+	PermQueuesRead, PermQueuesManage,
+	PermSchedulesRead, PermSchedulesManage,
+	PermClusterRead, PermClusterManage,
+	PermMetricsRead, PermKeysManage,
+}
+
+// Built-in roles.
+const (
+	RoleAdmin    = "admin"
+	RoleOperator = "operator"
+	RoleProducer = "producer"
+	RoleWorker   = "worker"
+	RoleReadonly = "readonly"
+)
+
+// readPerms is every permission that only reads.
+var readPerms = []Permission{PermJobsRead, PermQueuesRead, PermSchedulesRead, PermClusterRead, PermMetricsRead}
+
+// Roles holds the built-in roles' permissions.
+var Roles = map[string][]Permission{
+	RoleAdmin: Permissions,
+	RoleOperator: append(slices.Clone(readPerms),
+		PermJobsEnqueue, PermJobsManage, PermQueuesManage, PermSchedulesManage),
+	RoleProducer: {PermJobsEnqueue, PermJobsRead},
+	RoleWorker:   {PermJobsWork, PermJobsRead},
+	RoleReadonly: readPerms,
+}
+
+// RoleNames lists the built-in roles, most powerful first.
+var RoleNames = []string{RoleAdmin, RoleOperator, RoleProducer, RoleWorker, RoleReadonly}
+
+// ValidRole reports whether role is a built-in role.
+func ValidRole(role string) bool { _, ok := Roles[role]; return ok }
+
+// Principal is who a request acts as.
+type Principal struct {
+	KeyID     string // "" for an open server's anonymous caller
+	Name      string
+	Namespace string
+	Role      string
+	// Queues, when not empty, limits the key to queues matching one of
+	// these globs (path.Match syntax).
+	Queues []string
+}
+
+// Anonymous is the caller of a server that runs open (loopback, or
+// --auth=off): an admin of the default namespace.
+var Anonymous = Principal{Name: "anonymous", Namespace: DefaultNamespace, Role: RoleAdmin}
+
+// DefaultNamespace is the namespace of everything not placed in another.
+const DefaultNamespace = "default"
+
+// Can reports whether p's role grants perm.
+func (p *Principal) Can(perm Permission) bool {
+	if perm == PermNone {
+		return true
+	}
+	return slices.Contains(Roles[p.Role], perm)
+}
+
+// Admin reports whether p is an admin (who may cross namespaces).
+func (p *Principal) Admin() bool { return p.Role == RoleAdmin }
+
+// AllowsQueue reports whether p's queue scope admits queue.
+func (p *Principal) AllowsQueue(queue string) bool {
+	if len(p.Queues) == 0 {
+		return true
+	}
+	for _, g := range p.Queues {
+		if ok, _ := path.Match(g, queue); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckQueueGlob says what is wrong with a queue-scope glob, or "".
+func CheckQueueGlob(g string) string {
+	switch {
+	case g == "":
+		return "a queue glob may not be empty"
+	case len(g) > 128:
+		return "a queue glob is at most 128 bytes"
+	case strings.ContainsAny(g, "/\\"):
+		return "a queue glob may not contain / or \\"
+	}
+	if _, err := path.Match(g, ""); err != nil {
+		return "bad queue glob " + g + ": " + err.Error()
+	}
+	return ""
+}

@@ -1,0 +1,148 @@
+package auth
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewKeyRoundTrips(t *testing.T) {
+	key, id, hash := NewKey()
+	require.Len(t, key, KeyLen)
+	require.True(t, strings.HasPrefix(key, KeyPrefix+id+"_"))
+	got, ok := KeyID(key)
+	require.True(t, ok)
+	require.Equal(t, id, got)
+	require.Equal(t, HashKey(key), hash)
+	key2, id2, _ := NewKey()
+	require.NotEqual(t, key, key2)
+	require.NotEqual(t, id, id2)
+}
+
+func TestKeyIDRefusesMalformedKeys(t *testing.T) {
+	key, _, _ := NewKey()
+	for _, bad := range []string{
+		"", "corvo_", key[:len(key)-1], key + "x", strings.Replace(key, "corvo_", "corva_", 1),
+		strings.ToUpper(key[:len(KeyPrefix)+keyIDLen]) + key[len(KeyPrefix)+keyIDLen:],
+		key[:len(KeyPrefix)+keyIDLen] + "-" + key[len(KeyPrefix)+keyIDLen+1:],
+		key[:len(key)-1] + "=",
+	} {
+		_, ok := KeyID(bad)
+		require.False(t, ok, "%q", bad)
+	}
+}
+
+func put(t *testing.T, s *State, k Key) (*State, string) {
+	t.Helper()
+	key, id, hash := NewKey()
+	k.ID, k.Hash, k.Enabled = id, hash, true
+	n, ok := s.Apply(Cmd{Op: "put", Key: &k})
+	require.True(t, ok)
+	return n, key
+}
+
+func TestAuthenticate(t *testing.T) {
+	s, key := put(t, Empty, Key{Name: "a", Namespace: "default", Role: RoleWorker, ExpiresAt: 100})
+	require.Equal(t, 0, Empty.Len(), "Apply changed the state it was called on")
+	k, r := s.Authenticate(key, 99)
+	require.Equal(t, Accepted, r)
+	require.Equal(t, RoleWorker, k.Role)
+	_, r = s.Authenticate(key, 100)
+	require.Equal(t, Expired, r)
+	_, r = s.Authenticate("nope", 1)
+	require.Equal(t, Malformed, r)
+	other, _, _ := NewKey()
+	_, r = s.Authenticate(other, 1)
+	require.Equal(t, Unknown, r)
+	// The right ID with another secret.
+	forged := key[:len(key)-4] + "AAAA"
+	if forged == key {
+		forged = key[:len(key)-4] + "BBBB"
+	}
+	_, r = s.Authenticate(forged, 1)
+	require.Equal(t, Wrong, r)
+
+	off := false
+	s2, ok := s.Apply(Cmd{Op: "update", ID: k.ID, Update: &Update{Enabled: &off}})
+	require.True(t, ok)
+	_, r = s2.Authenticate(key, 1)
+	require.Equal(t, Disabled, r)
+	_, r = s.Authenticate(key, 1)
+	require.Equal(t, Accepted, r, "the old state changed")
+
+	s3, ok := s2.Apply(Cmd{Op: "delete", ID: k.ID})
+	require.True(t, ok)
+	_, r = s3.Authenticate(key, 1)
+	require.Equal(t, Unknown, r)
+	_, ok = s3.Apply(Cmd{Op: "delete", ID: k.ID})
+	require.False(t, ok)
+}
+
+func TestApplyRefusesDuplicatesAndKeepsTouchMonotonic(t *testing.T) {
+	s, key := put(t, Empty, Key{Name: "a", Role: RoleAdmin})
+	id, _ := KeyID(key)
+	dup, _ := s.Key(id)
+	_, ok := s.Apply(Cmd{Op: "put", Key: &dup})
+	require.False(t, ok)
+	s, ok = s.Apply(Cmd{Op: "touch", Touch: map[string]int64{id: 50, "0000000000000000": 9}})
+	require.True(t, ok)
+	_, ok = s.Apply(Cmd{Op: "touch", Touch: map[string]int64{id: 40}})
+	require.False(t, ok, "a touch moved last-used backwards")
+	k, _ := s.Key(id)
+	require.Equal(t, int64(50), k.LastUsedAt)
+	_, ok = s.Apply(Cmd{Op: "nonsense"})
+	require.False(t, ok)
+}
+
+func TestStateJSONRoundTrip(t *testing.T) {
+	s, _ := put(t, Empty, Key{Name: "a", Namespace: "default", Role: RoleOperator, Queues: []string{"emails.*"}, CreatedAt: 2})
+	s, _ = put(t, s, Key{Name: "b", Namespace: "default", Role: RoleReadonly, CreatedAt: 1})
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back State
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, s.Keys(), back.Keys())
+	require.Equal(t, "b", back.Keys()[0].Name, "keys list in creation order")
+}
+
+func TestRolesAndScopes(t *testing.T) {
+	for _, role := range RoleNames {
+		require.True(t, ValidRole(role))
+		for _, p := range Roles[role] {
+			require.Contains(t, Permissions, p, "role %s has an unlisted permission", role)
+		}
+	}
+	require.False(t, ValidRole("root"))
+	admin := Principal{Role: RoleAdmin}
+	for _, p := range Permissions {
+		require.True(t, admin.Can(p), "admin lacks %s", p)
+	}
+	w := Principal{Role: RoleWorker, Queues: []string{"emails.*", "sms"}}
+	require.True(t, w.Can(PermJobsWork))
+	require.False(t, w.Can(PermJobsEnqueue))
+	require.False(t, w.Can(PermKeysManage))
+	require.True(t, w.Can(PermNone))
+	require.True(t, w.AllowsQueue("emails.welcome"))
+	require.True(t, w.AllowsQueue("sms"))
+	require.False(t, w.AllowsQueue("billing"))
+	ro := Principal{Role: RoleReadonly}
+	require.False(t, ro.Can(PermJobsManage))
+	require.True(t, ro.Can(PermMetricsRead))
+	require.Equal(t, "", CheckQueueGlob("emails.*"))
+	require.NotEqual(t, "", CheckQueueGlob("[a"))
+	require.NotEqual(t, "", CheckQueueGlob(""))
+}
+
+func FuzzKeyID(f *testing.F) {
+	key, _, _ := NewKey()
+	f.Add(key)
+	f.Add("corvo_0123456789abcdef_")
+	f.Fuzz(func(t *testing.T, s string) {
+		id, ok := KeyID(s)
+		if ok && (len(s) != KeyLen || !ValidKeyID(id) || !strings.Contains(s, id)) {
+			t.Fatalf("KeyID(%q) = %q", s, id)
+		}
+	})
+}

@@ -1,0 +1,209 @@
+package auth
+
+import (
+	"encoding/json"
+	"maps"
+	"sort"
+)
+
+// Key is an API key as the cluster stores it: never the key itself.
+type Key struct {
+	ID        string   `json:"id"`
+	Hash      string   `json:"hash"` // HashKey of the key
+	Name      string   `json:"name"`
+	Namespace string   `json:"namespace"`
+	Role      string   `json:"role"`
+	Queues    []string `json:"queues,omitempty"` // scope globs; empty: every queue
+	Enabled   bool     `json:"enabled"`
+	CreatedAt int64    `json:"created_at"`           // Unix ns
+	ExpiresAt int64    `json:"expires_at,omitempty"` // Unix ns; 0: never
+	// LastUsedAt is when a node last saw the key (Unix ns), recorded by
+	// a "touch" each node proposes at most once a flush interval for
+	// every key it saw since: never a Raft entry per request.
+	LastUsedAt int64  `json:"last_used_at,omitempty"`
+	CreatedBy  string `json:"created_by,omitempty"` // the creating key's ID ("" when open or bootstrap)
+}
+
+// Principal is who the key acts as.
+func (k *Key) Principal() Principal {
+	return Principal{KeyID: k.ID, Name: k.Name, Namespace: k.Namespace, Role: k.Role, Queues: k.Queues}
+}
+
+// State is the cluster's key table. A *State is never changed: Apply
+// returns a new one, so readers need no lock.
+type State struct {
+	keys map[string]*Key // by ID
+}
+
+// Empty is the state of a cluster with no keys.
+var Empty = &State{keys: map[string]*Key{}}
+
+// Len is the number of keys.
+func (s *State) Len() int { return len(s.keys) }
+
+// Key returns a copy of the key with this ID.
+func (s *State) Key(id string) (Key, bool) {
+	k, ok := s.keys[id]
+	if !ok {
+		return Key{}, false
+	}
+	return *k, true
+}
+
+// Keys lists copies of every key, by creation time then ID.
+func (s *State) Keys() []Key {
+	out := make([]Key, 0, len(s.keys))
+	for _, k := range s.keys {
+		out = append(out, *k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].CreatedAt != out[j].CreatedAt {
+			return out[i].CreatedAt < out[j].CreatedAt
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Why a key was refused.
+type Refusal int
+
+const (
+	Accepted  Refusal = iota
+	Malformed         // not a Corvo API key
+	Unknown           // no such key (or revoked)
+	Wrong             // the ID exists but the secret does not match
+	Disabled
+	Expired
+)
+
+func (r Refusal) String() string {
+	return [...]string{"accepted", "malformed", "unknown", "wrong", "disabled", "expired"}[r]
+}
+
+// Authenticate finds the key's record and says whether it may be used at
+// now (Unix ns).
+func (s *State) Authenticate(key string, now int64) (*Key, Refusal) {
+	id, ok := KeyID(key)
+	if !ok {
+		return nil, Malformed
+	}
+	k, ok := s.keys[id]
+	switch {
+	case !ok:
+		return nil, Unknown
+	case !hashMatches(key, k.Hash):
+		return nil, Wrong
+	case !k.Enabled:
+		return nil, Disabled
+	case k.ExpiresAt != 0 && now >= k.ExpiresAt:
+		return nil, Expired
+	}
+	return k, Accepted
+}
+
+// Cmd is one change to the key table, proposed to the meta group.
+type Cmd struct {
+	Op string `json:"op"` // put | update | delete | touch
+	// put: the new key (refused when its ID exists).
+	Key *Key `json:"key,omitempty"`
+	// update, delete: the key's ID; update sets the fields that are set.
+	ID     string  `json:"id,omitempty"`
+	Update *Update `json:"update,omitempty"`
+	// touch: last-used times by key ID (only ever moved forward).
+	Touch map[string]int64 `json:"touch,omitempty"`
+}
+
+// Update is a change to an existing key; nil fields stay.
+type Update struct {
+	Name      *string   `json:"name,omitempty"`
+	Role      *string   `json:"role,omitempty"`
+	Queues    *[]string `json:"queues,omitempty"`
+	Enabled   *bool     `json:"enabled,omitempty"`
+	ExpiresAt *int64    `json:"expires_at,omitempty"`
+}
+
+// Apply returns the state after c and whether c changed anything (false:
+// a put over an existing ID, an update or delete of a missing key). It is
+// deterministic: everything it stores comes from c.
+func (s *State) Apply(c Cmd) (*State, bool) {
+	switch c.Op {
+	case "put":
+		if c.Key == nil || !ValidKeyID(c.Key.ID) || s.keys[c.Key.ID] != nil {
+			return s, false
+		}
+		n := s.clone()
+		k := *c.Key
+		n.keys[k.ID] = &k
+		return n, true
+	case "update":
+		old, ok := s.keys[c.ID]
+		if !ok || c.Update == nil {
+			return s, false
+		}
+		k := *old
+		u := c.Update
+		if u.Name != nil {
+			k.Name = *u.Name
+		}
+		if u.Role != nil {
+			k.Role = *u.Role
+		}
+		if u.Queues != nil {
+			k.Queues = *u.Queues
+		}
+		if u.Enabled != nil {
+			k.Enabled = *u.Enabled
+		}
+		if u.ExpiresAt != nil {
+			k.ExpiresAt = *u.ExpiresAt
+		}
+		n := s.clone()
+		n.keys[k.ID] = &k
+		return n, true
+	case "delete":
+		if _, ok := s.keys[c.ID]; !ok {
+			return s, false
+		}
+		n := s.clone()
+		delete(n.keys, c.ID)
+		return n, true
+	case "touch":
+		var n *State
+		for id, at := range c.Touch {
+			old, ok := s.keys[id]
+			if !ok || at <= old.LastUsedAt {
+				continue
+			}
+			if n == nil {
+				n = s.clone()
+			}
+			k := *old
+			k.LastUsedAt = at
+			n.keys[id] = &k
+		}
+		if n == nil {
+			return s, false
+		}
+		return n, true
+	}
+	return s, false
+}
+
+func (s *State) clone() *State { return &State{keys: maps.Clone(s.keys)} }
+
+// MarshalJSON writes the keys as a list (snapshots).
+func (s *State) MarshalJSON() ([]byte, error) { return json.Marshal(s.Keys()) }
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *State) UnmarshalJSON(b []byte) error {
+	var ks []Key
+	if err := json.Unmarshal(b, &ks); err != nil {
+		return err
+	}
+	s.keys = make(map[string]*Key, len(ks))
+	for i := range ks {
+		s.keys[ks[i].ID] = &ks[i]
+	}
+	return nil
+}
