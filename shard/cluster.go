@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"github.com/corvohq/corvo/auth"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,6 +110,23 @@ func (h *Host) proposeMeta(ctx context.Context, c metaCmd) (sm.Result, error) {
 		return err
 	})
 	return res, err
+}
+
+// Keys is the cluster's API key table as this node's meta replica applied
+// it: a lock-free read for every request (auth.State is immutable).
+func (h *Host) Keys() *auth.State {
+	if st := h.keys.Load(); st != nil {
+		return st
+	}
+	return auth.Empty
+}
+
+// ProposeKeys commits a change to the key table through the meta group;
+// changed is false when it changed nothing (a put over an existing ID, a
+// change to a missing key). When it returns, Keys on this node shows it.
+func (h *Host) ProposeKeys(ctx context.Context, c auth.Cmd) (changed bool, err error) {
+	res, err := h.proposeMeta(ctx, metaCmd{Op: "auth", Auth: &c})
+	return res.Value == 1, err
 }
 
 // proposeMetaOnce makes one meta proposal attempt (the placement loop

@@ -23,6 +23,7 @@ import (
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"github.com/rs/zerolog"
 
+	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -190,6 +191,8 @@ type Host struct {
 	leader    []atomic.Bool // by shard index
 	// leaderChange[i] is closed (and replaced) when shard i's leader changes.
 	leaderChange []atomic.Pointer[chan struct{}]
+	// keys is the meta group's API key table as this replica applied it.
+	keys atomic.Pointer[auth.State]
 
 	closing       chan struct{}
 	stopProposers chan struct{}
@@ -253,7 +256,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	mc := h.raftConfig(MetaShardID, cfg.NodeID, cfg.Learner)
 	mc.SnapshotEntries, mc.CompactionOverhead = 1000, 100
-	if err := nh.StartReplica(members, cfg.Join, newMetaSM, mc); err != nil {
+	if err := nh.StartReplica(members, cfg.Join, newMetaSM(&h.keys), mc); err != nil {
 		return fail(fmt.Errorf("start the meta group: %w", err))
 	}
 	if h.local, err = h.loadReplicas(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -165,4 +166,36 @@ func TestShardNotHostedIsUnavailable(t *testing.T) {
 	rs, err := h.Propose(context.Background(), 0, enqueueOp(0, "q0"))
 	require.NoError(t, err)
 	require.Equal(t, statemachine.StatusOK, rs[0].Status)
+}
+
+// TestShardKeysReplicateThroughMetaAndSurviveRestart: the key table is
+// meta-group state, read lock-free after a change and rebuilt on restart.
+func TestShardKeysReplicateThroughMetaAndSurviveRestart(t *testing.T) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	h := openHostAt(t, dir, addr, 1)
+	ctx := context.Background()
+	require.Equal(t, 0, h.Keys().Len())
+	key, id, hash := auth.NewKey()
+	k := auth.Key{ID: id, Hash: hash, Name: "ci", Namespace: "default", Role: auth.RoleWorker, Enabled: true, CreatedAt: 1}
+	changed, err := h.ProposeKeys(ctx, auth.Cmd{Op: "put", Key: &k})
+	require.NoError(t, err)
+	require.True(t, changed)
+	got, refusal := h.Keys().Authenticate(key, 2)
+	require.Equal(t, auth.Accepted, refusal)
+	require.Equal(t, "ci", got.Name)
+	changed, err = h.ProposeKeys(ctx, auth.Cmd{Op: "put", Key: &k})
+	require.NoError(t, err)
+	require.False(t, changed, "a second put of one ID changed the table")
+	changed, err = h.ProposeKeys(ctx, auth.Cmd{Op: "touch", Touch: map[string]int64{id: 42}})
+	require.NoError(t, err)
+	require.True(t, changed)
+	h.Close()
+
+	h = openHostAt(t, dir, addr, 1)
+	defer h.Close()
+	k2, ok := h.Keys().Key(id)
+	require.True(t, ok, "the key did not survive a restart")
+	require.Equal(t, int64(42), k2.LastUsedAt)
+	_, refusal = h.Keys().Authenticate(key, 2)
+	require.Equal(t, auth.Accepted, refusal)
 }

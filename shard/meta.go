@@ -7,8 +7,11 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
+
+	"github.com/corvohq/corvo/auth"
 )
 
 // MetaShardID is the dragonboat shard ID of the meta group, the small Raft
@@ -43,6 +46,9 @@ type MetaState struct {
 	PlacementVersion uint64 `json:"placement_version,omitempty"`
 	// NextGen numbers replica generations (see ReplicaIDFor).
 	NextGen uint64 `json:"next_gen,omitempty"`
+	// Auth is the API key table (never nil once the state machine has
+	// it; an older snapshot without it reads as no keys).
+	Auth *auth.State `json:"auth,omitempty"`
 }
 
 // Live lists the nodes that are not removed, by ID.
@@ -60,7 +66,7 @@ func (m MetaState) Live() []Node {
 // metaCmd is one meta-group proposal. The meta group sees a handful of
 // proposals in a cluster's life, so JSON is plenty.
 type metaCmd struct {
-	Op       string `json:"op"` // init | register | remove | address | place | settled
+	Op       string `json:"op"` // init | register | remove | address | place | settled | auth
 	Shards   int    `json:"shards,omitempty"`
 	Replicas int    `json:"replicas,omitempty"`
 	Node     Node   `json:"node,omitempty"`
@@ -71,6 +77,8 @@ type metaCmd struct {
 	NextGen   uint64           `json:"next_gen,omitempty"`
 	Shard     int              `json:"shard,omitempty"`
 	Version   uint64           `json:"version,omitempty"`
+	// auth: a change to the key table.
+	Auth *auth.Cmd `json:"auth,omitempty"`
 }
 
 // Results of a register command (Result.Value is the node ID; Data says
@@ -86,10 +94,18 @@ type registerResult struct {
 type metaSM struct {
 	mu sync.RWMutex
 	st MetaState
+	// keys publishes st.Auth to the host's readers (every request reads
+	// it: no lock, no copy).
+	keys *atomic.Pointer[auth.State]
 }
 
-func newMetaSM(uint64, uint64) sm.IStateMachine {
-	return &metaSM{st: MetaState{NextID: 2, Nodes: map[uint64]*Node{}}}
+// newMetaSM returns the meta state machine factory; keys receives its key
+// table after every change.
+func newMetaSM(keys *atomic.Pointer[auth.State]) func(uint64, uint64) sm.IStateMachine {
+	return func(uint64, uint64) sm.IStateMachine {
+		keys.Store(auth.Empty)
+		return &metaSM{st: MetaState{NextID: 2, Nodes: map[uint64]*Node{}, Auth: auth.Empty}, keys: keys}
+	}
 }
 
 func (m *metaSM) Update(e sm.Entry) (sm.Result, error) {
@@ -161,6 +177,19 @@ func (m *metaSM) Update(e sm.Entry) (sm.Result, error) {
 			m.st.Placement[c.Shard].Settled = c.Version
 		}
 		return sm.Result{Value: c.Version}, nil
+	case "auth":
+		// Value 1: the key table changed (0: a put over an existing ID,
+		// a change to a missing key).
+		if c.Auth == nil {
+			return sm.Result{}, nil
+		}
+		next, changed := m.st.Auth.Apply(*c.Auth)
+		if !changed {
+			return sm.Result{}, nil
+		}
+		m.st.Auth = next
+		m.keys.Store(next)
+		return sm.Result{Value: 1}, nil
 	case "address":
 		// A node restarting with a new HTTP address.
 		if n, ok := m.st.Nodes[c.Node.ID]; ok && !n.Removed {
@@ -222,8 +251,12 @@ func (m *metaSM) RecoverFromSnapshot(r io.Reader, _ []sm.SnapshotFile, _ <-chan 
 	if st.Nodes == nil {
 		st.Nodes = map[uint64]*Node{}
 	}
+	if st.Auth == nil {
+		st.Auth = auth.Empty
+	}
 	m.mu.Lock()
 	m.st = st
+	m.keys.Store(st.Auth)
 	m.mu.Unlock()
 	return nil
 }

@@ -1,9 +1,12 @@
 package shard
 
 import (
+	"bytes"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 
+	"github.com/corvohq/corvo/auth"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"github.com/stretchr/testify/require"
 )
@@ -96,7 +99,8 @@ func checkBalanced(t *testing.T, st MetaState) map[uint64]int {
 // a replica ID placed once is never placed again after it left.
 func TestPlacementGrowsBalancesAndShrinks(t *testing.T) {
 	t.Parallel()
-	m := newMetaSM(MetaShardID, 1)
+	var keys atomic.Pointer[auth.State]
+	m := newMetaSM(&keys)(MetaShardID, 1)
 	metaApply(t, m, metaCmd{Op: "init", Shards: 8, Replicas: 3, Node: Node{ID: 1, RaftAddr: "a1"}})
 	st := metaState(t, m)
 	require.True(t, st.Settled())
@@ -206,4 +210,25 @@ func TestPickLeaderMoveUsesReportedCounts(t *testing.T) {
 	reported = map[uint64]int{1: 3, 2: 0, 3: 2}
 	_, to = pickLeaderMove(1, []leadership{{shard: 0, replicas: r(1, 2, 3)}}, count, func(n uint64) bool { return n != 2 })
 	require.Zero(t, to)
+}
+
+func TestMetaSnapshotKeepsKeys(t *testing.T) {
+	var keys atomic.Pointer[auth.State]
+	m := newMetaSM(&keys)(MetaShardID, 1)
+	_, id, hash := auth.NewKey()
+	b, _ := json.Marshal(metaCmd{Op: "auth", Auth: &auth.Cmd{Op: "put", Key: &auth.Key{ID: id, Hash: hash, Name: "a", Role: auth.RoleAdmin, Enabled: true}}})
+	res, err := m.Update(sm.Entry{Cmd: b})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), res.Value)
+	require.Equal(t, 1, keys.Load().Len())
+	var buf bytes.Buffer
+	require.NoError(t, m.SaveSnapshot(&buf, nil, nil))
+
+	var keys2 atomic.Pointer[auth.State]
+	m2 := newMetaSM(&keys2)(MetaShardID, 2)
+	require.Equal(t, 0, keys2.Load().Len())
+	require.NoError(t, m2.RecoverFromSnapshot(&buf, nil, nil))
+	k, ok := keys2.Load().Key(id)
+	require.True(t, ok, "the snapshot lost the key table")
+	require.Equal(t, hash, k.Hash)
 }
