@@ -34,6 +34,9 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	if !allowJob(ctx, &job) {
+		return
+	}
 	sh := s.rt.ShardForQueue(job.Queue)
 	if s.forwardIfElsewhere(ctx, sh) {
 		return
@@ -105,6 +108,9 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		job, aerr := req.Jobs[i].toJob(s.rt, s.cfg.MaxPayloadBytes, "jobs["+itoa(i)+"]")
 		if aerr != nil {
 			writeError(ctx, aerr)
+			return
+		}
+		if !allowJob(ctx, &job) {
 			return
 		}
 		sh := s.rt.ShardForQueue(job.Queue)

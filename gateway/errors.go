@@ -31,10 +31,14 @@ var (
 		Meaning: "a bulk action whose filter selects every job of a queue or of the cluster, without `\"confirm\": true`; `would_affect` says how many jobs it would touch"}
 	codeLeaseRequired = &errorCode{Code: "lease_required", Status: 400,
 		Meaning: "under `--strict-leases`, an ack, ack batch item, fail or heartbeat job without the lease's `attempt` (see [Leases](#leases))"}
+	codeUnauthorized = &errorCode{Code: "unauthorized", Status: 401,
+		Meaning: "the route needs an API key and none was given, or the key is malformed, unknown, revoked, disabled or expired (see [Authentication](#authentication)); `WWW-Authenticate: Bearer` is set"}
 	codeClusterSecretRequired = &errorCode{Code: "cluster_secret_required", Status: 401,
 		Meaning: "a node-to-node route called without the `X-Corvo-Cluster-Secret` header"}
 	codeClusterSecretInvalid = &errorCode{Code: "cluster_secret_invalid", Status: 403,
 		Meaning: "a node-to-node route called with a wrong cluster secret (or on a node with none)"}
+	codeForbidden = &errorCode{Code: "forbidden", Status: 403,
+		Meaning: "the API key's role lacks the permission the route needs, or its queue scope does not cover the queue (see [Authentication](#authentication))"}
 	codeCrossOrigin = &errorCode{Code: "cross_origin", Status: 403,
 		Meaning: "a `POST`, `PUT` or `DELETE` from a web page of another origin (see [Requests from browsers](#requests-from-browsers))"}
 	codeNotFound = &errorCode{Code: "not_found", Status: 404,
@@ -72,7 +76,7 @@ var (
 // errorCodes is the table, in the order docs/api.md lists it.
 var errorCodes = []*errorCode{
 	codeInvalidJSON, codeInvalidRequest, codeBadRequest, codeConfirmationRequired, codeLeaseRequired,
-	codeClusterSecretRequired, codeClusterSecretInvalid, codeCrossOrigin,
+	codeUnauthorized, codeClusterSecretRequired, codeForbidden, codeClusterSecretInvalid, codeCrossOrigin,
 	codeNotFound, codeMethodNotAllowed,
 	codeConflict, codeRemoveFailed, codeWrongNode,
 	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,

@@ -32,6 +32,11 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	for _, q := range req.Queues {
+		if !allowQueue(ctx, q) {
+			return
+		}
+	}
 	queues := dedupe(req.Queues)
 	if !s.allHosted(queues) {
 		s.fetchElsewhere(ctx, &req, queues, timeout, count)

@@ -23,6 +23,9 @@ func (s *Server) queueParam(ctx *fasthttp.RequestCtx) (string, bool) {
 		writeError(ctx, invalid("%v", err))
 		return "", false
 	}
+	if !allowQueue(ctx, name) {
+		return "", false
+	}
 	if s.forwardIfElsewhere(ctx, s.rt.ShardForQueue(name)) {
 		return "", false
 	}

@@ -89,6 +89,14 @@ type Config struct {
 	// (read your writes); past it the search answers "stale": true.
 	// Default SearchWaitDefault; negative: never wait.
 	SearchWait time.Duration
+	// Auth says whether the API needs keys (authn.go). AuthRequired
+	// without Keys admits no one.
+	Auth AuthMode
+	// Keys is the replicated key table; nil: no key is ever valid.
+	Keys Keys
+	// KeyTouchInterval is how often last-used times of keys are recorded;
+	// default KeyTouchIntervalDefault.
+	KeyTouchInterval time.Duration
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -126,6 +134,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.RequestTimeout, RequestTimeoutDefault)
 	setDefault(&c.EventsKeepalive, EventsKeepaliveDefault)
 	setDefault(&c.SearchWait, SearchWaitDefault)
+	setDefault(&c.KeyTouchInterval, KeyTouchIntervalDefault)
 	return c
 }
 
@@ -150,6 +159,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("request timeout must be positive, got %s", c.RequestTimeout)
 	case c.EventsKeepalive <= 0:
 		return fmt.Errorf("events keepalive must be positive, got %s", c.EventsKeepalive)
+	case c.Auth < AuthOpen || c.Auth > AuthOff:
+		return fmt.Errorf("unknown auth mode %d", c.Auth)
+	case c.KeyTouchInterval <= 0:
+		return fmt.Errorf("key touch interval must be positive, got %s", c.KeyTouchInterval)
 	}
 	if err := CheckCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("cors origins: %w", err)
@@ -176,6 +189,8 @@ type Server struct {
 	subscribers atomic.Int64 // open event streams
 	bulk        *bulkRunner
 	cors        corsPolicy
+	touched     keyUse   // keys seen since the last touch (authn.go)
+	routes      []string // "METHOD pattern" of every route, as registered
 }
 
 // New builds a server over an engine. It panics when cfg.WithDefaults()
@@ -239,6 +254,12 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)
 	s.route(r, "PUT", "/api/v1/schedules/{id}", s.handlePutSchedule)
 	s.route(r, "DELETE", "/api/v1/schedules/{id}", s.handleDeleteSchedule)
+	s.route(r, "GET", "/api/v1/auth/keys", s.handleListKeys)
+	s.route(r, "POST", "/api/v1/auth/keys", s.handleCreateKey)
+	s.route(r, "GET", "/api/v1/auth/keys/{id}", s.handleGetKey)
+	s.route(r, "PATCH", "/api/v1/auth/keys/{id}", s.handleUpdateKey)
+	s.route(r, "DELETE", "/api/v1/auth/keys/{id}", s.handleRevokeKey)
+	s.route(r, "GET", "/api/v1/auth/whoami", s.handleWhoAmI)
 	// Node-to-node routes: only with the cluster credential (peer.Only).
 	if cfg.Cluster != nil {
 		s.cluster = cfg.Cluster
@@ -287,20 +308,30 @@ func New(cfg Config, eng Engine) *Server {
 		},
 	}
 	go s.sampleLoop()
+	if cfg.Keys != nil && cfg.Auth != AuthOff {
+		go s.keyTouchLoop()
+	}
 	return s
 }
 
-// route registers a handler wrapped with per-route metrics and, on the
-// /api/ routes, the browser rules of gateway/cors.go: a state-changing
-// method refuses other origins, and POST/PUT want a JSON content type.
+// route registers a handler wrapped with per-route metrics, on the /api/
+// routes the browser rules of gateway/cors.go (a state-changing method
+// refuses other origins, and POST/PUT want a JSON content type), and the
+// permission the permission table gives the route (it panics for a route
+// the table lacks).
 func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.RequestHandler) {
+	perm, ok := permissions[method+" "+path]
+	if !ok {
+		panic("gateway: route " + method + " " + path + " has no row in the permission table (permissions.go)")
+	}
+	s.routes = append(s.routes, method+" "+path)
 	lat := metrics.GetOrCreateHistogram(`corvo_http_request_duration_seconds{route="` + method + ` ` + path + `"}`)
 	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
 	var codes sync.Map // status → *metrics.Counter
 	guard := routeGuard(method, path)
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		if guard == nil || s.admit(ctx, guard) {
+		if (guard == nil || s.admit(ctx, guard)) && s.authorize(ctx, perm) {
 			h(ctx)
 		}
 		lat.UpdateDuration(start)
@@ -521,6 +552,10 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
 	b := append([]byte(`{"status":"ok","shards":`), appendInt(nil, int64(s.eng.Shards()))...)
 	b = append(b, `,"shards_led":`...)
 	b = appendInt(b, int64(led))
+	// "auth": "keys" (every API call needs a key), "open" (loopback:
+	// calls without a key act as an admin) or "off" (--auth=off).
+	b = append(b, `,"auth":`...)
+	b = appendString(b, s.cfg.Auth.String())
 	writeJSON(ctx, 200, append(b, '}'))
 }
 

@@ -70,6 +70,13 @@ type Config struct {
 	Retention       time.Duration // finished jobs are kept this long; negative: forever
 	NoMirror        bool          // no SQLite mirror: no search, no async bulk
 	NoEvents        bool          // no event stream
+	// Auth is AuthAuto (default: keys unless Bind is loopback), AuthOn or
+	// AuthOff (no keys at all, for trusted networks).
+	Auth string
+	// AdminKey (or the content of AdminKeyFile) is an API key that is
+	// made an admin key of the cluster at start (see adminkey.go).
+	AdminKey     string
+	AdminKeyFile string
 	// Gateway is the rest of the gateway's settings (CORS, strict leases,
 	// limits); the node fills its mirror, events, logger, cluster secret
 	// and payload limit.
@@ -150,6 +157,14 @@ func (c Config) Validate() error {
 	if c.MaxPayloadBytes < 0 {
 		return errors.New("--max-payload must be positive")
 	}
+	switch c.Auth {
+	case "", AuthAuto, AuthOn, AuthOff:
+	default:
+		return fmt.Errorf("--auth must be auto, on or off, not %q", c.Auth)
+	}
+	if _, _, err := c.givenAdminKey(); err != nil {
+		return err
+	}
 	if err := gateway.CheckCORSOrigins(c.Gateway.CORSOrigins); err != nil {
 		return fmt.Errorf("--cors-origin: %w", err)
 	}
@@ -170,6 +185,7 @@ func (c Config) Validate() error {
 func (c Config) gatewayConfig() gateway.Config {
 	g := c.Gateway
 	g.MaxPayloadBytes, g.Logger = c.MaxPayloadBytes, c.Logger
+	g.Auth = c.authMode()
 	return g
 }
 

@@ -165,7 +165,10 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		gcfg.Mirror = n.mir
 	}
-	gcfg.Peer, gcfg.Cluster = n.peer, n.host
+	if err := n.ensureAdminKey(ctx); err != nil {
+		return nil, err
+	}
+	gcfg.Peer, gcfg.Cluster, gcfg.Keys = n.peer, n.host, n.host
 	n.gw = gateway.New(gcfg, n.host)
 	return n, nil
 }

@@ -59,6 +59,9 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	strict, _ := strconv.ParseBool(os.Getenv("CORVO_STRICT_LEASES"))
 	fl.BoolVar(&c.Gateway.StrictLeases, "strict-leases", strict,
 		`ack, fail and heartbeat must name the lease's "attempt" (400 lease_required otherwise), so only the holder can complete a job or extend its lease (default $CORVO_STRICT_LEASES)`)
+	fl.StringVar(&c.Auth, "auth", envOr("CORVO_AUTH", node.AuthAuto),
+		`API keys: "auto" (needed unless --bind is loopback only), "on" (always needed) or "off" (never: every caller is an admin; trusted networks only) (default $CORVO_AUTH)`)
+	fl.StringVar(&c.AdminKeyFile, "admin-key-file", "", "file holding an API key to make an admin key of the cluster (env CORVO_ADMIN_KEY); off loopback without one, the first start writes a new admin key to <data-dir>/admin-key")
 	fl.BoolVar(&c.Test.HoldOutbox, "test-hold-outbox", false, "tests only: never deliver outbox records")
 	_ = fl.MarkHidden("test-hold-outbox")
 	fl.DurationVar(&c.Test.ApplyDelay, "test-apply-delay", 0, "tests only: hold this node's replicas after each applied entry batch")
@@ -77,6 +80,9 @@ func (f *serverFlags) config() (node.Config, error) {
 	c.CacheBytes = int64(f.cacheMB) << 20
 	if c.ClusterSecretFile == "" {
 		c.ClusterSecret = os.Getenv("CORVO_CLUSTER_SECRET")
+	}
+	if c.AdminKeyFile == "" {
+		c.AdminKey = os.Getenv("CORVO_ADMIN_KEY")
 	}
 	return c, nil
 }
@@ -138,6 +144,14 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	}
 	cfg.Logger.Info().Msg("corvo server stopped")
 	return nil
+}
+
+// envOr is the environment variable name, or def when it is unset.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // envList reads a comma-separated list from the environment.

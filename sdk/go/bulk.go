@@ -214,6 +214,7 @@ func (c *Client) stream(ctx context.Context, path, lastID string, fn func(sseFra
 	if err != nil {
 		return err
 	}
+	c.authorize(req)
 	req.Header.Set("Accept", "text/event-stream")
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)

@@ -57,6 +57,8 @@ type Client struct {
 	// clusterSecret is sent on the node-to-node routes an operator calls
 	// (RemoveNode); see WithClusterSecret.
 	clusterSecret string
+	// apiKey is sent as "Authorization: Bearer" on every call.
+	apiKey string
 }
 
 // Option configures a Client.
@@ -66,6 +68,15 @@ type Option func(*Client)
 // <data-dir>/cluster-secret), which RemoveNode needs: node removal is a
 // node-to-node route that no user key opens.
 func WithClusterSecret(secret string) Option { return func(c *Client) { c.clusterSecret = secret } }
+
+// WithAPIKey sends the key ("corvo_…") as "Authorization: Bearer" on every
+// call. A server that is not open (see docs/api.md, "Authentication")
+// answers 401 unauthorized without one.
+func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
+
+// APIKeyEnv is the environment variable the CLI, corvo top and corvo bench
+// read the API key from.
+const APIKeyEnv = "CORVO_API_KEY"
 
 // ClusterSecretHeader is the header that carries the cluster secret.
 const ClusterSecretHeader = "X-Corvo-Cluster-Secret"
@@ -194,6 +205,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 	}
 }
 
+// authorize adds the API key, if the client has one.
+func (c *Client) authorize(req *http.Request) {
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+}
+
 func (c *Client) once(ctx context.Context, method, target string, body []byte, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
@@ -209,6 +227,7 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, o
 	if c.clusterSecret != "" && strings.Contains(req.URL.Path, "/api/v1/cluster/nodes/") {
 		req.Header.Set(ClusterSecretHeader, c.clusterSecret)
 	}
+	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, err

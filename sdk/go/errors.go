@@ -10,7 +10,9 @@ const (
 	CodeBadRequest            = "bad_request"             // 400
 	CodeConfirmationRequired  = "confirmation_required"   // 400
 	CodeLeaseRequired         = "lease_required"          // 400
+	CodeUnauthorized          = "unauthorized"            // 401
 	CodeClusterSecretRequired = "cluster_secret_required" // 401
+	CodeForbidden             = "forbidden"               // 403
 	CodeClusterSecretInvalid  = "cluster_secret_invalid"  // 403
 	CodeCrossOrigin           = "cross_origin"            // 403
 	CodeNotFound              = "not_found"               // 404

@@ -189,6 +189,9 @@ type Health struct {
 	Status    string `json:"status"`
 	Shards    int    `json:"shards"`
 	ShardsLed int    `json:"shards_led"`
+	// Auth: "keys" (every API call needs a key), "open" (loopback only:
+	// calls without a key act as an admin) or "off" (--auth=off).
+	Auth string `json:"auth"`
 }
 
 // JoinRequest is POST /api/v1/cluster/join: a new node asks a member to

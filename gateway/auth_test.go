@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/auth"
+	corvo "github.com/corvohq/corvo/sdk/go"
+)
+
+// keysServer is a gateway that requires keys, over the shared test engine
+// and its meta group's key table, with no mirror and no event ring (so no
+// route it admits can disturb the other tests).
+func keysServer(t *testing.T, cfg Config) (*Server, string, Keys) {
+	t.Helper()
+	keys, ok := testEngine.(Keys)
+	require.True(t, ok, "the test engine has no key table")
+	cfg.Auth, cfg.Keys = AuthRequired, keys
+	if c, ok := testEngine.(Cluster); ok {
+		cfg.Cluster = c // the cluster routes too
+	}
+	srv, addr := frontServer(t, cfg, testEngine)
+	return srv, "http://" + addr, keys
+}
+
+// callKey calls url with key as the bearer token ("" for none) and a JSON
+// body (POST, PUT, PATCH), returning the status and the error code.
+func callKey(t *testing.T, method, url, key string, body any) (int, string, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := httpc.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var e corvo.ErrorBody
+	_ = json.Unmarshal(out, &e)
+	return resp.StatusCode, e.Code, out
+}
+
+// putKey stores a key straight in the table (the API refuses expired
+// ones) and returns it.
+func putKey(t *testing.T, keys Keys, k auth.Key) string {
+	t.Helper()
+	key, id, hash := auth.NewKey()
+	k.ID, k.Hash = id, hash
+	if k.Namespace == "" {
+		k.Namespace = auth.DefaultNamespace
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	changed, err := keys.ProposeKeys(ctx, auth.Cmd{Op: "put", Key: &k})
+	require.NoError(t, err)
+	require.True(t, changed)
+	return key
+}
+
+// concrete fills a route pattern's parameters with values that name
+// nothing: an admitted request then does nothing (404, 400, 503).
+func concrete(pattern string) string {
+	r := strings.NewReplacer("{id}", "job_0_01J0000000000000000000000Z", "{name}", "authwalk-none", "{n}", "0",
+		"{filepath:*}", "index.html")
+	p := r.Replace(pattern)
+	if strings.HasPrefix(pattern, "DELETE /api/v1/cluster/nodes/") || strings.Contains(pattern, "/auth/keys/") {
+		p = strings.Replace(p, "job_0_01J0000000000000000000000Z", "0000000000000000", 1)
+	}
+	return p
+}
+
+// TestEveryRouteHasAPermission walks the real route table with no key, a
+// malformed, an unknown, an expired and a disabled key, and a key of every
+// role: each answer is 401, 403 or admitted exactly as the permission
+// table says; node-to-node routes take no user key at all; and the table
+// has no row for a route that does not exist.
+func TestEveryRouteHasAPermission(t *testing.T) {
+	srv, url, keys := keysServer(t, Config{})
+	require.Len(t, srv.routes, len(permissions), "the permission table has rows for routes that do not exist")
+	past := time.Now().Add(-time.Hour).UnixNano()
+	refused := map[string]string{
+		"none":      "",
+		"malformed": "Bearer-less-garbage",
+		"unknown":   func() string { k, _, _ := auth.NewKey(); return k }(),
+		"expired":   putKey(t, keys, auth.Key{Name: "expired", Role: auth.RoleAdmin, Enabled: true, ExpiresAt: past}),
+		"disabled":  putKey(t, keys, auth.Key{Name: "disabled", Role: auth.RoleAdmin}),
+	}
+	roles := map[string]string{}
+	for _, r := range auth.RoleNames {
+		roles[r] = putKey(t, keys, auth.Key{Name: "walk-" + r, Role: r, Enabled: true})
+	}
+	var body = map[string]any{}
+	for _, route := range srv.routes {
+		perm := permissions[route]
+		method, pattern, _ := strings.Cut(route, " ")
+		path := concrete(pattern)
+		var b any
+		if method == "POST" || method == "PUT" || method == "PATCH" {
+			b = body
+		}
+		cluster := strings.HasPrefix(pattern, "/internal/") || pattern == "/api/v1/cluster/join" ||
+			pattern == "/api/v1/cluster/removed" || strings.HasPrefix(pattern, "/api/v1/cluster/nodes/")
+		for what, key := range refused {
+			st, code, out := callKey(t, method, url+path, key, b)
+			switch {
+			case cluster:
+				require.Contains(t, []string{"cluster_secret_required", "cluster_secret_invalid"}, code, "%s with %s key: %d %s", route, what, st, out)
+			case perm == auth.PermNone:
+				require.NotContains(t, []int{401, 403}, st, "%s is open, but %s key: %s", route, what, out)
+			default:
+				require.Equal(t, 401, st, "%s with %s key: %s", route, what, out)
+				require.Equal(t, "unauthorized", code)
+			}
+		}
+		for role, key := range roles {
+			st, code, out := callKey(t, method, url+path, key, b)
+			p := auth.Principal{Role: role}
+			switch {
+			case cluster:
+				require.Contains(t, []string{"cluster_secret_required", "cluster_secret_invalid"}, code, "%s with a %s key: %d %s", route, role, st, out)
+			case perm == permAnyKey || p.Can(perm):
+				require.NotContains(t, []string{"unauthorized", "forbidden"}, code, "%s is allowed to %s: %d %s", route, role, st, out)
+			default:
+				require.Equal(t, 403, st, "%s must be refused to %s: %s", route, role, out)
+				require.Equal(t, "forbidden", code)
+			}
+		}
+	}
+}
+
+// TestKeysLifecycle: create (the key shown once), use, list (never the
+// secret or its hash), change the role, disable, revoke; last-used times
+// reach the table without an entry per request; bad input is a 400 that
+// changes nothing.
+func TestKeysLifecycle(t *testing.T) {
+	_, url, keys := keysServer(t, Config{KeyTouchInterval: 20 * time.Millisecond})
+	admin := putKey(t, keys, auth.Key{Name: "lifecycle-admin", Role: auth.RoleAdmin, Enabled: true})
+	before := keys.Keys().Len()
+	for _, bad := range []any{
+		map[string]any{},
+		map[string]any{"name": "x", "role": "root"},
+		map[string]any{"name": "x", "queues": []string{"[a"}},
+		map[string]any{"name": "x", "expires_at": time.Now().Add(-time.Minute)},
+		map[string]any{"name": "x", "namespace": "bad name"},
+		map[string]any{"name": "x", "secret": "y"},
+	} {
+		st, code, out := callKey(t, "POST", url+"/api/v1/auth/keys", admin, bad)
+		require.Equal(t, 400, st, "%v: %s", bad, out)
+		require.Equal(t, "invalid_request", code)
+	}
+	require.Equal(t, before, keys.Keys().Len(), "a refused creation changed the table")
+
+	st, _, out := callKey(t, "POST", url+"/api/v1/auth/keys", admin, corvo.CreateKeyRequest{Name: "lc-producer", Role: "producer", Queues: []string{"lc.*"}})
+	require.Equal(t, 201, st, string(out))
+	created := strictDecode[corvo.CreatedKey](t, "create key", out)
+	require.True(t, strings.HasPrefix(created.Key, auth.KeyPrefix+created.ID+"_"))
+	k, ok := keys.Keys().Key(created.ID)
+	require.True(t, ok)
+	require.Equal(t, auth.HashKey(created.Key), k.Hash)
+	require.NotContains(t, string(out), k.Hash, "the answer shows the hash")
+
+	st, _, out = callKey(t, "POST", url+"/api/v1/enqueue", created.Key, map[string]any{"queue": "lc.a"})
+	require.Equal(t, 201, st, string(out))
+	st, code, _ := callKey(t, "POST", url+"/api/v1/enqueue", created.Key, map[string]any{"queue": "other"})
+	require.Equal(t, 403, st, "the queue scope let a key enqueue elsewhere")
+	require.Equal(t, "forbidden", code)
+	st, code, _ = callKey(t, "GET", url+"/api/v1/queues", created.Key, nil)
+	require.Equal(t, 403, st, "a producer listed queues")
+	require.Equal(t, "forbidden", code)
+
+	// Last used: recorded through the meta group by the touch loop.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _, out = callKey(t, "GET", url+"/api/v1/auth/keys/"+created.ID, admin, nil)
+		require.Equal(t, 200, st, string(out))
+		if strictDecode[corvo.APIKey](t, "get key", out).LastUsedAt != nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "last_used_at never recorded: %s", out)
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	st, _, out = callKey(t, "GET", url+"/api/v1/auth/keys", admin, nil)
+	require.Equal(t, 200, st)
+	list := strictDecode[corvo.KeyList](t, "list keys", out)
+	require.NotEmpty(t, list.Keys)
+	require.NotContains(t, string(out), created.Key[len(auth.KeyPrefix)+17:], "the list shows a secret")
+	require.NotContains(t, string(out), k.Hash, "the list shows a hash")
+
+	role := "operator"
+	st, _, out = callKey(t, "PATCH", url+"/api/v1/auth/keys/"+created.ID, admin, corvo.UpdateKeyRequest{Role: &role})
+	require.Equal(t, 200, st, string(out))
+	require.Equal(t, "operator", strictDecode[corvo.APIKey](t, "patch key", out).Role)
+	st, _, _ = callKey(t, "GET", url+"/api/v1/queues", created.Key, nil)
+	require.Equal(t, 200, st, "the new role did not take effect")
+	who := strictDecode[corvo.WhoAmI](t, "whoami", func() []byte { _, _, o := callKey(t, "GET", url+"/api/v1/auth/whoami", created.Key, nil); return o }())
+	require.Equal(t, "keys", who.Auth)
+	require.Equal(t, created.ID, who.KeyID)
+	require.Contains(t, who.Permissions, "queues:manage")
+
+	off := false
+	st, _, _ = callKey(t, "PATCH", url+"/api/v1/auth/keys/"+created.ID, admin, corvo.UpdateKeyRequest{Enabled: &off})
+	require.Equal(t, 200, st)
+	st, code, _ = callKey(t, "GET", url+"/api/v1/queues", created.Key, nil)
+	require.Equal(t, 401, st, "a disabled key still works")
+	require.Equal(t, "unauthorized", code)
+
+	st, _, out = callKey(t, "DELETE", url+"/api/v1/auth/keys/"+created.ID, admin, nil)
+	require.Equal(t, 200, st, string(out))
+	strictDecode[corvo.KeyRevoked](t, "revoke key", out)
+	_, ok = keys.Keys().Key(created.ID)
+	require.False(t, ok)
+	st, code, _ = callKey(t, "DELETE", url+"/api/v1/auth/keys/"+created.ID, admin, nil)
+	require.Equal(t, 404, st)
+	require.Equal(t, "not_found", code)
+}
+
+// TestOpenServerStillChecksASentKey: on an open (loopback) server a call
+// without a key acts as an admin, but a key that is sent must be valid
+// and is held to its role.
+func TestOpenServerStillChecksASentKey(t *testing.T) {
+	keys := testEngine.(Keys)
+	_, addr := frontServer(t, Config{Auth: AuthOpen, Keys: keys}, testEngine)
+	url := "http://" + addr
+	st, _, _ := callKey(t, "GET", url+"/api/v1/queues", "", nil)
+	require.Equal(t, 200, st)
+	unknown, _, _ := auth.NewKey()
+	st, code, _ := callKey(t, "GET", url+"/api/v1/queues", unknown, nil)
+	require.Equal(t, 401, st)
+	require.Equal(t, "unauthorized", code)
+	worker := putKey(t, keys, auth.Key{Name: "open-worker", Role: auth.RoleWorker, Enabled: true})
+	st, code, _ = callKey(t, "POST", url+"/api/v1/enqueue", worker, map[string]any{"queue": "open-q"})
+	require.Equal(t, 403, st)
+	require.Equal(t, "forbidden", code)
+}

@@ -1,0 +1,234 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/auth"
+	"github.com/corvohq/corvo/statemachine"
+)
+
+// Authentication: who a request acts as. A key comes as
+// "Authorization: Bearer <key>" (or, for the web UI, the HttpOnly session
+// cookie that holds it: EventSource cannot set headers). The key table is
+// the meta group's (Config.Keys), read lock-free per request; the route's
+// permission comes from the permission table (permissions.go).
+
+// AuthMode says whether the API needs keys.
+type AuthMode int
+
+const (
+	// AuthOpen: a request without a key acts as an admin of the default
+	// namespace; a key that is sent is still checked and used. For a
+	// server that listens only on loopback.
+	AuthOpen AuthMode = iota
+	// AuthRequired: every route but health and the UI's files needs a
+	// valid key.
+	AuthRequired
+	// AuthOff: keys are ignored altogether (--auth=off, trusted networks).
+	AuthOff
+)
+
+func (m AuthMode) String() string {
+	return [...]string{"open", "keys", "off"}[m]
+}
+
+// Keys is the replicated key table (the shard host's meta group).
+type Keys interface {
+	Keys() *auth.State
+	ProposeKeys(ctx context.Context, c auth.Cmd) (bool, error)
+}
+
+// SessionCookie holds the web UI's key (HttpOnly, SameSite=Strict).
+const SessionCookie = "corvo_session"
+
+// KeyTouchIntervalDefault is how often a node records the last-used time
+// of the keys it saw (one meta entry per interval, never one per request).
+const KeyTouchIntervalDefault = 30 * time.Second
+
+const principalKey = "corvo.principal"
+
+// principal is who the request acts as (set by authorize).
+func principal(ctx *fasthttp.RequestCtx) *auth.Principal {
+	if p, ok := ctx.UserValue(principalKey).(*auth.Principal); ok {
+		return p
+	}
+	return &auth.Anonymous
+}
+
+// requestKey is the key the request carries: the bearer token, else the
+// session cookie.
+func requestKey(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	if h := ctx.Request.Header.Peek("Authorization"); len(h) > 0 {
+		const bearer = "Bearer "
+		if len(h) > len(bearer) && bytes.EqualFold(h[:len(bearer)], []byte(bearer)) {
+			return bytes.TrimSpace(h[len(bearer):]), true
+		}
+		return nil, true // some other scheme: refused below as malformed
+	}
+	if c := ctx.Request.Header.Cookie(SessionCookie); len(c) > 0 {
+		return c, true
+	}
+	return nil, false
+}
+
+// authorize finds the request's principal and checks it holds perm. It
+// answers the request itself (false) when it may not go on.
+func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool {
+	if perm == auth.PermNone || s.cfg.Auth == AuthOff {
+		return true
+	}
+	key, sent := requestKey(ctx)
+	if !sent {
+		if s.cfg.Auth == AuthOpen {
+			return true // principal() is Anonymous
+		}
+		return s.refuse(ctx, codeUnauthorized.err("this server needs an API key: send Authorization: Bearer <key>"))
+	}
+	var st *auth.State
+	if s.cfg.Keys != nil {
+		st = s.cfg.Keys.Keys()
+	} else {
+		st = auth.Empty
+	}
+	k, why := st.Authenticate(string(key), time.Now().UnixNano())
+	if why != auth.Accepted {
+		msg := "the API key is " + why.String()
+		switch why {
+		case auth.Malformed:
+			msg = "the Authorization header is not \"Bearer <API key>\" with a Corvo key (corvo_…)"
+		case auth.Unknown, auth.Wrong:
+			msg = "unknown API key (revoked, or never issued)"
+		}
+		return s.refuse(ctx, codeUnauthorized.err(msg))
+	}
+	s.touched.see(k.ID)
+	p := k.Principal()
+	ctx.SetUserValue(principalKey, &p)
+	if perm != permAnyKey && !p.Can(perm) {
+		writeError(ctx, codeForbidden.errf("the key %q (role %s) lacks the %s permission this endpoint needs", k.Name, k.Role, perm))
+		return false
+	}
+	return true
+}
+
+// refuse answers 401 with the Bearer challenge.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, e *apiError) bool {
+	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="corvo"`)
+	writeError(ctx, e)
+	return false
+}
+
+// allowQueue checks the principal's queue scope for queue; it answers the
+// request (false) when the key may not touch it.
+func allowQueue(ctx *fasthttp.RequestCtx, queue string) bool {
+	p := principal(ctx)
+	if p.AllowsQueue(queue) {
+		return true
+	}
+	writeError(ctx, codeForbidden.errf("the key %q may not use queue %q (its scope: %v)", p.Name, queue, p.Queues))
+	return false
+}
+
+// allowJob checks the queue scope for every queue a new job names: its
+// own and its chain's.
+func allowJob(ctx *fasthttp.RequestCtx, job *statemachine.Job) bool {
+	p := principal(ctx)
+	if len(p.Queues) == 0 {
+		return true
+	}
+	if !allowQueue(ctx, job.Queue) {
+		return false
+	}
+	if c := job.Chain; c != nil {
+		for _, t := range c.Steps {
+			if !allowQueue(ctx, t.Queue) {
+				return false
+			}
+		}
+		for _, t := range []*statemachine.ChainTarget{c.OnFailure, c.OnExit} {
+			if t != nil && !allowQueue(ctx, t.Queue) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// keyUse collects the last-used times of keys seen on this node since the
+// last flush.
+type keyUse struct {
+	mu   sync.Mutex
+	seen map[string]*atomic.Int64 // key ID → Unix ns; entries live for the process
+	// dirty is set when a key was seen after the last flush.
+	dirty atomic.Bool
+}
+
+func (u *keyUse) see(id string) {
+	now := time.Now().UnixNano()
+	u.mu.Lock()
+	v := u.seen[id]
+	if v == nil {
+		if u.seen == nil {
+			u.seen = map[string]*atomic.Int64{}
+		}
+		v = new(atomic.Int64)
+		u.seen[id] = v
+	}
+	u.mu.Unlock()
+	v.Store(now)
+	u.dirty.Store(true)
+}
+
+// since returns the keys seen after the times in sent (and updates sent).
+func (u *keyUse) since(sent map[string]int64) map[string]int64 {
+	if !u.dirty.Swap(false) {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out map[string]int64
+	for id, v := range u.seen {
+		if at := v.Load(); at > sent[id] {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[id] = at
+			sent[id] = at
+		}
+	}
+	return out
+}
+
+// keyTouchLoop records last-used times through the meta group, one entry
+// per interval at most, until the server closes.
+func (s *Server) keyTouchLoop() {
+	t := time.NewTicker(s.cfg.KeyTouchInterval)
+	defer t.Stop()
+	sent := map[string]int64{}
+	for {
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+		}
+		touch := s.touched.since(sent)
+		if len(touch) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+		if _, err := s.cfg.Keys.ProposeKeys(ctx, auth.Cmd{Op: "touch", Touch: touch}); err != nil {
+			s.log.Warn().Err(err).Msg("recording when API keys were last used failed (retried next interval)")
+			for id := range touch {
+				delete(sent, id) // send again next time
+			}
+			s.touched.dirty.Store(true)
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/auth"
+	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
+)
+
+// API keys: /api/v1/auth/keys (create, list, read, change, revoke) and
+// /api/v1/auth/whoami. The key table is the meta group's (Config.Keys);
+// a key is made here, shown once, and only its hash is proposed.
+
+// Limits of a key's fields.
+const (
+	maxKeyNameLen   = 128
+	maxKeyQueueGlob = 64 // globs in one key's queue scope
+)
+
+// keyTable is the key table, or 503 when this server has none.
+func (s *Server) keyTable() (Keys, *apiError) {
+	if s.cfg.Keys == nil {
+		return nil, codeUnavailable.err("this server has no key table (it runs without the meta group)")
+	}
+	return s.cfg.Keys, nil
+}
+
+func checkKeyName(n string) *apiError {
+	if n == "" || len(n) > maxKeyNameLen || !utf8.ValidString(n) {
+		return invalid("field \"name\" must be 1–%d bytes of UTF-8", maxKeyNameLen)
+	}
+	return nil
+}
+
+func checkKeyRole(r string) *apiError {
+	if !auth.ValidRole(r) {
+		return invalid("field \"role\": unknown role %q (one of %v)", r, auth.RoleNames)
+	}
+	return nil
+}
+
+func checkKeyQueues(qs []string) *apiError {
+	if len(qs) > maxKeyQueueGlob {
+		return invalid("field \"queues\": at most %d globs", maxKeyQueueGlob)
+	}
+	for _, g := range qs {
+		if why := auth.CheckQueueGlob(g); why != "" {
+			return invalid("field \"queues\": %s", why)
+		}
+	}
+	return nil
+}
+
+func checkKeyExpiry(at *time.Time, now time.Time) (int64, *apiError) {
+	if at == nil {
+		return 0, nil
+	}
+	if !at.After(now) {
+		return 0, invalid("field \"expires_at\" must be in the future")
+	}
+	return at.UnixNano(), nil
+}
+
+// POST /api/v1/auth/keys
+func (s *Server) handleCreateKey(ctx *fasthttp.RequestCtx) {
+	keys, aerr := s.keyTable()
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	var req corvo.CreateKeyRequest
+	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	if req.Namespace == "" {
+		req.Namespace = auth.DefaultNamespace
+	}
+	if req.Role == "" {
+		req.Role = auth.RoleReadonly
+	}
+	now := time.Now()
+	expires, aerr := checkKeyExpiry(req.ExpiresAt, now)
+	for _, e := range []*apiError{checkKeyName(req.Name), checkKeyRole(req.Role), checkKeyQueues(req.Queues), aerr} {
+		if e != nil {
+			writeError(ctx, e)
+			return
+		}
+	}
+	if err := router.ValidateQueueName(req.Namespace); err != nil {
+		writeError(ctx, invalid("field \"namespace\": %v", err))
+		return
+	}
+	secret, id, hash := auth.NewKey()
+	k := auth.Key{ID: id, Hash: hash, Name: req.Name, Namespace: req.Namespace, Role: req.Role, Queues: req.Queues,
+		Enabled: true, CreatedAt: now.UnixNano(), ExpiresAt: expires, CreatedBy: principal(ctx).KeyID}
+	if aerr := s.proposeKeys(keys, auth.Cmd{Op: "put", Key: &k}, func(st *auth.State) bool {
+		got, ok := st.Key(id) // a retried put that had applied
+		return ok && got.Hash == hash
+	}); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	b := appendKey(make([]byte, 0, 512), &k)
+	b = append(b[:len(b)-1], `,"key":`...)
+	b = appendString(b, secret)
+	writeJSON(ctx, 201, append(b, '}'))
+}
+
+// proposeKeys commits c; applied tells, when c changed nothing, whether
+// that is because an earlier attempt of the same command applied it.
+func (s *Server) proposeKeys(keys Keys, c auth.Cmd, applied func(*auth.State) bool) *apiError {
+	pctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	changed, err := keys.ProposeKeys(pctx, c)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return codeUnavailable.err("the cluster did not commit the key change in time; it may or may not have applied")
+		}
+		return engineError(err)
+	}
+	if !changed && (applied == nil || !applied(keys.Keys())) {
+		return codeNotFound.err("no API key " + c.ID)
+	}
+	return nil
+}
+
+// GET /api/v1/auth/keys
+func (s *Server) handleListKeys(ctx *fasthttp.RequestCtx) {
+	keys, aerr := s.keyTable()
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	ks := keys.Keys().Keys()
+	b := append(make([]byte, 0, 64+len(ks)*256), `{"keys":[`...)
+	for i := range ks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendKey(b, &ks[i])
+	}
+	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+// keyParam reads {id} and finds the key; it answers the request itself
+// (false) when there is none.
+func (s *Server) keyParam(ctx *fasthttp.RequestCtx) (Keys, auth.Key, bool) {
+	keys, aerr := s.keyTable()
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return nil, auth.Key{}, false
+	}
+	id, _ := ctx.UserValue("id").(string)
+	k, ok := keys.Keys().Key(id)
+	if !ok {
+		writeError(ctx, codeNotFound.err("no API key "+id))
+		return nil, k, false
+	}
+	return keys, k, true
+}
+
+// GET /api/v1/auth/keys/{id}
+func (s *Server) handleGetKey(ctx *fasthttp.RequestCtx) {
+	if _, k, ok := s.keyParam(ctx); ok {
+		writeJSON(ctx, 200, appendKey(nil, &k))
+	}
+}
+
+// PATCH /api/v1/auth/keys/{id}
+func (s *Server) handleUpdateKey(ctx *fasthttp.RequestCtx) {
+	keys, k, ok := s.keyParam(ctx)
+	if !ok {
+		return
+	}
+	var req corvo.UpdateKeyRequest
+	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	u := auth.Update{Name: req.Name, Role: req.Role, Queues: req.Queues, Enabled: req.Enabled}
+	var errs []*apiError
+	if req.Name != nil {
+		errs = append(errs, checkKeyName(*req.Name))
+	}
+	if req.Role != nil {
+		errs = append(errs, checkKeyRole(*req.Role))
+	}
+	if req.Queues != nil {
+		errs = append(errs, checkKeyQueues(*req.Queues))
+	}
+	if req.ExpiresAt != nil {
+		at, e := checkKeyExpiry(req.ExpiresAt, time.Now())
+		u.ExpiresAt = &at
+		errs = append(errs, e)
+	}
+	for _, e := range errs {
+		if e != nil {
+			writeError(ctx, e)
+			return
+		}
+	}
+	if aerr := s.proposeKeys(keys, auth.Cmd{Op: "update", ID: k.ID, Update: &u}, nil); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	k, _ = keys.Keys().Key(k.ID)
+	writeJSON(ctx, 200, appendKey(nil, &k))
+}
+
+// DELETE /api/v1/auth/keys/{id}
+func (s *Server) handleRevokeKey(ctx *fasthttp.RequestCtx) {
+	keys, k, ok := s.keyParam(ctx)
+	if !ok {
+		return
+	}
+	gone := func(st *auth.State) bool { _, ok := st.Key(k.ID); return !ok }
+	if aerr := s.proposeKeys(keys, auth.Cmd{Op: "delete", ID: k.ID}, gone); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	b := append([]byte(`{"id":`), appendString(nil, k.ID)...)
+	writeJSON(ctx, 200, append(b, `,"revoked":true}`...))
+}
+
+// GET /api/v1/auth/whoami
+func (s *Server) handleWhoAmI(ctx *fasthttp.RequestCtx) {
+	p := principal(ctx)
+	b := append(make([]byte, 0, 512), `{"auth":`...)
+	b = appendString(b, s.cfg.Auth.String())
+	b = append(b, `,"key_id":`...)
+	b = appendString(b, p.KeyID)
+	b = append(b, `,"name":`...)
+	b = appendString(b, p.Name)
+	b = append(b, `,"namespace":`...)
+	b = appendString(b, p.Namespace)
+	b = append(b, `,"role":`...)
+	b = appendString(b, p.Role)
+	b = append(b, `,"queues":`...)
+	b = appendStrings(b, p.Queues)
+	b = append(b, `,"permissions":[`...)
+	for i, perm := range auth.Roles[p.Role] {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, string(perm))
+	}
+	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+// appendKey renders a key's record (never its hash).
+func appendKey(b []byte, k *auth.Key) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, k.ID)
+	b = append(b, `,"name":`...)
+	b = appendString(b, k.Name)
+	b = append(b, `,"namespace":`...)
+	b = appendString(b, k.Namespace)
+	b = append(b, `,"role":`...)
+	b = appendString(b, k.Role)
+	b = append(b, `,"queues":`...)
+	b = appendStrings(b, k.Queues)
+	b = append(b, `,"enabled":`...)
+	if k.Enabled {
+		b = append(b, "true"...)
+	} else {
+		b = append(b, "false"...)
+	}
+	b = append(b, `,"created_at":`...)
+	b = appendTime(b, k.CreatedAt)
+	b = append(b, `,"created_by":`...)
+	b = appendString(b, k.CreatedBy)
+	b = append(b, `,"expires_at":`...)
+	b = appendTime(b, k.ExpiresAt)
+	b = append(b, `,"last_used_at":`...)
+	b = appendTime(b, k.LastUsedAt)
+	return append(b, '}')
+}

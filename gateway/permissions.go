@@ -1,0 +1,83 @@
+package gateway
+
+import "github.com/corvohq/corvo/auth"
+
+// The permission table: what every route needs, by "METHOD pattern" as the
+// route table registers it. route() refuses to register a route without a
+// row (New panics), and TestEveryRouteHasAPermission walks the real route
+// table with keys of every role, so a new route cannot ship unguarded.
+//
+// permCluster marks the node-to-node routes: they take the cluster
+// credential (peer.Only) and never a user's key.
+// permOpen marks what anyone may read: liveness and the UI's static files
+// (the UI's own API calls carry the caller's key).
+// permAnyKey needs a valid key (when keys are required) and no permission.
+const (
+	permCluster = auth.PermNone
+	permOpen    = auth.PermNone
+	permAnyKey  = auth.Permission("any-key")
+)
+
+var permissions = map[string]auth.Permission{
+	"POST /api/v1/enqueue":       auth.PermJobsEnqueue,
+	"POST /api/v1/enqueue/batch": auth.PermJobsEnqueue,
+
+	"POST /api/v1/fetch":     auth.PermJobsWork,
+	"POST /api/v1/ack/batch": auth.PermJobsWork,
+	"POST /api/v1/ack/{id}":  auth.PermJobsWork,
+	"POST /api/v1/fail/{id}": auth.PermJobsWork,
+	"POST /api/v1/heartbeat": auth.PermJobsWork,
+
+	"GET /api/v1/jobs/{id}":                  auth.PermJobsRead,
+	"POST /api/v1/jobs/search":               auth.PermJobsRead,
+	"GET /api/v1/dead":                       auth.PermJobsRead,
+	"GET /api/v1/events":                     auth.PermJobsRead,
+	"GET /api/v1/batches/{id}":               auth.PermJobsRead,
+	"GET /api/v1/workers":                    auth.PermJobsRead,
+	"POST /api/v1/jobs/{id}/cancel":          auth.PermJobsManage,
+	"POST /api/v1/jobs/{id}/retry":           auth.PermJobsManage,
+	"POST /api/v1/jobs/{id}/move":            auth.PermJobsManage,
+	"POST /api/v1/jobs/{id}/approve":         auth.PermJobsManage,
+	"POST /api/v1/jobs/{id}/reject":          auth.PermJobsManage,
+	"DELETE /api/v1/jobs/{id}":               auth.PermJobsManage,
+	"POST /api/v1/jobs/bulk":                 auth.PermJobsManage,
+	"GET /api/v1/bulk":                       auth.PermJobsManage,
+	"GET /api/v1/bulk/{id}":                  auth.PermJobsManage,
+	"DELETE /api/v1/bulk/{id}":               auth.PermJobsManage,
+	"GET /api/v1/bulk/{id}/progress":         auth.PermJobsManage,
+	"GET /api/v1/queues":                     auth.PermQueuesRead,
+	"POST /api/v1/queues/{name}/pause":       auth.PermQueuesManage,
+	"POST /api/v1/queues/{name}/resume":      auth.PermQueuesManage,
+	"POST /api/v1/queues/{name}/concurrency": auth.PermQueuesManage,
+	"POST /api/v1/queues/{name}/clear":       auth.PermQueuesManage,
+	"POST /api/v1/queues/{name}/drain":       auth.PermQueuesManage,
+	"DELETE /api/v1/queues/{name}":           auth.PermQueuesManage,
+	"POST /api/v1/queues/{name}/throttle":    auth.PermQueuesManage,
+	"DELETE /api/v1/queues/{name}/throttle":  auth.PermQueuesManage,
+
+	"GET /api/v1/schedules":         auth.PermSchedulesRead,
+	"POST /api/v1/schedules":        auth.PermSchedulesManage,
+	"PUT /api/v1/schedules/{id}":    auth.PermSchedulesManage,
+	"DELETE /api/v1/schedules/{id}": auth.PermSchedulesManage,
+
+	"GET /api/v1/cluster/status":           auth.PermClusterRead,
+	"POST /api/v1/admin/rebuild-mirror":    auth.PermClusterManage,
+	"GET /api/v1/metrics":                  auth.PermMetricsRead,
+	"POST /api/v1/cluster/join":            permCluster,
+	"DELETE /api/v1/cluster/nodes/{id}":    permCluster,
+	"POST /api/v1/cluster/removed":         permCluster,
+	"POST /internal/v1/shards/{n}/propose": permCluster,
+	"POST /internal/v1/shards/{n}/read":    permCluster,
+
+	"GET /api/v1/auth/keys":         auth.PermKeysManage,
+	"POST /api/v1/auth/keys":        auth.PermKeysManage,
+	"GET /api/v1/auth/keys/{id}":    auth.PermKeysManage,
+	"PATCH /api/v1/auth/keys/{id}":  auth.PermKeysManage,
+	"DELETE /api/v1/auth/keys/{id}": auth.PermKeysManage,
+	// Who am I: any valid key (or an open server's anonymous admin).
+	"GET /api/v1/auth/whoami": permAnyKey,
+
+	"GET /healthz":         permOpen,
+	"GET /":                permOpen,
+	"GET /ui/{filepath:*}": permOpen,
+}

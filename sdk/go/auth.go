@@ -1,0 +1,129 @@
+package corvo
+
+import (
+	"context"
+	"net/url"
+	"time"
+)
+
+// API keys: the bodies of /api/v1/auth/keys and /api/v1/auth/whoami (see
+// docs/api.md, "Authentication").
+
+// APIKey is an API key as the server lists it: never the key itself, which
+// is shown once, when it is created (CreatedKey).
+type APIKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	Role      string    `json:"role"`
+	Queues    []string  `json:"queues"` // scope globs; empty: every queue
+	Enabled   bool      `json:"enabled"`
+	CreatedAt time.Time `json:"created_at"`
+	// CreatedBy is the ID of the key that created it ("" when the server
+	// ran open, or for the bootstrap admin key).
+	CreatedBy  string     `json:"created_by"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	LastUsedAt *time.Time `json:"last_used_at"` // recorded every 30 s or so, not per request
+}
+
+// CreateKeyRequest is POST /api/v1/auth/keys.
+type CreateKeyRequest struct {
+	Name      string     `json:"name"`
+	Namespace string     `json:"namespace,omitempty"` // default "default"
+	Role      string     `json:"role,omitempty"`      // default "readonly"
+	Queues    []string   `json:"queues,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// CreatedKey is the answer to a creation: the key's record and, this once,
+// the key.
+type CreatedKey struct {
+	APIKey
+	Key string `json:"key"`
+}
+
+// UpdateKeyRequest is PATCH /api/v1/auth/keys/{id}: the fields that are set
+// change.
+type UpdateKeyRequest struct {
+	Name      *string    `json:"name,omitempty"`
+	Role      *string    `json:"role,omitempty"`
+	Queues    *[]string  `json:"queues,omitempty"`
+	Enabled   *bool      `json:"enabled,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// KeyList is GET /api/v1/auth/keys.
+type KeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// KeyRevoked is DELETE /api/v1/auth/keys/{id}.
+type KeyRevoked struct {
+	ID      string `json:"id"`
+	Revoked bool   `json:"revoked"`
+}
+
+// WhoAmI is GET /api/v1/auth/whoami: who the client's key acts as.
+type WhoAmI struct {
+	// Auth is the server's mode: "keys" (every call needs a key), "open"
+	// (loopback: calls without a key act as an admin) or "off".
+	Auth        string   `json:"auth"`
+	KeyID       string   `json:"key_id"` // "" for an anonymous caller
+	Name        string   `json:"name"`
+	Namespace   string   `json:"namespace"`
+	Role        string   `json:"role"`
+	Queues      []string `json:"queues"`
+	Permissions []string `json:"permissions"`
+}
+
+// CreateKey creates an API key; the answer holds the key, shown only now.
+func (c *Client) CreateKey(ctx context.Context, r CreateKeyRequest) (*CreatedKey, error) {
+	var out CreatedKey
+	if _, err := c.do(ctx, "POST", "/api/v1/auth/keys", r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Keys lists the API keys.
+func (c *Client) Keys(ctx context.Context) ([]APIKey, error) {
+	var out KeyList
+	if _, err := c.do(ctx, "GET", "/api/v1/auth/keys", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Keys, nil
+}
+
+// Key reads one API key by ID.
+func (c *Client) Key(ctx context.Context, id string) (*APIKey, error) {
+	var out APIKey
+	if _, err := c.do(ctx, "GET", "/api/v1/auth/keys/"+url.PathEscape(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// UpdateKey changes an API key (enable, disable, rename, role, scope,
+// expiry).
+func (c *Client) UpdateKey(ctx context.Context, id string, r UpdateKeyRequest) (*APIKey, error) {
+	var out APIKey
+	if _, err := c.do(ctx, "PATCH", "/api/v1/auth/keys/"+url.PathEscape(id), r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RevokeKey deletes an API key: it stops working on every node at once.
+func (c *Client) RevokeKey(ctx context.Context, id string) error {
+	_, err := c.do(ctx, "DELETE", "/api/v1/auth/keys/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// WhoAmI says who the client's key acts as.
+func (c *Client) WhoAmI(ctx context.Context) (*WhoAmI, error) {
+	var out WhoAmI
+	if _, err := c.do(ctx, "GET", "/api/v1/auth/whoami", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
