@@ -251,3 +251,54 @@ func TestOpenServerStillChecksASentKey(t *testing.T) {
 	require.Equal(t, 403, st)
 	require.Equal(t, "forbidden", code)
 }
+
+// TestSessionCookieLogsTheUIIn: the UI's login keeps a valid key in an
+// HttpOnly, SameSite=Strict cookie that authenticates later calls (the
+// event stream's too); a bad key sets nothing; logout clears it.
+func TestSessionCookieLogsTheUIIn(t *testing.T) {
+	_, url, keys := keysServer(t, Config{})
+	ro := putKey(t, keys, auth.Key{Name: "ui-readonly", Role: auth.RoleReadonly, Enabled: true})
+	st, code, _ := callKey(t, "POST", url+"/api/v1/auth/session", "", corvo.LoginRequest{Key: ro + "x"})
+	require.Equal(t, 401, st)
+	require.Equal(t, "unauthorized", code)
+
+	b, _ := json.Marshal(corvo.LoginRequest{Key: ro})
+	resp, err := httpc.Post(url+"/api/v1/auth/session", "application/json", bytes.NewReader(b))
+	require.NoError(t, err)
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, string(out))
+	require.Equal(t, "readonly", strictDecode[corvo.WhoAmI](t, "login", out).Role)
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == SessionCookie {
+			session = c
+		}
+	}
+	require.NotNil(t, session, "no session cookie")
+	require.True(t, session.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, session.SameSite)
+
+	withCookie := func(method, path string) int {
+		req, err := http.NewRequest(method, url+path, nil)
+		require.NoError(t, err)
+		req.AddCookie(session)
+		resp, err := httpc.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 200, withCookie("GET", "/api/v1/queues"))
+	require.Equal(t, 403, withCookie("DELETE", "/api/v1/queues/ui-none"), "a readonly session deleted a queue")
+	require.Equal(t, 503, withCookie("GET", "/api/v1/events"), "the event stream refused the session (this server has no ring: 503)")
+
+	resp, err = httpc.Do(func() *http.Request { r, _ := http.NewRequest("DELETE", url+"/api/v1/auth/session", nil); return r }())
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	cleared := false
+	for _, c := range resp.Cookies() {
+		cleared = cleared || (c.Name == SessionCookie && c.Value == "" && (c.MaxAge < 0 || c.Expires.Before(time.Now())))
+	}
+	require.True(t, cleared, "logout did not clear the cookie")
+}

@@ -282,3 +282,55 @@ func appendKey(b []byte, k *auth.Key) []byte {
 	b = appendTime(b, k.LastUsedAt)
 	return append(b, '}')
 }
+
+// POST /api/v1/auth/session {"key": "corvo_…"} — the web UI's login: the
+// key is checked, then kept in an HttpOnly, SameSite=Strict cookie that
+// every later call (EventSource included) carries. It answers whoami.
+func (s *Server) handleLogin(ctx *fasthttp.RequestCtx) {
+	var req corvo.LoginRequest
+	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	if req.Key == "" {
+		writeError(ctx, invalid("field \"key\" is required"))
+		return
+	}
+	st := auth.Empty
+	if s.cfg.Keys != nil {
+		st = s.cfg.Keys.Keys()
+	}
+	k, why := st.Authenticate(req.Key, time.Now().UnixNano())
+	if why != auth.Accepted {
+		s.refuse(ctx, codeUnauthorized.err("the API key is "+why.String()))
+		return
+	}
+	p := k.Principal()
+	ctx.SetUserValue(principalKey, &p)
+	s.touched.see(k.ID)
+	var c fasthttp.Cookie
+	c.SetKey(SessionCookie)
+	c.SetValue(req.Key)
+	c.SetPath("/")
+	c.SetHTTPOnly(true)
+	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
+	c.SetSecure(ctx.IsTLS())
+	if k.ExpiresAt != 0 {
+		c.SetExpire(time.Unix(0, k.ExpiresAt))
+	}
+	ctx.Response.Header.SetCookie(&c)
+	s.handleWhoAmI(ctx)
+}
+
+// DELETE /api/v1/auth/session — log out: the cookie is cleared.
+func (s *Server) handleLogout(ctx *fasthttp.RequestCtx) {
+	var c fasthttp.Cookie
+	c.SetKey(SessionCookie)
+	c.SetValue("")
+	c.SetPath("/")
+	c.SetHTTPOnly(true)
+	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
+	c.SetExpire(fasthttp.CookieExpireDelete)
+	ctx.Response.Header.SetCookie(&c)
+	writeJSON(ctx, 200, []byte(`{"logged_out":true}`))
+}

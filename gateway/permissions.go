@@ -76,6 +76,9 @@ var permissions = map[string]auth.Permission{
 	"DELETE /api/v1/auth/keys/{id}": auth.PermKeysManage,
 	// Who am I: any valid key (or an open server's anonymous admin).
 	"GET /api/v1/auth/whoami": permAnyKey,
+	// The UI's login checks the key it is given; logout clears a cookie.
+	"POST /api/v1/auth/session":   permOpen,
+	"DELETE /api/v1/auth/session": permOpen,
 
 	"GET /healthz":         permOpen,
 	"GET /":                permOpen,

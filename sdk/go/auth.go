@@ -76,6 +76,17 @@ type WhoAmI struct {
 	Permissions []string `json:"permissions"`
 }
 
+// LoginRequest is POST /api/v1/auth/session: the web UI's login with a key
+// (the server keeps it in an HttpOnly cookie).
+type LoginRequest struct {
+	Key string `json:"key"`
+}
+
+// LoggedOut is DELETE /api/v1/auth/session.
+type LoggedOut struct {
+	LoggedOut bool `json:"logged_out"`
+}
+
 // CreateKey creates an API key; the answer holds the key, shown only now.
 func (c *Client) CreateKey(ctx context.Context, r CreateKeyRequest) (*CreatedKey, error) {
 	var out CreatedKey
