@@ -411,7 +411,7 @@ func (m *merger) open(addr string, shards []int, live, early bool) {
 func (s *Server) coverShards(shards []int, failed map[string]time.Time) (groups []router.Group, rest []int) {
 	lists := make(map[int][]string, len(shards))
 	for _, sh := range shards {
-		all := s.forwardTargets(sh)
+		all := s.peer.Targets(sh)
 		var good []string
 		for _, a := range all {
 			if at, ok := failed[a]; !ok || time.Since(at) > upstreamFailedFor {

@@ -360,7 +360,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	}
 	targets := make(map[int][]string, len(shards))
 	for _, sh := range shards {
-		targets[sh] = s.forwardTargets(sh)
+		targets[sh] = s.peer.Targets(sh)
 	}
 	if all := router.CommonHosts(shards, targets); len(all) > 0 {
 		if err := s.peer.Forward(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {

@@ -20,10 +20,6 @@ import (
 // hosted reports whether this node hosts shard sh.
 func (s *Server) hosted(sh int) bool { return s.eng.Hosts(sh) }
 
-// forwardTargets lists the nodes hosting shard sh, in the order to try
-// them (peer.Client.Targets).
-func (s *Server) forwardTargets(sh int) []string { return s.peer.Targets(sh) }
-
 // forwardIfElsewhere forwards the request when this node does not host
 // shard sh and reports whether it answered the request (forwarded, or a
 // 503 when that is impossible).
@@ -36,7 +32,7 @@ func (s *Server) forwardIfElsewhere(ctx *fasthttp.RequestCtx, sh int) bool {
 		ctx.Response.Header.Set("Retry-After", "1")
 		return true
 	}
-	if err := s.peer.Forward(ctx, s.forwardTargets(sh), time.Now().Add(s.cfg.RequestTimeout)); err != nil {
+	if err := s.peer.Forward(ctx, s.peer.Targets(sh), time.Now().Add(s.cfg.RequestTimeout)); err != nil {
 		writeError(ctx, codeUnavailable.err("shard "+itoa(sh)+" is not hosted on this node, and forwarding failed: "+err.Error()))
 		ctx.Response.Header.Set("Retry-After", "1")
 	}

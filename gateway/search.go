@@ -558,93 +558,22 @@ func mergeParts(desc bool, limit int, parts ...*searchResult) *searchResult {
 	return out
 }
 
-// searchPart is the shards one node is asked to search.
-type searchPart struct {
-	addr   string
-	shards []int
-}
-
-// planSearch covers shards with nodes that host them (router.Cover),
-// skipping the given addresses. It returns what no node covers.
-func (s *Server) planSearch(shards []int, skip map[string]bool) (parts []searchPart, uncovered []int) {
-	hosts := make(map[int][]string, len(shards))
-	for _, sh := range shards {
-		for _, addr := range s.forwardTargets(sh) {
-			if !skip[addr] {
-				hosts[sh] = append(hosts[sh], addr)
-			}
-		}
-	}
-	groups, uncovered := router.Cover(shards, hosts)
-	for _, g := range groups {
-		parts = append(parts, searchPart{addr: g.Addr, shards: g.Shards})
-	}
-	return parts, uncovered
-}
-
-// searchRemote searches shards on other nodes, re-planning the shards of a
-// part that failed over the nodes not tried yet, until every shard has
-// answered or no node is left (503).
+// searchRemote searches shards on other nodes (peer.Client.SearchShards:
+// the plan, the parts in parallel, and the retries of a part that failed
+// on another node) and turns their answers into parts to merge.
 func (s *Server) searchRemote(body []byte, shards []int, deadline time.Time) ([]*searchResult, *apiError) {
-	var out []*searchResult
-	tried := map[string]bool{}
-	why := ""
-	for len(shards) > 0 {
-		plan, uncovered := s.planSearch(shards, tried)
-		if len(uncovered) > 0 {
-			msg := "no node hosting shard " + itoa(uncovered[0]) + " answered the search"
-			if why != "" {
-				msg += " (" + why + ")"
-			}
-			return nil, codeUnavailable.err(msg)
-		}
-		type answer struct {
-			res *searchResult
-			err *apiError
-		}
-		answers := make([]answer, len(plan))
-		var wg sync.WaitGroup
-		for i, p := range plan {
-			wg.Add(1)
-			go func(i int, p searchPart) {
-				defer wg.Done()
-				answers[i].res, answers[i].err = s.searchPartAt(p, body, deadline)
-			}(i, p)
-		}
-		wg.Wait()
-		shards = shards[:0:0]
-		for i, a := range answers {
-			switch {
-			case a.err == nil:
-				out = append(out, a.res)
-			case a.err.status == 503:
-				// Not asked again. (A node that answered is: it hosts
-				// none of these shards, or the plan would have given
-				// them to it.)
-				tried[plan[i].addr] = true
-				why = plan[i].addr + ": " + a.err.msg
-				shards = append(shards, plan[i].shards...)
-			default:
-				return nil, a.err
-			}
-		}
-		slices.Sort(shards)
-	}
-	return out, nil
-}
-
-// searchPartAt asks one node for one part of a search
-// (peer.Client.Search): a 503 for what another node might not fail, the
-// node's 4xx answer to the request itself.
-func (s *Server) searchPartAt(p searchPart, body []byte, deadline time.Time) (*searchResult, *apiError) {
-	a, err := s.peer.Search(p.addr, p.shards, body, deadline)
+	answers, err := s.peer.SearchShards(shards, body, deadline)
 	if err != nil {
 		return nil, engineError(err)
 	}
-	out := &searchResult{total: a.Total, hasMore: a.HasMore, hits: make([]searchHit, len(a.Jobs))}
-	for i := range a.Jobs {
-		k := &a.Keys[i]
-		out.hits[i] = searchHit{v: k.V, id: k.ID, queue: k.Queue, raw: a.Jobs[i]}
+	out := make([]*searchResult, len(answers))
+	for j, a := range answers {
+		r := &searchResult{total: a.Total, hasMore: a.HasMore, hits: make([]searchHit, len(a.Jobs))}
+		for i := range a.Jobs {
+			k := &a.Keys[i]
+			r.hits[i] = searchHit{v: k.V, id: k.ID, queue: k.Queue, raw: a.Jobs[i]}
+		}
+		out[j] = r
 	}
 	return out, nil
 }

@@ -263,24 +263,13 @@ func TestSearchFanOutParts(t *testing.T) {
 	require.Equal(t, 400, code, string(body))
 }
 
-// TestSearchPlan: the covering set is greedy (the node hosting the most
-// uncovered shards first, ties to the first listed) and skips nodes that
-// failed; what nobody hosts is reported.
-func TestSearchPlan(t *testing.T) {
+// TestSearchShardsOfPrefix: a job_id_prefix narrows a search to the
+// shards whose job-ID tag fits it. (The plan over other nodes is
+// peer.TestSearchPlan.)
+func TestSearchShardsOfPrefix(t *testing.T) {
 	t.Parallel()
-	hosts := map[int][]string{0: {"A"}, 1: {"A", "B"}, 2: {"B", "C"}, 3: {"C"}}
-	s := New(Config{Logger: zerolog.Nop(), Peer: peerTo(func(sh int) []string { return hosts[sh] })}, notHosting{Engine: testEngine})
+	s := New(Config{Logger: zerolog.Nop(), Peer: peerTo(func(int) []string { return nil })}, notHosting{Engine: testEngine})
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	parts, left := s.planSearch([]int{0, 1, 2, 3}, nil)
-	require.Empty(t, left)
-	require.Equal(t, []searchPart{{"A", []int{0, 1}}, {"C", []int{2, 3}}}, parts)
-	parts, left = s.planSearch([]int{1, 2, 3}, map[string]bool{"C": true})
-	require.Equal(t, []searchPart{{"B", []int{1, 2}}}, parts)
-	require.Equal(t, []int{3}, left, "nobody else hosts 3")
-	parts, left = s.planSearch([]int{0, 3}, map[string]bool{"A": true, "C": true})
-	require.Empty(t, parts)
-	require.Equal(t, []int{0, 3}, left)
-
 	for _, c := range []struct {
 		prefix string
 		want   []int
