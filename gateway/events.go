@@ -123,7 +123,7 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	markStream(ctx)
 	if len(remote) > 0 {
-		m := s.newMerger(n, from, f.Shards, remote, upstreamQuery(rawQueue, rawType))
+		m := s.newMerger(n, from, f.Shards, remote, rawQueue, rawType)
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			defer s.subscribers.Add(-1)
 			m.stream(w, sub, reset)

@@ -2,107 +2,52 @@ package gateway
 
 import (
 	"bufio"
-	"context"
-	"net/url"
 	"time"
 
 	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/peer"
-	"github.com/corvohq/corvo/router"
 )
 
 // The merged event stream: on a node that does not host every shard a
 // stream needs, GET /api/v1/events serves the hosted shards from the local
-// ring and the others through SSE streams opened to nodes that host them
-// (peer.Client.Events: ?shards=…, with the hop header, so those nodes
-// answer from their rings only). The client sees one stream whose event IDs are ordinary cursors:
-// one position per shard, each moved only by what was delivered from that
+// ring and the others through SSE streams opened to nodes that host them.
+// The client sees one stream whose event IDs are ordinary cursors: one
+// position per shard, each moved only by what was delivered from that
 // shard, so an ID resumes exactly there through any node.
 //
-// One goroutine (the response's stream writer) owns the merged cursor; each
-// upstream stream has a reader goroutine that hands it frames in order
-// over one channel. An upstream that breaks is opened again (to the same
-// node or another that hosts its shards) from the merged cursor, after a
-// bounded backoff; one that says its resume position is too old (reset)
-// passes the reset on.
+// One goroutine (the response's stream writer) owns the merged cursor.
+// The upstream streams are peer.Upstreams': it opens them (router.Cover),
+// reads each on its own goroutine, and opens one that breaks again (on the
+// same node or another hosting its shards) after a bounded backoff, from
+// the merged cursor it asks this side for. Their frames come back here
+// in order (handle), and this side moves the cursor; an upstream that says
+// its resume position is too old (reset) passes the reset on.
 
-// Limits of upstream streams.
-const (
-	upstreamStartWait  = 3 * time.Second        // how long a merged stream waits for its upstreams before its first frame
-	upstreamBackoffMin = 100 * time.Millisecond // first wait before opening a broken upstream again
-	upstreamBackoffMax = 2 * time.Second        // longest wait
-	upstreamFailedFor  = 5 * time.Second        // a node that could not be opened is tried last for this long
-)
-
-// upstreamQuery is the filter part of an upstream request's query.
-func upstreamQuery(queue, typ string) string {
-	var q string
-	if queue != "" {
-		q += "&queue=" + url.QueryEscape(queue)
-	}
-	if typ != "" {
-		q += "&type=" + url.QueryEscape(typ)
-	}
-	return q
-}
-
-// upstream is one stream opened to another node for some shards.
-type upstream struct {
-	addr   string
-	shards []int
-	live   bool // opened without a resume position: it tells its own
-	start  time.Time
-	cancel context.CancelFunc
-	open   bool // it answered (the merger's view)
-	dead   bool // the merger dropped it: ignore what it still sends
-	early  bool // opened while the merger waits for its first frame
-}
-
-const (
-	upOpen   = iota // ": connected {cursor}"
-	upFrame         // an event or reset frame
-	upClosed        // the stream ended or could not be opened
-)
-
-type upMsg struct {
-	up    *upstream
-	kind  int
-	id    string // the frame's id or the connected cursor
-	event string
-	data  []byte
-	err   error
-}
+// upstreamStartWait is how long a merged stream waits for its upstreams
+// before its first frame.
+const upstreamStartWait = 3 * time.Second
 
 // merger is the state of one merged stream (owned by its stream writer).
 type merger struct {
-	s      *Server
-	ctx    context.Context // ends the upstreams
-	end    context.CancelFunc
-	msgs   chan upMsg
-	n      int
-	cur    events.Cursor // the merged cursor: what the client has been given
-	known  []bool        // shards whose position in cur is real
-	local  []bool        // shards read from the local ring
-	query  string
-	buf    []byte
-	failed map[string]time.Time
+	s     *Server
+	ups   *peer.Upstreams
+	n     int
+	cur   events.Cursor // the merged cursor: what the client has been given
+	known []bool        // shards whose position in cur is real
+	local []bool        // shards read from the local ring
+	buf   []byte
 
-	started  bool    // the client got its first frame
-	waiting  int     // upstreams opened early that have not answered yet
-	deferred []upMsg // frames that came before the first frame
-	resetDue bool    // an upstream reset while starting: the first frame is a reset
-	pending  []int   // shards with no upstream, to open after retry fires
-	retry    *time.Timer
-	backoff  time.Duration
+	started  bool                 // the client got its first frame
+	deferred []peer.UpstreamFrame // frames that came before the first frame
+	resetDue bool                 // an upstream reset while starting: the first frame is a reset
 }
 
 // newMerger prepares a merged stream for the needed shards (nil: all),
-// the remote ones of which come from other nodes. from is the client's
-// resume cursor (nil: live).
-func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int, query string) *merger {
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &merger{s: s, ctx: ctx, end: cancel, msgs: make(chan upMsg, 256), n: n, known: make([]bool, n),
-		query: query, failed: map[string]time.Time{}, backoff: upstreamBackoffMin}
+// the remote ones of which come from other nodes (the stream's filter:
+// queue and typ, as the client gave them). from is the client's resume
+// cursor (nil: live).
+func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int, queue, typ string) *merger {
+	m := &merger{s: s, n: n, known: make([]bool, n)}
 	if from != nil {
 		m.cur = append(events.Cursor(nil), from...)
 		for i := range m.known {
@@ -115,7 +60,8 @@ func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int,
 		}
 	}
 	m.local = s.localShards(need, n)
-	m.pending = remote
+	m.ups = s.peer.Upstreams(remote, peer.UpstreamsConfig{Queue: queue, Type: typ, Idle: s.upstreamIdle(),
+		Known: func(sh int) bool { return m.known[sh] }, Cursor: func() string { return m.cur.Encode() }})
 	return m
 }
 
@@ -123,12 +69,7 @@ func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int,
 // the needed shards) reads the local ones; reset says sub's resume point
 // was too old.
 func (m *merger) stream(w *bufio.Writer, sub *events.Sub, reset bool) {
-	defer m.end()
-	defer func() {
-		if m.retry != nil {
-			m.retry.Stop()
-		}
-	}()
+	defer m.ups.Close()
 	s := m.s
 	if sub != nil {
 		m.takeLocal(sub)
@@ -137,16 +78,15 @@ func (m *merger) stream(w *bufio.Writer, sub *events.Sub, reset bool) {
 	// of those that fail, before the first frame (which sends the
 	// headers): a client that has them is subscribed to every shard it can
 	// be.
-	m.openPending(true)
+	m.ups.Open()
 	startWait := time.NewTimer(upstreamStartWait)
 start:
-	for m.waiting > 0 || m.retry != nil {
+	for m.ups.Waiting() {
 		select {
-		case msg := <-m.msgs:
+		case msg := <-m.ups.Msgs():
 			m.handle(msg)
-		case <-m.retryC():
-			m.retry = nil
-			m.openPending(true)
+		case <-m.ups.RetryC():
+			m.ups.Retry()
 		case <-startWait.C:
 			break start
 		case <-s.closed:
@@ -156,13 +96,16 @@ start:
 	}
 	startWait.Stop()
 	m.started = true
+	m.ups.Started()
 	if reset || m.resetDue {
 		m.buf = appendReset(m.buf, m.cur.Encode(), "the resume point is older than the events this server keeps; refetch and continue")
 	} else {
 		m.buf = append(m.buf, ": connected\n\n"...)
 	}
-	for _, msg := range m.deferred {
-		m.handle(msg)
+	for _, f := range m.deferred {
+		if !f.Dropped() {
+			m.frame(f)
+		}
 	}
 	m.deferred = nil
 	if !writeFlush(w, m.buf) {
@@ -193,7 +136,7 @@ start:
 	drain:
 		for k := 0; k < eventsBatch; k++ {
 			select {
-			case msg := <-m.msgs:
+			case msg := <-m.ups.Msgs():
 				m.handle(msg)
 			default:
 				break drain
@@ -211,11 +154,10 @@ start:
 		select {
 		case <-wait: // nil when there is no local part: never ready
 			wait = nil
-		case msg := <-m.msgs:
+		case msg := <-m.ups.Msgs():
 			m.handle(msg)
-		case <-m.retryC():
-			m.retry = nil
-			m.openPending(false)
+		case <-m.ups.RetryC():
+			m.ups.Retry()
 		case <-keepalive.C:
 			// A shard read from the ring that this node stopped hosting:
 			// end, and the client resumes through a new plan.
@@ -239,191 +181,77 @@ func (m *merger) takeLocal(sub *events.Sub) {
 	}
 }
 
-func (m *merger) retryC() <-chan time.Time {
-	if m.retry == nil {
-		return nil
-	}
-	return m.retry.C
-}
-
-// handle applies one upstream message.
-func (m *merger) handle(msg upMsg) {
-	up := msg.up
-	switch msg.kind {
-	case upClosed:
-		m.closed(up, msg.err)
-		return
-	case upOpen:
-		if !up.dead && !up.open {
-			m.opened(up, msg.id, false)
-		}
+// handle applies one upstream message (peer.Upstreams.Take keeps the
+// streams; the merged cursor is this side's).
+func (m *merger) handle(msg peer.UpstreamMsg) {
+	f, ok := m.ups.Take(msg)
+	if !ok {
 		return
 	}
-	if up.dead {
-		return
-	}
-	if !up.open {
-		// A stream whose first frame is a reset: the resume point was
-		// too old there.
-		if !m.opened(up, msg.id, msg.event == "reset") {
+	if f.Opened {
+		// A stream's first message: the ": connected {cursor}" comment,
+		// or a first frame, a reset when the resume point was too old
+		// there.
+		reset := !f.Connected && f.Event == "reset"
+		if !m.opened(f, reset) || f.Connected {
 			return
 		}
-		if msg.event == "reset" && !m.started {
+		if reset && !m.started {
 			m.resetDue = true
 			return
 		}
 	}
 	if !m.started {
-		m.deferred = append(m.deferred, msg)
+		m.deferred = append(m.deferred, f)
 		return
 	}
-	c, err := events.DecodeCursor(msg.id, m.n)
+	m.frame(f)
+}
+
+// frame passes an upstream frame on (a job event, or a reset), under the
+// merged cursor, its stream's shards moved to the frame's positions.
+func (m *merger) frame(f peer.UpstreamFrame) {
+	c, err := events.DecodeCursor(f.ID, m.n)
 	if err != nil {
-		m.drop(up)
+		m.ups.Drop(f)
 		return
 	}
-	for _, sh := range up.shards {
+	for _, sh := range f.Shards {
 		m.cur[sh] = c[sh]
 	}
-	// The frame as it came (a job event, or a reset passed on), under the
-	// merged cursor.
 	m.buf = append(m.buf, "id: "...)
 	m.buf = append(m.buf, m.cur.Encode()...)
-	if msg.event != "" {
+	if f.Event != "" {
 		m.buf = append(m.buf, "\nevent: "...)
-		m.buf = append(m.buf, msg.event...)
+		m.buf = append(m.buf, f.Event...)
 	}
 	m.buf = append(m.buf, "\ndata: "...)
-	m.buf = append(m.buf, msg.data...)
+	m.buf = append(m.buf, f.Data...)
 	m.buf = append(m.buf, "\n\n"...)
 }
 
-// opened records that up answered, starting at cursor id. A stream opened
-// live, or one that reset, gives its shards their positions; a live one
-// after the client's first frame means the client may have missed events
-// of those shards meanwhile, and is told to reset.
-func (m *merger) opened(up *upstream, id string, reset bool) bool {
-	c, err := events.DecodeCursor(id, m.n)
+// opened takes a stream's first message, starting at cursor f.ID. A
+// stream opened live, or one that reset, gives its shards their
+// positions; a live one after the client's first frame means the client
+// may have missed events of those shards meanwhile, and is told to reset.
+// A position that cannot be read drops the stream (false).
+func (m *merger) opened(f peer.UpstreamFrame, reset bool) bool {
+	c, err := events.DecodeCursor(f.ID, m.n)
 	if err != nil {
-		m.drop(up)
+		m.ups.Drop(f)
 		return false
 	}
-	up.open = true
-	if up.early {
-		up.early = false
-		m.waiting--
-	}
-	if up.live || reset {
-		for _, sh := range up.shards {
+	m.ups.Opened(f)
+	if f.Live || reset {
+		for _, sh := range f.Shards {
 			m.cur[sh] = c[sh]
 			m.known[sh] = true
 		}
-		if up.live && !reset && m.started {
+		if f.Live && !reset && m.started {
 			m.buf = appendReset(m.buf, m.cur.Encode(), "the events of some shards could not be followed for a while; refetch and continue")
 		}
 	}
 	return true
-}
-
-// drop abandons an upstream that sent what it should not have: it ends,
-// and its shards are opened again.
-func (m *merger) drop(up *upstream) {
-	up.dead = true
-	up.cancel()
-}
-
-// closed takes an ended upstream: its shards are opened again, from the
-// merged cursor, after the backoff.
-func (m *merger) closed(up *upstream, err error) {
-	if up.early {
-		up.early = false
-		m.waiting--
-	}
-	if !up.open {
-		m.failed[up.addr] = time.Now()
-	} else if time.Since(up.start) > upstreamBackoffMax {
-		m.backoff = upstreamBackoffMin // it ran a while: no storm to hold back
-	}
-	m.s.log.Debug().Err(err).Str("node", up.addr).Ints("shards", up.shards).Msg("event upstream ended")
-	m.pending = append(m.pending, up.shards...)
-	m.schedule()
-}
-
-func (m *merger) schedule() {
-	if m.retry != nil || len(m.pending) == 0 {
-		return
-	}
-	m.retry = time.NewTimer(m.backoff)
-	m.backoff = min(2*m.backoff, upstreamBackoffMax)
-}
-
-// openPending opens upstreams for the pending shards: a greedy cover (the
-// node hosting the most of them first), a stream for the shards of known
-// position (resumed from the merged cursor) and one for the others (live).
-// Shards no node is known to host stay pending.
-func (m *merger) openPending(early bool) {
-	shards := m.pending
-	m.pending = nil
-	groups, rest := m.s.coverShards(shards, m.failed)
-	for _, g := range groups {
-		var known, unknown []int
-		for _, sh := range g.Shards {
-			if m.known[sh] {
-				known = append(known, sh)
-			} else {
-				unknown = append(unknown, sh)
-			}
-		}
-		if len(known) > 0 {
-			m.open(g.Addr, known, false, early)
-		}
-		if len(unknown) > 0 {
-			m.open(g.Addr, unknown, true, early)
-		}
-	}
-	m.pending = rest
-	m.schedule()
-}
-
-func (m *merger) open(addr string, shards []int, live, early bool) {
-	ctx, cancel := context.WithCancel(m.ctx)
-	up := &upstream{addr: addr, shards: shards, live: live, start: time.Now(), cancel: cancel, early: early}
-	if early {
-		m.waiting++
-	}
-	var from string
-	if !live {
-		from = m.cur.Encode()
-	}
-	go func() {
-		err := m.s.readUpstream(ctx, m.msgs, up, from, m.query)
-		cancel()
-		select {
-		case m.msgs <- upMsg{up: up, kind: upClosed, err: err}:
-		case <-m.ctx.Done():
-		}
-	}()
-}
-
-// coverShards groups shards by the node to stream them from
-// (router.Cover). Nodes that failed lately are used only for shards no
-// other node hosts. rest: the shards no node is known to host.
-func (s *Server) coverShards(shards []int, failed map[string]time.Time) (groups []router.Group, rest []int) {
-	lists := make(map[int][]string, len(shards))
-	for _, sh := range shards {
-		all := s.peer.Targets(sh)
-		var good []string
-		for _, a := range all {
-			if at, ok := failed[a]; !ok || time.Since(at) > upstreamFailedFor {
-				good = append(good, a)
-			}
-		}
-		if len(good) == 0 {
-			good = all
-		}
-		lists[sh] = good
-	}
-	return router.Cover(shards, lists)
 }
 
 // upstreamIdle is how long an upstream stream may stay silent (its node
@@ -431,22 +259,4 @@ func (s *Server) coverShards(shards []int, failed map[string]time.Time) (groups 
 // taken for dead.
 func (s *Server) upstreamIdle() time.Duration {
 	return 3*max(s.cfg.EventsKeepalive, EventsKeepaliveDefault) + 5*time.Second
-}
-
-// readUpstream reads one upstream stream (peer.Client.Events), handing
-// its frames to msgs in order, until it ends or ctx does. from is the
-// resume cursor ("": live).
-func (s *Server) readUpstream(ctx context.Context, msgs chan<- upMsg, up *upstream, from, query string) error {
-	return s.peer.Events(ctx, up.addr, up.shards, from, query, s.upstreamIdle(), func(f peer.Frame) bool {
-		m := upMsg{up: up, kind: upFrame, id: f.ID, event: f.Event, data: f.Data}
-		if f.Connected {
-			m.kind = upOpen
-		}
-		select {
-		case msgs <- m:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	})
 }
