@@ -313,10 +313,6 @@ func (s *Server) writeFetched(ctx *fasthttp.RequestCtx, jobs []statemachine.JobV
 
 // ---- fetch over queues on shards this node does not host ----
 
-// remoteFetchSlice is how long a fetch over queues on several nodes waits
-// on its local queues' signals between rounds of asking the other nodes.
-const remoteFetchSlice = 250 * time.Millisecond
-
 // allHosted reports whether this node hosts the shard of every queue.
 func (s *Server) allHosted(queues []string) bool {
 	for _, q := range queues {
@@ -327,17 +323,12 @@ func (s *Server) allHosted(queues []string) bool {
 	return true
 }
 
-// fetchGroup is the queues of some shards no local replica serves, and the
-// nodes hosting every one of those shards, best first.
-type fetchGroup struct {
-	addrs  []string
-	queues []string
-}
-
 // fetchElsewhere serves a fetch naming a queue whose shard this node does
-// not host. A node hosting every queue's shard gets the whole request (it
-// long-polls with its own signals); failing that, the queues are split
-// between this node and a few others, polled in rounds.
+// not host (peer.Client.PlanFetch). A node hosting every queue's shard
+// gets the whole request (it long-polls with its own signals); failing
+// that, the queues are split between this node and a few others, polled
+// in rounds (peer.Client.FetchRounds, with this node's part served by
+// localFetch).
 func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, queues []string, timeout time.Duration, count int) {
 	if peer.Forwarded(ctx) {
 		// Sent here by a node that took this one for a host of them all.
@@ -347,7 +338,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	}
 	byShard := map[int][]string{}
 	var shards []int
-	var local []string
+	lf := &localFetch{s: s, req: req}
 	for _, q := range queues {
 		sh := s.rt.ShardForQueue(q)
 		if _, ok := byShard[sh]; !ok {
@@ -355,124 +346,60 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 		}
 		byShard[sh] = append(byShard[sh], q)
 		if s.hosted(sh) {
-			local = append(local, q)
+			lf.queues = append(lf.queues, q)
 		}
 	}
-	targets := make(map[int][]string, len(shards))
-	for _, sh := range shards {
-		targets[sh] = s.peer.Targets(sh)
-	}
-	if all := router.CommonHosts(shards, targets); len(all) > 0 {
+	all, groups := s.peer.PlanFetch(shards, byShard, s.hosted)
+	if len(all) > 0 {
 		if err := s.peer.Forward(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
 			writeError(ctx, codeUnavailable.err("the queues' shards are hosted on another node, and forwarding failed: "+err.Error()))
 		}
 		return
 	}
-	var remote []int
-	for _, sh := range shards {
-		if !s.hosted(sh) && len(targets[sh]) > 0 {
-			remote = append(remote, sh)
-		}
-	}
-	cover, _ := router.Cover(remote, targets)
-	groups := make([]fetchGroup, len(cover))
-	for i, c := range cover {
-		groups[i].addrs = append([]string{c.Addr}, c.Also...) // fallbacks if the first cannot be dialled
-		for _, sh := range c.Shards {
-			groups[i].queues = append(groups[i].queues, byShard[sh]...)
-		}
-	}
-	if len(local) == 0 && len(groups) == 0 {
+	if len(lf.queues) == 0 && len(groups) == 0 {
 		writeError(ctx, codeUnavailable.err("the queues' shards are not hosted on this node, and no node hosting them is known"))
 		return
 	}
-	s.fetchRounds(ctx, req, local, groups, timeout, count)
-}
-
-// fetchRounds polls the local queues (tryFetch) and each group's node (a
-// fetch with timeout 0) in turn, asking each for what is still missing of
-// count, and answers with what a round claimed. An empty round waits on
-// the local queues' signals for at most remoteFetchSlice, so jobs on the
-// other nodes are found within that, nothing spins, and no more than
-// count jobs are ever claimed. The round's first source rotates, so no
-// queue starves another.
-func (s *Server) fetchRounds(ctx *fasthttp.RequestCtx, req *fetchRequest, local []string, groups []fetchGroup, timeout time.Duration, count int) {
-	deadline := time.Now().Add(timeout)
-	sources := len(groups)
-	if len(local) > 0 {
-		sources++
-	}
-	start := int(s.peer.Next() % uint64(sources))
-	for round := 0; ; round++ {
-		watches := make([]<-chan struct{}, len(local))
-		for i, q := range local {
-			watches[i] = s.eng.Watch(q)
-		}
-		var jobs []statemachine.JobView
-		var raw [][]byte
-		var firstErr *apiError
-		failed := 0
-		for i := 0; i < sources && len(jobs)+len(raw) < count; i++ {
-			k := (start + round + i) % sources
-			want := count - len(jobs) - len(raw)
-			var aerr *apiError
-			if len(local) > 0 && k == 0 {
-				var got []statemachine.JobView
-				got, aerr = s.tryFetch(local, req, want)
-				jobs = append(jobs, got...)
-			} else {
-				if len(local) > 0 {
-					k--
-				}
-				var got [][]byte
-				got, aerr = s.fetchFrom(&groups[k], req, want)
-				raw = append(raw, got...)
-			}
-			if aerr != nil {
-				failed++
-				if firstErr == nil {
-					firstErr = aerr
-				}
-			}
-		}
-		if len(jobs)+len(raw) > 0 {
-			s.writeFetchedFrom(ctx, jobs, raw, req.Count != nil)
-			return
-		}
-		if failed == sources {
-			writeError(ctx, firstErr)
-			return
-		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			ctx.SetStatusCode(fasthttp.StatusNoContent)
-			return
-		}
-		if !s.waitAny(watches, min(wait, remoteFetchSlice)) {
-			ctx.SetStatusCode(fasthttp.StatusNoContent)
-			return
-		}
+	raw, err := s.peer.FetchRounds(peer.FetchRounds{Local: lf, LocalQueues: len(lf.queues) > 0, Groups: groups,
+		WorkerID: req.WorkerID, Hostname: req.Hostname, Count: count, Deadline: time.Now().Add(timeout)})
+	switch {
+	case err != nil:
+		writeError(ctx, engineError(err))
+	case len(lf.jobs)+len(raw) > 0:
+		s.writeFetchedFrom(ctx, lf.jobs, raw, req.Count != nil)
+	default:
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	}
 }
 
-// fetchFrom claims up to want jobs from a group's queues on a node hosting
-// them (peer.Client.Fetch) and returns each job's JSON as that node
-// rendered it.
-func (s *Server) fetchFrom(g *fetchGroup, req *fetchRequest, want int) ([][]byte, *apiError) {
-	body := append([]byte(`{"queues":`), appendStrings(nil, g.queues)...)
-	body = append(body, `,"worker_id":`...)
-	body = appendString(body, req.WorkerID)
-	body = append(body, `,"hostname":`...)
-	body = appendString(body, req.Hostname)
-	body = append(body, `,"count":`...)
-	body = appendInt(body, int64(want))
-	body = append(body, `,"timeout":0}`...)
-	jobs, err := s.peer.Fetch(g.addrs, body, time.Now().Add(s.cfg.RequestTimeout))
-	if err != nil {
-		return nil, engineError(err)
-	}
-	return jobs, nil
+// localFetch is this node's part of a fetch polled in rounds
+// (peer.FetchLocal): its queues, watched and claimed (tryFetch) here; the
+// jobs it claimed.
+type localFetch struct {
+	s       *Server
+	req     *fetchRequest
+	queues  []string
+	watches []<-chan struct{}
+	jobs    []statemachine.JobView
 }
+
+func (l *localFetch) Watch() {
+	l.watches = l.watches[:0]
+	for _, q := range l.queues {
+		l.watches = append(l.watches, l.s.eng.Watch(q))
+	}
+}
+
+func (l *localFetch) Fetch(want int) (int, error) {
+	got, aerr := l.s.tryFetch(l.queues, l.req, want)
+	if aerr != nil {
+		return 0, aerr
+	}
+	l.jobs = append(l.jobs, got...)
+	return len(got), nil
+}
+
+func (l *localFetch) Wait(d time.Duration) bool { return l.s.waitAny(l.watches, d) }
 
 // writeFetchedFrom answers with jobs claimed here and jobs another node
 // claimed and rendered (spliced in as they came, so a worker sees the same
