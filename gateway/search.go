@@ -298,7 +298,8 @@ func (s *Server) handleRebuildMirror(ctx *fasthttp.RequestCtx) {
 // in the same order; the pages are merged by (sort value, job ID) — the
 // mirror's keyset order — and cut at the limit. Cursors are keyset
 // positions, valid on every node, so the merged page's cursor (its last
-// row's position) continues every part. A part that fails is asked of
+// row's position) continues every part. The plan, the parts and their
+// retries are peer.Client.SearchShards': a part that fails is asked of
 // another node holding its shards; when none answers, the search fails
 // (503), never returning a partial page.
 

@@ -24,9 +24,10 @@ import (
 )
 
 // The cross-node halves of fetch, search and the event stream, and the
-// one-off calls (cluster status, bulk operations, the removal notice). The
-// gateway plans (router.Cover) and merges; these carry one part to one
-// node and bring its answer back.
+// one-off calls (cluster status, bulk operations, the removal notice):
+// each carries one part to one node and brings its answer back. The plans
+// and retries over them are in fetchrounds.go, searchplan.go and
+// upstreams.go; the gateway merges.
 
 // Fetch claims jobs on the first of addrs that takes body (a fetch with
 // timeout 0 over queues of shards that node hosts) before deadline, and

@@ -1,11 +1,14 @@
 // Package peer is Corvo's node-to-node layer: which nodes host a shard
 // (the one target list), forwarding a request to one of them, remote
 // propose and read through the internal shard endpoints, the cross-node
-// halves of fetch, search and the event stream, liveness probing and
-// leadership spreading, and the cluster credential every node-to-node
-// endpoint requires. The gateway keeps the one route table and the local
-// halves; it calls a Client for everything that crosses to another node
-// and registers the Handlers peer provides.
+// halves of fetch, search and the event stream (which node is asked for
+// which shards, the calls, their retries and fail-over: fetchrounds.go,
+// searchplan.go, upstreams.go), liveness probing and leadership
+// spreading, and the cluster credential every node-to-node endpoint
+// requires. The gateway keeps the one route table, the local halves and
+// the merging; it calls a Client for everything that crosses to another
+// node and registers the Handlers peer provides. peer never imports the
+// gateway.
 package peer
 
 import (
