@@ -302,3 +302,27 @@ func TestSessionCookieLogsTheUIIn(t *testing.T) {
 	}
 	require.True(t, cleared, "logout did not clear the cookie")
 }
+
+// TestClusterSecretStandsForAnotherNode: a user route called by another
+// node (the cluster secret, no key) is admitted on a server that needs
+// keys; a wrong secret is refused, never treated as a missing key.
+func TestClusterSecretStandsForAnotherNode(t *testing.T) {
+	_, url, _ := keysServer(t, Config{})
+	call := func(secret string) (int, string) {
+		req, err := http.NewRequest("GET", url+"/api/v1/queues", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Corvo-Cluster-Secret", secret)
+		resp, err := httpc.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		var e corvo.ErrorBody
+		_ = json.Unmarshal(out, &e)
+		return resp.StatusCode, e.Code
+	}
+	st, _ := call(testClusterSecret)
+	require.Equal(t, 200, st)
+	st, code := call("wrong-secret-0123456789abcdef0123456789")
+	require.Equal(t, 403, st)
+	require.Equal(t, "cluster_secret_invalid", code)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/auth"
+	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -53,6 +54,10 @@ const KeyTouchIntervalDefault = 30 * time.Second
 
 const principalKey = "corvo.principal"
 
+// clusterPrincipal is who a call from another node (with the cluster
+// secret) acts as.
+var clusterPrincipal = auth.Principal{Name: "cluster", Namespace: auth.DefaultNamespace, Role: auth.RoleAdmin}
+
 // principal is who the request acts as (set by authorize).
 func principal(ctx *fasthttp.RequestCtx) *auth.Principal {
 	if p, ok := ctx.UserValue(principalKey).(*auth.Principal); ok {
@@ -81,6 +86,16 @@ func requestKey(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 // answers the request itself (false) when it may not go on.
 func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool {
 	if perm == auth.PermNone || s.cfg.Auth == AuthOff {
+		return true
+	}
+	if len(ctx.Request.Header.Peek(peer.SecretHeader)) > 0 {
+		// Another node: the cluster secret stands for the caller that
+		// node authorized (a wrong secret never falls back to a key).
+		if !s.peer.Trusted(ctx) {
+			writeError(ctx, codeClusterSecretInvalid.err("the cluster secret is wrong"))
+			return false
+		}
+		ctx.SetUserValue(principalKey, &clusterPrincipal)
 		return true
 	}
 	key, sent := requestKey(ctx)

@@ -35,6 +35,12 @@ func (c *Client) Only(h fasthttp.RequestHandler, fail func(*fasthttp.RequestCtx,
 	}
 }
 
+// Trusted reports whether the request carries this node's cluster secret:
+// another node of the cluster calling a user route (a status probe, a
+// fetch, search or event stream fanned out to it, a forwarded request the
+// first node already authorized).
+func (c *Client) Trusted(ctx *fasthttp.RequestCtx) bool { return c.check(ctx) == nil }
+
 func (c *Client) check(ctx *fasthttp.RequestCtx) *Error {
 	got := ctx.Request.Header.Peek(SecretHeader)
 	if len(got) == 0 {

@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	corvoBin = filepath.Join(dir, "corvo")
+	// Every HTTP client of the tests (the partition lab's, SSE readers')
+	// and every CLI they run carry the servers' admin key.
+	http.DefaultTransport = withAdminKey{http.DefaultTransport}
+	os.Setenv("CORVO_API_KEY", testAdminKey)
 	// -tags corvotest: the binary logs each command it runs to
 	// CORVO_CMD_LOG, for the every-command check below.
 	cmdLog := filepath.Join(dir, "commands.log")
@@ -113,7 +117,7 @@ func (s *server) start() {
 	} else {
 		s.cmd = exec.Command(corvoBin, args...)
 	}
-	s.cmd.Env = append(os.Environ(), s.env...)
+	s.cmd.Env = append(append(os.Environ(), "CORVO_ADMIN_KEY="+testAdminKey), s.env...)
 	s.stderr = &lockedBuffer{}
 	s.cmd.Stderr = s.stderr
 	require.NoError(s.t, s.cmd.Start())
@@ -162,7 +166,24 @@ func (s *server) stop() time.Duration {
 	return time.Since(start)
 }
 
-var client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+var client = &http.Client{Timeout: 60 * time.Second, Transport: withAdminKey{&http.Transport{MaxIdleConnsPerHost: 256}}}
+
+// testAdminKey is an admin key of every server the tests start (given as
+// CORVO_ADMIN_KEY), so servers that need keys (bound off loopback, as in
+// the partition lab) take the tests' calls; the tests' HTTP clients send
+// it unless a call sets its own Authorization header.
+const testAdminKey = "corvo_00000000000e2e00_e2e-test-admin-key-0123456789abcdefABCDEF_x"
+
+// withAdminKey adds testAdminKey to requests that carry no Authorization.
+type withAdminKey struct{ base http.RoundTripper }
+
+func (w withAdminKey) RoundTrip(r *http.Request) (*http.Response, error) {
+	if _, set := r.Header["Authorization"]; !set {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+testAdminKey)
+	}
+	return w.base.RoundTrip(r)
+}
 
 // testClusterSecret is the cluster secret of the test clusters' nodes.
 const testClusterSecret = "e2e-cluster-secret-0123456789abcdef"
