@@ -35,7 +35,7 @@ const (
 	PermSchedulesManage Permission = "schedules:manage"
 
 	PermClusterRead   Permission = "cluster:read"   // cluster status
-	PermClusterManage Permission = "cluster:manage" // rebuild the mirror, remove a node
+	PermClusterManage Permission = "cluster:manage" // rebuild the mirror (node removal takes the cluster secret)
 
 	PermMetricsRead Permission = "metrics:read"
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -325,4 +326,34 @@ func TestClusterSecretStandsForAnotherNode(t *testing.T) {
 	st, code := call("wrong-secret-0123456789abcdef0123456789")
 	require.Equal(t, 403, st)
 	require.Equal(t, "cluster_secret_invalid", code)
+}
+
+// TestPermissionDocsMatchRoles: docs/api.md's permission table lists every
+// permission once, with exactly the roles that hold it.
+func TestPermissionDocsMatchRoles(t *testing.T) {
+	b, err := os.ReadFile("../docs/api.md")
+	require.NoError(t, err)
+	doc := string(b)
+	start := strings.Index(doc, "| permission | routes | roles |")
+	require.GreaterOrEqual(t, start, 0, "docs/api.md has no permission table")
+	seen := map[auth.Permission]bool{}
+	for _, line := range strings.Split(doc[start:], "\n")[2:] {
+		if !strings.HasPrefix(line, "| `") {
+			break
+		}
+		cells := strings.Split(line, " | ")
+		perm := auth.Permission(strings.Trim(cells[0], "| `"))
+		var want []string
+		for _, r := range auth.RoleNames {
+			if p := (auth.Principal{Role: r}); p.Can(perm) {
+				want = append(want, r)
+			}
+		}
+		require.Equal(t, strings.Join(want, ", "), strings.TrimSuffix(cells[2], " |"), "docs/api.md: the roles of %s", perm)
+		seen[perm] = true
+	}
+	for _, p := range auth.Permissions {
+		require.True(t, seen[p], "docs/api.md's permission table lacks %s", p)
+	}
+	require.Len(t, seen, len(auth.Permissions))
 }

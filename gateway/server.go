@@ -350,6 +350,12 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 func (s *Server) Serve(ln net.Listener) error {
 	tl := &trackingListener{Listener: ln, conns: map[*trackedConn]struct{}{}}
 	s.ln.Store(tl)
+	select {
+	case <-s.closed:
+		// Shutdown ran before this listener was known to anyone.
+		return tl.Close()
+	default:
+	}
 	return s.srv.Serve(tl)
 }
 
@@ -358,6 +364,11 @@ func (s *Server) Serve(ln net.Listener) error {
 // interrupted) and waits for in-flight requests.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() { close(s.closed) })
+	if tl := s.ln.Load(); tl != nil {
+		// fasthttp closes only the listeners its Serve has registered;
+		// Serve may have been called and not have got that far.
+		_ = tl.Close()
+	}
 	s.bulk.shutdown(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
@@ -387,8 +398,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // anything yet.
 type trackingListener struct {
 	net.Listener
-	mu    sync.Mutex
-	conns map[*trackedConn]struct{}
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	closed sync.Once
+	err    error
+}
+
+// Close closes the listener once; later calls (Shutdown's and fasthttp's)
+// return the first one's result.
+func (l *trackingListener) Close() error {
+	l.closed.Do(func() { l.err = l.Listener.Close() })
+	return l.err
 }
 
 type trackedConn struct {
