@@ -46,35 +46,35 @@ func put(t *testing.T, s *State, k Key) (*State, string) {
 func TestAuthenticate(t *testing.T) {
 	s, key := put(t, Empty, Key{Name: "a", Namespace: "default", Role: RoleWorker, ExpiresAt: 100})
 	require.Equal(t, 0, Empty.Len(), "Apply changed the state it was called on")
-	k, r := s.Authenticate(key, 99)
+	k, r := s.Authenticate([]byte(key), 99)
 	require.Equal(t, Accepted, r)
 	require.Equal(t, RoleWorker, k.Role)
-	_, r = s.Authenticate(key, 100)
+	_, r = s.Authenticate([]byte(key), 100)
 	require.Equal(t, Expired, r)
-	_, r = s.Authenticate("nope", 1)
+	_, r = s.Authenticate([]byte("nope"), 1)
 	require.Equal(t, Malformed, r)
 	other, _, _ := NewKey()
-	_, r = s.Authenticate(other, 1)
+	_, r = s.Authenticate([]byte(other), 1)
 	require.Equal(t, Unknown, r)
 	// The right ID with another secret.
 	forged := key[:len(key)-4] + "AAAA"
 	if forged == key {
 		forged = key[:len(key)-4] + "BBBB"
 	}
-	_, r = s.Authenticate(forged, 1)
+	_, r = s.Authenticate([]byte(forged), 1)
 	require.Equal(t, Wrong, r)
 
 	off := false
 	s2, ok := s.Apply(Cmd{Op: "update", ID: k.ID, Update: &Update{Enabled: &off}})
 	require.True(t, ok)
-	_, r = s2.Authenticate(key, 1)
+	_, r = s2.Authenticate([]byte(key), 1)
 	require.Equal(t, Disabled, r)
-	_, r = s.Authenticate(key, 1)
+	_, r = s.Authenticate([]byte(key), 1)
 	require.Equal(t, Accepted, r, "the old state changed")
 
 	s3, ok := s2.Apply(Cmd{Op: "delete", ID: k.ID})
 	require.True(t, ok)
-	_, r = s3.Authenticate(key, 1)
+	_, r = s3.Authenticate([]byte(key), 1)
 	require.Equal(t, Unknown, r)
 	_, ok = s3.Apply(Cmd{Op: "delete", ID: k.ID})
 	require.False(t, ok)

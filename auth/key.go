@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"strings"
 )
 
 // An API key reads "corvo_<id>_<secret>": id is 16 hex digits (64 random
@@ -38,21 +37,30 @@ func NewKey() (key, id, hash string) {
 
 // KeyID returns the ID a well-formed key carries.
 func KeyID(key string) (string, bool) {
-	if len(key) != KeyLen || !strings.HasPrefix(key, KeyPrefix) || key[len(KeyPrefix)+keyIDLen] != '_' {
+	if !wellFormed([]byte(key)) {
 		return "", false
 	}
-	id := key[len(KeyPrefix) : len(KeyPrefix)+keyIDLen]
-	if !ValidKeyID(id) {
-		return "", false
+	return key[len(KeyPrefix) : len(KeyPrefix)+keyIDLen], true
+}
+
+// wellFormed reports whether key is corvo_<16 lower-case hex>_<43 base64url>.
+func wellFormed(key []byte) bool {
+	if len(key) != KeyLen || string(key[:len(KeyPrefix)]) != KeyPrefix || key[len(KeyPrefix)+keyIDLen] != '_' {
+		return false
+	}
+	for _, c := range key[len(KeyPrefix) : len(KeyPrefix)+keyIDLen] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
 	}
 	secret := key[len(KeyPrefix)+keyIDLen+1:]
 	for i := 0; i < len(secret); i++ {
 		c := secret[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return "", false
+			return false
 		}
 	}
-	return id, true
+	return true
 }
 
 // ValidKeyID reports whether id is 16 lower-case hex digits.
@@ -75,7 +83,16 @@ func HashKey(key string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// hashMatches compares a key's hash with a stored one in constant time.
-func hashMatches(key, stored string) bool {
-	return subtle.ConstantTimeCompare([]byte(HashKey(key)), []byte(stored)) == 1
+// hashMatches compares a key's hash with a stored (hex) one in constant
+// time, without allocating.
+func hashMatches(key []byte, stored string) bool {
+	var want [sha256.Size]byte
+	if len(stored) != 2*sha256.Size {
+		return false
+	}
+	if _, err := hex.Decode(want[:], []byte(stored)); err != nil {
+		return false
+	}
+	got := sha256.Sum256(key)
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }

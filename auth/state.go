@@ -22,11 +22,26 @@ type Key struct {
 	// every key it saw since: never a Raft entry per request.
 	LastUsedAt int64  `json:"last_used_at,omitempty"`
 	CreatedBy  string `json:"created_by,omitempty"` // the creating key's ID ("" when open or bootstrap)
+
+	// who is Principal(), made once when the key enters a State (a
+	// request then takes it without allocating).
+	who *Principal
 }
 
-// Principal is who the key acts as.
-func (k *Key) Principal() Principal {
-	return Principal{KeyID: k.ID, Name: k.Name, Namespace: k.Namespace, Role: k.Role, Queues: k.Queues}
+// Principal is who the key acts as. Keys a State returns share one value:
+// do not change it.
+func (k *Key) Principal() *Principal {
+	if k.who != nil {
+		return k.who
+	}
+	return &Principal{KeyID: k.ID, Name: k.Name, Namespace: k.Namespace, Role: k.Role, Queues: k.Queues}
+}
+
+// stored returns a copy of k ready to enter a State.
+func stored(k Key) *Key {
+	k.who = nil
+	k.who = k.Principal()
+	return &k
 }
 
 // State is the cluster's key table. A *State is never changed: Apply
@@ -82,13 +97,12 @@ func (r Refusal) String() string {
 }
 
 // Authenticate finds the key's record and says whether it may be used at
-// now (Unix ns).
-func (s *State) Authenticate(key string, now int64) (*Key, Refusal) {
-	id, ok := KeyID(key)
-	if !ok {
+// now (Unix ns). It does not allocate.
+func (s *State) Authenticate(key []byte, now int64) (*Key, Refusal) {
+	if !wellFormed(key) {
 		return nil, Malformed
 	}
-	k, ok := s.keys[id]
+	k, ok := s.keys[string(key[len(KeyPrefix):len(KeyPrefix)+keyIDLen])]
 	switch {
 	case !ok:
 		return nil, Unknown
@@ -133,8 +147,7 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 			return s, false
 		}
 		n := s.clone()
-		k := *c.Key
-		n.keys[k.ID] = &k
+		n.keys[c.Key.ID] = stored(*c.Key)
 		return n, true
 	case "update":
 		old, ok := s.keys[c.ID]
@@ -159,7 +172,7 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 			k.ExpiresAt = *u.ExpiresAt
 		}
 		n := s.clone()
-		n.keys[k.ID] = &k
+		n.keys[k.ID] = stored(k)
 		return n, true
 	case "delete":
 		if _, ok := s.keys[c.ID]; !ok {
@@ -180,7 +193,7 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 			}
 			k := *old
 			k.LastUsedAt = at
-			n.keys[id] = &k
+			n.keys[id] = &k // who is unchanged
 		}
 		if n == nil {
 			return s, false
@@ -203,7 +216,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 	}
 	s.keys = make(map[string]*Key, len(ks))
 	for i := range ks {
-		s.keys[ks[i].ID] = &ks[i]
+		s.keys[ks[i].ID] = stored(ks[i])
 	}
 	return nil
 }

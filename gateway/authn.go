@@ -111,7 +111,8 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 	} else {
 		st = auth.Empty
 	}
-	k, why := st.Authenticate(string(key), time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	k, why := st.Authenticate(key, now)
 	if why != auth.Accepted {
 		msg := "the API key is " + why.String()
 		switch why {
@@ -122,9 +123,9 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 		}
 		return s.refuse(ctx, codeUnauthorized.err(msg))
 	}
-	s.touched.see(k.ID)
+	s.touched.see(k.ID, now)
 	p := k.Principal()
-	ctx.SetUserValue(principalKey, &p)
+	ctx.SetUserValue(principalKey, p)
 	if perm != permAnyKey && !p.Can(perm) {
 		writeError(ctx, codeForbidden.errf("the key %q (role %s) lacks the %s permission this endpoint needs", k.Name, k.Role, perm))
 		return false
@@ -178,26 +179,20 @@ func allowJob(ctx *fasthttp.RequestCtx, job *statemachine.Job) bool {
 // keyUse collects the last-used times of keys seen on this node since the
 // last flush.
 type keyUse struct {
-	mu   sync.Mutex
-	seen map[string]*atomic.Int64 // key ID → Unix ns; entries live for the process
+	seen sync.Map // key ID → *atomic.Int64 (Unix ns); entries live for the process
 	// dirty is set when a key was seen after the last flush.
 	dirty atomic.Bool
 }
 
-func (u *keyUse) see(id string) {
-	now := time.Now().UnixNano()
-	u.mu.Lock()
-	v := u.seen[id]
-	if v == nil {
-		if u.seen == nil {
-			u.seen = map[string]*atomic.Int64{}
-		}
-		v = new(atomic.Int64)
-		u.seen[id] = v
+func (u *keyUse) see(id string, now int64) {
+	v, ok := u.seen.Load(id)
+	if !ok {
+		v, _ = u.seen.LoadOrStore(id, new(atomic.Int64))
 	}
-	u.mu.Unlock()
-	v.Store(now)
-	u.dirty.Store(true)
+	v.(*atomic.Int64).Store(now)
+	if !u.dirty.Load() {
+		u.dirty.Store(true)
+	}
 }
 
 // since returns the keys seen after the times in sent (and updates sent).
@@ -205,18 +200,18 @@ func (u *keyUse) since(sent map[string]int64) map[string]int64 {
 	if !u.dirty.Swap(false) {
 		return nil
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
 	var out map[string]int64
-	for id, v := range u.seen {
-		if at := v.Load(); at > sent[id] {
+	u.seen.Range(func(k, v any) bool {
+		id := k.(string)
+		if at := v.(*atomic.Int64).Load(); at > sent[id] {
 			if out == nil {
 				out = map[string]int64{}
 			}
 			out[id] = at
 			sent[id] = at
 		}
-	}
+		return true
+	})
 	return out
 }
 

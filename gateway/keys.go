@@ -300,14 +300,13 @@ func (s *Server) handleLogin(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Keys != nil {
 		st = s.cfg.Keys.Keys()
 	}
-	k, why := st.Authenticate(req.Key, time.Now().UnixNano())
+	k, why := st.Authenticate([]byte(req.Key), time.Now().UnixNano())
 	if why != auth.Accepted {
 		s.refuse(ctx, codeUnauthorized.err("the API key is "+why.String()))
 		return
 	}
-	p := k.Principal()
-	ctx.SetUserValue(principalKey, &p)
-	s.touched.see(k.ID)
+	ctx.SetUserValue(principalKey, k.Principal())
+	s.touched.see(k.ID, time.Now().UnixNano())
 	var c fasthttp.Cookie
 	c.SetKey(SessionCookie)
 	c.SetValue(req.Key)

@@ -180,7 +180,7 @@ func TestShardKeysReplicateThroughMetaAndSurviveRestart(t *testing.T) {
 	changed, err := h.ProposeKeys(ctx, auth.Cmd{Op: "put", Key: &k})
 	require.NoError(t, err)
 	require.True(t, changed)
-	got, refusal := h.Keys().Authenticate(key, 2)
+	got, refusal := h.Keys().Authenticate([]byte(key), 2)
 	require.Equal(t, auth.Accepted, refusal)
 	require.Equal(t, "ci", got.Name)
 	changed, err = h.ProposeKeys(ctx, auth.Cmd{Op: "put", Key: &k})
@@ -196,6 +196,6 @@ func TestShardKeysReplicateThroughMetaAndSurviveRestart(t *testing.T) {
 	k2, ok := h.Keys().Key(id)
 	require.True(t, ok, "the key did not survive a restart")
 	require.Equal(t, int64(42), k2.LastUsedAt)
-	_, refusal = h.Keys().Authenticate(key, 2)
+	_, refusal = h.Keys().Authenticate([]byte(key), 2)
 	require.Equal(t, auth.Accepted, refusal)
 }
