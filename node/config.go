@@ -70,6 +70,9 @@ type Config struct {
 	Retention       time.Duration // finished jobs are kept this long; negative: forever
 	NoMirror        bool          // no SQLite mirror: no search, no async bulk
 	NoEvents        bool          // no event stream
+	// PprofBind, when set, serves the Go profiler on its own loopback
+	// listener (Run).
+	PprofBind string
 	// Auth is AuthAuto (default: keys unless Bind is loopback), AuthOn or
 	// AuthOff (no keys at all, for trusted networks).
 	Auth string
@@ -156,6 +159,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPayloadBytes < 0 {
 		return errors.New("--max-payload must be positive")
+	}
+	if c.PprofBind != "" && !Loopback(c.PprofBind) {
+		return fmt.Errorf("--pprof-bind %s: the profiler listens on loopback only", c.PprofBind)
 	}
 	switch c.Auth {
 	case "", AuthAuto, AuthOn, AuthOff:

@@ -38,6 +38,17 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, time.Duration(-1), c.Retention)
 }
 
+// TestLoopback: which listen addresses accept loopback connections only
+// (an open server, a profiler).
+func TestLoopback(t *testing.T) {
+	for bind, want := range map[string]bool{
+		"127.0.0.1:8080": true, "127.0.0.5:1": true, "[::1]:8080": true, "localhost:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.1:8080": false, "example.com:80": false, "nope": false,
+	} {
+		require.Equal(t, want, Loopback(bind), bind)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -52,6 +63,10 @@ func TestConfigValidate(t *testing.T) {
 		{"bad bind", Config{Bind: "nope"}, "--bind"},
 		{"bad raft bind", Config{RaftBind: "nope"}, "--raft-bind"},
 		{"bad cors origin", Config{Gateway: gateway.Config{CORSOrigins: []string{"not a url"}}}, "--cors-origin"},
+		{"pprof off loopback", Config{PprofBind: "0.0.0.0:6060"}, "loopback only"},
+		{"pprof on every interface", Config{PprofBind: ":6060"}, "loopback only"},
+		{"unknown auth mode", Config{Auth: "maybe"}, "--auth must be"},
+		{"malformed admin key", Config{AdminKey: "hunter2"}, "not a Corvo API key"},
 	} {
 		err := c.cfg.WithDefaults().Validate()
 		require.ErrorContains(t, err, c.want, c.name)

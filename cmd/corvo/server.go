@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	_ "net/http/pprof" // served only with --pprof-bind
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -22,10 +19,9 @@ import (
 
 // serverFlags are `corvo server`'s flags, mapped onto a node.Config.
 type serverFlags struct {
-	cfg       node.Config
-	logLevel  string
-	pprofBind string
-	cacheMB   int
+	cfg      node.Config
+	logLevel string
+	cacheMB  int
 }
 
 // register defines the server's flags on fl.
@@ -53,7 +49,7 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", node.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
-	fl.StringVar(&f.pprofBind, "pprof-bind", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
+	fl.StringVar(&c.PprofBind, "pprof-bind", "", "serve Go pprof profiles on their own loopback listener (e.g. 127.0.0.1:6060); off when empty")
 	fl.StringSliceVar(&c.Gateway.CORSOrigins, "cors-origin", envList("CORVO_CORS_ORIGINS"),
 		`browser origin (scheme://host[:port], or "*") allowed to call the API from its pages; repeatable or comma-separated (default $CORVO_CORS_ORIGINS). Other origins cannot change anything`)
 	strict, _ := strconv.ParseBool(os.Getenv("CORVO_STRICT_LEASES"))
@@ -111,38 +107,13 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	}
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	start := time.Now()
-	n, err := node.Open(sigCtx, cfg)
-	if err != nil {
+	if err := node.Run(sigCtx, cfg); err != nil {
 		var ce *node.ConfigError
 		if errors.As(err, &ce) {
 			return &exitError{exitUsage, err}
 		}
 		return &exitError{exitError_, err}
 	}
-	if f.pprofBind != "" {
-		go func() {
-			if err := http.ListenAndServe(f.pprofBind, nil); err != nil {
-				cfg.Logger.Warn().Err(err).Msg("pprof listener stopped")
-			}
-		}()
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- n.Serve() }()
-	n.Ready(start)
-	select {
-	case <-sigCtx.Done():
-		cfg.Logger.Info().Msg("shutting down: draining requests")
-	case <-n.Removed():
-		cfg.Logger.Warn().Msg("removed from the cluster: shutting down")
-	case err := <-serveErr:
-		n.Close()
-		return &exitError{exitError_, fmt.Errorf("http server: %w", err)}
-	}
-	if err := n.Shutdown(context.Background()); err != nil {
-		cfg.Logger.Warn().Err(err).Msg("shutdown")
-	}
-	cfg.Logger.Info().Msg("corvo server stopped")
 	return nil
 }
 
