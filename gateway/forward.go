@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -49,35 +48,9 @@ func (s *Server) read(sh int, q any) (any, error) {
 	return s.peer.Read(sh, q)
 }
 
-// readEach reads every shard with the query q(sh) — the ones hosted here
-// from the engine, the others from nodes hosting them, all at once — and
-// returns the answers in shard order, or the lowest shard's error.
-func (s *Server) readEach(q func(sh int) any) ([]any, error) {
-	n := s.eng.Shards()
-	out, errs := make([]any, n), make([]error, n)
-	var wg sync.WaitGroup
-	for sh := 0; sh < n; sh++ {
-		if !s.hosted(sh) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out[sh], errs[sh] = s.peer.Read(sh, q(sh))
-			}()
-		}
-	}
-	for sh := 0; sh < n; sh++ {
-		if s.hosted(sh) {
-			out[sh], errs[sh] = s.eng.Read(sh, q(sh))
-		}
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
+// readEach reads every shard with the query q(sh) (peer.Client.ReadEach:
+// hosted shards from the engine, the others from nodes hosting them).
+func (s *Server) readEach(q func(sh int) any) ([]any, error) { return s.peer.ReadEach(s.eng, q) }
 
 // proposeRemote proposes ops on a node hosting shard sh (s.proposeCtx
 // when this node does not host it).

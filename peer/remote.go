@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/corvohq/corvo/statemachine"
@@ -82,6 +83,36 @@ func (c *Client) Read(sh int, q any) (any, error) {
 		return nil, fmt.Errorf("shard %d: unreadable answer from the node hosting it: %w", sh, err)
 	}
 	return v, nil
+}
+
+// ReadEach reads every shard of local's cluster with the query q(sh): the
+// shards local hosts from local, the others from nodes hosting them, all at
+// once. The answers come in shard order, or the lowest shard's error.
+func (c *Client) ReadEach(local Local, q func(sh int) any) ([]any, error) {
+	n := local.Shards()
+	out, errs := make([]any, n), make([]error, n)
+	var wg sync.WaitGroup
+	for sh := 0; sh < n; sh++ {
+		if !local.Hosts(sh) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[sh], errs[sh] = c.Read(sh, q(sh))
+			}()
+		}
+	}
+	for sh := 0; sh < n; sh++ {
+		if local.Hosts(sh) {
+			out[sh], errs[sh] = local.Read(sh, q(sh))
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // callShard posts body to shard sh's internal endpoint on the first node

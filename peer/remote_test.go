@@ -1,7 +1,13 @@
 package peer
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,4 +66,41 @@ func FuzzDecodeReadQuery(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, q, q2)
 	})
+}
+
+// readLocal hosts some shards and answers their reads with "local-<sh>".
+type readLocal struct{ hosts map[int]bool }
+
+func (f readLocal) Shards() int       { return 4 }
+func (f readLocal) Hosts(sh int) bool { return f.hosts[sh] }
+func (f readLocal) Read(sh int, _ any) (any, error) {
+	return []statemachine.QueueInfo{{Name: "local-" + strconv.Itoa(sh)}}, nil
+}
+func (f readLocal) Propose(context.Context, int, ...statemachine.Op) ([]statemachine.Result, error) {
+	return nil, nil
+}
+
+// TestReadEach: hosted shards are read locally, the others from a node
+// hosting them, and the answers come back in shard order.
+func TestReadEach(t *testing.T) {
+	var remote atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remote.Add(1)
+		sh := strings.Split(r.URL.Path, "/")[4]
+		out, err := encodeReadResult([]statemachine.QueueInfo{{Name: "remote-" + sh}}, remoteReads["ListQueuesQuery"])
+		require.NoError(t, err)
+		_, _ = w.Write(out)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	c := New(Config{Targets: func(int) []string { return []string{addr} }})
+	defer c.Close()
+	out, err := c.ReadEach(readLocal{hosts: map[int]bool{0: true, 2: true}}, func(int) any { return statemachine.ListQueuesQuery{} })
+	require.NoError(t, err)
+	var names []string
+	for _, v := range out {
+		names = append(names, v.([]statemachine.QueueInfo)[0].Name)
+	}
+	require.Equal(t, []string{"local-0", "remote-1", "local-2", "remote-3"}, names)
+	require.Equal(t, int32(2), remote.Load())
 }
