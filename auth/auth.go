@@ -88,6 +88,11 @@ type Principal struct {
 	// Queues, when not empty, limits the key to queues matching one of
 	// these globs (path.Match syntax).
 	Queues []string
+	// Perms, when not nil, are a custom role's permissions (nil: the
+	// built-in Roles[Role]); RoleQueues its queue scope, which applies
+	// on top of Queues.
+	Perms      []Permission
+	RoleQueues []string
 }
 
 // Anonymous is the caller of a server that runs open (loopback, or
@@ -102,24 +107,45 @@ func (p *Principal) Can(perm Permission) bool {
 	if perm == PermNone {
 		return true
 	}
-	return slices.Contains(Roles[p.Role], perm)
+	return slices.Contains(p.Permissions(), perm)
+}
+
+// Permissions are what p's role grants.
+func (p *Principal) Permissions() []Permission {
+	if p.Perms != nil {
+		return p.Perms
+	}
+	return Roles[p.Role]
 }
 
 // Admin reports whether p is an admin (who may cross namespaces).
 func (p *Principal) Admin() bool { return p.Role == RoleAdmin }
 
-// AllowsQueue reports whether p's queue scope admits queue.
+// AllowsQueue reports whether p's queue scope (its key's and its role's)
+// admits queue.
 func (p *Principal) AllowsQueue(queue string) bool {
-	if len(p.Queues) == 0 {
+	return matchesAny(p.Queues, queue) && matchesAny(p.RoleQueues, queue)
+}
+
+// Scoped reports whether p is limited to some queues.
+func (p *Principal) Scoped() bool { return len(p.Queues) > 0 || len(p.RoleQueues) > 0 }
+
+// matchesAny reports whether queue matches one of globs (an empty list
+// matches every queue).
+func matchesAny(globs []string, queue string) bool {
+	if len(globs) == 0 {
 		return true
 	}
-	for _, g := range p.Queues {
+	for _, g := range globs {
 		if ok, _ := path.Match(g, queue); ok {
 			return true
 		}
 	}
 	return false
 }
+
+// ValidPermission reports whether p is one of Permissions.
+func ValidPermission(p Permission) bool { return slices.Contains(Permissions, p) }
 
 // CheckQueueGlob says what is wrong with a queue-scope glob, or "".
 func CheckQueueGlob(g string) string {

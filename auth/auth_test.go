@@ -146,3 +146,54 @@ func FuzzKeyID(f *testing.F) {
 		}
 	})
 }
+
+func TestCustomRoles(t *testing.T) {
+	s, ok := Empty.Apply(Cmd{Op: "role.put", Role: &Role{Name: "billing", Permissions: []Permission{PermJobsRead, PermQueuesManage}, Queues: []string{"billing.*"}, CreatedAt: 5}})
+	require.True(t, ok)
+	_, ok = s.Apply(Cmd{Op: "role.put", Role: &Role{Name: RoleAdmin, Permissions: []Permission{PermJobsRead}}})
+	require.False(t, ok, "a built-in role was replaced")
+	require.True(t, s.RoleExists("billing"))
+	require.True(t, s.RoleExists(RoleWorker))
+	require.False(t, s.RoleExists("nope"))
+
+	s, key := put(t, s, Key{Name: "b", Role: "billing", Queues: []string{"billing.eu*"}})
+	k, r := s.Authenticate([]byte(key), 1)
+	require.Equal(t, Accepted, r)
+	p := k.Principal()
+	require.True(t, p.Can(PermQueuesManage))
+	require.False(t, p.Can(PermJobsEnqueue))
+	require.True(t, p.AllowsQueue("billing.eu-1"))
+	require.False(t, p.AllowsQueue("billing.us-1"), "the key's own scope was ignored")
+	require.False(t, p.AllowsQueue("emails.eu"), "the role's scope was ignored")
+
+	// Changing the role changes what its keys may do, at once.
+	s2, ok := s.Apply(Cmd{Op: "role.put", Role: &Role{Name: "billing", Permissions: []Permission{PermJobsEnqueue}, CreatedAt: 9}})
+	require.True(t, ok)
+	k2, _ := s2.Authenticate([]byte(key), 1)
+	require.True(t, k2.Principal().Can(PermJobsEnqueue))
+	require.False(t, k2.Principal().Can(PermQueuesManage))
+	require.True(t, k.Principal().Can(PermQueuesManage), "the old state's principal changed")
+	role, _ := s2.Role("billing")
+	require.Equal(t, int64(5), role.CreatedAt, "replacing a role reset its creation time")
+
+	_, ok = s2.Apply(Cmd{Op: "role.delete", Name: "billing"})
+	require.False(t, ok, "a role a key has was deleted")
+	require.Equal(t, []string{k.ID}, s2.RoleInUse("billing"))
+	s3, _ := s2.Apply(Cmd{Op: "delete", ID: k.ID})
+	s3, ok = s3.Apply(Cmd{Op: "role.delete", Name: "billing"})
+	require.True(t, ok)
+	require.False(t, s3.RoleExists("billing"))
+
+	// Snapshots keep roles and resolve keys against them; a bare list of
+	// keys (the first snapshot format) still reads.
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back State
+	require.NoError(t, json.Unmarshal(b, &back))
+	kb, r := back.Authenticate([]byte(key), 1)
+	require.Equal(t, Accepted, r)
+	require.True(t, kb.Principal().Can(PermQueuesManage), "a restored key lost its custom role")
+	var old State
+	require.NoError(t, json.Unmarshal([]byte(`[{"id":"0123456789abcdef","hash":"x","name":"o","role":"admin","enabled":true,"created_at":1}]`), &old))
+	require.Equal(t, 1, old.Len())
+}

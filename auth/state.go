@@ -23,8 +23,8 @@ type Key struct {
 	LastUsedAt int64  `json:"last_used_at,omitempty"`
 	CreatedBy  string `json:"created_by,omitempty"` // the creating key's ID ("" when open or bootstrap)
 
-	// who is Principal(), made once when the key enters a State (a
-	// request then takes it without allocating).
+	// who is the principal the key acts as, made when the key (or its
+	// role) enters a State: a request then takes it without allocating.
 	who *Principal
 }
 
@@ -37,21 +37,76 @@ func (k *Key) Principal() *Principal {
 	return &Principal{KeyID: k.ID, Name: k.Name, Namespace: k.Namespace, Role: k.Role, Queues: k.Queues}
 }
 
-// stored returns a copy of k ready to enter a State.
-func stored(k Key) *Key {
-	k.who = nil
-	k.who = k.Principal()
-	return &k
+// Role is a custom role: a set of permissions, optionally limited to
+// queues matching its globs (on top of each key's own scope).
+type Role struct {
+	Name        string       `json:"name"`
+	Permissions []Permission `json:"permissions"`
+	Queues      []string     `json:"queues,omitempty"`
+	CreatedAt   int64        `json:"created_at"`
+	UpdatedAt   int64        `json:"updated_at,omitempty"`
 }
 
-// State is the cluster's key table. A *State is never changed: Apply
-// returns a new one, so readers need no lock.
+// State is the cluster's key table and its custom roles. A *State is
+// never changed: Apply returns a new one, so readers need no lock.
 type State struct {
-	keys map[string]*Key // by ID
+	keys  map[string]*Key  // by ID
+	roles map[string]*Role // custom roles by name
 }
 
 // Empty is the state of a cluster with no keys.
-var Empty = &State{keys: map[string]*Key{}}
+var Empty = &State{keys: map[string]*Key{}, roles: map[string]*Role{}}
+
+// stored returns a copy of k ready to enter s: its principal resolved
+// against s's roles.
+func (s *State) stored(k Key) *Key {
+	p := &Principal{KeyID: k.ID, Name: k.Name, Namespace: k.Namespace, Role: k.Role, Queues: k.Queues}
+	if r, ok := s.roles[k.Role]; ok {
+		p.Perms, p.RoleQueues = r.Permissions, r.Queues
+		if p.Perms == nil {
+			p.Perms = []Permission{} // a custom role with no permission grants nothing
+		}
+	}
+	k.who = p
+	return &k
+}
+
+// Role returns a copy of the custom role name.
+func (s *State) Role(name string) (Role, bool) {
+	r, ok := s.roles[name]
+	if !ok {
+		return Role{}, false
+	}
+	return *r, true
+}
+
+// Roles lists the custom roles by name.
+func (s *State) Roles() []Role {
+	out := make([]Role, 0, len(s.roles))
+	for _, r := range s.roles {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// RoleExists reports whether role is built in or a custom role of s.
+func (s *State) RoleExists(role string) bool {
+	_, custom := s.roles[role]
+	return custom || ValidRole(role)
+}
+
+// RoleInUse lists the IDs of the keys that have role.
+func (s *State) RoleInUse(role string) []string {
+	var ids []string
+	for id, k := range s.keys {
+		if k.Role == role {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
 
 // Len is the number of keys.
 func (s *State) Len() int { return len(s.keys) }
@@ -118,7 +173,7 @@ func (s *State) Authenticate(key []byte, now int64) (*Key, Refusal) {
 
 // Cmd is one change to the key table, proposed to the meta group.
 type Cmd struct {
-	Op string `json:"op"` // put | update | delete | touch
+	Op string `json:"op"` // put | update | delete | touch | role.put | role.delete
 	// put: the new key (refused when its ID exists).
 	Key *Key `json:"key,omitempty"`
 	// update, delete: the key's ID; update sets the fields that are set.
@@ -126,6 +181,10 @@ type Cmd struct {
 	Update *Update `json:"update,omitempty"`
 	// touch: last-used times by key ID (only ever moved forward).
 	Touch map[string]int64 `json:"touch,omitempty"`
+	// role.put: a custom role, created or replaced (never a built-in
+	// name); role.delete: Name, refused while a key has the role.
+	Role *Role  `json:"role,omitempty"`
+	Name string `json:"name,omitempty"`
 }
 
 // Update is a change to an existing key; nil fields stay.
@@ -147,7 +206,7 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 			return s, false
 		}
 		n := s.clone()
-		n.keys[c.Key.ID] = stored(*c.Key)
+		n.keys[c.Key.ID] = n.stored(*c.Key)
 		return n, true
 	case "update":
 		old, ok := s.keys[c.ID]
@@ -172,7 +231,7 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 			k.ExpiresAt = *u.ExpiresAt
 		}
 		n := s.clone()
-		n.keys[k.ID] = stored(k)
+		n.keys[k.ID] = n.stored(k)
 		return n, true
 	case "delete":
 		if _, ok := s.keys[c.ID]; !ok {
@@ -199,24 +258,70 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 			return s, false
 		}
 		return n, true
+	case "role.put":
+		if c.Role == nil || c.Role.Name == "" || ValidRole(c.Role.Name) {
+			return s, false
+		}
+		n := s.clone()
+		r := *c.Role
+		if old, ok := s.roles[r.Name]; ok {
+			r.CreatedAt = old.CreatedAt
+		}
+		n.roles[r.Name] = &r
+		n.reresolve(r.Name)
+		return n, true
+	case "role.delete":
+		if _, ok := s.roles[c.Name]; !ok || len(s.RoleInUse(c.Name)) > 0 {
+			return s, false
+		}
+		n := s.clone()
+		delete(n.roles, c.Name)
+		return n, true
 	}
 	return s, false
 }
 
-func (s *State) clone() *State { return &State{keys: maps.Clone(s.keys)} }
+// reresolve gives the keys of role a principal with its new permissions.
+func (s *State) reresolve(role string) {
+	for id, k := range s.keys {
+		if k.Role == role {
+			s.keys[id] = s.stored(*k)
+		}
+	}
+}
 
-// MarshalJSON writes the keys as a list (snapshots).
-func (s *State) MarshalJSON() ([]byte, error) { return json.Marshal(s.Keys()) }
+func (s *State) clone() *State {
+	return &State{keys: maps.Clone(s.keys), roles: maps.Clone(s.roles)}
+}
 
-// UnmarshalJSON reads what MarshalJSON wrote.
+// stateJSON is State's form in meta snapshots.
+type stateJSON struct {
+	Keys  []Key  `json:"keys"`
+	Roles []Role `json:"roles,omitempty"`
+}
+
+// MarshalJSON writes the keys and roles (meta snapshots).
+func (s *State) MarshalJSON() ([]byte, error) {
+	return json.Marshal(stateJSON{Keys: s.Keys(), Roles: s.Roles()})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote (or a bare list of keys).
 func (s *State) UnmarshalJSON(b []byte) error {
-	var ks []Key
-	if err := json.Unmarshal(b, &ks); err != nil {
+	var st stateJSON
+	if len(b) > 0 && b[0] == '[' {
+		if err := json.Unmarshal(b, &st.Keys); err != nil {
+			return err
+		}
+	} else if err := json.Unmarshal(b, &st); err != nil {
 		return err
 	}
-	s.keys = make(map[string]*Key, len(ks))
-	for i := range ks {
-		s.keys[ks[i].ID] = stored(ks[i])
+	s.roles = make(map[string]*Role, len(st.Roles))
+	for i := range st.Roles {
+		s.roles[st.Roles[i].Name] = &st.Roles[i]
+	}
+	s.keys = make(map[string]*Key, len(st.Keys))
+	for i := range st.Keys {
+		s.keys[st.Keys[i].ID] = s.stored(st.Keys[i])
 	}
 	return nil
 }

@@ -357,3 +357,65 @@ func TestPermissionDocsMatchRoles(t *testing.T) {
 	}
 	require.Len(t, seen, len(auth.Permissions))
 }
+
+// TestCustomRoles: a custom role's permissions and queue scope hold for
+// its keys, a change to the role reaches them at once, and a role a key
+// has cannot be deleted.
+func TestCustomRoles(t *testing.T) {
+	_, url, keys := keysServer(t, Config{})
+	admin := putKey(t, keys, auth.Key{Name: "roles-admin", Role: auth.RoleAdmin, Enabled: true})
+	for _, bad := range []struct {
+		name string
+		body any
+	}{
+		{"admin", corvo.PutRoleRequest{Permissions: []string{"jobs:read"}}},
+		{"Bad Name", corvo.PutRoleRequest{Permissions: []string{"jobs:read"}}},
+		{"cr-empty", corvo.PutRoleRequest{}},
+		{"cr-unknown", corvo.PutRoleRequest{Permissions: []string{"jobs:everything"}}},
+		{"cr-glob", corvo.PutRoleRequest{Permissions: []string{"jobs:read"}, Queues: []string{"[x"}}},
+	} {
+		st, code, out := callKey(t, "PUT", url+"/api/v1/auth/roles/"+strings.ReplaceAll(bad.name, " ", "%20"), admin, bad.body)
+		require.Equal(t, 400, st, "%s: %s", bad.name, out)
+		require.Equal(t, "invalid_request", code)
+	}
+	st, _, out := callKey(t, "PUT", url+"/api/v1/auth/roles/cr-billing", admin,
+		corvo.PutRoleRequest{Permissions: []string{"queues:read", "queues:manage"}, Queues: []string{"cr-billing.*"}})
+	require.Equal(t, 200, st, string(out))
+	role := strictDecode[corvo.RoleInfo](t, "put role", out)
+	require.False(t, role.BuiltIn)
+	st, _, out = callKey(t, "GET", url+"/api/v1/auth/roles", admin, nil)
+	require.Equal(t, 200, st)
+	list := strictDecode[corvo.RoleList](t, "list roles", out)
+	require.Equal(t, "admin", list.Roles[0].Name)
+	require.True(t, list.Roles[0].BuiltIn)
+
+	st, _, out = callKey(t, "POST", url+"/api/v1/auth/keys", admin, corvo.CreateKeyRequest{Name: "cr-key", Role: "cr-billing"})
+	require.Equal(t, 201, st, string(out))
+	key := strictDecode[corvo.CreatedKey](t, "create key", out)
+	st, _, out = callKey(t, "POST", url+"/api/v1/queues/cr-billing.eu/pause", key.Key, map[string]any{})
+	require.Equal(t, 200, st, "the role's permission did not hold: %s", out)
+	st, code, _ := callKey(t, "POST", url+"/api/v1/queues/emails/pause", key.Key, map[string]any{})
+	require.Equal(t, 403, st, "the role's queue scope did not hold")
+	require.Equal(t, "forbidden", code)
+	st, _, _ = callKey(t, "POST", url+"/api/v1/enqueue", key.Key, map[string]any{"queue": "cr-billing.eu"})
+	require.Equal(t, 403, st, "the role granted what it does not list")
+
+	st, _, _ = callKey(t, "PUT", url+"/api/v1/auth/roles/cr-billing", admin, corvo.PutRoleRequest{Permissions: []string{"jobs:enqueue"}})
+	require.Equal(t, 200, st)
+	st, _, _ = callKey(t, "POST", url+"/api/v1/enqueue", key.Key, map[string]any{"queue": "anything"})
+	require.Equal(t, 201, st, "a role change did not reach its key")
+	st, _, _ = callKey(t, "POST", url+"/api/v1/queues/cr-billing.eu/resume", key.Key, map[string]any{})
+	require.Equal(t, 403, st, "a permission taken from the role still held")
+
+	st, code, _ = callKey(t, "DELETE", url+"/api/v1/auth/roles/cr-billing", admin, nil)
+	require.Equal(t, 409, st, "a role a key has was deleted")
+	require.Equal(t, "conflict", code)
+	st, _, _ = callKey(t, "DELETE", url+"/api/v1/auth/keys/"+key.ID, admin, nil)
+	require.Equal(t, 200, st)
+	st, _, out = callKey(t, "DELETE", url+"/api/v1/auth/roles/cr-billing", admin, nil)
+	require.Equal(t, 200, st, string(out))
+	strictDecode[corvo.RoleDeleted](t, "delete role", out)
+	st, code, _ = callKey(t, "DELETE", url+"/api/v1/auth/roles/admin", admin, nil)
+	require.Equal(t, 400, st)
+	require.Equal(t, "invalid_request", code)
+}

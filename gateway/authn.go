@@ -147,7 +147,7 @@ func allowQueue(ctx *fasthttp.RequestCtx, queue string) bool {
 	if p.AllowsQueue(queue) {
 		return true
 	}
-	writeError(ctx, codeForbidden.errf("the key %q may not use queue %q (its scope: %v)", p.Name, queue, p.Queues))
+	writeError(ctx, codeForbidden.errf("the key %q may not use queue %q (its scope: %v, its role's: %v)", p.Name, queue, p.Queues, p.RoleQueues))
 	return false
 }
 
@@ -155,7 +155,7 @@ func allowQueue(ctx *fasthttp.RequestCtx, queue string) bool {
 // own and its chain's.
 func allowJob(ctx *fasthttp.RequestCtx, job *statemachine.Job) bool {
 	p := principal(ctx)
-	if len(p.Queues) == 0 {
+	if !p.Scoped() {
 		return true
 	}
 	if !allowQueue(ctx, job.Queue) {

@@ -38,9 +38,9 @@ func checkKeyName(n string) *apiError {
 	return nil
 }
 
-func checkKeyRole(r string) *apiError {
-	if !auth.ValidRole(r) {
-		return invalid("field \"role\": unknown role %q (one of %v)", r, auth.RoleNames)
+func checkKeyRole(st *auth.State, r string) *apiError {
+	if !st.RoleExists(r) {
+		return invalid("field \"role\": unknown role %q (built in: %v; or a custom role of /api/v1/auth/roles)", r, auth.RoleNames)
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func (s *Server) handleCreateKey(ctx *fasthttp.RequestCtx) {
 	}
 	now := time.Now()
 	expires, aerr := checkKeyExpiry(req.ExpiresAt, now)
-	for _, e := range []*apiError{checkKeyName(req.Name), checkKeyRole(req.Role), checkKeyQueues(req.Queues), aerr} {
+	for _, e := range []*apiError{checkKeyName(req.Name), checkKeyRole(keys.Keys(), req.Role), checkKeyQueues(req.Queues), aerr} {
 		if e != nil {
 			writeError(ctx, e)
 			return
@@ -190,7 +190,7 @@ func (s *Server) handleUpdateKey(ctx *fasthttp.RequestCtx) {
 		errs = append(errs, checkKeyName(*req.Name))
 	}
 	if req.Role != nil {
-		errs = append(errs, checkKeyRole(*req.Role))
+		errs = append(errs, checkKeyRole(keys.Keys(), *req.Role))
 	}
 	if req.Queues != nil {
 		errs = append(errs, checkKeyQueues(*req.Queues))
@@ -244,8 +244,10 @@ func (s *Server) handleWhoAmI(ctx *fasthttp.RequestCtx) {
 	b = appendString(b, p.Role)
 	b = append(b, `,"queues":`...)
 	b = appendStrings(b, p.Queues)
+	b = append(b, `,"role_queues":`...)
+	b = appendStrings(b, p.RoleQueues)
 	b = append(b, `,"permissions":[`...)
-	for i, perm := range auth.Roles[p.Role] {
+	for i, perm := range p.Permissions() {
 		if i > 0 {
 			b = append(b, ',')
 		}

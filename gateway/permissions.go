@@ -69,11 +69,15 @@ var permissions = map[string]auth.Permission{
 	"POST /internal/v1/shards/{n}/propose": permCluster,
 	"POST /internal/v1/shards/{n}/read":    permCluster,
 
-	"GET /api/v1/auth/keys":         auth.PermKeysManage,
-	"POST /api/v1/auth/keys":        auth.PermKeysManage,
-	"GET /api/v1/auth/keys/{id}":    auth.PermKeysManage,
-	"PATCH /api/v1/auth/keys/{id}":  auth.PermKeysManage,
-	"DELETE /api/v1/auth/keys/{id}": auth.PermKeysManage,
+	"GET /api/v1/auth/keys":            auth.PermKeysManage,
+	"POST /api/v1/auth/keys":           auth.PermKeysManage,
+	"GET /api/v1/auth/keys/{id}":       auth.PermKeysManage,
+	"PATCH /api/v1/auth/keys/{id}":     auth.PermKeysManage,
+	"DELETE /api/v1/auth/keys/{id}":    auth.PermKeysManage,
+	"GET /api/v1/auth/roles":           auth.PermKeysManage,
+	"GET /api/v1/auth/roles/{name}":    auth.PermKeysManage,
+	"PUT /api/v1/auth/roles/{name}":    auth.PermKeysManage,
+	"DELETE /api/v1/auth/roles/{name}": auth.PermKeysManage,
 	// Who am I: any valid key (or an open server's anonymous admin).
 	"GET /api/v1/auth/whoami": permAnyKey,
 	// The UI's login checks the key it is given; logout clears a cookie.

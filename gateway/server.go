@@ -260,6 +260,10 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "PATCH", "/api/v1/auth/keys/{id}", s.handleUpdateKey)
 	s.route(r, "DELETE", "/api/v1/auth/keys/{id}", s.handleRevokeKey)
 	s.route(r, "GET", "/api/v1/auth/whoami", s.handleWhoAmI)
+	s.route(r, "GET", "/api/v1/auth/roles", s.handleListRoles)
+	s.route(r, "GET", "/api/v1/auth/roles/{name}", s.handleGetRole)
+	s.route(r, "PUT", "/api/v1/auth/roles/{name}", s.handlePutRole)
+	s.route(r, "DELETE", "/api/v1/auth/roles/{name}", s.handleDeleteRole)
 	s.route(r, "POST", "/api/v1/auth/session", s.handleLogin)
 	s.route(r, "DELETE", "/api/v1/auth/session", s.handleLogout)
 	// Node-to-node routes: only with the cluster credential (peer.Only).

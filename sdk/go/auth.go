@@ -67,12 +67,14 @@ type KeyRevoked struct {
 type WhoAmI struct {
 	// Auth is the server's mode: "keys" (every call needs a key), "open"
 	// (loopback: calls without a key act as an admin) or "off".
-	Auth        string   `json:"auth"`
-	KeyID       string   `json:"key_id"` // "" for an anonymous caller
-	Name        string   `json:"name"`
-	Namespace   string   `json:"namespace"`
-	Role        string   `json:"role"`
-	Queues      []string `json:"queues"`
+	Auth      string   `json:"auth"`
+	KeyID     string   `json:"key_id"` // "" for an anonymous caller
+	Name      string   `json:"name"`
+	Namespace string   `json:"namespace"`
+	Role      string   `json:"role"`
+	Queues    []string `json:"queues"`
+	// RoleQueues is a custom role's queue scope (on top of Queues).
+	RoleQueues  []string `json:"role_queues"`
 	Permissions []string `json:"permissions"`
 }
 
@@ -85,6 +87,59 @@ type LoginRequest struct {
 // LoggedOut is DELETE /api/v1/auth/session.
 type LoggedOut struct {
 	LoggedOut bool `json:"logged_out"`
+}
+
+// RoleInfo is a role as GET /api/v1/auth/roles lists it: a built-in one
+// (admin, operator, producer, worker, readonly) or a custom one.
+type RoleInfo struct {
+	Name        string     `json:"name"`
+	BuiltIn     bool       `json:"built_in"`
+	Permissions []string   `json:"permissions"`
+	Queues      []string   `json:"queues"` // a custom role's queue scope
+	CreatedAt   *time.Time `json:"created_at"`
+	UpdatedAt   *time.Time `json:"updated_at"`
+}
+
+// RoleList is GET /api/v1/auth/roles.
+type RoleList struct {
+	Roles []RoleInfo `json:"roles"`
+}
+
+// PutRoleRequest is PUT /api/v1/auth/roles/{name}: a custom role's
+// permissions and optional queue globs.
+type PutRoleRequest struct {
+	Permissions []string `json:"permissions"`
+	Queues      []string `json:"queues,omitempty"`
+}
+
+// RoleDeleted is DELETE /api/v1/auth/roles/{name}.
+type RoleDeleted struct {
+	Name    string `json:"name"`
+	Deleted bool   `json:"deleted"`
+}
+
+// Roles lists the built-in and custom roles.
+func (c *Client) Roles(ctx context.Context) ([]RoleInfo, error) {
+	var out RoleList
+	if _, err := c.do(ctx, "GET", "/api/v1/auth/roles", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Roles, nil
+}
+
+// PutRole creates or replaces a custom role.
+func (c *Client) PutRole(ctx context.Context, name string, r PutRoleRequest) (*RoleInfo, error) {
+	var out RoleInfo
+	if _, err := c.do(ctx, "PUT", "/api/v1/auth/roles/"+url.PathEscape(name), r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteRole deletes a custom role no key has.
+func (c *Client) DeleteRole(ctx context.Context, name string) error {
+	_, err := c.do(ctx, "DELETE", "/api/v1/auth/roles/"+url.PathEscape(name), nil, nil)
+	return err
 }
 
 // CreateKey creates an API key; the answer holds the key, shown only now.
