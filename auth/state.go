@@ -22,6 +22,10 @@ type Key struct {
 	// every key it saw since: never a Raft entry per request.
 	LastUsedAt int64  `json:"last_used_at,omitempty"`
 	CreatedBy  string `json:"created_by,omitempty"` // the creating key's ID ("" when open or bootstrap)
+	// RateRead and RateWrite are the key's requests a second per node
+	// (0: the server's defaults; -1: unlimited).
+	RateRead  int `json:"rate_read,omitempty"`
+	RateWrite int `json:"rate_write,omitempty"`
 
 	// who is the principal the key acts as, made when the key (or its
 	// role) enters a State: a request then takes it without allocating.
@@ -194,6 +198,8 @@ type Update struct {
 	Queues    *[]string `json:"queues,omitempty"`
 	Enabled   *bool     `json:"enabled,omitempty"`
 	ExpiresAt *int64    `json:"expires_at,omitempty"`
+	RateRead  *int      `json:"rate_read,omitempty"`
+	RateWrite *int      `json:"rate_write,omitempty"`
 }
 
 // Apply returns the state after c and whether c changed anything (false:
@@ -229,6 +235,12 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 		}
 		if u.ExpiresAt != nil {
 			k.ExpiresAt = *u.ExpiresAt
+		}
+		if u.RateRead != nil {
+			k.RateRead = *u.RateRead
+		}
+		if u.RateWrite != nil {
+			k.RateWrite = *u.RateWrite
 		}
 		n := s.clone()
 		n.keys[k.ID] = n.stored(k)

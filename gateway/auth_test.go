@@ -419,3 +419,59 @@ func TestCustomRoles(t *testing.T) {
 	require.Equal(t, 400, st)
 	require.Equal(t, "invalid_request", code)
 }
+
+// TestKeyRateLimits: a key over its write rate gets 429 rate_limited with
+// Retry-After, its reads are counted apart, a key's own rate replaces the
+// server's and -1 lifts it.
+func TestKeyRateLimits(t *testing.T) {
+	_, url, keys := keysServer(t, Config{RateRead: 1000, RateWrite: 3})
+	k := putKey(t, keys, auth.Key{Name: "rl-default", Role: auth.RoleAdmin, Enabled: true})
+	wrote, limited := 0, 0
+	var retryAfter string
+	for i := 0; i < 10; i++ {
+		req, _ := http.NewRequest("POST", url+"/api/v1/queues/rl-none/pause", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+k)
+		resp, err := httpc.Do(req)
+		require.NoError(t, err)
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case 200:
+			wrote++
+		case 429:
+			limited++
+			retryAfter = resp.Header.Get("Retry-After")
+			require.Contains(t, string(out), `"rate_limited"`)
+		default:
+			t.Fatalf("HTTP %d %s", resp.StatusCode, out)
+		}
+	}
+	// A burst of 3, plus what refilled meanwhile (3 a second).
+	require.GreaterOrEqual(t, limited, 5, "the write rate did not hold (%d written)", wrote)
+	require.Equal(t, "1", retryAfter)
+	st, _, _ := callKey(t, "GET", url+"/api/v1/queues", k, nil)
+	require.Equal(t, 200, st, "reads share the writes' bucket")
+
+	own := putKey(t, keys, auth.Key{Name: "rl-unlimited", Role: auth.RoleAdmin, Enabled: true, RateWrite: -1})
+	for i := 0; i < 10; i++ {
+		st, _, out := callKey(t, "POST", url+"/api/v1/queues/rl-none/resume", own, map[string]any{})
+		require.Equal(t, 200, st, "an unlimited key was limited: %s", out)
+	}
+}
+
+func TestBucketRefills(t *testing.T) {
+	var b bucket
+	at := int64(1e9)
+	for i := 0; i < 4; i++ {
+		require.Zero(t, b.take(at, 4), "the burst is the rate")
+	}
+	require.Equal(t, 250*time.Millisecond, b.take(at, 4))
+	require.Zero(t, b.take(at+int64(250*time.Millisecond), 4), "a token refills in 1/rate s")
+	require.NotZero(t, b.take(at+int64(250*time.Millisecond), 4))
+	require.Zero(t, b.take(at+int64(10*time.Second), 4))
+	for i := 0; i < 3; i++ {
+		require.Zero(t, b.take(at+int64(10*time.Second), 4))
+	}
+	require.NotZero(t, b.take(at+int64(10*time.Second), 4), "an idle bucket holds more than its rate")
+}

@@ -130,7 +130,7 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 		writeError(ctx, codeForbidden.errf("the key %q (role %s) lacks the %s permission this endpoint needs", k.Name, k.Role, perm))
 		return false
 	}
-	return true
+	return s.limit(ctx, k, now)
 }
 
 // refuse answers 401 with the Bearer challenge.

@@ -61,6 +61,8 @@ var (
 		Meaning: "a `POST` or `PUT` whose `Content-Type` is not `application/json` (missing, `text/plain`, a form…), even with an empty body"}
 	codeOverloaded = &errorCode{Code: "overloaded", Status: 429,
 		Meaning: "the shard's proposal queue is full; retry after `Retry-After` seconds"}
+	codeRateLimited = &errorCode{Code: "rate_limited", Status: 429,
+		Meaning: "the API key is over its request rate on this node (default 2,000 reads and 1,000 writes a second; see [Authentication](#authentication)); `Retry-After` is set"}
 	codeBulkBusy = &errorCode{Code: "bulk_busy", Status: 429,
 		Meaning: "4 background bulk operations already run on this node"}
 	codeInternal = &errorCode{Code: "internal", Status: 500,
@@ -80,7 +82,7 @@ var errorCodes = []*errorCode{
 	codeNotFound, codeMethodNotAllowed,
 	codeConflict, codeRemoveFailed, codeWrongNode,
 	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,
-	codeOverloaded, codeBulkBusy,
+	codeOverloaded, codeRateLimited, codeBulkBusy,
 	codeInternal, codeJoinFailed,
 	codeUnavailable, codeShuttingDown,
 }

@@ -57,6 +57,16 @@ func checkKeyQueues(qs []string) *apiError {
 	return nil
 }
 
+// maxKeyRate bounds a key's own request rates.
+const maxKeyRate = 1_000_000
+
+func checkKeyRate(field string, r int) *apiError {
+	if r < -1 || r > maxKeyRate {
+		return invalid("field %q must be -1 (unlimited), 0 (the server's default) or 1–%d", field, maxKeyRate)
+	}
+	return nil
+}
+
 func checkKeyExpiry(at *time.Time, now time.Time) (int64, *apiError) {
 	if at == nil {
 		return 0, nil
@@ -87,7 +97,8 @@ func (s *Server) handleCreateKey(ctx *fasthttp.RequestCtx) {
 	}
 	now := time.Now()
 	expires, aerr := checkKeyExpiry(req.ExpiresAt, now)
-	for _, e := range []*apiError{checkKeyName(req.Name), checkKeyRole(keys.Keys(), req.Role), checkKeyQueues(req.Queues), aerr} {
+	for _, e := range []*apiError{checkKeyName(req.Name), checkKeyRole(keys.Keys(), req.Role), checkKeyQueues(req.Queues), aerr,
+		checkKeyRate("rate_read", req.RateRead), checkKeyRate("rate_write", req.RateWrite)} {
 		if e != nil {
 			writeError(ctx, e)
 			return
@@ -99,7 +110,8 @@ func (s *Server) handleCreateKey(ctx *fasthttp.RequestCtx) {
 	}
 	secret, id, hash := auth.NewKey()
 	k := auth.Key{ID: id, Hash: hash, Name: req.Name, Namespace: req.Namespace, Role: req.Role, Queues: req.Queues,
-		Enabled: true, CreatedAt: now.UnixNano(), ExpiresAt: expires, CreatedBy: principal(ctx).KeyID}
+		Enabled: true, CreatedAt: now.UnixNano(), ExpiresAt: expires, CreatedBy: principal(ctx).KeyID,
+		RateRead: req.RateRead, RateWrite: req.RateWrite}
 	if aerr := s.proposeKeys(keys, auth.Cmd{Op: "put", Key: &k}, func(st *auth.State) bool {
 		got, ok := st.Key(id) // a retried put that had applied
 		return ok && got.Hash == hash
@@ -184,7 +196,7 @@ func (s *Server) handleUpdateKey(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, e)
 		return
 	}
-	u := auth.Update{Name: req.Name, Role: req.Role, Queues: req.Queues, Enabled: req.Enabled}
+	u := auth.Update{Name: req.Name, Role: req.Role, Queues: req.Queues, Enabled: req.Enabled, RateRead: req.RateRead, RateWrite: req.RateWrite}
 	var errs []*apiError
 	if req.Name != nil {
 		errs = append(errs, checkKeyName(*req.Name))
@@ -194,6 +206,12 @@ func (s *Server) handleUpdateKey(ctx *fasthttp.RequestCtx) {
 	}
 	if req.Queues != nil {
 		errs = append(errs, checkKeyQueues(*req.Queues))
+	}
+	if req.RateRead != nil {
+		errs = append(errs, checkKeyRate("rate_read", *req.RateRead))
+	}
+	if req.RateWrite != nil {
+		errs = append(errs, checkKeyRate("rate_write", *req.RateWrite))
 	}
 	if req.ExpiresAt != nil {
 		at, e := checkKeyExpiry(req.ExpiresAt, time.Now())
@@ -282,6 +300,10 @@ func appendKey(b []byte, k *auth.Key) []byte {
 	b = appendTime(b, k.ExpiresAt)
 	b = append(b, `,"last_used_at":`...)
 	b = appendTime(b, k.LastUsedAt)
+	b = append(b, `,"rate_read":`...)
+	b = appendInt(b, int64(k.RateRead))
+	b = append(b, `,"rate_write":`...)
+	b = appendInt(b, int64(k.RateWrite))
 	return append(b, '}')
 }
 

@@ -97,6 +97,10 @@ type Config struct {
 	// KeyTouchInterval is how often last-used times of keys are recorded;
 	// default KeyTouchIntervalDefault.
 	KeyTouchInterval time.Duration
+	// RateRead and RateWrite are each key's requests a second on this
+	// node (ratelimit.go); defaults RateReadDefault, RateWriteDefault;
+	// negative: unlimited.
+	RateRead, RateWrite int
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -135,6 +139,8 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.EventsKeepalive, EventsKeepaliveDefault)
 	setDefault(&c.SearchWait, SearchWaitDefault)
 	setDefault(&c.KeyTouchInterval, KeyTouchIntervalDefault)
+	setDefault(&c.RateRead, RateReadDefault)
+	setDefault(&c.RateWrite, RateWriteDefault)
 	return c
 }
 
@@ -189,8 +195,9 @@ type Server struct {
 	subscribers atomic.Int64 // open event streams
 	bulk        *bulkRunner
 	cors        corsPolicy
-	touched     keyUse   // keys seen since the last touch (authn.go)
-	routes      []string // "METHOD pattern" of every route, as registered
+	touched     keyUse     // keys seen since the last touch (authn.go)
+	limits      rateLimits // per-key token buckets (ratelimit.go)
+	routes      []string   // "METHOD pattern" of every route, as registered
 }
 
 // New builds a server over an engine. It panics when cfg.WithDefaults()

@@ -24,6 +24,10 @@ type APIKey struct {
 	CreatedBy  string     `json:"created_by"`
 	ExpiresAt  *time.Time `json:"expires_at"`
 	LastUsedAt *time.Time `json:"last_used_at"` // recorded every 30 s or so, not per request
+	// RateRead and RateWrite are the key's requests a second on each node
+	// (0: the server's defaults, 2,000 and 1,000; -1: unlimited).
+	RateRead  int `json:"rate_read"`
+	RateWrite int `json:"rate_write"`
 }
 
 // CreateKeyRequest is POST /api/v1/auth/keys.
@@ -33,6 +37,8 @@ type CreateKeyRequest struct {
 	Role      string     `json:"role,omitempty"`      // default "readonly"
 	Queues    []string   `json:"queues,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RateRead  int        `json:"rate_read,omitempty"`
+	RateWrite int        `json:"rate_write,omitempty"`
 }
 
 // CreatedKey is the answer to a creation: the key's record and, this once,
@@ -50,6 +56,8 @@ type UpdateKeyRequest struct {
 	Queues    *[]string  `json:"queues,omitempty"`
 	Enabled   *bool      `json:"enabled,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RateRead  *int       `json:"rate_read,omitempty"`
+	RateWrite *int       `json:"rate_write,omitempty"`
 }
 
 // KeyList is GET /api/v1/auth/keys.

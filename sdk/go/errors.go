@@ -25,6 +25,7 @@ const (
 	CodeBulkTooLarge          = "bulk_too_large"          // 413
 	CodeUnsupportedMediaType  = "unsupported_media_type"  // 415
 	CodeOverloaded            = "overloaded"              // 429
+	CodeRateLimited           = "rate_limited"            // 429
 	CodeBulkBusy              = "bulk_busy"               // 429
 	CodeInternal              = "internal"                // 500
 	CodeJoinFailed            = "join_failed"             // 500, 503

@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/auth"
+)
+
+// Per-key request rates (spec 001: 2000 reads and 1000 writes a second per
+// client by default). Each node keeps a token bucket per key and class
+// (GET reads; POST, PUT, PATCH, DELETE writes), holding one second's worth:
+// a key may burst to its rate, then gets 429 rate_limited with the seconds
+// until its next token in Retry-After. A key's own rates (rate_read,
+// rate_write) replace the server's; -1 lifts the limit. Anonymous callers
+// of an open server and other nodes are not limited. The buckets are this
+// node's: behind a load balancer over N nodes a key may reach N times its
+// rate.
+
+// Defaults of Config.RateRead and Config.RateWrite.
+const (
+	RateReadDefault  = 2000
+	RateWriteDefault = 1000
+)
+
+// bucket is one key's token bucket for one class.
+type bucket struct {
+	mu     sync.Mutex
+	tokens float64
+	last   int64 // Unix ns of the last refill
+}
+
+// take takes a token at now from a bucket of rate per second (capacity
+// rate); it returns 0, or how long until a token is there.
+func (b *bucket) take(now int64, rate float64) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last == 0 {
+		b.tokens, b.last = rate, now
+	}
+	b.tokens = min(rate, b.tokens+float64(now-b.last)/1e9*rate)
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	return time.Duration((1 - b.tokens) / rate * 1e9)
+}
+
+// rateLimits holds the buckets by key ID.
+type rateLimits struct {
+	read, write sync.Map // key ID → *bucket
+}
+
+// limit takes a token of k's class for this request; it answers 429 itself
+// (false) when the key is over its rate.
+func (s *Server) limit(ctx *fasthttp.RequestCtx, k *auth.Key, now int64) bool {
+	write := !ctx.IsGet() && !ctx.IsHead()
+	rate, m := s.cfg.RateRead, &s.limits.read
+	if k.RateRead != 0 {
+		rate = k.RateRead
+	}
+	if write {
+		rate, m = s.cfg.RateWrite, &s.limits.write
+		if k.RateWrite != 0 {
+			rate = k.RateWrite
+		}
+	}
+	if rate < 0 {
+		return true
+	}
+	v, ok := m.Load(k.ID)
+	if !ok {
+		v, _ = m.LoadOrStore(k.ID, &bucket{})
+	}
+	wait := v.(*bucket).take(now, float64(rate))
+	if wait == 0 {
+		return true
+	}
+	secs := int64(wait/time.Second) + 1
+	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(secs, 10))
+	class := "reads"
+	if write {
+		class = "writes"
+	}
+	writeError(ctx, codeRateLimited.errf("the key %q is over its rate of %d %s a second on this node; retry after %d s", k.Name, rate, class, secs))
+	return false
+}
