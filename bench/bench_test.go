@@ -242,6 +242,34 @@ func TestRunServerFailing(t *testing.T) {
 	require.Contains(t, rep.LastError, "enqueue disabled")
 }
 
+// TestRunAPIKey: every request carries Config.APIKey; a server that
+// refuses the key (401) ends the run at once, with ErrRefused.
+func TestRunAPIKey(t *testing.T) {
+	t.Parallel()
+	const key = "corvo_0123456789abcdef_benchkeybenchkeybenchkeybenchkeybenchkeybe"
+	f := newFakeServer(t, func(f *fakeServer) { f.apiKey = key })
+	cfg := testConfig(f, ModeE2E)
+	cfg.APIKey = key
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, testJobs, rep.Completed)
+	require.Zero(t, f.refused.Load())
+
+	for _, sent := range []string{"", "corvo_0123456789abcdef_wrongwrongwrongwrongwrongwrongwrongwrongwro"} {
+		f := newFakeServer(t, func(f *fakeServer) { f.apiKey = key })
+		cfg := testConfig(f, ModeE2E)
+		cfg.APIKey = sent
+		cfg.Duration, cfg.Jobs = time.Minute, 0
+		start := time.Now()
+		rep, err := Run(context.Background(), cfg)
+		require.ErrorIs(t, err, ErrRefused)
+		require.ErrorContains(t, err, "HTTP 401 unauthorized")
+		require.Less(t, time.Since(start), 30*time.Second, "the first refusal ends the run")
+		require.Zero(t, rep.Enqueued)
+		require.Less(t, f.refused.Load(), int64(maxConsecutiveErrors), "no retrying a refused key")
+	}
+}
+
 func TestRunUnreachable(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t)

@@ -33,11 +33,12 @@ const (
 type httpClient struct {
 	hc   *fasthttp.HostClient
 	base string // scheme://host[:port][/prefix], without trailing slash
+	auth string // the Authorization header's value; "" sends none
 }
 
 // newHTTPClient creates a client for rawURL able to hold conns concurrent
-// requests.
-func newHTTPClient(rawURL string, conns int) (*httpClient, error) {
+// requests, sending apiKey (if any) as a Bearer token.
+func newHTTPClient(rawURL string, conns int, apiKey string) (*httpClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: parse url: %w", err)
@@ -61,7 +62,11 @@ func newHTTPClient(rawURL string, conns int) (*httpClient, error) {
 		RetryIfErr:          retryStaleConn,
 	}
 	base := u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
-	return &httpClient{hc: hc, base: base}, nil
+	c := &httpClient{hc: hc, base: base}
+	if apiKey != "" {
+		c.auth = "Bearer " + apiKey
+	}
+	return c, nil
 }
 
 // retryStaleConn retries a request once when it failed because a reused
@@ -167,6 +172,9 @@ func (c *caller) once(path string, body []byte, timeout time.Duration) (int, tim
 	c.req.SetRequestURIBytes(c.uri)
 	c.req.Header.SetMethod(fasthttp.MethodPost)
 	c.req.Header.SetContentType("application/json")
+	if c.client.auth != "" {
+		c.req.Header.Set(fasthttp.HeaderAuthorization, c.client.auth)
+	}
 	c.req.SetBodyRaw(body)
 	start := time.Now()
 	err := c.client.hc.DoTimeout(c.req, c.resp, timeout)

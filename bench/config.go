@@ -49,6 +49,11 @@ type Config struct {
 	// or several nodes of a cluster, comma-separated: producers and
 	// workers are spread over them round-robin.
 	URL string
+	// APIKey is sent on every request as "Authorization: Bearer"; "" sends
+	// none (a server open on loopback). Mode enqueue needs a key that may
+	// enqueue (producer); the others enqueue and work jobs, which of the
+	// built-in roles only admin may do both of.
+	APIKey string
 	// Mode is one of "enqueue", "lifecycle" or "e2e".
 	Mode string
 	// Duration is how long to produce jobs; it is only used when Jobs == 0.

@@ -33,10 +33,13 @@ type fakeServer struct {
 	throttleEvery int64
 	// failEnqueue makes every enqueue answer 500.
 	failEnqueue bool
+	// apiKey, when set, is the key every request must carry (else 401).
+	apiKey string
 	// onEnqueue, if set, is called with the total of enqueued jobs.
 	onEnqueue func(total int64)
 
 	requests  atomic.Int64
+	refused   atomic.Int64 // answered 401
 	throttled atomic.Int64
 	enqueued  atomic.Int64
 	counts    map[string]*atomic.Int64 // per endpoint; keys fixed at creation
@@ -133,6 +136,11 @@ func (f *fakeServer) payloadSizes() []int {
 func (f *fakeServer) handle(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsPost() {
 		fakeError(ctx, fasthttp.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "POST only")
+		return
+	}
+	if f.apiKey != "" && string(ctx.Request.Header.Peek("Authorization")) != "Bearer "+f.apiKey {
+		f.refused.Add(1)
+		fakeError(ctx, fasthttp.StatusUnauthorized, "unauthorized", "this server needs an API key")
 		return
 	}
 	if f.throttle(ctx) {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -104,7 +105,7 @@ func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 	}
 	var clients []*httpClient
 	for _, u := range cfg.urls() {
-		client, err := newHTTPClient(u, conns)
+		client, err := newHTTPClient(u, conns, cfg.APIKey)
 		if err != nil {
 			return nil, err
 		}
@@ -276,11 +277,22 @@ func (r *runner) fetchingDone(ctx context.Context) bool {
 	return r.producersDone.Load() && r.ctr.fetched.Load() >= r.ctr.enqueued.Load()
 }
 
+// ErrRefused is the error of a run the server refused (HTTP 401 or 403):
+// no API key, a wrong one, or one without the permissions the mode needs.
+var ErrRefused = errors.New("bench: the server refused the API key")
+
 // fail counts a failed request and aborts the run after too many failures
-// in a row.
+// in a row, or at once when the server refuses the key.
 func (r *runner) fail(st *stats, err error) {
 	r.ctr.errors.Add(1)
 	st.lastErr = err
+	var se *statusError
+	if errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) {
+		// The key is missing, wrong or too weak: no later request can do
+		// better.
+		r.abort(fmt.Errorf("%w: %w", ErrRefused, err))
+		return
+	}
 	if n := r.ctr.consec.Add(1); n >= maxConsecutiveErrors {
 		r.abort(fmt.Errorf("bench: aborting after %d consecutive failed requests: %w", n, err))
 	}

@@ -66,6 +66,7 @@ type Queue struct {
 // Client polls one server.
 type Client struct {
 	BaseURL     string // e.g. http://localhost:8080
+	APIKey      string // sent as "Authorization: Bearer"; "" sends none
 	HTTP        *http.Client
 	OldestLimit int              // 0: OldestLimitDefault; negative: no searches
 	Now         func() time.Time // nil: time.Now
@@ -102,6 +103,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, into any) er
 	}
 	if body != nil || method == http.MethodPost || method == http.MethodPut {
 		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
+	}
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {

@@ -399,3 +399,58 @@ func TestClient(t *testing.T) {
 	_, err = c.Snapshot(context.Background())
 	require.Error(t, err)
 }
+
+// TestClientAPIKey: every request carries the client's key; a server that
+// wants one and gets none answers 401, which the dashboard explains.
+func TestClientAPIKey(t *testing.T) {
+	t.Parallel()
+	const key = "corvo_0123456789abcdef_topkeytopkeytopkeytopkeytopkeytopkeytopke"
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer "+key {
+			w.WriteHeader(401)
+			io.WriteString(w, `{"error":"this server needs an API key","code":"unauthorized"}`)
+			return
+		}
+		switch r.URL.Path {
+		case "/healthz":
+			io.WriteString(w, `{"status":"ok","shards":1,"shards_led":1}`)
+		case "/api/v1/queues":
+			io.WriteString(w, `{"queues":[{"name":"a","pending":1}]}`)
+		case "/api/v1/workers":
+			io.WriteString(w, `{"workers":[]}`)
+		case "/api/v1/jobs/search":
+			io.WriteString(w, `{"jobs":[],"total":0}`)
+		default:
+			io.WriteString(w, `{}`)
+		}
+	}))
+	defer srv.Close()
+
+	c := NewClient(srv.URL)
+	_, err := c.Snapshot(context.Background())
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, 401, se.Status)
+	m := feed(t, NewModel(&fakeSource{}, srv.URL, time.Second), snapshotMsg{err: err})
+	require.Contains(t, text(m), "the server wants an API key (this server needs an API key (unauthorized)); pass --api-key or set CORVO_API_KEY")
+
+	c.APIKey = key
+	mu.Lock()
+	seen = nil
+	mu.Unlock()
+	s, err := c.Snapshot(context.Background())
+	require.NoError(t, err)
+	require.Len(t, s.Queues, 1)
+	require.NoError(t, c.SetPaused(context.Background(), "a", true))
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(seen), 5, "health, queues, workers, a search, the pause")
+	for _, r := range seen {
+		require.True(t, strings.HasSuffix(r, " Bearer "+key), r)
+	}
+}

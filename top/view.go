@@ -1,7 +1,9 @@
 package top
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	tea "charm.land/bubbletea/v2"
@@ -49,6 +51,10 @@ func (m Model) render() string {
 	switch {
 	case m.err != nil:
 		msg := fmt.Sprintf("disconnected, retrying every %v (%d failed): %s", m.interval, m.fails, strings.ReplaceAll(m.err.Error(), "\n", " "))
+		var se *StatusError
+		if errors.As(m.err, &se) && se.Status == http.StatusUnauthorized {
+			msg = fmt.Sprintf("the server wants an API key (%s); pass --api-key or set CORVO_API_KEY", se.Msg)
+		}
 		if m.snap != nil {
 			msg += " — showing data from " + m.snap.At.Format("15:04:05")
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -43,6 +44,9 @@ func newBenchCmd() *cobra.Command {
 				}
 				defer shutdown()
 				cfg.URL = url
+			} else {
+				// The embedded server is open on loopback and knows no key.
+				cfg.APIKey = apiKey()
 			}
 			cfg.Out = os.Stderr
 			cfg = cfg.WithDefaults()
@@ -56,6 +60,9 @@ func newBenchCmd() *cobra.Command {
 				} else {
 					_ = rep.WriteText(cmd.OutOrStdout())
 				}
+			}
+			if errors.Is(err, bench.ErrRefused) {
+				err = fmt.Errorf("%w\n%s", err, authHint())
 			}
 			if err != nil {
 				return &exitError{exitError_, err}

@@ -78,7 +78,12 @@ func followBulk(cmd *cobra.Command, c *clientFlags, id string, total int64) erro
 
 // streamBulk reads GET /bulk/{id}/progress until its done frame.
 func streamBulk(c *clientFlags, id string, show func(*corvo.BulkOperation)) (*corvo.BulkOperation, []byte, error) {
-	resp, err := streamClient.Get(strings.TrimRight(c.url, "/") + "/api/v1/bulk/" + id + "/progress")
+	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(c.url, "/")+"/api/v1/bulk/"+id+"/progress", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.authorize(req)
+	resp, err := streamClient.Do(req)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -43,6 +43,42 @@ func (c *clientFlags) validate() error {
 
 var httpClient = &http.Client{Timeout: 60 * time.Second}
 
+// apiKeyFlag is the root's persistent --api-key; every client command sends
+// it (apiKey).
+var apiKeyFlag string
+
+// apiKey is the key client commands send: --api-key, else $CORVO_API_KEY
+// ("" sends none). The flag's default is not the environment's value, so
+// that --help never prints a key.
+func apiKey() string {
+	if apiKeyFlag != "" {
+		return strings.TrimSpace(apiKeyFlag)
+	}
+	return strings.TrimSpace(os.Getenv(corvo.APIKeyEnv))
+}
+
+// authorize adds the caller's credentials to req: the API key, and the
+// cluster secret when the command needs it.
+func (c *clientFlags) authorize(req *http.Request) {
+	if k := apiKey(); k != "" {
+		req.Header.Set("Authorization", "Bearer "+k)
+	}
+	if c.clusterSecret != "" {
+		req.Header.Set(node.ClusterSecretHeader, c.clusterSecret)
+	}
+}
+
+// authHint says what to do about a 401: which key to send and where a
+// server keeps the admin key it made.
+func authHint() string {
+	if apiKey() == "" {
+		return "this server needs an API key: pass --api-key or set " + corvo.APIKeyEnv +
+			" (a server that made its own admin key wrote it to <data-dir>/" + node.AdminKeyFile + ")"
+	}
+	return "the API key sent (--api-key or " + corvo.APIKeyEnv + ") was refused: check it is the whole key and not revoked, disabled or expired" +
+		" (a server that made its own admin key wrote it to <data-dir>/" + node.AdminKeyFile + ")"
+}
+
 // call sends a request and returns the body of a 2xx answer; other answers
 // become exit errors carrying the server's message.
 func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error) {
@@ -53,9 +89,7 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 	if body != nil || method == http.MethodPost || method == http.MethodPut {
 		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
 	}
-	if c.clusterSecret != "" {
-		req.Header.Set(node.ClusterSecretHeader, c.clusterSecret)
-	}
+	c.authorize(req)
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		return nil, 0, &exitError{exitError_, fmt.Errorf("cannot reach %s: %w", c.url, err)}
@@ -72,8 +106,11 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 			msg = e.Error + " (" + e.Code + ")"
 		}
 		code := exitError_
-		if resp.StatusCode == http.StatusNotFound {
+		switch resp.StatusCode {
+		case http.StatusNotFound:
 			code = exitNotFound
+		case http.StatusUnauthorized:
+			msg += "\n" + authHint()
 		}
 		return out, resp.StatusCode, &exitError{code, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, msg)}
 	}

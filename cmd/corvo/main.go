@@ -8,6 +8,8 @@ import (
 	_ "time/tzdata" // every node computes cron times from the same tz database
 
 	"github.com/spf13/cobra"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // exitError carries a process exit code.
@@ -59,6 +61,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newJobCmds()...)
 	root.AddCommand(newQueueCmds()...)
 	root.AddCommand(newListCmds()...)
-	root.AddCommand(newSearchCmd(), newBulkCmd(), newClusterCmd(), newTopCmd())
+	root.AddCommand(newSearchCmd(), newBulkCmd(), newClusterCmd(), newTopCmd(), newAuthCmd())
+	root.PersistentFlags().StringVar(&apiKeyFlag, "api-key", "", "API key the client commands send (default $"+corvo.APIKeyEnv+")")
 	return root
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -41,6 +43,7 @@ snapshot and exits; its rates are then the server's (about the last minute).`,
 			}
 			url := strings.TrimRight(c.url, "/")
 			client := top.NewClient(url)
+			client.APIKey = apiKey()
 			out := cmd.OutOrStdout()
 			f, isFile := out.(*os.File)
 			interactive := isFile && isatty.IsTerminal(f.Fd()) && !once && c.output != "json"
@@ -49,6 +52,10 @@ snapshot and exits; its rates are then the server's (about the last minute).`,
 				defer cancel()
 				snap, err := client.Snapshot(ctx)
 				if err != nil {
+					var se *top.StatusError
+					if errors.As(err, &se) && se.Status == http.StatusUnauthorized {
+						err = fmt.Errorf("%w\n%s", err, authHint())
+					}
 					return &exitError{exitError_, fmt.Errorf("cannot read %s: %w", url, err)}
 				}
 				rep := top.NewReport(url, snap)
