@@ -26,7 +26,9 @@ every call. With no key in the cluster, its first start writes an admin key
 to <data-dir>/admin-key.`,
 	}
 	whoami := apiCommand("whoami", "Show who the API key acts as: name, namespace, role, queues", cobra.NoArgs,
-		func(*cobra.Command, []string) (string, string, any, error) { return "GET", "/api/v1/auth/whoami", nil, nil },
+		func(*cobra.Command, []string) (string, string, any, error) {
+			return "GET", "/api/v1/auth/whoami", nil, nil
+		},
 		render(printWhoAmI))
 	cmd.AddCommand(whoami, newKeysCmd())
 	return cmd
@@ -52,10 +54,14 @@ func newKeysCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Create, list, disable, enable and revoke API keys (needs an admin key)"}
 	one := cobra.ExactArgs(1)
 	list := apiCommand("list", "List the API keys (never the keys themselves)", cobra.NoArgs,
-		func(*cobra.Command, []string) (string, string, any, error) { return "GET", "/api/v1/auth/keys", nil, nil },
+		func(*cobra.Command, []string) (string, string, any, error) {
+			return "GET", "/api/v1/auth/keys", nil, nil
+		},
 		render(func(w io.Writer, v *corvo.KeyList) error { return printKeys(w, v.Keys, time.Now()) }))
 	revoke := apiCommand("revoke <key-id>", "Delete an API key: it stops working at once, everywhere", one,
-		func(_ *cobra.Command, a []string) (string, string, any, error) { return "DELETE", keyPath(a[0]), nil, nil },
+		func(_ *cobra.Command, a []string) (string, string, any, error) {
+			return "DELETE", keyPath(a[0]), nil, nil
+		},
 		render(func(w io.Writer, v *corvo.KeyRevoked) error {
 			_, err := fmt.Fprintf(w, "%s: revoked\n", v.ID)
 			return err
