@@ -47,7 +47,7 @@ func TestCLITop(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.Equal(t, s.url, rep.URL)
-	require.Equal(t, top.Health{Status: "ok", Shards: 4, ShardsLed: 4}, rep.Health)
+	require.Equal(t, top.Health{Status: "ok", Shards: 4, ShardsLed: 4, Auth: "open"}, rep.Health)
 	require.Len(t, rep.Queues, 2)
 	e, r := rep.Queues[0], rep.Queues[1]
 	require.Equal(t, "emails", e.Name)
