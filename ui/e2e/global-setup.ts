@@ -34,23 +34,36 @@ async function waitHealthy(url: string, proc: ChildProcess, ms: number) {
   throw new Error('corvo did not become healthy in time')
 }
 
-export default async function globalSetup() {
-  if (process.env.CORVO_E2E_URL) return // an already running server
+export interface StartedServer { url: string; dir: string; stop: () => Promise<void> }
+
+// startServer runs bin/corvo on free loopback ports in a new temp dir,
+// with extra server flags and environment, until stop.
+export async function startServer(extra: string[] = [], env: Record<string, string> = {}): Promise<StartedServer> {
   const bin = resolve(process.env.CORVO_BIN ?? '../bin/corvo') // make runs this from ui/
   if (!existsSync(bin)) throw new Error(`${bin} is missing: run make build first`)
   const dir = mkdtempSync(join(tmpdir(), 'corvo-ui-e2e-'))
   const [http, raft] = [await freePort(), await freePort()]
   const log = openSync(join(dir, 'server.log'), 'a')
-  const proc = spawn(bin, ['server', '--bind', `127.0.0.1:${http}`, '--raft-bind', `127.0.0.1:${raft}`, '--data-dir', join(dir, 'data'), '--log-level', 'warn'], {
+  const proc = spawn(bin, ['server', '--bind', `127.0.0.1:${http}`, '--raft-bind', `127.0.0.1:${raft}`, '--data-dir', join(dir, 'data'), '--log-level', 'warn', ...extra], {
     stdio: ['ignore', log, log],
+    env: { ...process.env, ...env },
   })
   const url = `http://127.0.0.1:${http}`
   await waitHealthy(url, proc, 60_000)
-  process.env.CORVO_E2E_URL = url
-  process.env.CORVO_E2E_DIR = dir
-  return async () => {
-    proc.kill('SIGTERM')
-    await new Promise<void>((r) => { if (proc.exitCode !== null) r(); else proc.once('exit', () => r()) })
-    rmSync(dir, { recursive: true, force: true })
+  return {
+    url, dir,
+    stop: async () => {
+      proc.kill('SIGTERM')
+      await new Promise<void>((r) => { if (proc.exitCode !== null) r(); else proc.once('exit', () => r()) })
+      rmSync(dir, { recursive: true, force: true })
+    },
   }
+}
+
+export default async function globalSetup() {
+  if (process.env.CORVO_E2E_URL) return // an already running server
+  const s = await startServer()
+  process.env.CORVO_E2E_URL = s.url
+  process.env.CORVO_E2E_DIR = s.dir
+  return s.stop
 }

@@ -118,6 +118,19 @@ export class ApiError extends Error {
   constructor(public status: number, public code: string, message: string) { super(message) }
 }
 
+export interface WhoAmI {
+  auth: 'keys' | 'open' | 'off'
+  key_id: string; name: string; namespace: string; role: string
+  queues: string[]; permissions: string[]
+}
+
+// A 401 from any call (but the login itself, whose form shows its own
+// error) means the session is gone or never was: the app shows its login.
+let onUnauthorized: (message: string) => void = () => {}
+export function setUnauthorizedHandler(fn: (message: string) => void) { onUnauthorized = fn }
+
+const SESSION = '/api/v1/auth/session'
+
 async function call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
   // The server refuses a POST or PUT not declared JSON (415), even one
   // without a body: every call but a GET says so.
@@ -131,6 +144,7 @@ async function call<T>(method: string, path: string, body?: unknown, signal?: Ab
   }
   if (!res.ok) {
     const e = (data ?? {}) as { error?: string; code?: string }
+    if (res.status === 401 && path !== SESSION) onUnauthorized(e.error ?? 'this server needs an API key')
     throw new ApiError(res.status, e.code ?? 'http_' + res.status, e.error ?? `${method} ${path}: HTTP ${res.status}`)
   }
   return data as T
@@ -177,6 +191,12 @@ export const api = {
   batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
   rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
   cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),
+
+  // The session: the server keeps the key in an HttpOnly cookie (the
+  // page never stores it).
+  whoami: (s?: AbortSignal) => call<WhoAmI>('GET', `${A}/auth/whoami`, undefined, s),
+  login: (key: string) => call<WhoAmI>('POST', SESSION, { key }),
+  logout: () => call<{ logged_out: boolean }>('DELETE', SESSION),
 }
 
 export function isAccepted(r: BulkResult | BulkAccepted): r is BulkAccepted {

@@ -2,7 +2,10 @@
 // toggle and "enqueue job", and the routed page.
 import { useEffect, useState } from 'preact/hooks'
 import { href, match, navigate, onLinkClick, useLocation } from './router'
-import { startLive, useLiveStatus } from './live'
+import { startLive, stopLive, useLiveStatus } from './live'
+import { checkAuth, logout, useAuth } from './auth'
+import type { WhoAmI } from './api'
+import { Login } from './pages/Login'
 import { Toasts } from './components/ui'
 import { EnqueueDialog } from './components/EnqueueDialog'
 import { Dashboard } from './pages/Dashboard'
@@ -61,14 +64,41 @@ function active(navPath: string, path: string) {
   return path === navPath || path.startsWith(navPath + '/')
 }
 
+// App shows the login while the server wants a key it has not got, and
+// the console (Shell) once it has; every call answered 401 brings the
+// login back.
 export function App() {
+  const auth = useAuth()
+  useEffect(() => { void checkAuth() }, [])
+  if (auth.state === 'checking') return <p class="muted loading" role="status">Loading…</p>
+  if (auth.state === 'login') return <Login message={auth.message} />
+  return <Shell who={auth.who} />
+}
+
+// Who: the key's name and role, and a log out when a key is in use (an
+// open server's anonymous caller has none).
+function Who({ who }: { who: WhoAmI }) {
+  if (!who.key_id) return null
+  return (
+    <span class="who" data-testid="who">
+      <span class="who-name">{who.name}</span>
+      <span class="role">{who.role}</span>
+      <button class="btn" onClick={() => { void logout() }}>Log out</button>
+    </span>
+  )
+}
+
+function Shell({ who }: { who: WhoAmI }) {
   const loc = useLocation()
   const [theme, setTheme] = useState<Theme>(initialTheme)
   const [drawer, setDrawer] = useState(false)
   const [enqueue, setEnqueue] = useState(false)
   const live = useLiveStatus()
 
-  useEffect(() => { startLive() }, [])
+  useEffect(() => {
+    startLive()
+    return () => stopLive()
+  }, [])
   useEffect(() => {
     document.documentElement.dataset.theme = theme
     localStorage.setItem('corvo-theme', theme)
@@ -113,6 +143,7 @@ export function App() {
           <span class="dot" aria-hidden="true" />{liveText}
         </span>
         <span class="spacer" />
+        <Who who={who} />
         <button class="btn primary" onClick={() => setEnqueue(true)} title="Enqueue a job (n)">+ Enqueue</button>
         <button
           class="icon-btn" aria-label={theme === 'dark' ? 'Switch to light mode' : 'Switch to dark mode'}
