@@ -2,7 +2,9 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -336,9 +338,46 @@ func TestComposeSingle(t *testing.T) {
 		require.NotContains(t, flags, "join")
 		require.Equal(t, []string{"8080:8080"}, s.Ports)
 
-		n := startNode(t, name, s.Command)
+		require.Equal(t, []string{"CORVO_ADMIN_KEY=${CORVO_ADMIN_KEY:-}"}, s.Env, "the admin key comes from the environment")
+
+		// The container listens on every interface, so keys are needed
+		// (here on loopback: --auth on); the key from the environment is
+		// the admin's.
+		n := newNodes(t, name)[name]
+		n.env = []string{"CORVO_ADMIN_KEY=" + composeAdminKey}
+		n.start(t, append(slices.Clone(s.Command), "--auth=on"))
+		n.waitHealthy(t)
+		requireAdminKey(t, n, composeAdminKey)
 		n.stop(t, durationFlag(t, flags, "shutdown-timeout", 30*time.Second)+handOff)
 	}
+}
+
+// composeAdminKey is a key as the compose files' comment makes one.
+const composeAdminKey = "corvo_0123456789abcdef_Zm9vYmFyYmF6cXV4LWNvbXBvc2UtYWRtaW4ta2V5LTA"
+
+var keyFormat = regexp.MustCompile(`^corvo_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$`)
+
+// requireAdminKey checks that n wants a key and takes key as an admin's.
+func requireAdminKey(t *testing.T, n *node, key string) {
+	t.Helper()
+	whoami := func(key string) (int, map[string]any) {
+		req, err := http.NewRequest("GET", "http://"+n.http+"/api/v1/auth/whoami", nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		return resp.StatusCode, body
+	}
+	code, body := whoami("")
+	require.Equal(t, http.StatusUnauthorized, code, "%v", body)
+	code, body = whoami(key)
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	require.Equal(t, "admin", body["role"], "%v", body)
 }
 
 // TestComposeCluster checks the three-node file, then runs its commands as
@@ -386,7 +425,8 @@ func TestComposeCluster(t *testing.T) {
 	// Every node gets the same cluster secret from the environment.
 	const secret = "compose-test-cluster-secret-0123456789"
 	for name, s := range cf.Services {
-		require.Equal(t, []string{"CORVO_CLUSTER_SECRET=${CORVO_CLUSTER_SECRET:?set CORVO_CLUSTER_SECRET, the same for every node (openssl rand -hex 32)}"}, s.Env, name)
+		require.Equal(t, []string{"CORVO_CLUSTER_SECRET=${CORVO_CLUSTER_SECRET:?set CORVO_CLUSTER_SECRET, the same for every node (openssl rand -hex 32)}",
+			"CORVO_ADMIN_KEY=${CORVO_ADMIN_KEY:-}"}, s.Env, name)
 	}
 	nodes := newNodes(t, names...)
 	for _, n := range nodes {
@@ -545,7 +585,7 @@ func subset(labels, of map[string]string) map[string]string {
 func TestHelmSingle(t *testing.T) {
 	r, err := renderChart(t, nil)
 	require.NoError(t, err)
-	require.Equal(t, []string{"Service/corvo", "Service/corvo-headless", "StatefulSet/corvo"}, keys(r), "no PDB for a single node")
+	require.Equal(t, []string{"Secret/corvo-admin-key", "Service/corvo", "Service/corvo-headless", "StatefulSet/corvo"}, keys(r), "no PDB for a single node")
 	sts := decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
 	require.Equal(t, int32(1), *sts.Spec.Replicas)
 	flags := checkPod(t, sts, "corvo-headless", 30)
@@ -555,23 +595,76 @@ func TestHelmSingle(t *testing.T) {
 	require.Equal(t, sts.Spec.Selector.MatchLabels, svc.Spec.Selector)
 	require.Equal(t, "http", svc.Spec.Ports[0].TargetPort.String())
 
+	require.Equal(t, "auto", flags["auth"], "keys off loopback")
+	// The admin key: random, a Corvo key, in every pod's CORVO_ADMIN_KEY.
+	sec := decode[corev1.Secret](t, r, "Secret/corvo-admin-key")
+	adminKey := string(sec.Data["admin-key"])
+	require.Regexp(t, keyFormat, adminKey)
+	require.Equal(t, "keep", sec.Annotations["helm.sh/resource-policy"], "a helm uninstall keeps the key")
+	env := sts.Spec.Template.Spec.Containers[0].Env
+	require.Len(t, env, 1)
+	require.Equal(t, "CORVO_ADMIN_KEY", env[0].Name)
+	require.Equal(t, corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "corvo-admin-key"}, Key: "admin-key"}, *env[0].ValueFrom.SecretKeyRef)
+	r2, err := renderChart(t, nil)
+	require.NoError(t, err)
+	require.NotEqual(t, adminKey, string(decode[corev1.Secret](t, r2, "Secret/corvo-admin-key").Data["admin-key"]), "random per install")
+
 	// The rendered command runs.
 	n := startNode(t, "corvo-0", sts.Spec.Template.Spec.Containers[0].Args)
 	n.stop(t, time.Duration(*sts.Spec.Template.Spec.TerminationGracePeriodSeconds)*time.Second)
+
+	// With keys on (here on loopback), the Secret's key is the admin's.
+	r, err = renderChart(t, map[string]any{"auth": map[string]any{"mode": "on"}})
+	require.NoError(t, err)
+	sts = decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
+	require.Equal(t, "on", argFlags(sts.Spec.Template.Spec.Containers[0].Args)["auth"])
+	n = newNodes(t, "corvo-0")["corvo-0"]
+	n.env = []string{"CORVO_ADMIN_KEY=" + string(decode[corev1.Secret](t, r, "Secret/corvo-admin-key").Data["admin-key"])}
+	n.start(t, sts.Spec.Template.Spec.Containers[0].Args)
+	n.waitHealthy(t)
+	requireAdminKey(t, n, strings.TrimPrefix(n.env[0], "CORVO_ADMIN_KEY="))
+	n.stop(t, time.Duration(*sts.Spec.Template.Spec.TerminationGracePeriodSeconds)*time.Second)
+}
+
+func TestHelmAuth(t *testing.T) {
+	// An admin key the operator manages.
+	r, err := renderChart(t, map[string]any{"auth": map[string]any{"existingSecret": "my-admin-key"}})
+	require.NoError(t, err)
+	require.NotContains(t, keys(r), "Secret/corvo-admin-key")
+	env := decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo").Spec.Template.Spec.Containers[0].Env
+	require.Len(t, env, 1)
+	require.Equal(t, "my-admin-key", env[0].ValueFrom.SecretKeyRef.Name)
+
+	// Keys off: no key, no Secret, and the server says so.
+	r, err = renderChart(t, map[string]any{"auth": map[string]any{"mode": "off"}})
+	require.NoError(t, err)
+	require.NotContains(t, keys(r), "Secret/corvo-admin-key")
+	c := decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo").Spec.Template.Spec.Containers[0]
+	require.Empty(t, c.Env)
+	require.Equal(t, "off", argFlags(c.Args)["auth"])
+	r, err = renderChart(t, map[string]any{"auth": map[string]any{"mode": "off"}, "cluster": map[string]any{"enabled": true}, "replicas": 3})
+	require.NoError(t, err)
+	env = decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo").Spec.Template.Spec.Containers[0].Env
+	require.Len(t, env, 1)
+	require.Equal(t, "CORVO_CLUSTER_SECRET", env[0].Name)
+
+	_, err = renderChart(t, map[string]any{"auth": map[string]any{"mode": "maybe"}})
+	require.ErrorContains(t, err, `auth.mode must be auto, on or off, not "maybe"`)
 }
 
 func TestHelmCluster(t *testing.T) {
 	r, err := renderChart(t, map[string]any{"cluster": map[string]any{"enabled": true}, "replicas": 5,
 		"server": map[string]any{"shutdownTimeoutSeconds": 60}})
 	require.NoError(t, err)
-	require.Equal(t, []string{"PodDisruptionBudget/corvo", "Secret/corvo-cluster", "Service/corvo", "Service/corvo-headless", "StatefulSet/corvo"}, keys(r))
+	require.Equal(t, []string{"PodDisruptionBudget/corvo", "Secret/corvo-admin-key", "Secret/corvo-cluster", "Service/corvo", "Service/corvo-headless", "StatefulSet/corvo"}, keys(r))
 	sts := decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
 	// Every pod gets the one cluster secret, random and long.
 	sec := decode[corev1.Secret](t, r, "Secret/corvo-cluster")
 	require.Len(t, sec.Data["cluster-secret"], 64)
 	env := sts.Spec.Template.Spec.Containers[0].Env
-	require.Len(t, env, 1)
+	require.Len(t, env, 2)
 	require.Equal(t, "CORVO_CLUSTER_SECRET", env[0].Name)
+	require.Equal(t, "CORVO_ADMIN_KEY", env[1].Name)
 	require.Equal(t, "corvo-cluster", env[0].ValueFrom.SecretKeyRef.Name)
 	require.Equal(t, "cluster-secret", env[0].ValueFrom.SecretKeyRef.Key)
 	// Or one the operator manages.

@@ -59,6 +59,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --log-level={{ .Values.server.logLevel }}
 - --shutdown-timeout={{ .Values.server.shutdownTimeoutSeconds }}s
 - --retention={{ .Values.server.retention }}
+- --auth={{ include "corvo.authMode" . }}
 {{- if .Values.shards }}
 - --shards={{ .Values.shards }}
 {{- end }}
@@ -85,5 +86,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.cluster.existingSecret -}}
 {{- else -}}
 {{- printf "%s-cluster" (include "corvo.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+
+{{/* auth.mode, checked: auto, on or off. */}}
+{{- define "corvo.authMode" -}}
+{{- if not (has .Values.auth.mode (list "auto" "on" "off")) -}}
+{{- fail (printf "auth.mode must be auto, on or off, not %q" .Values.auth.mode) -}}
+{{- end -}}
+{{- .Values.auth.mode -}}
+{{- end -}}
+
+{{/* The Secret holding the admin API key (key "admin-key"). */}}
+{{- define "corvo.adminKeySecretName" -}}
+{{- if .Values.auth.existingSecret -}}
+{{- .Values.auth.existingSecret -}}
+{{- else -}}
+{{- printf "%s-admin-key" (include "corvo.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
