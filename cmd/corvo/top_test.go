@@ -63,7 +63,7 @@ func TestCLITop(t *testing.T) {
 	tot := rep.Totals
 	require.Equal(t, top.ReportTotals{Queues: 2, PausedQueues: 1, Pending: 5, Active: 1, Scheduled: 1, Dead: 1, Workers: 1, WorkerJobs: 1,
 		EnqueuedPerS: tot.EnqueuedPerS, CompletedPerS: tot.CompletedPerS, FailedPerS: tot.FailedPerS, OldestPending: tot.OldestPending}, tot)
-	require.Equal(t, *e.EnqueuedPerS+*r.EnqueuedPerS, *tot.EnqueuedPerS)
+	require.InDelta(t, *e.EnqueuedPerS+*r.EnqueuedPerS, *tot.EnqueuedPerS, 1e-9, "floating-point sums differ in the last bit")
 	require.Len(t, rep.Workers, 1)
 	w := rep.Workers[0]
 	require.Equal(t, "top-w", w.ID)
