@@ -197,3 +197,19 @@ func TestCustomRoles(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(`[{"id":"0123456789abcdef","hash":"x","name":"o","role":"admin","enabled":true,"created_at":1}]`), &old))
 	require.Equal(t, 1, old.Len())
 }
+
+func TestRevokedKeysStayRevoked(t *testing.T) {
+	s, key := put(t, Empty, Key{Name: "a", Role: RoleAdmin})
+	id, _ := KeyID(key)
+	k, _ := s.Key(id)
+	s, ok := s.Apply(Cmd{Op: "delete", ID: id, At: 7})
+	require.True(t, ok)
+	require.True(t, s.Revoked(id))
+	_, ok = s.Apply(Cmd{Op: "put", Key: &k})
+	require.False(t, ok, "a revoked key was put back")
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back State
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.True(t, back.Revoked(id), "a snapshot forgot a revocation")
+}

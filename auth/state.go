@@ -56,10 +56,16 @@ type Role struct {
 type State struct {
 	keys  map[string]*Key  // by ID
 	roles map[string]*Role // custom roles by name
+	// revoked holds the IDs of revoked keys (when): a revoked key never
+	// comes back, not even as a configured admin key at a restart.
+	revoked map[string]int64
 }
 
 // Empty is the state of a cluster with no keys.
-var Empty = &State{keys: map[string]*Key{}, roles: map[string]*Role{}}
+var Empty = &State{keys: map[string]*Key{}, roles: map[string]*Role{}, revoked: map[string]int64{}}
+
+// Revoked reports whether the key with this ID was revoked.
+func (s *State) Revoked(id string) bool { _, ok := s.revoked[id]; return ok }
 
 // stored returns a copy of k ready to enter s: its principal resolved
 // against s's roles.
@@ -189,6 +195,8 @@ type Cmd struct {
 	// name); role.delete: Name, refused while a key has the role.
 	Role *Role  `json:"role,omitempty"`
 	Name string `json:"name,omitempty"`
+	// At is when (Unix ns) a delete revoked the key.
+	At int64 `json:"at,omitempty"`
 }
 
 // Update is a change to an existing key; nil fields stay.
@@ -208,7 +216,7 @@ type Update struct {
 func (s *State) Apply(c Cmd) (*State, bool) {
 	switch c.Op {
 	case "put":
-		if c.Key == nil || !ValidKeyID(c.Key.ID) || s.keys[c.Key.ID] != nil {
+		if c.Key == nil || !ValidKeyID(c.Key.ID) || s.keys[c.Key.ID] != nil || s.Revoked(c.Key.ID) {
 			return s, false
 		}
 		n := s.clone()
@@ -251,6 +259,7 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 		}
 		n := s.clone()
 		delete(n.keys, c.ID)
+		n.revoked[c.ID] = c.At
 		return n, true
 	case "touch":
 		var n *State
@@ -303,18 +312,19 @@ func (s *State) reresolve(role string) {
 }
 
 func (s *State) clone() *State {
-	return &State{keys: maps.Clone(s.keys), roles: maps.Clone(s.roles)}
+	return &State{keys: maps.Clone(s.keys), roles: maps.Clone(s.roles), revoked: maps.Clone(s.revoked)}
 }
 
 // stateJSON is State's form in meta snapshots.
 type stateJSON struct {
-	Keys  []Key  `json:"keys"`
-	Roles []Role `json:"roles,omitempty"`
+	Keys    []Key            `json:"keys"`
+	Roles   []Role           `json:"roles,omitempty"`
+	Revoked map[string]int64 `json:"revoked,omitempty"`
 }
 
 // MarshalJSON writes the keys and roles (meta snapshots).
 func (s *State) MarshalJSON() ([]byte, error) {
-	return json.Marshal(stateJSON{Keys: s.Keys(), Roles: s.Roles()})
+	return json.Marshal(stateJSON{Keys: s.Keys(), Roles: s.Roles(), Revoked: s.revoked})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote (or a bare list of keys).
@@ -326,6 +336,10 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		}
 	} else if err := json.Unmarshal(b, &st); err != nil {
 		return err
+	}
+	s.revoked = st.Revoked
+	if s.revoked == nil {
+		s.revoked = map[string]int64{}
 	}
 	s.roles = make(map[string]*Role, len(st.Roles))
 	for i := range st.Roles {

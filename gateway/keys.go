@@ -239,7 +239,7 @@ func (s *Server) handleRevokeKey(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	gone := func(st *auth.State) bool { _, ok := st.Key(k.ID); return !ok }
-	if aerr := s.proposeKeys(keys, auth.Cmd{Op: "delete", ID: k.ID}, gone); aerr != nil {
+	if aerr := s.proposeKeys(keys, auth.Cmd{Op: "delete", ID: k.ID, At: time.Now().UnixNano()}, gone); aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/gateway"
 	"github.com/corvohq/corvo/shard"
@@ -117,16 +119,21 @@ func (n *Node) ensureAdminKey(ctx context.Context) error {
 			return nil
 		}
 	}
-	return registerAdminKey(ctx, n.host, key, from)
+	return registerAdminKey(ctx, n.host, key, from, n.log)
 }
 
 // registerAdminKey puts key in the table as an admin key, unless it is there.
-func registerAdminKey(ctx context.Context, host *shard.Host, key, from string) error {
+func registerAdminKey(ctx context.Context, host *shard.Host, key, from string, log zerolog.Logger) error {
 	id, ok := auth.KeyID(key)
 	if !ok {
 		return &ConfigError{fmt.Errorf("%s: not a Corvo API key", from)}
 	}
 	hash := auth.HashKey(key)
+	if host.Keys().Revoked(id) {
+		// Revocation is for good: a configured key does not undo it.
+		log.Warn().Str("key_id", id).Str("from", from).Msg("the configured admin key was revoked: it stays revoked (give the server another one)")
+		return nil
+	}
 	if k, ok := host.Keys().Key(id); ok {
 		if k.Hash != hash {
 			return &ConfigError{fmt.Errorf("%s: the cluster has another key with this key's ID %s", from, id)}

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/gateway"
 )
 
@@ -175,4 +176,44 @@ func TestNodeOpenUnwindsOnError(t *testing.T) {
 	l, err := net.Listen("tcp", cfg.Bind)
 	require.NoError(t, err, "the listener was closed")
 	l.Close()
+}
+
+// TestAdminKeys: off loopback with no key, the first start writes an admin
+// key file (0600) and registers it; a configured admin key is registered
+// at start; a revoked one stays revoked across a restart.
+func TestAdminKeys(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Bind = "0.0.0.0:0"
+	n, err := Open(context.Background(), cfg)
+	require.NoError(t, err)
+	info, err := os.Stat(filepath.Join(dir, AdminKeyFile))
+	require.NoError(t, err, "no admin key file")
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	b, err := os.ReadFile(filepath.Join(dir, AdminKeyFile))
+	require.NoError(t, err)
+	made, ok := auth.KeyID(strings.TrimSpace(string(b)))
+	require.True(t, ok, "the file holds no key")
+	k, ok := n.host.Keys().Key(made)
+	require.True(t, ok, "the made key is not in the table")
+	require.Equal(t, auth.RoleAdmin, k.Role)
+	n.Close()
+
+	dir2 := t.TempDir()
+	cfg2 := testConfig(t, dir2)
+	given, id, _ := auth.NewKey()
+	cfg2.AdminKey = given
+	n, err = Open(context.Background(), cfg2)
+	require.NoError(t, err)
+	_, ok = n.host.Keys().Key(id)
+	require.True(t, ok, "the configured admin key is not in the table")
+	_, err = n.host.ProposeKeys(context.Background(), auth.Cmd{Op: "delete", ID: id, At: 1})
+	require.NoError(t, err)
+	n.Close()
+	n, err = Open(context.Background(), cfg2)
+	require.NoError(t, err)
+	defer n.Close()
+	_, ok = n.host.Keys().Key(id)
+	require.False(t, ok, "a revoked admin key came back at a restart")
+	require.True(t, n.host.Keys().Revoked(id))
 }
