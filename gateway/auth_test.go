@@ -475,3 +475,23 @@ func TestBucketRefills(t *testing.T) {
 	}
 	require.NotZero(t, b.take(at+int64(10*time.Second), 4), "an idle bucket holds more than its rate")
 }
+
+// TestHeadersTooLarge: request headers over MaxHeaderBytes get 431 with a
+// JSON error that does not echo them (a key could be among them).
+func TestHeadersTooLarge(t *testing.T) {
+	req, err := http.NewRequest("GET", baseURL+"/api/v1/queues", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Big", strings.Repeat("s3cret", MaxHeaderBytes/6+1))
+	resp, err := httpc.Do(req)
+	require.NoError(t, err)
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 431, resp.StatusCode, string(out))
+	require.Contains(t, string(out), `"headers_too_large"`)
+	require.NotContains(t, string(out), "s3cret", "the answer echoes the request's headers")
+	req.Header.Set("X-Big", strings.Repeat("x", MaxHeaderBytes/2))
+	resp, err = httpc.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "half the limit was refused")
+}

@@ -59,6 +59,8 @@ var (
 		Meaning: "a bulk operation names or matches more than 100,000 jobs"}
 	codeUnsupportedMediaType = &errorCode{Code: "unsupported_media_type", Status: 415,
 		Meaning: "a `POST` or `PUT` whose `Content-Type` is not `application/json` (missing, `text/plain`, a form…), even with an empty body"}
+	codeHeadersTooLarge = &errorCode{Code: "headers_too_large", Status: 431,
+		Meaning: "the request line and headers together are over 8 KiB"}
 	codeOverloaded = &errorCode{Code: "overloaded", Status: 429,
 		Meaning: "the shard's proposal queue is full; retry after `Retry-After` seconds"}
 	codeRateLimited = &errorCode{Code: "rate_limited", Status: 429,
@@ -82,6 +84,7 @@ var errorCodes = []*errorCode{
 	codeNotFound, codeMethodNotAllowed,
 	codeConflict, codeRemoveFailed, codeWrongNode,
 	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,
+	codeHeadersTooLarge,
 	codeOverloaded, codeRateLimited, codeBulkBusy,
 	codeInternal, codeJoinFailed,
 	codeUnavailable, codeShuttingDown,

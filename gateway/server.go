@@ -109,6 +109,9 @@ const (
 	MaxBodyBytesDefault   = 64 << 20
 	RequestTimeoutDefault = 15 * time.Second
 	SearchWaitDefault     = 2 * time.Second
+	// MaxHeaderBytes bounds a request's line and headers together (431
+	// headers_too_large above).
+	MaxHeaderBytes = 8 << 10
 	// BodyOverheadBytes is what a request body may hold beyond the largest
 	// payload (the job's other fields) when MaxBodyBytes is defaulted.
 	BodyOverheadBytes = 64 << 10
@@ -312,9 +315,16 @@ func New(cfg Config, eng Engine) *Server {
 		NoDefaultContentType:          true,
 		DisablePreParseMultipartForm:  true,
 		DisableHeaderNamesNormalizing: false,
+		ReadBufferSize:                MaxHeaderBytes,
+		SecureErrorLogMessage:         true, // never echo a request's headers (its key) into an answer or a log
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 				writeError(ctx, codePayloadTooLarge.err("request body is over the size limit"))
+				return
+			}
+			var small *fasthttp.ErrSmallBuffer
+			if errors.As(err, &small) || errors.Is(err, fasthttp.ErrSmallReadBuffer) {
+				writeError(ctx, codeHeadersTooLarge.errf("the request line and headers are over %d bytes", MaxHeaderBytes))
 				return
 			}
 			writeError(ctx, codeBadRequest.errf("cannot read the request: %v", err))

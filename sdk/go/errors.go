@@ -24,6 +24,7 @@ const (
 	CodeBatchTooLarge         = "batch_too_large"         // 413
 	CodeBulkTooLarge          = "bulk_too_large"          // 413
 	CodeUnsupportedMediaType  = "unsupported_media_type"  // 415
+	CodeHeadersTooLarge       = "headers_too_large"       // 431
 	CodeOverloaded            = "overloaded"              // 429
 	CodeRateLimited           = "rate_limited"            // 429
 	CodeBulkBusy              = "bulk_busy"               // 429
