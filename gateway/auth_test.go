@@ -495,3 +495,62 @@ func TestHeadersTooLarge(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode, "half the limit was refused")
 }
+
+// TestQueueScopeCoversJobsAndLists: a key limited to some queues sees and
+// acts on jobs of other queues as if they did not exist, lists only its
+// queues, and must name its queues where a request could reach all.
+func TestQueueScopeCoversJobsAndLists(t *testing.T) {
+	_, url, keys := keysServer(t, Config{})
+	admin := putKey(t, keys, auth.Key{Name: "scope-admin", Role: auth.RoleAdmin, Enabled: true})
+	op := putKey(t, keys, auth.Key{Name: "scope-operator", Role: auth.RoleOperator, Enabled: true, Queues: []string{"sc-mine.*"}})
+	enqueue := func(q string) string {
+		st, _, out := callKey(t, "POST", url+"/api/v1/enqueue", admin, map[string]any{"queue": q})
+		require.Equal(t, 201, st, string(out))
+		return strictDecode[corvo.Enqueued](t, "enqueue", out).JobID
+	}
+	mine, other := enqueue("sc-mine.a"), enqueue("sc-other")
+
+	st, _, _ := callKey(t, "GET", url+"/api/v1/jobs/"+mine, op, nil)
+	require.Equal(t, 200, st)
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/api/v1/jobs/" + other},
+		{"POST", "/api/v1/jobs/" + other + "/cancel"},
+		{"POST", "/api/v1/jobs/" + other + "/move"},
+		{"DELETE", "/api/v1/jobs/" + other},
+	} {
+		var body any
+		if c.method == "POST" {
+			body = map[string]any{"queue": "sc-mine.b"}
+		}
+		st, code, out := callKey(t, c.method, url+c.path, op, body)
+		require.Equal(t, 404, st, "%s %s: %s", c.method, c.path, out)
+		require.Equal(t, "not_found", code)
+	}
+	st, _, out := callKey(t, "GET", url+"/api/v1/jobs/"+other, admin, nil)
+	require.Equal(t, 200, st, "a refused call changed the job: %s", out)
+	require.Equal(t, "pending", strictDecode[corvo.Job](t, "job", out).State)
+	st, _, _ = callKey(t, "POST", url+"/api/v1/jobs/"+mine+"/move", op, map[string]any{"queue": "sc-other"})
+	require.Equal(t, 403, st, "a scoped key moved a job out of its queues")
+
+	st, _, out = callKey(t, "GET", url+"/api/v1/queues", op, nil)
+	require.Equal(t, 200, st)
+	for _, q := range strictDecode[corvo.QueueList](t, "queues", out).Queues {
+		require.True(t, strings.HasPrefix(q.Name, "sc-mine."), "the list shows %s", q.Name)
+	}
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/api/v1/jobs/bulk", map[string]any{"job_ids": []string{mine}, "action": "cancel"}},
+		{"POST", "/api/v1/jobs/bulk", map[string]any{"filter": map[string]any{"queue": "sc-other"}, "action": "cancel", "confirm": true}},
+		{"GET", "/api/v1/dead", nil},
+		{"GET", "/api/v1/dead?queue=sc-other", nil},
+		{"GET", "/api/v1/events", nil},
+	} {
+		st, code, out := callKey(t, c.method, url+c.path, op, c.body)
+		require.Equal(t, 403, st, "%s %s: %s", c.method, c.path, out)
+		require.Equal(t, "forbidden", code)
+	}
+	st, _, out = callKey(t, "GET", url+"/api/v1/dead?queue=sc-mine.a", op, nil)
+	require.Equal(t, 200, st, string(out))
+}

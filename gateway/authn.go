@@ -151,6 +151,48 @@ func allowQueue(ctx *fasthttp.RequestCtx, queue string) bool {
 	return false
 }
 
+// requireQueues checks, for a key limited to some queues, that a request
+// that could reach every queue (a search, a bulk action, the dead-letter
+// list, the event stream) names only queues of its scope; it answers the
+// request (false) otherwise. what names the request's queue field.
+func requireQueues(ctx *fasthttp.RequestCtx, what string, queues ...string) bool {
+	p := principal(ctx)
+	if !p.Scoped() {
+		return true
+	}
+	if len(queues) == 0 {
+		writeError(ctx, codeForbidden.errf("the key %q is limited to some queues: name them in %s", p.Name, what))
+		return false
+	}
+	for _, q := range queues {
+		if !allowQueue(ctx, q) {
+			return false
+		}
+	}
+	return true
+}
+
+// nonEmpty is q as a list, or none when it is "".
+func nonEmpty(q string) []string {
+	if q == "" {
+		return nil
+	}
+	return []string{q}
+}
+
+// jobInScope reports whether a key limited to some queues may see the job
+// in {id}: one of another queue is answered as not found (its existence is
+// not the key's business). Unscoped callers are not read for.
+func (s *Server) jobInScope(ctx *fasthttp.RequestCtx, id string, sh int) bool {
+	p := principal(ctx)
+	if !p.Scoped() {
+		return true
+	}
+	v, err := s.read(sh, statemachine.GetJobQuery{ID: id})
+	jv, _ := v.(*statemachine.JobView)
+	return err != nil || jv == nil || p.AllowsQueue(jv.Job.Queue)
+}
+
 // allowJob checks the queue scope for every queue a new job names: its
 // own and its chain's.
 func allowJob(ctx *fasthttp.RequestCtx, job *statemachine.Job) bool {

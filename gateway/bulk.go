@@ -47,6 +47,18 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	if p := principal(ctx); p.Scoped() {
+		// A key limited to some queues acts on one of them by filter (a
+		// list of IDs could name any job).
+		if req.Filter == nil {
+			writeError(ctx, codeForbidden.errf("the key %q is limited to some queues: bulk by a filter naming one of them, not by job IDs", p.Name))
+			return
+		}
+		if !requireQueues(ctx, `the filter's "queue"`, nonEmpty(req.Filter.Queue)...) ||
+			(req.MoveToQueue != "" && !allowQueue(ctx, req.MoveToQueue)) {
+			return
+		}
+	}
 	stale := false
 	if req.Filter != nil && s.cfg.Mirror != nil {
 		stale = !s.awaitMirror() // a filter matches what this node wrote before

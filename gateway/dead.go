@@ -22,6 +22,9 @@ func (s *Server) handleDead(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	if !requireQueues(ctx, "?queue=", nonEmpty(queue)...) {
+		return
+	}
 	limit := 50
 	if v := args.Peek("limit"); len(v) > 0 {
 		n, err := strconv.Atoi(string(v))

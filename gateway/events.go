@@ -37,10 +37,6 @@ const (
 // with the hop header is served from the ring only: 503 when this node
 // does not host every shard it needs.
 func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
-	if s.cfg.Events == nil {
-		writeError(ctx, codeUnavailable.err("this server runs without the event stream"))
-		return
-	}
 	args := ctx.QueryArgs()
 	var f events.Filter
 	rawQueue, rawType := string(args.Peek("queue")), string(args.Peek("type"))
@@ -53,6 +49,17 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 			}
 			f.Queues[q] = true
 		}
+	}
+	var named []string
+	for q := range f.Queues {
+		named = append(named, q)
+	}
+	if !requireQueues(ctx, "?queue=", named...) {
+		return
+	}
+	if s.cfg.Events == nil {
+		writeError(ctx, codeUnavailable.err("this server runs without the event stream"))
+		return
 	}
 	if rawType != "" {
 		f.Types = map[statemachine.EventType]bool{}

@@ -79,6 +79,10 @@ func (s *Server) onJob(ctx *fasthttp.RequestCtx, do func(id string, sh int) *api
 	if !ok {
 		return "", false
 	}
+	if !s.jobInScope(ctx, id, sh) {
+		writeError(ctx, codeNotFound.err("job "+id+" not found"))
+		return "", false
+	}
 	aerr := do(id, sh)
 	if aerr != nil && aerr.status == 404 {
 		if nid, nsh, moved := s.resolveMoved(id, sh); moved {
@@ -180,6 +184,9 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 	}
 	if err := router.ValidateQueueName(*req.Queue); err != nil {
 		writeError(ctx, invalid("field \"queue\": %v", err))
+		return
+	}
+	if !allowQueue(ctx, *req.Queue) {
 		return
 	}
 	id, _ := ctx.UserValue("id").(string)

@@ -59,7 +59,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		sh, err := s.rt.ShardForJob(*a.JobID)
-		if err != nil {
+		if err != nil || !s.jobInScope(ctx, *a.JobID, sh) {
 			p.reject(i, codeNotFound.err("job not found"))
 			continue
 		}
@@ -147,7 +147,7 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards()) // the shard's jobs in one op
 	for _, id := range ids {
 		sh, err := s.rt.ShardForJob(id)
-		if err != nil {
+		if err != nil || !s.jobInScope(ctx, id, sh) {
 			status[id] = "not_found"
 			continue
 		}

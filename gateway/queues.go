@@ -44,6 +44,15 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 	for _, v := range vs {
 		all = append(all, v.([]statemachine.QueueInfo)...)
 	}
+	if p := principal(ctx); p.Scoped() {
+		kept := all[:0]
+		for _, q := range all {
+			if p.AllowsQueue(q.Name) {
+				kept = append(kept, q)
+			}
+		}
+		all = kept
+	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	b := []byte(`{"queues":[`)
 	for i := range all {

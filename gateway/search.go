@@ -170,6 +170,9 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	if !requireQueues(ctx, `the filter's "queue"`, nonEmpty(req.Queue)...) {
+		return
+	}
 	only, aerr := s.shardsParam(ctx)
 	if aerr != nil {
 		writeError(ctx, aerr)
