@@ -181,6 +181,21 @@ func (s *State) Authenticate(key []byte, now int64) (*Key, Refusal) {
 	return k, Accepted
 }
 
+// KeyByID is Authenticate for a key already proven another way (a UI
+// session signed by the cluster): the key must exist and be usable at now.
+func (s *State) KeyByID(id string, now int64) (*Key, Refusal) {
+	k, ok := s.keys[id]
+	switch {
+	case !ok:
+		return nil, Unknown
+	case !k.Enabled:
+		return nil, Disabled
+	case k.ExpiresAt != 0 && now >= k.ExpiresAt:
+		return nil, Expired
+	}
+	return k, Accepted
+}
+
 // Cmd is one change to the key table, proposed to the meta group.
 type Cmd struct {
 	Op string `json:"op"` // put | update | delete | touch | role.put | role.delete

@@ -279,6 +279,8 @@ func TestSessionCookieLogsTheUIIn(t *testing.T) {
 	require.NotNil(t, session, "no session cookie")
 	require.True(t, session.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, session.SameSite)
+	require.NotContains(t, session.Value, ro[len(auth.KeyPrefix)+17:], "the cookie holds the key's secret")
+	require.True(t, session.Expires.Before(time.Now().Add(SessionTTL+time.Minute)), "the session outlives SessionTTL")
 
 	withCookie := func(method, path string) int {
 		req, err := http.NewRequest(method, url+path, nil)
@@ -292,6 +294,20 @@ func TestSessionCookieLogsTheUIIn(t *testing.T) {
 	require.Equal(t, 200, withCookie("GET", "/api/v1/queues"))
 	require.Equal(t, 403, withCookie("DELETE", "/api/v1/queues/ui-none"), "a readonly session deleted a queue")
 	require.Equal(t, 503, withCookie("GET", "/api/v1/events"), "the event stream refused the session (this server has no ring: 503)")
+	real := session.Value
+	session.Value = real[:len(real)-2] + "AA"
+	if session.Value == real {
+		session.Value = real[:len(real)-2] + "BB"
+	}
+	require.Equal(t, 401, withCookie("GET", "/api/v1/queues"), "a tampered session token was taken")
+	session.Value = real
+	id, _ := auth.KeyID(ro)
+	off := false
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = keys.ProposeKeys(ctx, auth.Cmd{Op: "update", ID: id, Update: &auth.Update{Enabled: &off}})
+	require.NoError(t, err)
+	require.Equal(t, 401, withCookie("GET", "/api/v1/queues"), "a disabled key's session still works")
 
 	resp, err = httpc.Do(func() *http.Request { r, _ := http.NewRequest("DELETE", url+"/api/v1/auth/session", nil); return r }())
 	require.NoError(t, err)
@@ -457,6 +473,25 @@ func TestKeyRateLimits(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		st, _, out := callKey(t, "POST", url+"/api/v1/queues/rl-none/resume", own, map[string]any{})
 		require.Equal(t, 200, st, "an unlimited key was limited: %s", out)
+	}
+}
+
+// TestSessionTokens: a token names its key until it ends, and only this
+// server's signing key makes one.
+func TestSessionTokens(t *testing.T) {
+	a := &Server{cfg: Config{SessionKey: SessionKeyFrom("secret-a")}}
+	b := &Server{cfg: Config{SessionKey: SessionKeyFrom("secret-b")}}
+	tok := a.newSession("0123456789abcdef", 100)
+	id, ok := a.session([]byte(tok), 99)
+	require.True(t, ok)
+	require.Equal(t, "0123456789abcdef", id)
+	_, ok = a.session([]byte(tok), 100)
+	require.False(t, ok, "an ended session was taken")
+	_, ok = b.session([]byte(tok), 99)
+	require.False(t, ok, "another cluster's session was taken")
+	for _, bad := range []string{"", "v1.", "v1.x.y", "v2." + tok[3:], tok + "x", strings.Replace(tok, ".", "", 2)} {
+		_, ok = a.session([]byte(bad), 1)
+		require.False(t, ok, "%q", bad)
 	}
 }
 

@@ -66,20 +66,20 @@ func principal(ctx *fasthttp.RequestCtx) *auth.Principal {
 	return &auth.Anonymous
 }
 
-// requestKey is the key the request carries: the bearer token, else the
-// session cookie.
-func requestKey(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+// requestKey is the key the request carries as a bearer token; cookie is
+// the UI's session token when it sends no bearer token.
+func requestKey(ctx *fasthttp.RequestCtx) (key, cookie []byte, sent bool) {
 	if h := ctx.Request.Header.Peek("Authorization"); len(h) > 0 {
 		const bearer = "Bearer "
 		if len(h) > len(bearer) && bytes.EqualFold(h[:len(bearer)], []byte(bearer)) {
-			return bytes.TrimSpace(h[len(bearer):]), true
+			return bytes.TrimSpace(h[len(bearer):]), nil, true
 		}
-		return nil, true // some other scheme: refused below as malformed
+		return nil, nil, true // some other scheme: refused below as malformed
 	}
 	if c := ctx.Request.Header.Cookie(SessionCookie); len(c) > 0 {
-		return c, true
+		return nil, c, true
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // authorize finds the request's principal and checks it holds perm. It
@@ -98,7 +98,7 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 		ctx.SetUserValue(principalKey, &clusterPrincipal)
 		return true
 	}
-	key, sent := requestKey(ctx)
+	key, cookie, sent := requestKey(ctx)
 	if !sent {
 		if s.cfg.Auth == AuthOpen {
 			return true // principal() is Anonymous
@@ -112,12 +112,21 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 		st = auth.Empty
 	}
 	now := time.Now().UnixNano()
-	k, why := st.Authenticate(key, now)
+	var k *auth.Key
+	why := auth.Accepted
+	if cookie != nil {
+		k, why = s.sessionKeyOf(st, cookie, now)
+	} else {
+		k, why = st.Authenticate(key, now)
+	}
 	if why != auth.Accepted {
 		msg := "the API key is " + why.String()
 		switch why {
 		case auth.Malformed:
 			msg = "the Authorization header is not \"Bearer <API key>\" with a Corvo key (corvo_…)"
+			if cookie != nil {
+				msg = "the session has ended (or was not made by this cluster): log in again"
+			}
 		case auth.Unknown, auth.Wrong:
 			msg = "unknown API key (revoked, or never issued)"
 		}
@@ -131,6 +140,16 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 		return false
 	}
 	return s.limit(ctx, k, now)
+}
+
+// sessionKeyOf is the key a UI session token stands for, checked as a key
+// is: a revoked, disabled or expired key ends its sessions.
+func (s *Server) sessionKeyOf(st *auth.State, token []byte, now int64) (*auth.Key, auth.Refusal) {
+	id, ok := s.session(token, now)
+	if !ok {
+		return nil, auth.Malformed
+	}
+	return st.KeyByID(id, now)
 }
 
 // refuse answers 401 with the Bearer challenge.

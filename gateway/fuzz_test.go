@@ -96,3 +96,17 @@ func TestAppendStringIsValidJSON(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSession: a session token parser takes only what this server signed
+// and never panics.
+func FuzzSession(f *testing.F) {
+	s := &Server{cfg: Config{SessionKey: SessionKeyFrom("fuzz")}}
+	good := s.newSession("0123456789abcdef", 1<<62)
+	f.Add(good)
+	f.Add("v1.AAAAAAAAAAAA.")
+	f.Fuzz(func(t *testing.T, tok string) {
+		if _, ok := s.session([]byte(tok), 1); ok && tok != good {
+			t.Fatalf("a token this server did not sign was taken: %q", tok)
+		}
+	})
+}

@@ -308,8 +308,9 @@ func appendKey(b []byte, k *auth.Key) []byte {
 }
 
 // POST /api/v1/auth/session {"key": "corvo_…"} — the web UI's login: the
-// key is checked, then kept in an HttpOnly, SameSite=Strict cookie that
-// every later call (EventSource included) carries. It answers whoami.
+// key is checked, then a session token for it (session.go, never the key)
+// is kept in an HttpOnly, SameSite=Strict cookie that every later call
+// (EventSource included) carries. It answers whoami.
 func (s *Server) handleLogin(ctx *fasthttp.RequestCtx) {
 	var req corvo.LoginRequest
 	if e := decodeBody(ctx.PostBody(), &req, false); e != nil {
@@ -331,16 +332,18 @@ func (s *Server) handleLogin(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetUserValue(principalKey, k.Principal())
 	s.touched.see(k.ID, time.Now().UnixNano())
+	end := time.Now().Add(SessionTTL).UnixNano()
+	if k.ExpiresAt != 0 && k.ExpiresAt < end {
+		end = k.ExpiresAt
+	}
 	var c fasthttp.Cookie
 	c.SetKey(SessionCookie)
-	c.SetValue(req.Key)
+	c.SetValue(s.newSession(k.ID, end))
 	c.SetPath("/")
 	c.SetHTTPOnly(true)
 	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
 	c.SetSecure(ctx.IsTLS())
-	if k.ExpiresAt != 0 {
-		c.SetExpire(time.Unix(0, k.ExpiresAt))
-	}
+	c.SetExpire(time.Unix(0, end))
 	ctx.Response.Header.SetCookie(&c)
 	s.handleWhoAmI(ctx)
 }

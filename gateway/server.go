@@ -97,6 +97,10 @@ type Config struct {
 	// KeyTouchInterval is how often last-used times of keys are recorded;
 	// default KeyTouchIntervalDefault.
 	KeyTouchInterval time.Duration
+	// SessionKey signs the web UI's session tokens (session.go); the node
+	// derives it from the cluster secret (SessionKeyFrom). Empty: a key
+	// made for this process.
+	SessionKey []byte
 	// RateRead and RateWrite are each key's requests a second on this
 	// node (ratelimit.go); defaults RateReadDefault, RateWriteDefault;
 	// negative: unlimited.
@@ -200,7 +204,10 @@ type Server struct {
 	cors        corsPolicy
 	touched     keyUse     // keys seen since the last touch (authn.go)
 	limits      rateLimits // per-key token buckets (ratelimit.go)
-	routes      []string   // "METHOD pattern" of every route, as registered
+
+	sessionOnce   sync.Once
+	sessionSecret []byte
+	routes        []string // "METHOD pattern" of every route, as registered
 }
 
 // New builds a server over an engine. It panics when cfg.WithDefaults()

@@ -169,6 +169,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 	gcfg.Peer, gcfg.Cluster, gcfg.Keys = n.peer, n.host, n.host
+	gcfg.SessionKey = gateway.SessionKeyFrom(n.clusterSecret) // a UI session holds on every node
 	n.gw = gateway.New(gcfg, n.host)
 	return n, nil
 }
