@@ -89,10 +89,11 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 		return true
 	}
 	if len(ctx.Request.Header.Peek(peer.SecretHeader)) > 0 {
-		// Another node: the cluster secret stands for the caller that
-		// node authorized (a wrong secret never falls back to a key).
-		if !s.peer.Trusted(ctx) {
-			writeError(ctx, codeClusterSecretInvalid.err("the cluster secret is wrong"))
+		// Another node: the cluster credential stands for the caller
+		// that node authorized (a wrong secret, or no peer certificate
+		// under mutual TLS, never falls back to a key).
+		if err := s.peer.Verify(ctx); err != nil {
+			s.fail(ctx, err)
 			return false
 		}
 		ctx.SetUserValue(principalKey, &clusterPrincipal)

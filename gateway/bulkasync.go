@@ -482,7 +482,7 @@ func (s *Server) handleBulkProgress(ctx *fasthttp.RequestCtx) {
 	}
 	if peer != "" {
 		// The operation runs on another node: its stream is there.
-		ctx.Redirect("http://"+peer+string(ctx.Path()), fasthttp.StatusTemporaryRedirect)
+		ctx.Redirect(s.peer.URL(peer, string(ctx.Path())), fasthttp.StatusTemporaryRedirect)
 		return
 	}
 	ctx.SetStatusCode(200)

@@ -35,6 +35,8 @@ var (
 		Meaning: "the route needs an API key and none was given, or the key is malformed, unknown, revoked, disabled or expired (see [Authentication](#authentication)); `WWW-Authenticate: Bearer` is set"}
 	codeClusterSecretRequired = &errorCode{Code: "cluster_secret_required", Status: 401,
 		Meaning: "a node-to-node route called without the `X-Corvo-Cluster-Secret` header"}
+	codePeerCertificateRequired = &errorCode{Code: "peer_certificate_required", Status: 401,
+		Meaning: "a node-to-node route called, on a cluster with mutual TLS between nodes, without a client certificate issued by the peer CA"}
 	codeClusterSecretInvalid = &errorCode{Code: "cluster_secret_invalid", Status: 403,
 		Meaning: "a node-to-node route called with a wrong cluster secret (or on a node with none)"}
 	codeForbidden = &errorCode{Code: "forbidden", Status: 403,
@@ -80,7 +82,7 @@ var (
 // errorCodes is the table, in the order docs/api.md lists it.
 var errorCodes = []*errorCode{
 	codeInvalidJSON, codeInvalidRequest, codeBadRequest, codeConfirmationRequired, codeLeaseRequired,
-	codeUnauthorized, codeClusterSecretRequired, codeForbidden, codeClusterSecretInvalid, codeCrossOrigin,
+	codeUnauthorized, codeClusterSecretRequired, codePeerCertificateRequired, codeForbidden, codeClusterSecretInvalid, codeCrossOrigin,
 	codeNotFound, codeMethodNotAllowed,
 	codeConflict, codeRemoveFailed, codeWrongNode,
 	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,

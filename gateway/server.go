@@ -6,6 +6,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -453,7 +454,10 @@ const streamShutdownGrace = time.Second
 // markStream records that ctx's connection serves an event stream, so
 // Shutdown can end it even when its client stopped reading.
 func markStream(ctx *fasthttp.RequestCtx) {
-	if c, ok := ctx.Conn().(*trackedConn); ok {
+	switch c := ctx.Conn().(type) {
+	case *trackedConn:
+		c.stream.Store(true)
+	case *trackedTLSConn:
 		c.stream.Store(true)
 	}
 }
@@ -478,8 +482,22 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 	l.mu.Lock()
 	l.conns[tc] = struct{}{}
 	l.mu.Unlock()
+	if t, ok := c.(*tls.Conn); ok {
+		// fasthttp finds TLS (ctx.IsTLS, the client certificate) by
+		// asking the connection it was handed for its TLS state.
+		return &trackedTLSConn{trackedConn: tc, tls: t}, nil
+	}
 	return tc, nil
 }
+
+// trackedTLSConn is a trackedConn over TLS that shows its TLS state.
+type trackedTLSConn struct {
+	*trackedConn
+	tls *tls.Conn
+}
+
+func (c *trackedTLSConn) Handshake() error                     { return c.tls.Handshake() }
+func (c *trackedTLSConn) ConnectionState() tls.ConnectionState { return c.tls.ConnectionState() }
 
 // closeUnused closes the connections that have not sent a byte.
 func (l *trackingListener) closeUnused() {

@@ -62,6 +62,14 @@ type Config struct {
 	// founding node generates one (see LoadClusterSecret).
 	ClusterSecret     string
 	ClusterSecretFile string
+	// TLSCert and TLSKey (PEM files, both or neither) serve the API and
+	// the UI over TLS 1.2 or later; read again on SIGHUP (tls.go).
+	TLSCert, TLSKey string
+	// PeerTLSCA, PeerTLSCert and PeerTLSKey (all or none) make nodes
+	// authenticate each other with mutual TLS: the Raft transport and
+	// node-to-node HTTP calls (tls.go). The cluster secret is still
+	// required on node-to-node routes.
+	PeerTLSCA, PeerTLSCert, PeerTLSKey string
 
 	// The server.
 	MaxPayloadBytes int           // largest job payload (0: gateway.MaxPayloadDefault)
@@ -169,6 +177,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--auth must be auto, on or off, not %q", c.Auth)
 	}
 	if _, _, err := c.givenAdminKey(); err != nil {
+		return err
+	}
+	if err := c.validateTLS(); err != nil {
 		return err
 	}
 	if err := gateway.CheckCORSOrigins(c.Gateway.CORSOrigins); err != nil {

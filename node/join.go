@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,13 +30,20 @@ type (
 // joinCluster asks a member (any of the comma-separated HTTP addresses) to
 // add this node, retrying while the cluster is starting or unreachable,
 // until ctx ends. A node only joins with an empty data dir.
-func joinCluster(ctx context.Context, targets string, body joinRequestBody, secret string, log zerolog.Logger) (joinAnswer, error) {
+//
+// With TLS (tc not nil) an address without a scheme is https, the member
+// is verified and this node's peer certificate presented with tc.
+func joinCluster(ctx context.Context, targets string, body joinRequestBody, secret string, tc *tls.Config, log zerolog.Logger) (joinAnswer, error) {
 	b, _ := json.Marshal(body)
+	scheme := "http://"
+	if tc != nil {
+		scheme = "https://"
+	}
 	var addrs []string
 	for _, a := range strings.Split(targets, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			if !strings.Contains(a, "://") {
-				a = "http://" + a
+				a = scheme + a
 			}
 			addrs = append(addrs, strings.TrimRight(a, "/"))
 		}
@@ -43,7 +51,7 @@ func joinCluster(ctx context.Context, targets string, body joinRequestBody, secr
 	if len(addrs) == 0 {
 		return joinAnswer{}, errors.New("--join needs a host:port")
 	}
-	client := &http.Client{Timeout: 90 * time.Second}
+	client := &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 	backoff := 200 * time.Millisecond
 	deadline := time.Now().Add(5 * time.Minute)
 	for attempt := 0; ; attempt++ {

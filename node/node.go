@@ -9,6 +9,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -38,7 +39,8 @@ type Node struct {
 	gw   *gateway.Server
 	peer *peer.Client
 
-	clusterSecret string // loaded by prepareDataDir
+	clusterSecret string   // loaded by prepareDataDir
+	tls           *nodeTLS // nil without TLS
 
 	removed     chan struct{} // closed when another member says this node was removed
 	removedOnce sync.Once
@@ -69,6 +71,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	log := cfg.Logger
 	n = &Node{cfg: cfg, log: log, removed: make(chan struct{}), shutCh: make(chan struct{})}
+	if n.tls, err = loadTLS(cfg); err != nil {
+		return nil, &ConfigError{err}
+	}
 
 	// The closer stack: each step that opens something pushes how to
 	// close it (bound to what it opened: the error paths return a nil
@@ -90,8 +95,11 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Bind, err)
 	}
-	n.ln = ln
 	closers = append(closers, func() { _ = ln.Close() })
+	if n.tls != nil {
+		ln = tls.NewListener(ln, n.tls.serverConfig())
+	}
+	n.ln = ln
 
 	m := n.meta
 	hcfg := shard.Config{DataDir: cfg.DataDir, RaftAddress: m.RaftAddr, RaftListen: cfg.RaftBind, Shards: m.Shards, Logger: log,
@@ -99,11 +107,16 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		NodeID: m.ReplicaID, NodeName: cfg.NodeName, HTTPAddress: cfg.HTTPAdvertise, Join: m.Joined, Learner: m.Learner, Replicas: cfg.Replicas,
 		SnapshotEntries: cfg.SnapshotEntries,
 		RTTMillisecond:  cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,
-		HoldOutbox: cfg.Test.HoldOutbox}
+		HoldOutbox: cfg.Test.HoldOutbox,
+		TLSCAFile:  cfg.PeerTLSCA, TLSCertFile: cfg.PeerTLSCert, TLSKeyFile: cfg.PeerTLSKey}
 	// The peer client first: the shard host's outbox relay reaches shards
 	// placed on other nodes through it; it learns the membership from the
 	// host once that is open (Start).
-	n.peer = peer.New(peer.Config{Secret: n.clusterSecret, RequestTimeout: cfg.Gateway.WithDefaults().RequestTimeout, Logger: log})
+	pcfg := peer.Config{Secret: n.clusterSecret, RequestTimeout: cfg.Gateway.WithDefaults().RequestTimeout, Logger: log}
+	if n.tls != nil {
+		pcfg.TLS, pcfg.PeerCerts = n.tls.clientConfig(), n.tls.peer != nil
+	}
+	n.peer = peer.New(pcfg)
 	hcfg.Remote = n.peer.Propose
 	if !cfg.NoMirror {
 		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow}
@@ -215,7 +228,7 @@ func (n *Node) prepareDataDir(ctx context.Context, hostname string) error {
 	if join != "" {
 		n.log.Info().Str("join", join).Msg("asking the cluster to add this node")
 		info, err := joinCluster(ctx, join, joinRequestBody{Name: cfg.NodeName, RaftAddress: cfg.RaftAdvertise, HTTPAddress: cfg.HTTPAdvertise},
-			n.clusterSecret, n.log)
+			n.clusterSecret, n.joinTLS(), n.log)
 		if err != nil {
 			return err
 		}

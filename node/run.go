@@ -7,13 +7,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 )
 
 // Run is `corvo server`: it opens the node, serves until ctx ends (SIGTERM)
-// or the cluster removes the node, then shuts down in order. The Go
-// profiler, when Config.PprofBind is set, has its own listener, which must
-// be on loopback: it is never served on the API's port.
+// or the cluster removes the node, then shuts down in order; SIGHUP reads
+// the TLS certificates again. The Go profiler, when Config.PprofBind is
+// set, has its own listener, which must be on loopback: it is never served
+// on the API's port.
 func Run(ctx context.Context, cfg Config) error {
 	start := time.Now()
 	n, err := Open(ctx, cfg)
@@ -31,15 +35,29 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- n.Serve() }()
+	// SIGHUP reads the TLS certificates again (only with TLS: without it
+	// SIGHUP keeps its default meaning).
+	var hup chan os.Signal
+	if n.tls != nil {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	n.Ready(start)
-	select {
-	case <-ctx.Done():
-		log.Info().Msg("shutting down: draining requests")
-	case <-n.Removed():
-		log.Warn().Msg("removed from the cluster: shutting down")
-	case err := <-serveErr:
-		n.Close()
-		return fmt.Errorf("http server: %w", err)
+	for {
+		select {
+		case <-hup:
+			_ = n.ReloadTLS() // logged; the certificates in use stay
+			continue
+		case <-ctx.Done():
+			log.Info().Msg("shutting down: draining requests")
+		case <-n.Removed():
+			log.Warn().Msg("removed from the cluster: shutting down")
+		case err := <-serveErr:
+			n.Close()
+			return fmt.Errorf("http server: %w", err)
+		}
+		break
 	}
 	if err := n.Shutdown(context.Background()); err != nil {
 		log.Warn().Err(err).Msg("shutdown")

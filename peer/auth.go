@@ -14,6 +14,21 @@ import (
 // bootstrapped and given to every node that joins (Config.Secret). Every
 // node-to-node call to them carries it in SecretHeader. A user key, when
 // there are some, is not a cluster credential.
+//
+// With mutual TLS between nodes (Config.PeerCerts), a caller must also
+// have presented a client certificate that this node's TLS listener
+// verified against the peer CA. The secret stays required with the
+// certificate, not replaced by it: the CA may be an organisation's (or a
+// cert-manager issuer's) that signs certificates for more than this
+// cluster, so a certificate says "a machine we vouch for", the secret "a
+// node of this cluster"; and a leaked secret alone (an environment
+// variable, a process listing) no longer opens the node-to-node routes
+// from a machine without a node's key.
+
+// ALPN is the application protocol a node-to-node TLS handshake offers:
+// the listener then serves the node's peer certificate and requires the
+// caller's (the API's own certificate may be from another CA).
+const ALPN = "corvo-peer"
 
 // SecretHeader carries the cluster secret on node-to-node calls.
 const SecretHeader = "X-Corvo-Cluster-Secret"
@@ -35,13 +50,28 @@ func (c *Client) Only(h fasthttp.RequestHandler, fail func(*fasthttp.RequestCtx,
 	}
 }
 
-// Trusted reports whether the request carries this node's cluster secret:
-// another node of the cluster calling a user route (a status probe, a
-// fetch, search or event stream fanned out to it, a forwarded request the
-// first node already authorized).
+// Trusted reports whether the request carries this node's cluster
+// credential: another node of the cluster calling a user route (a status
+// probe, a fetch, search or event stream fanned out to it, a forwarded
+// request the first node already authorized).
 func (c *Client) Trusted(ctx *fasthttp.RequestCtx) bool { return c.check(ctx) == nil }
 
+// Verify is Trusted with the refusal: nil for a caller with the cluster
+// credential, else the error to answer.
+func (c *Client) Verify(ctx *fasthttp.RequestCtx) error {
+	if err := c.check(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
 func (c *Client) check(ctx *fasthttp.RequestCtx) *Error {
+	if c.cfg.PeerCerts {
+		if st := ctx.TLSConnectionState(); st == nil || len(st.VerifiedChains) == 0 {
+			return &Error{Status: 401, Code: corvo.CodePeerCertificateRequired,
+				Msg: "this is a node-to-node endpoint: it needs a client certificate issued by the cluster's peer CA (mutual TLS)"}
+		}
+	}
 	got := ctx.Request.Header.Peek(SecretHeader)
 	if len(got) == 0 {
 		return &Error{Status: 401, Code: corvo.CodeClusterSecretRequired,

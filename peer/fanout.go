@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,7 @@ func (c *Client) Fetch(addrs []string, body []byte, deadline time.Time) ([][]byt
 	defer release()
 	last := errNoTarget
 	for _, addr := range addrs {
-		req.SetRequestURI("http://" + addr + "/api/v1/fetch")
+		req.SetRequestURI(c.URL(addr, "/api/v1/fetch"))
 		if err := c.host(addr).DoDeadline(req, resp, deadline); err != nil {
 			last = err
 			if DialFailed(err) {
@@ -97,7 +98,7 @@ func (c *Client) Search(addr string, shards []int, body []byte, deadline time.Ti
 	req, resp, release := c.hopPost("application/json", body, false)
 	defer release()
 	uri := make([]byte, 0, 64)
-	uri = append(uri, "http://"...)
+	uri = append(uri, c.scheme...)
 	uri = append(uri, addr...)
 	uri = append(uri, "/api/v1/jobs/search?shards="...)
 	uri = append(uri, shardList(shards)...)
@@ -134,15 +135,18 @@ func shardList(shards []int) string {
 	return b.String()
 }
 
-// eventsClient opens event streams (net/http: a stream is read as it
-// comes and cancelled through its context).
-var eventsClient = &http.Client{Transport: &http.Transport{
-	DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
-	ResponseHeaderTimeout: 5 * time.Second,
-	MaxIdleConnsPerHost:   4,
-	IdleConnTimeout:       time.Minute,
-	DisableCompression:    true,
-}}
+// newEventsClient is the client of event streams (net/http: a stream is
+// read as it comes and cancelled through its context).
+func newEventsClient(tc *tls.Config) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		ResponseHeaderTimeout: 5 * time.Second,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       time.Minute,
+		DisableCompression:    true,
+		TLSClientConfig:       tc,
+	}}
+}
 
 // Frame is one thing an event stream from another node said.
 type Frame struct {
@@ -164,7 +168,7 @@ func (c *Client) Events(ctx context.Context, addr string, shards []int, from, qu
 	defer cancel()
 	watchdog := time.AfterFunc(idle, cancel)
 	defer watchdog.Stop()
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/api/v1/events?shards="+shardList(shards)+query, nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", c.URL(addr, "/api/v1/events?shards="+shardList(shards)+query), nil)
 	if err != nil {
 		return err
 	}
@@ -173,7 +177,7 @@ func (c *Client) Events(ctx context.Context, addr string, shards []int, from, qu
 	if from != "" {
 		req.Header.Set("Last-Event-ID", from)
 	}
-	resp, err := eventsClient.Do(req)
+	resp, err := c.events.Do(req)
 	if err != nil {
 		return err
 	}
@@ -228,7 +232,7 @@ func (c *Client) Call(method, addr, path string, body []byte, timeout time.Durat
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
-	req.SetRequestURI("http://" + addr + path)
+	req.SetRequestURI(c.URL(addr, path))
 	if body != nil {
 		req.Header.SetContentType("application/json")
 		req.SetBody(body)

@@ -29,7 +29,7 @@ func (c *Client) Forward(ctx *fasthttp.RequestCtx, targets []string, deadline ti
 	var last error
 	for _, addr := range targets {
 		req.SetHost(addr)
-		req.URI().SetScheme("http")
+		req.URI().SetScheme(strings.TrimSuffix(c.scheme, "://"))
 		err := c.host(addr).DoDeadline(req, resp, deadline)
 		if err == nil {
 			ctx.SetStatusCode(resp.StatusCode())

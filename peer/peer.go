@@ -15,8 +15,10 @@ import (
 	corvo "github.com/corvohq/corvo/sdk/go"
 
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +64,14 @@ type Config struct {
 	// Secret is the cluster credential (see auth.go). Empty: the
 	// node-to-node endpoints refuse everyone.
 	Secret string
+	// TLS, when set, is the client side of node-to-node calls: they go to
+	// https:// addresses with it (the other nodes verified against its
+	// roots, this node's certificate presented when it has one).
+	TLS *tls.Config
+	// PeerCerts: node-to-node endpoints also require the caller's client
+	// certificate, verified by this node's TLS listener (mutual TLS
+	// between nodes; see auth.go).
+	PeerCerts bool
 	// RequestTimeout bounds a remote propose, read or forwarded request.
 	RequestTimeout time.Duration
 	// Targets, when set, lists the HTTP addresses hosting a shard in
@@ -95,7 +105,9 @@ type Client struct {
 	clients map[string]*fasthttp.HostClient
 	next    atomic.Uint64 // round robin over targets
 
-	small *fasthttp.Client // probes and one-off calls
+	small  *fasthttp.Client // probes and one-off calls
+	events *http.Client     // event streams
+	scheme string           // "http://" or "https://"
 
 	pmu  sync.Mutex
 	seen map[uint64]time.Time // last good /healthz
@@ -113,7 +125,7 @@ func New(cfg Config) *Client {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = RequestTimeoutDefault
 	}
-	return &Client{
+	c := &Client{
 		cfg: cfg,
 		log: cfg.Logger.With().Str("component", "peer").Logger(),
 		small: &fasthttp.Client{
@@ -121,12 +133,23 @@ func New(cfg Config) *Client {
 			ReadTimeout:         2 * time.Second,
 			WriteTimeout:        2 * time.Second,
 			MaxIdleConnDuration: time.Minute,
+			TLSConfig:           cfg.TLS,
 		},
-		seen: map[uint64]time.Time{},
-		led:  map[uint64]int{},
-		stop: make(chan struct{}),
+		events: newEventsClient(cfg.TLS),
+		scheme: "http://",
+		seen:   map[uint64]time.Time{},
+		led:    map[uint64]int{},
+		stop:   make(chan struct{}),
 	}
+	if cfg.TLS != nil {
+		c.scheme = "https://"
+	}
+	return c
 }
+
+// URL is the URL of path on the node at addr (host:port), with the scheme
+// node-to-node calls use.
+func (c *Client) URL(addr, path string) string { return c.scheme + addr + path }
 
 // Start gives the client the cluster's membership, once the shard layer
 // that holds it is open, and starts probing the other nodes and spreading
@@ -158,7 +181,8 @@ func (c *Client) host(addr string) *fasthttp.HostClient {
 	h := c.clients[addr]
 	if h == nil {
 		h = &fasthttp.HostClient{Addr: addr, Name: "corvo-forward", MaxConns: 1024,
-			MaxIdleConnDuration: time.Minute, DisablePathNormalizing: true}
+			MaxIdleConnDuration: time.Minute, DisablePathNormalizing: true,
+			IsTLS: c.cfg.TLS != nil, TLSConfig: c.cfg.TLS}
 		c.clients[addr] = h
 	}
 	return h
@@ -259,7 +283,7 @@ func (c *Client) probe(nodes []shard.Node) {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + n.HTTPAddr + "/healthz")
+			req.SetRequestURI(c.URL(n.HTTPAddr, "/healthz"))
 			err := c.small.DoTimeout(req, resp, time.Second)
 			c.pmu.Lock()
 			defer c.pmu.Unlock()

@@ -133,7 +133,7 @@ func (c *Client) callShard(sh int, what string, body []byte, deadline time.Time,
 			last = context.DeadlineExceeded
 			break
 		}
-		req.SetRequestURI("http://" + addr + path)
+		req.SetRequestURI(c.URL(addr, path))
 		req.Header.Set(TimeoutHeader, strconv.FormatInt(wait.Milliseconds(), 10))
 		err := c.host(addr).DoDeadline(req, resp, deadline)
 		if err != nil {

@@ -58,6 +58,10 @@ type Config struct {
 	RaftAddress string // host:port other nodes reach this node's Raft on
 	RaftListen  string // host:port to listen on; empty: RaftAddress
 	Shards      int
+	// TLSCAFile, TLSCertFile and TLSKeyFile, when set, make the Raft
+	// transport mutual TLS: this node presents the certificate and
+	// accepts only peers whose certificate verifies against the CA.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
 
 	// Cluster membership. NodeID is this node's replica ID in every Raft
 	// group (1 on a single node). A node either founded its cluster (it
@@ -238,6 +242,10 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		ListenAddress:     cfg.RaftListen,
 		RaftEventListener: h,
 		Expert:            config.ExpertConfig{LogDB: logdb},
+		MutualTLS:         cfg.TLSCAFile != "",
+		CAFile:            cfg.TLSCAFile,
+		CertFile:          cfg.TLSCertFile,
+		KeyFile:           cfg.TLSKeyFile,
 	}
 	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {
