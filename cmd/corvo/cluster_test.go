@@ -36,7 +36,7 @@ func newClusterNode(t *testing.T, i int, join string, extra ...string) *server {
 	t.Helper()
 	ip := fmt.Sprintf("127.0.0.%d", i+1)
 	s := &server{t: t, dir: t.TempDir(), http: freeAddrOn(t, ip), raft: freeAddrOn(t, ip)}
-	s.url = "http://" + s.http
+	s.url = schemeOf(extra) + s.http
 	s.extra = append([]string{"--node-id", fmt.Sprintf("n%d", i+1)}, extra...)
 	if join != "" {
 		s.extra = append(s.extra, "--join", join)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -12,12 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/corvohq/corvo/internal/testcerts"
 	"github.com/corvohq/corvo/peer"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
@@ -34,6 +37,7 @@ func TestMain(m *testing.M) {
 	corvoBin = filepath.Join(dir, "corvo")
 	// Every HTTP client of the tests (the partition lab's, SSE readers')
 	// and every CLI they run carry the servers' admin key.
+	http.DefaultTransport.(*http.Transport).TLSClientConfig = e2eTLS // servers started with TLS certificates of e2eCA
 	http.DefaultTransport = withAdminKey{http.DefaultTransport}
 	os.Setenv("CORVO_API_KEY", testAdminKey)
 	// -tags corvotest: the binary logs each command it runs to
@@ -91,7 +95,7 @@ type server struct {
 func newServer(t *testing.T, extra ...string) *server {
 	t.Helper()
 	s := &server{t: t, dir: t.TempDir(), http: freeAddr(t), raft: freeAddr(t), extra: extra}
-	s.url = "http://" + s.http
+	s.url = schemeOf(extra) + s.http
 	s.start()
 	t.Cleanup(func() {
 		if s.cmd != nil && s.cmd.ProcessState == nil {
@@ -166,7 +170,22 @@ func (s *server) stop() time.Duration {
 	return time.Since(start)
 }
 
-var client = &http.Client{Timeout: 60 * time.Second, Transport: withAdminKey{&http.Transport{MaxIdleConnsPerHost: 256}}}
+var client = &http.Client{Timeout: 60 * time.Second, Transport: withAdminKey{&http.Transport{MaxIdleConnsPerHost: 256, TLSClientConfig: e2eTLS}}}
+
+// e2eCA issues the certificates of servers the tests run with TLS; every
+// HTTP client of the tests trusts it (e2eTLS).
+var (
+	e2eCA  = testcerts.MustCA("corvo e2e CA")
+	e2eTLS = &tls.Config{RootCAs: e2eCA.Pool()}
+)
+
+// schemeOf is the scheme of a server started with these flags.
+func schemeOf(args []string) string {
+	if slices.Contains(args, "--tls-cert") || slices.Contains(args, "--peer-tls-ca") {
+		return "https://"
+	}
+	return "http://"
+}
 
 // testAdminKey is an admin key of every server the tests start (given as
 // CORVO_ADMIN_KEY), so servers that need keys (bound off loopback, as in

@@ -40,8 +40,25 @@ func nextSerial() *big.Int {
 // NewCA makes a self-signed CA named name.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newCA(name)
 	require.NoError(t, err)
+	return ca
+}
+
+// MustCA is NewCA for package variables: it panics on error.
+func MustCA(name string) *CA {
+	ca, err := newCA(name)
+	if err != nil {
+		panic(err)
+	}
+	return ca
+}
+
+func newCA(name string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          nextSerial(),
 		Subject:               pkix.Name{CommonName: name},
@@ -52,10 +69,14 @@ func NewCA(t testing.TB, name string) *CA {
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &CA{Cert: cert, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
 // Issue makes a certificate for server and client authentication named
