@@ -79,6 +79,21 @@ func authHint() string {
 		" (a server that made its own admin key wrote it to <data-dir>/" + node.AdminKeyFile + ")"
 }
 
+// trustCA makes the CLI's HTTP clients trust only the CA certificates in
+// file for https:// servers (--tls-ca).
+func trustCA(file string) error {
+	tc, err := corvo.TLSConfigFromCA(file)
+	if err != nil {
+		return &exitError{exitUsage, fmt.Errorf("--tls-ca: %w", err)}
+	}
+	for _, h := range []*http.Client{httpClient, streamClient} {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		h.Transport = t
+	}
+	return nil
+}
+
 // call sends a request and returns the body of a 2xx answer; other answers
 // become exit errors carrying the server's message.
 func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error) {

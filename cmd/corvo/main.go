@@ -51,12 +51,21 @@ func main() {
 }
 
 func newRootCmd() *cobra.Command {
+	var tlsCA string
 	root := &cobra.Command{
 		Use:           "corvo",
 		Short:         "Corvo: a job server for every language over HTTP/JSON",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if tlsCA == "" {
+				return nil
+			}
+			return trustCA(tlsCA)
+		},
 	}
+	root.PersistentFlags().StringVar(&tlsCA, "tls-ca", os.Getenv("CORVO_TLS_CA"),
+		"client commands: PEM file of the CA to trust for an https:// --url whose certificate no system CA issued (default $CORVO_TLS_CA)")
 	root.AddCommand(newServerCmd(), newEnqueueCmd(), newInspectCmd(), newBenchCmd())
 	root.AddCommand(newJobCmds()...)
 	root.AddCommand(newQueueCmds()...)

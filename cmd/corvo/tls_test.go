@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -82,6 +83,20 @@ func TestE2ETLSReloadOnSIGHUP(t *testing.T) {
 		t.Fatal("SIGHUP stopped the server")
 	default:
 	}
+
+	// The CLI reaches it with --tls-ca (or CORVO_TLS_CA), not without.
+	caFile := e2eCA.WriteCA(t, dir, "ca")
+	out, code := runCLI(t, s.url, "queues", "--tls-ca", caFile)
+	require.Equal(t, 0, code, out)
+	out, code = runCLI(t, s.url, "queues")
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "certificate")
+	cmd := exec.Command(corvoBin, "queues")
+	cmd.Env = append(cmd.Environ(), "CORVO_URL="+s.url, "CORVO_TLS_CA="+caFile)
+	out, code = runCmd(t, cmd)
+	require.Equal(t, 0, code, out)
+	out, code = runCLI(t, s.url, "queues", "--tls-ca", filepath.Join(dir, "missing.pem"))
+	require.Equal(t, exitUsage, code, out)
 }
 
 // tlsStatus is the part of the cluster status the mTLS test reads.

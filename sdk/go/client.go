@@ -8,12 +8,15 @@ package corvo
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +62,8 @@ type Client struct {
 	clusterSecret string
 	// apiKey is sent as "Authorization: Bearer" on every call.
 	apiKey string
+	// tls, when set, is the TLS of https:// servers (WithTLSConfig).
+	tls *tls.Config
 }
 
 // Option configures a Client.
@@ -84,6 +89,28 @@ const ClusterSecretHeader = "X-Corvo-Cluster-Secret"
 // WithHTTPClient replaces the default http.Client.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
+// WithTLSConfig makes the client reach https:// servers with tc: a
+// RootCAs pool holding the CA of servers whose certificates no system CA
+// issued (see TLSConfigFromCA), a client certificate. It applies to the
+// default http.Client or to one given with WithHTTPClient whose Transport
+// is an *http.Transport (or nil); a client with another RoundTripper keeps
+// its own TLS settings.
+func WithTLSConfig(tc *tls.Config) Option { return func(c *Client) { c.tls = tc } }
+
+// TLSConfigFromCA is a TLS config that trusts the certificates in the PEM
+// file caFile (and only them), for WithTLSConfig.
+func TLSConfigFromCA(caFile string) (*tls.Config, error) {
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("corvo: CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("corvo: CA file %s holds no PEM certificate", caFile)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
 // New returns a client for the server at baseURL (e.g.
 // http://localhost:8080). baseURL may list several nodes of a cluster,
 // comma-separated; see also Discover.
@@ -95,6 +122,19 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.tls != nil {
+		t, ok := c.http.Transport.(*http.Transport)
+		if c.http.Transport == nil {
+			t, ok = http.DefaultTransport.(*http.Transport)
+		}
+		if ok {
+			t = t.Clone()
+			t.TLSClientConfig = c.tls
+			h := *c.http
+			h.Transport = t
+			c.http = &h
+		}
 	}
 	return c
 }
