@@ -706,6 +706,80 @@ func TestHelmCluster(t *testing.T) {
 	require.ErrorContains(t, err, "replicas >= 3")
 }
 
+// TestHelmTLS: tls.secretName serves the API over HTTPS from a mounted
+// Secret (probes in HTTPS); tls.peerSecretName, in cluster mode, gives
+// every pod the peer CA, certificate and key for mutual TLS between nodes.
+func TestHelmTLS(t *testing.T) {
+	mounts := func(sts *appsv1.StatefulSet) (map[string]string, map[string]string) {
+		vols, at := map[string]string{}, map[string]string{}
+		for _, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Secret != nil {
+				vols[v.Name] = v.Secret.SecretName
+			}
+		}
+		for _, m := range sts.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if _, ok := vols[m.Name]; ok {
+				require.True(t, m.ReadOnly, m.Name)
+				at[m.Name] = m.MountPath
+			}
+		}
+		return vols, at
+	}
+	schemes := func(sts *appsv1.StatefulSet) []corev1.URIScheme {
+		c := sts.Spec.Template.Spec.Containers[0]
+		return []corev1.URIScheme{c.StartupProbe.HTTPGet.Scheme, c.ReadinessProbe.HTTPGet.Scheme, c.LivenessProbe.HTTPGet.Scheme}
+	}
+	https := []corev1.URIScheme{corev1.URISchemeHTTPS, corev1.URISchemeHTTPS, corev1.URISchemeHTTPS}
+
+	// Off by default.
+	r, err := renderChart(t, map[string]any{"cluster": map[string]any{"enabled": true}, "replicas": 3})
+	require.NoError(t, err)
+	sts := decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
+	vols, _ := mounts(sts)
+	require.Empty(t, vols)
+	flags := argFlags(sts.Spec.Template.Spec.Containers[0].Args[1:])
+	for _, f := range []string{"tls-cert", "tls-key", "peer-tls-ca", "peer-tls-cert", "peer-tls-key"} {
+		require.NotContains(t, flags, f)
+	}
+
+	// Both, in cluster mode.
+	r, err = renderChart(t, map[string]any{"cluster": map[string]any{"enabled": true}, "replicas": 3,
+		"tls": map[string]any{"secretName": "corvo-api-tls", "peerSecretName": "corvo-peer-tls"}})
+	require.NoError(t, err)
+	sts = decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
+	flags = checkPod(t, sts, "corvo-headless", 30)
+	require.Equal(t, "/etc/corvo/tls/tls.crt", flags["tls-cert"])
+	require.Equal(t, "/etc/corvo/tls/tls.key", flags["tls-key"])
+	require.Equal(t, "/etc/corvo/peer-tls/ca.crt", flags["peer-tls-ca"])
+	require.Equal(t, "/etc/corvo/peer-tls/tls.crt", flags["peer-tls-cert"])
+	require.Equal(t, "/etc/corvo/peer-tls/tls.key", flags["peer-tls-key"])
+	vols, at := mounts(sts)
+	require.Equal(t, map[string]string{"tls": "corvo-api-tls", "peer-tls": "corvo-peer-tls"}, vols)
+	require.Equal(t, map[string]string{"tls": "/etc/corvo/tls", "peer-tls": "/etc/corvo/peer-tls"}, at)
+	require.Equal(t, https, schemes(sts))
+
+	// Peer TLS alone serves the API with the peer certificate: HTTPS probes.
+	r, err = renderChart(t, map[string]any{"cluster": map[string]any{"enabled": true}, "replicas": 3,
+		"tls": map[string]any{"peerSecretName": "corvo-peer-tls"}})
+	require.NoError(t, err)
+	sts = decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
+	require.Equal(t, https, schemes(sts))
+	flags = argFlags(sts.Spec.Template.Spec.Containers[0].Args[1:])
+	require.NotContains(t, flags, "tls-cert")
+	require.Equal(t, "/etc/corvo/peer-tls/ca.crt", flags["peer-tls-ca"])
+
+	// A single node: API TLS only (no peers to authenticate).
+	r, err = renderChart(t, map[string]any{"tls": map[string]any{"secretName": "corvo-api-tls", "peerSecretName": "corvo-peer-tls"}})
+	require.NoError(t, err)
+	sts = decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
+	vols, _ = mounts(sts)
+	require.Equal(t, map[string]string{"tls": "corvo-api-tls"}, vols)
+	flags = argFlags(sts.Spec.Template.Spec.Containers[0].Args[1:])
+	require.Equal(t, "/etc/corvo/tls/tls.crt", flags["tls-cert"])
+	require.NotContains(t, flags, "peer-tls-ca")
+	require.Equal(t, https, schemes(sts))
+}
+
 // TestHelmValuesDocumented: every value the templates read is in
 // values.yaml, so `helm show values` tells the whole story.
 func TestHelmValuesDocumented(t *testing.T) {

@@ -75,6 +75,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --discover-service={{ include "corvo.headless" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
 - --replicas={{ .Values.cluster.shardReplicas }}
 {{- end }}
+{{- if .Values.tls.secretName }}
+- --tls-cert=/etc/corvo/tls/tls.crt
+- --tls-key=/etc/corvo/tls/tls.key
+{{- end }}
+{{- if include "corvo.peerTLS" . }}
+- --peer-tls-ca=/etc/corvo/peer-tls/ca.crt
+- --peer-tls-cert=/etc/corvo/peer-tls/tls.crt
+- --peer-tls-key=/etc/corvo/peer-tls/tls.key
+{{- end }}
 {{- range .Values.server.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -105,4 +114,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else -}}
 {{- printf "%s-admin-key" (include "corvo.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when nodes use mutual TLS (cluster mode with a peer Secret). */}}
+{{- define "corvo.peerTLS" -}}
+{{- if and .Values.cluster.enabled .Values.tls.peerSecretName -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the API is served over TLS. */}}
+{{- define "corvo.tls" -}}
+{{- if or .Values.tls.secretName (include "corvo.peerTLS" .) -}}true{{- end -}}
 {{- end -}}
