@@ -589,3 +589,21 @@ func TestQueueScopeCoversJobsAndLists(t *testing.T) {
 	st, _, out = callKey(t, "GET", url+"/api/v1/dead?queue=sc-mine.a", op, nil)
 	require.Equal(t, 200, st, string(out))
 }
+
+// TestFanOutsReachKeyedNodes: a fetch that needs another node's shards is
+// fanned out with the cluster secret, so a node that needs keys takes it
+// (the node the caller reached admitted the caller).
+func TestFanOutsReachKeyedNodes(t *testing.T) {
+	keys := testEngine.(Keys)
+	admin := putKey(t, keys, auth.Key{Name: "fanout-admin", Role: auth.RoleAdmin, Enabled: true})
+	qs := queuesOnDistinctShards(t, "kfan", 2)
+	sh0, sh1 := rt4.ShardForQueue(qs[0]), rt4.ShardForQueue(qs[1])
+	_, aAddr := frontServer(t, Config{Auth: AuthRequired, Keys: keys}, newHostsOnly(sh1))
+	_, front := frontServer(t, Config{Auth: AuthRequired, Keys: keys,
+		Peer: peerTo(func(s int) []string { return map[int][]string{sh1: {aAddr}}[s] })}, newHostsOnly(sh0))
+	want := enqueue(t, map[string]any{"queue": qs[1]})
+	st, _, out := callKey(t, "POST", "http://"+front+"/api/v1/fetch", admin,
+		map[string]any{"queues": qs, "worker_id": uq("kfan-w"), "timeout": 5, "count": 2})
+	require.Equal(t, 200, st, string(out))
+	require.Contains(t, string(out), want, "the job on the other node's shard was not fetched")
+}

@@ -37,7 +37,7 @@ import (
 // that was reached and failed is not retried elsewhere (it may have
 // claimed jobs).
 func (c *Client) Fetch(addrs []string, body []byte, deadline time.Time) ([][]byte, *Error) {
-	req, resp, release := c.hopPost("application/json", body, false)
+	req, resp, release := c.hopPost("application/json", body)
 	defer release()
 	last := errNoTarget
 	for _, addr := range addrs {
@@ -95,7 +95,7 @@ type SearchKey struct {
 // 429, a malformed answer) is a 503; a 4xx is the node's answer to the
 // request itself.
 func (c *Client) Search(addr string, shards []int, body []byte, deadline time.Time) (*SearchAnswer, *Error) {
-	req, resp, release := c.hopPost("application/json", body, false)
+	req, resp, release := c.hopPost("application/json", body)
 	defer release()
 	uri := make([]byte, 0, 64)
 	uri = append(uri, c.scheme...)
@@ -173,6 +173,9 @@ func (c *Client) Events(ctx context.Context, addr string, shards []int, from, qu
 		return err
 	}
 	req.Header.Set(HopHeader, "1")
+	if c.cfg.Secret != "" {
+		req.Header.Set(SecretHeader, c.cfg.Secret)
+	}
 	req.Header.Set("Accept", "text/event-stream")
 	if from != "" {
 		req.Header.Set("Last-Event-ID", from)

@@ -51,16 +51,15 @@ func (c *Client) Forward(ctx *fasthttp.RequestCtx, targets []string, deadline ti
 }
 
 // hopPost prepares a node-to-node POST of body: marked with the hop header
-// (its receiver never forwards it again) and, when sign, carrying the
-// cluster secret. release returns both to their pools.
-func (c *Client) hopPost(contentType string, body []byte, sign bool) (req *fasthttp.Request, resp *fasthttp.Response, release func()) {
+// (its receiver never forwards it again) and carrying the cluster secret
+// (on a server that needs keys, it stands for the caller this node
+// admitted). release returns both to their pools.
+func (c *Client) hopPost(contentType string, body []byte) (req *fasthttp.Request, resp *fasthttp.Response, release func()) {
 	req, resp = fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType(contentType)
 	req.Header.Set(HopHeader, "1")
-	if sign {
-		c.sign(req)
-	}
+	c.sign(req)
 	req.SetBodyRaw(body)
 	return req, resp, func() { fasthttp.ReleaseRequest(req); fasthttp.ReleaseResponse(resp) }
 }

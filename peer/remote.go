@@ -123,7 +123,7 @@ func (c *Client) ReadEach(local Local, q func(sh int) any) ([]any, error) {
 // applied there.
 func (c *Client) callShard(sh int, what string, body []byte, deadline time.Time, idempotent bool) ([]byte, *Error) {
 	targets := c.Targets(sh)
-	req, resp, release := c.hopPost("application/octet-stream", body, true)
+	req, resp, release := c.hopPost("application/octet-stream", body)
 	defer release()
 	path := ShardPath(sh, what)
 	last := errNoTarget
