@@ -116,6 +116,9 @@ func TestPeerEntryIsValidated(t *testing.T) {
 		{"leader-only sweep", &statemachine.SweepOp{Limit: 10, PurgeBefore: 1 << 62}},
 		{"leader-only outbox ack", &statemachine.OutboxAckOp{Seqs: []uint64{1}}},
 		{"leader-only cron tick", &statemachine.CronTickOp{Limit: 1}},
+		{"leader-only audit prune", &statemachine.PruneAuditOp{Before: 1 << 62}},
+		{"audit of a namespace on another shard", &statemachine.AuditOp{Record: statemachine.AuditRecord{ID: "a", Namespace: otherQ, Method: "POST", Path: "/x"}}},
+		{"audit of a bad namespace", &statemachine.AuditOp{Record: statemachine.AuditRecord{ID: "a", Namespace: badName, Method: "POST", Path: "/x"}}},
 		{"schedule of another shard", &statemachine.ScheduleOp{Schedule: statemachine.Schedule{ID: "sched_" + itoa(other) + "_" + ulid.Make().String(), Queue: q, Cron: "* * * * *"}}},
 	} {
 		// A valid op first: one bad op refuses the whole entry.

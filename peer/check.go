@@ -28,8 +28,8 @@ type validator struct {
 // credential says who sent it, not that it is sound. Every job ID, queue,
 // batch and schedule an op names must belong to shard sh, names must pass
 // the same rules the public API applies, and a shard leader's own
-// housekeeping (promote, reclaim, sweep, cron ticks, dedup pruning, outbox
-// acks) is never taken from outside.
+// housekeeping (promote, reclaim, sweep, cron ticks, dedup and audit
+// pruning, outbox acks) is never taken from outside.
 func (v *validator) ops(sh int, ops []statemachine.Op) error {
 	for i, op := range ops {
 		if err := v.op(sh, op); err != nil {
@@ -157,6 +157,17 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 			return err
 		}
 		return v.job(int(o.DependentShard), o.Dependent)
+	case *statemachine.AuditOp:
+		// A gateway records a call on the shard its namespace hashes to,
+		// through this node when it does not host that shard.
+		ns := o.Record.Namespace
+		if err := router.ValidateQueueName(ns); err != nil {
+			return fmt.Errorf("audit namespace: %w", err)
+		}
+		if n := v.rt.ShardForQueue(ns); n != sh {
+			return fmt.Errorf("namespace %q is audited on shard %d, not %d", ns, n, sh)
+		}
+		return nil
 	case *statemachine.DepDoneOp:
 		if err := v.job(sh, o.Dependent); err != nil {
 			return err

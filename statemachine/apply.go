@@ -209,6 +209,10 @@ func (a *applier) apply(op Op) Result {
 		return a.requeue(o)
 	case *PriorityOp:
 		return a.changePriority(o)
+	case *AuditOp:
+		return a.audit(o)
+	case *PruneAuditOp:
+		return a.pruneAudit(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }

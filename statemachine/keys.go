@@ -32,6 +32,7 @@ const (
 	pfxQueueSt   = "qs|"       // qs|{queue}                              → QueueStats
 	pfxDedup     = "rq|"       // rq|{entry id:16}                        → compact results
 	pfxRate      = "rl|"       // rl|{queue}\x00{fetched:8BE}{seq:8BE}   → "" (throttled queues' sliding window)
+	pfxAudit     = "au|"       // au|{namespace}\x00{at:8BE}{id} → AuditRecord
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 

@@ -59,6 +59,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.listDead(q)
 	case ScanJobsQuery:
 		return s.scanJobs(q)
+	case AuditQuery:
+		return s.listAudit(q)
 	case AppliedQuery:
 		return s.appliedAtomic.Load(), nil
 	case OpenedAtQuery:

@@ -43,6 +43,8 @@ const (
 	OpCronTick    OpCode = 27
 	OpRequeue     OpCode = 28
 	OpPriority    OpCode = 29
+	OpAudit       OpCode = 30
+	OpPruneAudit  OpCode = 31
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -217,6 +219,10 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &RequeueOp{}
 	case OpPriority:
 		op = &PriorityOp{}
+	case OpAudit:
+		op = &AuditOp{}
+	case OpPruneAudit:
+		op = &PruneAuditOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}

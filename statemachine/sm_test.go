@@ -441,8 +441,14 @@ func randomLog(tb *testBundle, n int) {
 					op = &CronTickOp{}
 				}
 			case 4:
-				if tb.rnd.IntN(10) == 0 {
+				switch tb.rnd.IntN(10) {
+				case 0:
 					op = &DropQueueOp{Queue: queues[tb.rnd.IntN(3)], Index: uint8(tb.rnd.IntN(4)), Limit: 3}
+				case 1, 2:
+					op = &AuditOp{Record: AuditRecord{ID: fmt.Sprint("a", i), Namespace: queues[tb.rnd.IntN(3)], Method: "POST",
+						Path: "/api/v1/queues/a/pause", Status: 200, KeyID: "k"}}
+				case 3:
+					op = &PruneAuditOp{Before: tb.now.Add(-20 * time.Second).UnixNano(), Limit: 2}
 				}
 			}
 		}
