@@ -40,6 +40,8 @@ const (
 	PermMetricsRead Permission = "metrics:read"
 
 	PermKeysManage Permission = "keys:manage" // API keys (create, list, change, revoke)
+
+	PermAuditRead Permission = "audit:read" // the audit log (a non-admin: its namespace's)
 )
 
 // Permissions lists every permission, in a stable order.
@@ -48,7 +50,7 @@ var Permissions = []Permission{
 	PermQueuesRead, PermQueuesManage,
 	PermSchedulesRead, PermSchedulesManage,
 	PermClusterRead, PermClusterManage,
-	PermMetricsRead, PermKeysManage,
+	PermMetricsRead, PermKeysManage, PermAuditRead,
 }
 
 // Built-in roles.
@@ -67,7 +69,7 @@ var readPerms = []Permission{PermJobsRead, PermQueuesRead, PermSchedulesRead, Pe
 var Roles = map[string][]Permission{
 	RoleAdmin: Permissions,
 	RoleOperator: append(slices.Clone(readPerms),
-		PermJobsEnqueue, PermJobsManage, PermQueuesManage, PermSchedulesManage),
+		PermJobsEnqueue, PermJobsManage, PermQueuesManage, PermSchedulesManage, PermAuditRead),
 	RoleProducer: {PermJobsEnqueue, PermJobsRead},
 	RoleWorker:   {PermJobsWork, PermJobsRead},
 	RoleReadonly: readPerms,

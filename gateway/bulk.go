@@ -59,6 +59,7 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	auditNote(ctx, req.Action)
 	stale := false
 	if req.Filter != nil && s.cfg.Mirror != nil {
 		stale = !s.awaitMirror() // a filter matches what this node wrote before
@@ -82,6 +83,7 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	affected, failed := s.applyBulk(context.Background(), ids, mk)
+	auditNote(ctx, fmt.Sprintf("%s, %d jobs affected, %d failed", req.Action, affected, len(failed)))
 	b := append([]byte(`{"affected":`), appendInt(nil, int64(affected))...)
 	b = append(b, `,"errors":`...)
 	b = appendInt(b, int64(len(failed)))

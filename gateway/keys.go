@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -119,6 +120,7 @@ func (s *Server) handleCreateKey(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	auditNote(ctx, "key "+k.ID+" "+strconv.Quote(k.Name)+", role "+k.Role+", namespace "+k.Namespace)
 	b := appendKey(make([]byte, 0, 512), &k)
 	b = append(b[:len(b)-1], `,"key":`...)
 	b = appendString(b, secret)
@@ -350,6 +352,12 @@ func (s *Server) handleLogin(ctx *fasthttp.RequestCtx) {
 
 // DELETE /api/v1/auth/session — log out: the cookie is cleared.
 func (s *Server) handleLogout(ctx *fasthttp.RequestCtx) {
+	if key := ctx.Request.Header.Cookie(SessionCookie); len(key) > 0 && s.cfg.Keys != nil {
+		// Who logs out, for the audit log.
+		if k, why := s.cfg.Keys.Keys().Authenticate(key, time.Now().UnixNano()); why == auth.Accepted {
+			ctx.SetUserValue(principalKey, k.Principal())
+		}
+	}
 	var c fasthttp.Cookie
 	c.SetKey(SessionCookie)
 	c.SetValue("")

@@ -69,6 +69,8 @@ var permissions = map[string]auth.Permission{
 	"POST /internal/v1/shards/{n}/propose": permCluster,
 	"POST /internal/v1/shards/{n}/read":    permCluster,
 
+	"GET /api/v1/audit": auth.PermAuditRead,
+
 	"GET /api/v1/auth/keys":            auth.PermKeysManage,
 	"POST /api/v1/auth/keys":           auth.PermKeysManage,
 	"GET /api/v1/auth/keys/{id}":       auth.PermKeysManage,
@@ -87,4 +89,77 @@ var permissions = map[string]auth.Permission{
 	"GET /healthz":         permOpen,
 	"GET /":                permOpen,
 	"GET /ui/{filepath:*}": permOpen,
+}
+
+// The audit table: which calls the audit log records (audit.go), next to
+// the permission table because the two decisions go together. Every
+// state-changing route (any method but GET) has a row, or route() panics;
+// TestAuditTable checks that every route needing a manage permission is
+// audited and that the hot path is audited only with Config.AuditAll.
+//
+// auditManage routes are recorded on every call, whatever the answer
+// (refusals included); auditHot routes (the producers' and workers' path)
+// only with Config.AuditAll; auditNever routes never. The action is the
+// record's summary, with {param} replaced by the call's path parameter.
+type auditClass uint8
+
+const (
+	auditNever auditClass = iota
+	auditManage
+	auditHot
+)
+
+type auditRow struct {
+	class  auditClass
+	action string
+}
+
+var audited = map[string]auditRow{
+	"POST /api/v1/enqueue":       {auditHot, "enqueue"},
+	"POST /api/v1/enqueue/batch": {auditHot, "enqueue a batch"},
+	"POST /api/v1/fetch":         {auditHot, "fetch"},
+	"POST /api/v1/ack/batch":     {auditHot, "ack a batch"},
+	"POST /api/v1/ack/{id}":      {auditHot, "ack job {id}"},
+	"POST /api/v1/fail/{id}":     {auditHot, "fail job {id}"},
+	"POST /api/v1/heartbeat":     {auditHot, "heartbeat"},
+	// A read that takes a body.
+	"POST /api/v1/jobs/search": {auditNever, ""},
+
+	"POST /api/v1/jobs/{id}/cancel":          {auditManage, "cancel job {id}"},
+	"POST /api/v1/jobs/{id}/retry":           {auditManage, "retry job {id}"},
+	"POST /api/v1/jobs/{id}/move":            {auditManage, "move job {id}"},
+	"POST /api/v1/jobs/{id}/approve":         {auditManage, "approve job {id}"},
+	"POST /api/v1/jobs/{id}/reject":          {auditManage, "reject job {id}"},
+	"DELETE /api/v1/jobs/{id}":               {auditManage, "delete job {id}"},
+	"POST /api/v1/jobs/bulk":                 {auditManage, "bulk action"},
+	"DELETE /api/v1/bulk/{id}":               {auditManage, "cancel bulk operation {id}"},
+	"POST /api/v1/queues/{name}/pause":       {auditManage, "pause queue {name}"},
+	"POST /api/v1/queues/{name}/resume":      {auditManage, "resume queue {name}"},
+	"POST /api/v1/queues/{name}/concurrency": {auditManage, "set the concurrency of queue {name}"},
+	"POST /api/v1/queues/{name}/clear":       {auditManage, "clear queue {name}"},
+	"POST /api/v1/queues/{name}/drain":       {auditManage, "drain queue {name}"},
+	"DELETE /api/v1/queues/{name}":           {auditManage, "delete queue {name}"},
+	"POST /api/v1/queues/{name}/throttle":    {auditManage, "throttle queue {name}"},
+	"DELETE /api/v1/queues/{name}/throttle":  {auditManage, "remove the throttle of queue {name}"},
+
+	"POST /api/v1/schedules":        {auditManage, "create a schedule"},
+	"PUT /api/v1/schedules/{id}":    {auditManage, "update schedule {id}"},
+	"DELETE /api/v1/schedules/{id}": {auditManage, "delete schedule {id}"},
+
+	"POST /api/v1/admin/rebuild-mirror": {auditManage, "rebuild the mirror"},
+	"POST /api/v1/cluster/join":         {auditManage, "add a node"},
+	"DELETE /api/v1/cluster/nodes/{id}": {auditManage, "remove node {id}"},
+	// The notice a removed node gets, from the node that removed it (that
+	// removal is recorded); the node is shutting down.
+	"POST /api/v1/cluster/removed": {auditNever, ""},
+	// Node-to-node plumbing: the calls it carries are recorded where they
+	// were made.
+	"POST /internal/v1/shards/{n}/propose": {auditNever, ""},
+	"POST /internal/v1/shards/{n}/read":    {auditNever, ""},
+
+	"POST /api/v1/auth/keys":        {auditManage, "create a key"},
+	"PATCH /api/v1/auth/keys/{id}":  {auditManage, "change key {id}"},
+	"DELETE /api/v1/auth/keys/{id}": {auditManage, "revoke key {id}"},
+	"POST /api/v1/auth/session":     {auditManage, "log in"},
+	"DELETE /api/v1/auth/session":   {auditManage, "log out"},
 }

@@ -106,6 +106,10 @@ type Config struct {
 	// node (ratelimit.go); defaults RateReadDefault, RateWriteDefault;
 	// negative: unlimited.
 	RateRead, RateWrite int
+	// AuditAll also records the hot path (enqueue, fetch, ack, fail,
+	// heartbeat) in the audit log: one more Raft write per call. Off:
+	// only management calls are recorded (the audit table, permissions.go).
+	AuditAll bool
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -208,7 +212,10 @@ type Server struct {
 
 	sessionOnce   sync.Once
 	sessionSecret []byte
-	routes        []string // "METHOD pattern" of every route, as registered
+	// unidentified limits the audit records of refused calls from
+	// unidentified callers (audit.go).
+	unidentified tokenBucket
+	routes       []string // "METHOD pattern" of every route, as registered
 }
 
 // New builds a server over an engine. It panics when cfg.WithDefaults()
@@ -219,14 +226,15 @@ func New(cfg Config, eng Engine) *Server {
 		panic("gateway.New: " + err.Error())
 	}
 	s := &Server{
-		cfg:    cfg,
-		eng:    eng,
-		rt:     router.New(eng.Shards()),
-		log:    cfg.Logger.With().Str("component", "gateway").Logger(),
-		closed: make(chan struct{}),
-		bulk:   newBulkRunner(),
-		cors:   newCORSPolicy(cfg.CORSOrigins),
-		peer:   cfg.Peer,
+		cfg:          cfg,
+		eng:          eng,
+		rt:           router.New(eng.Shards()),
+		log:          cfg.Logger.With().Str("component", "gateway").Logger(),
+		closed:       make(chan struct{}),
+		bulk:         newBulkRunner(),
+		cors:         newCORSPolicy(cfg.CORSOrigins),
+		peer:         cfg.Peer,
+		unidentified: tokenBucket{rate: auditUnidentifiedRate, burst: auditUnidentifiedBurst},
 	}
 	if s.peer == nil {
 		s.peer = peer.New(peer.Config{RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger})
@@ -272,6 +280,7 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/schedules", s.handlePutSchedule)
 	s.route(r, "PUT", "/api/v1/schedules/{id}", s.handlePutSchedule)
 	s.route(r, "DELETE", "/api/v1/schedules/{id}", s.handleDeleteSchedule)
+	s.route(r, "GET", "/api/v1/audit", s.handleAudit)
 	s.route(r, "GET", "/api/v1/auth/keys", s.handleListKeys)
 	s.route(r, "POST", "/api/v1/auth/keys", s.handleCreateKey)
 	s.route(r, "GET", "/api/v1/auth/keys/{id}", s.handleGetKey)
@@ -355,6 +364,11 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 	if !ok {
 		panic("gateway: route " + method + " " + path + " has no row in the permission table (permissions.go)")
 	}
+	audit, ok := audited[method+" "+path]
+	if !ok && method != "GET" {
+		panic("gateway: route " + method + " " + path + " changes state and has no row in the audit table (permissions.go)")
+	}
+	record := audit.class == auditManage || audit.class == auditHot && s.cfg.AuditAll
 	s.routes = append(s.routes, method+" "+path)
 	lat := metrics.GetOrCreateHistogram(`corvo_http_request_duration_seconds{route="` + method + ` ` + path + `"}`)
 	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
@@ -362,8 +376,12 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 	guard := routeGuard(method, path)
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		if (guard == nil || s.admit(ctx, guard)) && s.authorize(ctx, perm) {
+		ran := (guard == nil || s.admit(ctx, guard)) && s.authorize(ctx, perm)
+		if ran {
 			h(ctx)
+		}
+		if record {
+			s.audit(ctx, audit, perm, ran)
 		}
 		lat.UpdateDuration(start)
 		code := ctx.Response.StatusCode()

@@ -27,6 +27,7 @@ const (
 	ShardsDefault          = shard.ShardsDefault
 	SnapshotEntriesDefault = shard.SnapshotEntriesDefault
 	RetentionDefault       = shard.RetentionDefault
+	AuditRetentionDefault  = shard.AuditRetentionDefault
 	CacheBytesDefault      = shard.CacheBytesDefault
 	// MaxPayloadDefault is the largest job payload by default.
 	MaxPayloadDefault = gateway.MaxPayloadDefault
@@ -76,6 +77,7 @@ type Config struct {
 	ShutdownTimeout time.Duration // how long Shutdown waits for in-flight requests
 	CacheBytes      int64         // Pebble block cache (0: shard.CacheBytesDefault)
 	Retention       time.Duration // finished jobs are kept this long; negative: forever
+	AuditRetention  time.Duration // audit records are kept this long; negative: forever
 	NoMirror        bool          // no SQLite mirror: no search, no async bulk
 	NoEvents        bool          // no event stream
 	// PprofBind, when set, serves the Go profiler on its own loopback
@@ -141,6 +143,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Retention == 0 {
 		c.Retention = shard.RetentionDefault
+	}
+	if c.AuditRetention == 0 {
+		c.AuditRetention = shard.AuditRetentionDefault
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = gateway.MaxPayloadDefault

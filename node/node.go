@@ -103,7 +103,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 
 	m := n.meta
 	hcfg := shard.Config{DataDir: cfg.DataDir, RaftAddress: m.RaftAddr, RaftListen: cfg.RaftBind, Shards: m.Shards, Logger: log,
-		CacheBytes: cfg.CacheBytes, Retention: cfg.Retention,
+		CacheBytes: cfg.CacheBytes, Retention: cfg.Retention, AuditRetention: cfg.AuditRetention,
 		NodeID: m.ReplicaID, NodeName: cfg.NodeName, HTTPAddress: cfg.HTTPAdvertise, Join: m.Joined, Learner: m.Learner, Replicas: cfg.Replicas,
 		SnapshotEntries: cfg.SnapshotEntries,
 		RTTMillisecond:  cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,

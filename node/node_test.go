@@ -30,6 +30,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, uint64(SnapshotEntriesDefault), c.SnapshotEntries)
 	require.Equal(t, int64(CacheBytesDefault), c.CacheBytes)
 	require.Equal(t, RetentionDefault, c.Retention)
+	require.Equal(t, 90*24*time.Hour, c.AuditRetention)
 	require.Equal(t, 1<<20, c.MaxPayloadBytes)
 	require.NoError(t, c.Validate())
 	// Set values are kept.

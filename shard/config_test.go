@@ -30,9 +30,10 @@ DedupRetention=%s
 CacheBytes=%d
 Retention=%s
 SweepInterval=%s
+AuditRetention=%s
 `, c.Shards, c.NodeID, c.Replicas, c.SnapshotEntries, c.RTTMillisecond, c.ElectionRTT, c.MaxOpsPerEntry, c.MaxEntryBytes,
 		c.MaxQueuedRequests, c.ProposalTimeout, c.ProposalDeadline, c.TickInterval, c.DedupRetention, c.CacheBytes, c.Retention,
-		c.SweepInterval)
+		c.SweepInterval, c.AuditRetention)
 	require.Equal(t, `Shards=4
 NodeID=1
 Replicas=3
@@ -49,6 +50,7 @@ DedupRetention=5m0s
 CacheBytes=268435456
 Retention=168h0m0s
 SweepInterval=1s
+AuditRetention=2160h0m0s
 `, got)
 	require.NoError(t, c.Validate())
 }

@@ -41,6 +41,7 @@ const (
 	DedupRetentionDefault    = 5 * time.Minute
 	CacheBytesDefault        = 256 << 20
 	RetentionDefault         = 7 * 24 * time.Hour
+	AuditRetentionDefault    = 90 * 24 * time.Hour
 	SweepIntervalDefault     = time.Second
 	SnapshotEntriesDefault   = 100000
 )
@@ -104,6 +105,9 @@ type Config struct {
 	// (negative: forever).
 	Retention     time.Duration
 	SweepInterval time.Duration // expiry, unique-lock and retention sweeps
+	// AuditRetention is how long audit records are kept (negative:
+	// forever); pruned every SweepInterval.
+	AuditRetention time.Duration
 	// HoldOutbox keeps the relay from delivering (tests use it to crash a
 	// node between an outbox write and its delivery).
 	HoldOutbox bool
@@ -138,6 +142,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.CacheBytes, CacheBytesDefault)
 	setDefault(&c.Retention, RetentionDefault)
 	setDefault(&c.SweepInterval, SweepIntervalDefault)
+	setDefault(&c.AuditRetention, AuditRetentionDefault)
 	setDefault(&c.NodeID, 1)
 	setDefault(&c.Replicas, 3)
 	setDefault(&c.SnapshotEntries, SnapshotEntriesDefault)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -198,4 +199,40 @@ func TestShardKeysReplicateThroughMetaAndSurviveRestart(t *testing.T) {
 	require.Equal(t, int64(42), k2.LastUsedAt)
 	_, refusal = h.Keys().Authenticate([]byte(key), 2)
 	require.Equal(t, auth.Accepted, refusal)
+}
+
+// TestShardAuditRetention: the leader's ticker prunes audit records older
+// than AuditRetention on the (injected) clock, and keeps newer ones.
+func TestShardAuditRetention(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := Open(ctx, Config{DataDir: t.TempDir(), RaftAddress: freeAddr(t), Shards: 1, Logger: zerolog.Nop(),
+		RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 10 * time.Millisecond, SweepInterval: 10 * time.Millisecond,
+		AuditRetention: time.Hour, Clock: clock})
+	require.NoError(t, err)
+	defer h.Close()
+	audit := func(id string) {
+		rs, err := h.Propose(ctx, 0, &statemachine.AuditOp{Record: statemachine.AuditRecord{ID: id, Namespace: "default", Method: "POST", Path: "/x"}})
+		require.NoError(t, err)
+		require.Equal(t, statemachine.StatusOK, rs[0].Status, rs[0].Message)
+	}
+	ids := func() []string {
+		v, err := h.Read(0, statemachine.AuditQuery{})
+		require.NoError(t, err)
+		var out []string
+		for _, r := range v.(statemachine.AuditPage).Records {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	audit("old")
+	clock.Add(50 * time.Minute)
+	audit("new")
+	require.Equal(t, []string{"new", "old"}, ids())
+	clock.Add(20 * time.Minute) // "old" is 70 minutes old, "new" 20
+	for !slices.Equal(ids(), []string{"new"}) {
+		require.NoError(t, ctx.Err(), "the old record was never pruned: %v", ids())
+		time.Sleep(5 * time.Millisecond)
+	}
 }

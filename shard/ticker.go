@@ -14,7 +14,8 @@ const reclaimInterval = time.Second
 // tick runs shard i's leader-only maintenance: promote due scheduled and
 // retrying jobs (every tick while there are any), reclaim expired leases
 // (every second while jobs are active), sweep expired jobs, unique locks
-// and jobs past retention (every SweepInterval), prune old dedup records. The ops are safe from a stale leader: they commit
+// and jobs past retention and audit records past theirs (every
+// SweepInterval), prune old dedup records. The ops are safe from a stale leader: they commit
 // through Raft and the state machine re-checks everything against the
 // entry's own time.
 func (h *Host) tick(i int) {
@@ -50,6 +51,9 @@ func (h *Host) tick(i int) {
 				sw.PurgeBefore = now.Add(-h.cfg.Retention).UnixNano()
 			}
 			ops = append(ops, sw)
+			if h.cfg.AuditRetention > 0 {
+				ops = append(ops, &statemachine.PruneAuditOp{Before: now.Add(-h.cfg.AuditRetention).UnixNano(), Limit: 5000})
+			}
 			lastSweep = now
 		}
 		if now.Sub(lastPrune) >= h.cfg.DedupRetention/5 {

@@ -46,6 +46,8 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", node.ShutdownTimeoutDefault, "how long SIGTERM waits for in-flight requests")
 	fl.DurationVar(&c.Retention, "retention", node.RetentionDefault, "how long completed, dead and cancelled jobs are kept (e.g. 168h); negative: forever")
+	fl.DurationVar(&c.AuditRetention, "audit-retention", node.AuditRetentionDefault, "how long audit records are kept (e.g. 2160h); negative: forever")
+	fl.BoolVar(&c.Gateway.AuditAll, "audit-all", false, "also audit the hot path: enqueue, fetch, ack, fail and heartbeat (one more Raft write per call)")
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", node.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
