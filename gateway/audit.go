@@ -117,7 +117,11 @@ func (s *Server) audit(ctx *fasthttp.RequestCtx, row auditRow, perm auth.Permiss
 	r.Summary = truncate(auditSummary(ctx, row), statemachine.AuditSummaryMax)
 	sh := s.rt.ShardForQueue(r.Namespace)
 	rs, e := s.propose(sh, &statemachine.AuditOp{Record: r})
-	if e == nil {
+	switch {
+	case e != nil:
+	case len(rs) != 1:
+		e = codeInternal.errf("%d results for one audit op", len(rs))
+	default:
 		e = resultError(&rs[0])
 	}
 	if e != nil {
@@ -159,14 +163,14 @@ func auditSummary(ctx *fasthttp.RequestCtx, row auditRow) string {
 }
 
 // errorCodeOf reads the code of an error body writeError wrote (the code is
-// its last member).
+// its last member, a string).
 func errorCodeOf(body []byte) string {
-	const k = `"code":"`
+	const k = `"code":`
 	i := bytes.LastIndex(body, []byte(k))
-	if i < 0 {
+	if i < 0 || i+len(k) >= len(body) || body[i+len(k)] != '"' {
 		return ""
 	}
-	rest := body[i+len(k):]
+	rest := body[i+len(k)+1:]
 	j := bytes.IndexByte(rest, '"')
 	if j < 0 || j > 64 {
 		return ""

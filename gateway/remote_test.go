@@ -22,6 +22,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/shard"
@@ -267,6 +268,8 @@ func TestRemoteReadEveryQuery(t *testing.T) {
 			statemachine.DeadQuery{Limit: 3},
 			statemachine.SchedulesQuery{},
 			statemachine.WorkersQuery{},
+			statemachine.AuditQuery{Limit: 5},
+			statemachine.AuditQuery{Namespace: auth.DefaultNamespace, Method: "POST", Limit: 2},
 		}
 		for _, q := range queries {
 			kinds[reflect.TypeOf(q).Name()] = true
