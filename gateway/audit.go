@@ -22,7 +22,10 @@ import (
 // the status is known, and before the answer is released: the record is
 // proposed synchronously, so no management call is acknowledged without
 // its record. It goes to the shard the caller's namespace hashes to
-// (statemachine.AuditOp). A record that cannot be written does not change
+// (statemachine.AuditOp). A call is recorded once, by the node that
+// served it: a node that forwarded a request whole leaves it to the node
+// that answered, and a node called by another with the cluster secret on a
+// user route (a relay, a fan-out) leaves it to the node the client called. A record that cannot be written does not change
 // the answer (the action happened): it is logged and counted
 // (corvo_audit_write_failures_total).
 
@@ -87,16 +90,29 @@ func (s *Server) audit(ctx *fasthttp.RequestCtx, row auditRow, perm auth.Permiss
 	case ran:
 		p, known = &auth.Anonymous, true // an open server's caller without a key, or --auth=off
 	}
-	if known && p == &clusterPrincipal && peer.Forwarded(ctx) {
-		return // forwarded by another node, which records the call itself
+	if ctx.UserValue(answeredElsewhereKey) != nil {
+		return // the node this one forwarded the request to recorded it
+	}
+	if known && p == &clusterPrincipal && perm != auth.PermNone {
+		// Another node calling a user route with the cluster secret (a
+		// relayed bulk cancel, a fan-out): the node the caller called
+		// records the call.
+		return
 	}
 	r := statemachine.AuditRecord{
 		ID:     ulid.Make().String(),
 		Method: string(ctx.Method()),
 		Path:   truncate(string(ctx.Path()), statemachine.AuditPathMax),
 		Status: uint16(ctx.Response.StatusCode()),
-		Remote: truncate(ctx.RemoteAddr().String(), statemachine.AuditFieldMax),
+		Remote: ctx.RemoteAddr().String(),
 	}
+	if client := ctx.Request.Header.Peek(ClientAddrHeader); len(client) > 0 && peer.Forwarded(ctx) {
+		// Forwarded by another node: the client as that node saw it, then
+		// that node (a caller that forges the headers still shows as the
+		// second address).
+		r.Remote = string(client) + " via " + r.Remote
+	}
+	r.Remote = truncate(r.Remote, statemachine.AuditFieldMax)
 	if known {
 		r.KeyID, r.KeyName, r.Role, r.Namespace = p.KeyID, truncate(p.Name, statemachine.AuditFieldMax), p.Role, p.Namespace
 	} else {

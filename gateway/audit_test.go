@@ -222,3 +222,21 @@ func TestAuditLoginLogout(t *testing.T) {
 	require.Equal(t, "log in", p.Records[0].Summary)
 	require.NotContains(t, p.Records[0].Summary+p.Records[0].Path, ro, "the key itself is in the record")
 }
+
+// TestAuditThroughAnotherNode: a node that hosts no shard forwards a
+// management call, whole, to one that does: the call is recorded once, by
+// the node that served it, with the client's address as the forwarding
+// node saw it.
+func TestAuditThroughAnotherNode(t *testing.T) {
+	t.Parallel()
+	srv, addr := frontServer(t, Config{Peer: peerTo(toReal)}, newHostsOnly())
+	q := uq("audit-fwd")
+	st, out := callAt(t, "POST", "http://"+addr+"/api/v1/queues/"+q+"/pause", map[string]any{})
+	require.Equal(t, 200, st, string(out))
+	page := audits(t, baseURL, "", corvo.AuditFilter{PathPrefix: "/api/v1/queues/" + q + "/"})
+	require.Len(t, page.Records, 1, "%+v", page.Records)
+	require.Equal(t, "anonymous", page.Records[0].KeyName)
+	require.Equal(t, 200, page.Records[0].Status)
+	require.Regexp(t, `^127\.0\.0\.1:\d+ via 127\.0\.0\.1:\d+$`, page.Records[0].Remote)
+	require.Zero(t, srv.eng.(hostsOnly).wrong.Load(), "the front node used a shard it does not host")
+}

@@ -351,7 +351,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	}
 	all, groups := s.peer.PlanFetch(shards, byShard, s.hosted)
 	if len(all) > 0 {
-		if err := s.peer.Forward(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
+		if err := s.forward(ctx, all, time.Now().Add(timeout+s.cfg.RequestTimeout)); err != nil {
 			writeError(ctx, codeUnavailable.err("the queues' shards are hosted on another node, and forwarding failed: "+err.Error()))
 		}
 		return

@@ -31,12 +31,33 @@ func (s *Server) forwardIfElsewhere(ctx *fasthttp.RequestCtx, sh int) bool {
 		ctx.Response.Header.Set("Retry-After", "1")
 		return true
 	}
-	if err := s.peer.Forward(ctx, s.peer.Targets(sh), time.Now().Add(s.cfg.RequestTimeout)); err != nil {
+	if err := s.forward(ctx, s.peer.Targets(sh), time.Now().Add(s.cfg.RequestTimeout)); err != nil {
 		writeError(ctx, codeUnavailable.err("shard "+itoa(sh)+" is not hosted on this node, and forwarding failed: "+err.Error()))
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
 	return true
 }
+
+// forward sends the request, whole, to the first of targets that takes it
+// (peer.Client.Forward), telling the receiver the caller's address
+// (ClientAddrHeader). A request another node answered is recorded in the
+// audit log by that node (it authorizes the caller's key itself), not
+// here.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, targets []string, deadline time.Time) error {
+	ctx.Request.Header.Set(ClientAddrHeader, ctx.RemoteAddr().String())
+	err := s.peer.Forward(ctx, targets, deadline)
+	if err == nil {
+		ctx.SetUserValue(answeredElsewhereKey, true)
+	}
+	return err
+}
+
+// ClientAddrHeader carries, on a request one node forwards to another, the
+// address of the client that sent it (for the audit log's remote).
+const ClientAddrHeader = "X-Corvo-Client-Addr"
+
+// answeredElsewhereKey marks a request another node answered (forward).
+const answeredElsewhereKey = "corvo.answered-elsewhere"
 
 // read answers a statemachine query on shard sh: the engine when this node
 // hosts sh, else a node that does (peer.Client.Read; its failure is a
