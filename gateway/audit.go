@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -49,31 +48,6 @@ const (
 	auditUnidentifiedRate  = 20  // records per second
 	auditUnidentifiedBurst = 200 // records at once
 )
-
-// tokenBucket is a minimal rate limiter.
-type tokenBucket struct {
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
-	rate   float64
-	burst  float64
-}
-
-func (b *tokenBucket) take(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.last.IsZero() {
-		b.tokens = b.burst
-	} else {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
 
 // audit records the call the route wrapper just served: a route needing
 // perm, whose handler ran or not (refused by the browser or key checks).
@@ -125,7 +99,7 @@ func (s *Server) audit(ctx *fasthttp.RequestCtx, row auditRow, perm auth.Permiss
 				r.KeyID = id
 			}
 		}
-		if !s.unidentified.take(time.Now()) {
+		if s.unidentified.take(time.Now().UnixNano(), auditUnidentifiedRate, auditUnidentifiedBurst) != 0 {
 			auditDropped.Inc()
 			return
 		}

@@ -499,16 +499,16 @@ func TestBucketRefills(t *testing.T) {
 	var b bucket
 	at := int64(1e9)
 	for i := 0; i < 4; i++ {
-		require.Zero(t, b.take(at, 4), "the burst is the rate")
+		require.Zero(t, b.take(at, 4, 4), "the burst is the rate")
 	}
-	require.Equal(t, 250*time.Millisecond, b.take(at, 4))
-	require.Zero(t, b.take(at+int64(250*time.Millisecond), 4), "a token refills in 1/rate s")
-	require.NotZero(t, b.take(at+int64(250*time.Millisecond), 4))
-	require.Zero(t, b.take(at+int64(10*time.Second), 4))
+	require.Equal(t, 250*time.Millisecond, b.take(at, 4, 4))
+	require.Zero(t, b.take(at+int64(250*time.Millisecond), 4, 4), "a token refills in 1/rate s")
+	require.NotZero(t, b.take(at+int64(250*time.Millisecond), 4, 4))
+	require.Zero(t, b.take(at+int64(10*time.Second), 4, 4))
 	for i := 0; i < 3; i++ {
-		require.Zero(t, b.take(at+int64(10*time.Second), 4))
+		require.Zero(t, b.take(at+int64(10*time.Second), 4, 4))
 	}
-	require.NotZero(t, b.take(at+int64(10*time.Second), 4), "an idle bucket holds more than its rate")
+	require.NotZero(t, b.take(at+int64(10*time.Second), 4, 4), "an idle bucket holds more than its rate")
 }
 
 // TestHeadersTooLarge: request headers over MaxHeaderBytes get 431 with a

@@ -33,15 +33,15 @@ type bucket struct {
 	last   int64 // Unix ns of the last refill
 }
 
-// take takes a token at now from a bucket of rate per second (capacity
-// rate); it returns 0, or how long until a token is there.
-func (b *bucket) take(now int64, rate float64) time.Duration {
+// take takes a token at now from a bucket that refills rate tokens a second
+// up to burst; it returns 0, or how long until a token is there.
+func (b *bucket) take(now int64, rate, burst float64) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.last == 0 {
-		b.tokens, b.last = rate, now
+		b.tokens, b.last = burst, now
 	}
-	b.tokens = min(rate, b.tokens+float64(now-b.last)/1e9*rate)
+	b.tokens = min(burst, b.tokens+float64(now-b.last)/1e9*rate)
 	b.last = now
 	if b.tokens >= 1 {
 		b.tokens--
@@ -76,7 +76,7 @@ func (s *Server) limit(ctx *fasthttp.RequestCtx, k *auth.Key, now int64) bool {
 	if !ok {
 		v, _ = m.LoadOrStore(k.ID, &bucket{})
 	}
-	wait := v.(*bucket).take(now, float64(rate))
+	wait := v.(*bucket).take(now, float64(rate), float64(rate))
 	if wait == 0 {
 		return true
 	}

@@ -214,7 +214,7 @@ type Server struct {
 	sessionSecret []byte
 	// unidentified limits the audit records of refused calls from
 	// unidentified callers (audit.go).
-	unidentified tokenBucket
+	unidentified bucket
 	routes       []string // "METHOD pattern" of every route, as registered
 }
 
@@ -226,15 +226,14 @@ func New(cfg Config, eng Engine) *Server {
 		panic("gateway.New: " + err.Error())
 	}
 	s := &Server{
-		cfg:          cfg,
-		eng:          eng,
-		rt:           router.New(eng.Shards()),
-		log:          cfg.Logger.With().Str("component", "gateway").Logger(),
-		closed:       make(chan struct{}),
-		bulk:         newBulkRunner(),
-		cors:         newCORSPolicy(cfg.CORSOrigins),
-		peer:         cfg.Peer,
-		unidentified: tokenBucket{rate: auditUnidentifiedRate, burst: auditUnidentifiedBurst},
+		cfg:    cfg,
+		eng:    eng,
+		rt:     router.New(eng.Shards()),
+		log:    cfg.Logger.With().Str("component", "gateway").Logger(),
+		closed: make(chan struct{}),
+		bulk:   newBulkRunner(),
+		cors:   newCORSPolicy(cfg.CORSOrigins),
+		peer:   cfg.Peer,
 	}
 	if s.peer == nil {
 		s.peer = peer.New(peer.Config{RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger})
