@@ -157,9 +157,11 @@ var audited = map[string]auditRow{
 	"POST /internal/v1/shards/{n}/propose": {auditNever, ""},
 	"POST /internal/v1/shards/{n}/read":    {auditNever, ""},
 
-	"POST /api/v1/auth/keys":        {auditManage, "create a key"},
-	"PATCH /api/v1/auth/keys/{id}":  {auditManage, "change key {id}"},
-	"DELETE /api/v1/auth/keys/{id}": {auditManage, "revoke key {id}"},
-	"POST /api/v1/auth/session":     {auditManage, "log in"},
-	"DELETE /api/v1/auth/session":   {auditManage, "log out"},
+	"POST /api/v1/auth/keys":           {auditManage, "create a key"},
+	"PATCH /api/v1/auth/keys/{id}":     {auditManage, "change key {id}"},
+	"DELETE /api/v1/auth/keys/{id}":    {auditManage, "revoke key {id}"},
+	"PUT /api/v1/auth/roles/{name}":    {auditManage, "put role {name}"},
+	"DELETE /api/v1/auth/roles/{name}": {auditManage, "delete role {name}"},
+	"POST /api/v1/auth/session":        {auditManage, "log in"},
+	"DELETE /api/v1/auth/session":      {auditManage, "log out"},
 }
