@@ -3,14 +3,18 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 const testJobs = 500
@@ -450,4 +454,27 @@ func renderText(t *testing.T, rep *Report) string {
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteText(&buf))
 	return buf.String()
+}
+
+// TestHTTPClientTrustsTheGivenCA: an https:// server whose certificate no
+// system CA issued is reached with Config.TLSConfig, and refused without.
+func TestHTTPClientTrustsTheGivenCA(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	get := func(tc *tls.Config) error {
+		c, err := newHTTPClient(srv.URL, 1, "", tc)
+		require.NoError(t, err)
+		defer c.close()
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI(c.base + "/healthz")
+		return c.hc.DoTimeout(req, resp, 5*time.Second)
+	}
+	require.NoError(t, get(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	require.Error(t, get(nil), "a certificate no trusted CA issued was accepted")
 }

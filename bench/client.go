@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,16 +39,16 @@ type httpClient struct {
 
 // newHTTPClient creates a client for rawURL able to hold conns concurrent
 // requests, sending apiKey (if any) as a Bearer token.
-func newHTTPClient(rawURL string, conns int, apiKey string) (*httpClient, error) {
+func newHTTPClient(rawURL string, conns int, apiKey string, tlsConfig *tls.Config) (*httpClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: parse url: %w", err)
 	}
-	tls := u.Scheme == "https"
+	isTLS := u.Scheme == "https"
 	addr := u.Host
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		port := "80"
-		if tls {
+		if isTLS {
 			port = "443"
 		}
 		addr = net.JoinHostPort(u.Hostname(), port)
@@ -55,7 +56,8 @@ func newHTTPClient(rawURL string, conns int, apiKey string) (*httpClient, error)
 	hc := &fasthttp.HostClient{
 		Addr:                addr,
 		Name:                "corvo-bench",
-		IsTLS:               tls,
+		IsTLS:               isTLS,
+		TLSConfig:           tlsConfig,
 		MaxConns:            conns,
 		MaxConnWaitTimeout:  requestTimeout,
 		MaxIdleConnDuration: time.Minute,

@@ -12,6 +12,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,9 @@ type Config struct {
 	// enqueue (producer); the others enqueue and work jobs, which of the
 	// built-in roles only admin may do both of.
 	APIKey string
+	// TLSConfig, when set, is the TLS configuration of https:// URLs (a
+	// CA to trust: corvo.TLSConfigFromCA); nil: the system's roots.
+	TLSConfig *tls.Config
 	// Mode is one of "enqueue", "lifecycle" or "e2e".
 	Mode string
 	// Duration is how long to produce jobs; it is only used when Jobs == 0.

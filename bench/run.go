@@ -105,7 +105,7 @@ func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 	}
 	var clients []*httpClient
 	for _, u := range cfg.urls() {
-		client, err := newHTTPClient(u, conns, cfg.APIKey)
+		client, err := newHTTPClient(u, conns, cfg.APIKey, cfg.TLSConfig)
 		if err != nil {
 			return nil, err
 		}

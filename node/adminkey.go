@@ -140,8 +140,10 @@ func registerAdminKey(ctx context.Context, host *shard.Host, key, from string, l
 		}
 		return nil
 	}
+	// The operator's own key: no request rate (keys made through the API
+	// get the server's defaults).
 	k := auth.Key{ID: id, Hash: hash, Name: "admin (" + filepath.Base(from) + ")", Namespace: auth.DefaultNamespace,
-		Role: auth.RoleAdmin, Enabled: true, CreatedAt: time.Now().UnixNano()}
+		Role: auth.RoleAdmin, Enabled: true, CreatedAt: time.Now().UnixNano(), RateRead: -1, RateWrite: -1}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := host.ProposeKeys(pctx, auth.Cmd{Op: "put", Key: &k}); err != nil {

@@ -198,6 +198,7 @@ func TestAdminKeys(t *testing.T) {
 	k, ok := n.host.Keys().Key(made)
 	require.True(t, ok, "the made key is not in the table")
 	require.Equal(t, auth.RoleAdmin, k.Role)
+	require.Equal(t, -1, k.RateWrite, "the operator's admin key is rate-limited")
 	n.Close()
 
 	dir2 := t.TempDir()

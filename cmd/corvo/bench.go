@@ -47,6 +47,7 @@ func newBenchCmd() *cobra.Command {
 			} else {
 				// The embedded server is open on loopback and knows no key.
 				cfg.APIKey = apiKey()
+				cfg.TLSConfig = clientTLS // --tls-ca
 			}
 			cfg.Out = os.Stderr
 			cfg = cfg.WithDefaults()

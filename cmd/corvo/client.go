@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,6 +80,10 @@ func authHint() string {
 		" (a server that made its own admin key wrote it to <data-dir>/" + node.AdminKeyFile + ")"
 }
 
+// clientTLS is the TLS configuration --tls-ca gave (nil: the system's
+// roots); corvo top and corvo bench build their clients with it.
+var clientTLS *tls.Config
+
 // trustCA makes the CLI's HTTP clients trust only the CA certificates in
 // file for https:// servers (--tls-ca).
 func trustCA(file string) error {
@@ -86,6 +91,7 @@ func trustCA(file string) error {
 	if err != nil {
 		return &exitError{exitUsage, fmt.Errorf("--tls-ca: %w", err)}
 	}
+	clientTLS = tc
 	for _, h := range []*http.Client{httpClient, streamClient} {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = tc

@@ -97,6 +97,13 @@ func TestE2ETLSReloadOnSIGHUP(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	out, code = runCLI(t, s.url, "queues", "--tls-ca", filepath.Join(dir, "missing.pem"))
 	require.Equal(t, exitUsage, code, out)
+	// corvo top and corvo bench take it too.
+	out, code = runCLI(t, s.url, "top", "--once", "-o", "json", "--tls-ca", caFile)
+	require.Equal(t, 0, code, out)
+	out, code = runCLI(t, s.url, "bench", "--mode", "enqueue", "--jobs", "20", "--tls-ca", caFile)
+	require.Equal(t, 0, code, out)
+	out, code = runCLI(t, s.url, "top", "--once", "-o", "json")
+	require.NotEqual(t, 0, code, "corvo top trusted an unknown CA: %s", out)
 }
 
 // tlsStatus is the part of the cluster status the mTLS test reads.

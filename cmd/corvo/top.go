@@ -44,6 +44,9 @@ snapshot and exits; its rates are then the server's (about the last minute).`,
 			url := strings.TrimRight(c.url, "/")
 			client := top.NewClient(url)
 			client.APIKey = apiKey()
+			if clientTLS != nil { // --tls-ca
+				client.HTTP.Transport = &http.Transport{TLSClientConfig: clientTLS}
+			}
 			out := cmd.OutOrStdout()
 			f, isFile := out.(*os.File)
 			interactive := isFile && isatty.IsTerminal(f.Fd()) && !once && c.output != "json"
