@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/auth"
+	"github.com/corvohq/corvo/peer"
 	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
@@ -36,6 +37,16 @@ func keysServer(t *testing.T, cfg Config) (*Server, string, Keys) {
 // body (POST, PUT, PATCH), returning the status and the error code.
 func callKey(t *testing.T, method, url, key string, body any) (int, string, []byte) {
 	t.Helper()
+	var h map[string]string
+	if key != "" {
+		h = map[string]string{"Authorization": "Bearer " + key}
+	}
+	return callHeaders(t, method, url, h, body)
+}
+
+// callHeaders is callKey with any headers.
+func callHeaders(t *testing.T, method, url string, headers map[string]string, body any) (int, string, []byte) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -47,8 +58,8 @@ func callKey(t *testing.T, method, url, key string, body any) (int, string, []by
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := httpc.Do(req)
 	require.NoError(t, err)
@@ -326,16 +337,8 @@ func TestSessionCookieLogsTheUIIn(t *testing.T) {
 func TestClusterSecretStandsForAnotherNode(t *testing.T) {
 	_, url, _ := keysServer(t, Config{})
 	call := func(secret string) (int, string) {
-		req, err := http.NewRequest("GET", url+"/api/v1/queues", nil)
-		require.NoError(t, err)
-		req.Header.Set("X-Corvo-Cluster-Secret", secret)
-		resp, err := httpc.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		var e corvo.ErrorBody
-		_ = json.Unmarshal(out, &e)
-		return resp.StatusCode, e.Code
+		st, code, _ := callHeaders(t, "GET", url+"/api/v1/queues", map[string]string{peer.SecretHeader: secret}, nil)
+		return st, code
 	}
 	st, _ := call(testClusterSecret)
 	require.Equal(t, 200, st)
