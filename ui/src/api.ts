@@ -114,6 +114,15 @@ export interface ClusterStatus {
 export interface Batch { id: string; total: number; pending: number; succeeded: number; failed: number; callback_queue: string; callback_job_id: string | null; created_at: string; completed_at: string | null }
 export interface Health { status: string; shards: number; shards_led: number }
 
+// The audit log (docs/api.md, "Audit log"): one record per audited call.
+export interface AuditRecord {
+  id: string; at: string
+  key_id: string; key_name: string; role: string; namespace: string
+  method: string; path: string; status: number
+  summary: string; remote: string
+}
+export interface AuditPage { records: AuditRecord[]; has_more: boolean; cursor: string | null }
+
 export class ApiError extends Error {
   constructor(public status: number, public code: string, message: string) { super(message) }
 }
@@ -191,6 +200,10 @@ export const api = {
   batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
   rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
   cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),
+  audit: (params: URLSearchParams, s?: AbortSignal) => {
+    const q = params.toString()
+    return call<AuditPage>('GET', `${A}/audit${q ? '?' + q : ''}`, undefined, s)
+  },
 
   // The session: the server keeps the key in an HttpOnly cookie (the
   // page never stores it).

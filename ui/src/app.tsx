@@ -17,8 +17,10 @@ import { WorkersPage } from './pages/Workers'
 import { SchedulesPage } from './pages/Schedules'
 import { ClusterPage } from './pages/Cluster'
 import { BulkPage } from './pages/Bulk'
+import { AuditPage, AUDIT_PERMISSION } from './pages/Audit'
 
-const NAV: { path: string; label: string; icon: string; key?: string }[] = [
+// A page with `perm` is offered only to a key holding that permission.
+const NAV: { path: string; label: string; icon: string; key?: string; perm?: string }[] = [
   { path: '/', label: 'Dashboard', icon: '◧', key: 'd' },
   { path: '/queues', label: 'Queues', icon: '☰', key: 'q' },
   { path: '/jobs', label: 'Jobs', icon: '⌕', key: 'j' },
@@ -28,7 +30,12 @@ const NAV: { path: string; label: string; icon: string; key?: string }[] = [
   { path: '/schedules', label: 'Schedules', icon: '◷', key: 's' },
   { path: '/bulk', label: 'Bulk operations', icon: '⇶', key: 'b' },
   { path: '/cluster', label: 'Cluster', icon: '⬡', key: 'c' },
+  { path: '/audit', label: 'Audit log', icon: '✎', key: 'a', perm: AUDIT_PERMISSION },
 ]
+
+function navFor(who: WhoAmI) {
+  return NAV.filter((n) => !n.perm || who.permissions.includes(n.perm))
+}
 
 type Theme = 'light' | 'dark'
 function initialTheme(): Theme {
@@ -37,7 +44,7 @@ function initialTheme(): Theme {
   return window.matchMedia?.('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'
 }
 
-function page(path: string, query: URLSearchParams) {
+function page(path: string, query: URLSearchParams, who: WhoAmI) {
   let m: Record<string, string> | null
   if (path === '/') return <Dashboard />
   if (path === '/queues') return <QueuesPage />
@@ -50,6 +57,7 @@ function page(path: string, query: URLSearchParams) {
   if (path === '/schedules') return <SchedulesPage />
   if (path === '/bulk') return <BulkPage />
   if (path === '/cluster') return <ClusterPage />
+  if (path === '/audit') return <AuditPage query={query} who={who} />
   return (
     <section>
       <h1>Not found</h1>
@@ -94,6 +102,7 @@ function Shell({ who }: { who: WhoAmI }) {
   const [drawer, setDrawer] = useState(false)
   const [enqueue, setEnqueue] = useState(false)
   const live = useLiveStatus()
+  const nav = navFor(who)
 
   useEffect(() => {
     startLive()
@@ -113,7 +122,7 @@ function Shell({ who }: { who: WhoAmI }) {
       if (e.metaKey || e.ctrlKey || e.altKey || t.closest('input, textarea, select, dialog, [contenteditable]')) return
       if (g) {
         g = false
-        const n = NAV.find((x) => x.key === e.key)
+        const n = nav.find((x) => x.key === e.key)
         if (n) { e.preventDefault(); navigate(n.path) }
         return
       }
@@ -126,7 +135,7 @@ function Shell({ who }: { who: WhoAmI }) {
     }
     window.addEventListener('keydown', onKey)
     return () => window.removeEventListener('keydown', onKey)
-  }, [])
+  }, [nav.length])
 
   const liveText = live.state === 'open' ? 'Live'
     : live.state === 'waiting' ? `Reconnecting${live.retryInMs ? ` in ${Math.ceil(live.retryInMs / 1000)}s` : ''} · polling`
@@ -152,7 +161,7 @@ function Shell({ who }: { who: WhoAmI }) {
       </header>
       <nav id="nav" class="side" aria-label="Main">
         <ul>
-          {NAV.map((n) => (
+          {nav.map((n) => (
             <li key={n.path}>
               <a href={href(n.path)} aria-current={active(n.path, loc.path) ? 'page' : undefined} title={n.key ? `g then ${n.key}` : undefined}>
                 <span class="nav-icon" aria-hidden="true">{n.icon}</span>{n.label}
@@ -164,7 +173,7 @@ function Shell({ who }: { who: WhoAmI }) {
       </nav>
       {drawer && <div class="scrim" onClick={() => setDrawer(false)} aria-hidden="true" />}
       <main id="main" tabIndex={-1}>
-        {page(loc.path, loc.query)}
+        {page(loc.path, loc.query, who)}
       </main>
       {enqueue && <EnqueueDialog onClose={() => setEnqueue(false)} />}
       <Toasts />
