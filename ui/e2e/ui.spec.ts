@@ -54,7 +54,7 @@ test('the Content-Security-Policy blocks nothing the UI needs', async ({ page })
       w.__csp = (w.__csp ?? []).concat(`${e.violatedDirective} ${e.blockedURI}`)
     })
   })
-  for (const path of ['/ui/', '/ui/queues', '/ui/jobs', '/ui/dead', '/ui/schedules', '/ui/bulk', '/ui/cluster', `/ui/jobs/${s.gold_big[0]}`]) {
+  for (const path of ['/ui/', '/ui/queues', '/ui/jobs', '/ui/dead', '/ui/schedules', '/ui/bulk', '/ui/cluster', '/ui/audit', `/ui/jobs/${s.gold_big[0]}`]) {
     const res = await page.goto(path)
     expect(res?.headers()['content-security-policy'], path).toContain("script-src 'self' 'sha256-")
     await expect(page.locator('#app > *').first(), path).toBeVisible()
@@ -252,6 +252,7 @@ test('screenshots of every screen at desktop and phone width, and first paint', 
     ['schedules', '/ui/schedules'],
     ['bulk', '/ui/bulk'],
     ['cluster', '/ui/cluster'],
+    ['audit', '/ui/audit'],
   ]
   const perf: Record<string, unknown> = {}
   for (const [sizeName, viewport] of Object.entries(sizes)) {
@@ -390,7 +391,7 @@ for (const theme of ['light', 'dark'] as const) {
     const found: string[] = []
     const check = async (where: string) => { for (const v of await axeViolations(page)) found.push(`${where}: ${v}`) }
     for (const path of ['/ui/', '/ui/queues', '/ui/queues/emails.send', '/ui/jobs?state=pending,retrying', '/ui/dead', '/ui/held',
-      `/ui/jobs/${s.progress_job}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster']) {
+      `/ui/jobs/${s.progress_job}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster', '/ui/audit']) {
       await page.goto(path)
       await page.locator('main h1').first().waitFor()
       await expect(page.locator('main')).not.toContainText('Searching…')
