@@ -28,7 +28,8 @@ import (
 // ALPN is the application protocol a node-to-node TLS handshake offers:
 // the listener then serves the node's peer certificate and requires the
 // caller's (the API's own certificate may be from another CA).
-const ALPN = "corvo-peer"
+// The SDK's PeerALPN is the same value, for operators' clients.
+const ALPN = corvo.PeerALPN
 
 // SecretHeader carries the cluster secret on node-to-node calls.
 const SecretHeader = "X-Corvo-Cluster-Secret"

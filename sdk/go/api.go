@@ -273,7 +273,8 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 
 // RemoveNode takes a node out of every shard of the cluster. It needs the
 // cluster secret (WithClusterSecret): node removal is a node-to-node
-// route.
+// route. On a cluster with mutual TLS between nodes it also needs a node
+// certificate: give the client WithTLSConfig(PeerTLSConfig(…)).
 func (c *Client) RemoveNode(ctx context.Context, nodeID uint64) error {
 	_, err := c.do(ctx, "DELETE", "/api/v1/cluster/nodes/"+strconv.FormatUint(nodeID, 10), nil, nil)
 	return err

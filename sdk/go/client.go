@@ -111,6 +111,37 @@ func TLSConfigFromCA(caFile string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
+// PeerALPN is the application protocol a node-to-node TLS handshake
+// offers. A server with mutual TLS between nodes (--peer-tls-*) answers
+// such a handshake with its node certificate and requires the caller's,
+// issued by the peer CA: the node-to-node routes an operator calls (node
+// removal, RemoveNode) take a caller only through it. PeerTLSConfig sets
+// it.
+const PeerALPN = "corvo-peer"
+
+// PeerTLSConfig is a TLS config for the node-to-node routes of a cluster
+// with mutual TLS between nodes, for WithTLSConfig: it presents the node
+// certificate in certFile with its key in keyFile (one issued by the
+// cluster's peer CA, for client authentication), offers PeerALPN, and
+// verifies the node's certificate against the CA certificates in caFile
+// (the peer CA; "" trusts the system's roots). RemoveNode needs it, with
+// WithClusterSecret, on such a cluster.
+func PeerTLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("corvo: node certificate %s with key %s: %w", certFile, keyFile, err)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		if tc, err = TLSConfigFromCA(caFile); err != nil {
+			return nil, err
+		}
+	}
+	tc.Certificates = []tls.Certificate{pair}
+	tc.NextProtos = []string{PeerALPN}
+	return tc, nil
+}
+
 // New returns a client for the server at baseURL (e.g.
 // http://localhost:8080). baseURL may list several nodes of a cluster,
 // comma-separated; see also Discover.
