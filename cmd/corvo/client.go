@@ -24,6 +24,9 @@ type clientFlags struct {
 	// clusterSecret, when set, is sent as the cluster credential (the
 	// node-to-node routes an operator may call: node removal).
 	clusterSecret string
+	// client, when set, replaces httpClient (cluster remove with a node
+	// certificate).
+	client *http.Client
 }
 
 func (c *clientFlags) register(cmd *cobra.Command) {
@@ -111,7 +114,11 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
 	}
 	c.authorize(req)
-	resp, err := httpClient.Do(req)
+	hc := httpClient
+	if c.client != nil {
+		hc = c.client
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, 0, &exitError{exitError_, fmt.Errorf("cannot reach %s: %w", c.url, err)}
 	}
@@ -127,10 +134,12 @@ func (c *clientFlags) call(method, path string, body []byte) ([]byte, int, error
 			msg = e.Error + " (" + e.Code + ")"
 		}
 		code := exitError_
-		switch resp.StatusCode {
-		case http.StatusNotFound:
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
 			code = exitNotFound
-		case http.StatusUnauthorized:
+		case e.Code == corvo.CodePeerCertificateRequired:
+			msg += "\n" + peerCertHint
+		case resp.StatusCode == http.StatusUnauthorized && e.Code != corvo.CodeClusterSecretRequired:
 			msg += "\n" + authHint()
 		}
 		return out, resp.StatusCode, &exitError{code, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, msg)}

@@ -320,4 +320,44 @@ func TestClusterMutualTLS(t *testing.T) {
 	st1, b1, err = callWith(noCert, target.url+"/api/v1/cluster/join", secret)
 	require.NoError(t, err)
 	require.Equal(t, 401, st1, b1)
+
+	// corvo cluster remove: the secret alone is refused, saying which
+	// flags give a node certificate; with a node's certificate (from the
+	// environment, as on a node) it removes the node, which stops.
+	gone := nodes[(victim+2)%3]
+	var goneID uint64
+	st = decode[tlsStatus](t, eventually2xx(t, 20*time.Second, "status", func() (int, []byte) {
+		return do(t, "GET", target.url+"/api/v1/cluster/status", nil)
+	}))
+	for _, n := range st.Nodes {
+		if n.HTTP == gone.http {
+			goneID = n.NodeID
+		}
+	}
+	require.NotZero(t, goneID, "%+v", st)
+	apiCA := e2eCA.WriteCA(t, dir, "api-ca")
+	remove := []string{"cluster", "remove", fmt.Sprint(goneID), "--cluster-secret-file", filepath.Join(target.dir, "cluster-secret")}
+	out, code := runCLI(t, target.url, append(remove, "--tls-ca", apiCA)...)
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "peer_certificate_required")
+	require.Contains(t, out, "--peer-tls-cert")
+	require.NotContains(t, out, "API key", "a node-to-node refusal is not about API keys")
+	// With a node certificate the node answers with its own, of the peer
+	// CA: --tls-ca (the API's CA) does not verify it.
+	out, code = runCLI(t, target.url, append(remove, "--tls-ca", apiCA,
+		"--peer-tls-cert", filepath.Join(dir, "peer-1.crt"), "--peer-tls-key", filepath.Join(dir, "peer-1.key"))...)
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "certificate")
+	cmd := exec.Command(corvoBin, remove...)
+	cmd.Env = append(cmd.Environ(), "CORVO_URL="+target.url, "CORVO_PEER_TLS_CA="+caFile,
+		"CORVO_PEER_TLS_CERT="+filepath.Join(dir, "peer-1.crt"), "CORVO_PEER_TLS_KEY="+filepath.Join(dir, "peer-1.key"))
+	out, code = runCmd(t, cmd)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "removed from the cluster")
+	select {
+	case <-gone.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the removed node did not stop")
+	}
+	waitCluster(t, target, 2)
 }
