@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -282,4 +283,29 @@ func TestEveryCommandHasOutputFlag(t *testing.T) {
 		}
 	}
 	walk(newRootCmd())
+}
+
+// TestServerHelpHidesClientFlags: the root's client-only flags (--tls-ca,
+// --api-key) are not listed by `corvo server --help`, and are by a client
+// command's.
+func TestServerHelpHidesClientFlags(t *testing.T) {
+	help := func(args ...string) string {
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(args)
+		require.NoError(t, root.Execute())
+		return out.String()
+	}
+	for _, args := range [][]string{{"server", "--help"}, {"help", "server"}} {
+		out := help(args...)
+		require.Contains(t, out, "--tls-cert", args)
+		for _, f := range clientOnlyFlags {
+			require.NotContains(t, out, " --"+f+" ", args)
+		}
+	}
+	out := help("queues", "--help")
+	for _, f := range clientOnlyFlags {
+		require.Contains(t, out, " --"+f+" ", "queues --help")
+	}
 }

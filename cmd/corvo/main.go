@@ -50,15 +50,23 @@ func main() {
 	}
 }
 
+// clientOnlyFlags are the root's persistent flags that only client
+// commands read: `corvo server --help` does not list them.
+var clientOnlyFlags = []string{"tls-ca", "api-key"}
+
 func newRootCmd() *cobra.Command {
 	var tlsCA string
+	server := newServerCmd()
 	root := &cobra.Command{
 		Use:           "corvo",
 		Short:         "Corvo: a job server for every language over HTTP/JSON",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
-			if tlsCA == "" {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// The server makes no client calls: a CORVO_TLS_CA in its
+			// environment (a container's, for its health check) is not
+			// its to read.
+			if tlsCA == "" || cmd == server {
 				return nil
 			}
 			return trustCA(tlsCA)
@@ -66,7 +74,13 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&tlsCA, "tls-ca", os.Getenv("CORVO_TLS_CA"),
 		"client commands: PEM file of the CA to trust for an https:// --url whose certificate no system CA issued (default $CORVO_TLS_CA)")
-	root.AddCommand(newServerCmd(), newEnqueueCmd(), newInspectCmd(), newBenchCmd())
+	server.SetHelpFunc(func(c *cobra.Command, args []string) {
+		for _, name := range clientOnlyFlags {
+			_ = c.Root().PersistentFlags().MarkHidden(name) // help ends the process
+		}
+		root.HelpFunc()(c, args)
+	})
+	root.AddCommand(server, newEnqueueCmd(), newInspectCmd(), newBenchCmd())
 	root.AddCommand(newJobCmds()...)
 	root.AddCommand(newQueueCmds()...)
 	root.AddCommand(newListCmds()...)
