@@ -232,13 +232,18 @@ func TestDockerfile(t *testing.T) {
 
 	// The command and the health check work: run them as the image would,
 	// with /data and the ports mapped to this machine.
+	// The health check reaches the server at the image's CORVO_URL (the
+	// TLS overlays set their own).
 	srv := startNode(t, "single", cmd.args)
-	hcArgs := srv.rewrite(hc.args[1:])
-	out, err := exec.Command(corvoBin, hcArgs...).CombinedOutput()
+	imgEnv, hcArgs := imageHealthCheck(t)
+	require.Contains(t, envMap(imgEnv), "CORVO_URL")
+	env := srv.containerEnv(t.TempDir(), imgEnv)
+	hcArgs = srv.rewrite(hcArgs)
+	out, err := healthCheck(t, hcArgs, env)
 	require.NoError(t, err, "the HEALTHCHECK command fails against a healthy server: %s", out)
-	require.Contains(t, string(out), "status: ok")
+	require.Contains(t, out, "status: ok")
 	srv.stop(t, durationFlag(t, flags, "shutdown-timeout", 30*time.Second)+handOff)
-	out, err = exec.Command(corvoBin, hcArgs...).CombinedOutput()
+	out, err = healthCheck(t, hcArgs, env)
 	require.Error(t, err, "the HEALTHCHECK command passes with no server: %s", out)
 
 	// .dockerignore keeps the context small but not what the build copies.
@@ -246,6 +251,7 @@ func TestDockerfile(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(string(ign), "\n")
 	require.Contains(t, lines, ".git")
+	require.Contains(t, lines, "deploy/compose/tls/", "the compose files' certificates and keys stay out of the build context")
 	for _, need := range []string{"go.mod", "go.sum", "sdk/go/go.mod", "cmd/corvo"} {
 		for _, l := range lines {
 			l = strings.TrimSpace(l)

@@ -35,6 +35,25 @@ type node struct {
 	out        *lockedBuffer
 	exited     chan struct{}
 	env        []string // added to this process's environment
+	// scheme is "https://" for a node serving TLS (its client then
+	// trusts the test's CA), else "" for http://.
+	scheme string
+	client *http.Client
+}
+
+// base is the node's URL.
+func (n *node) base() string {
+	if n.scheme != "" {
+		return n.scheme + n.http
+	}
+	return "http://" + n.http
+}
+
+func (n *node) httpClient() *http.Client {
+	if n.client != nil {
+		return n.client
+	}
+	return http.DefaultClient
 }
 
 func freeAddr(t *testing.T) string {
@@ -136,7 +155,7 @@ func (n *node) waitHealthy(t *testing.T) {
 			t.Fatalf("%s exited during start-up:\n%s", n.name, n.out.String())
 		default:
 		}
-		if resp, err := http.Get("http://" + n.http + "/healthz"); err == nil {
+		if resp, err := n.httpClient().Get(n.base() + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return
@@ -162,7 +181,7 @@ func (n *node) stop(t *testing.T, grace time.Duration) {
 // clusterNodes reads GET /api/v1/cluster/status: the member names.
 func (n *node) clusterNodes(t *testing.T) []string {
 	t.Helper()
-	resp, err := http.Get("http://" + n.http + "/api/v1/cluster/status")
+	resp, err := n.httpClient().Get(n.base() + "/api/v1/cluster/status")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
