@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -57,21 +56,6 @@ func TestConfigValidateTLS(t *testing.T) {
 
 const testAdminKey = "corvo_00000000000e2e00_e2e-test-admin-key-0123456789abcdefABCDEF_x"
 
-// httpsGet sends one request on an open TLS connection and reads the
-// answer.
-func httpsGet(t *testing.T, conn *tls.Conn, r *bufio.Reader, path string) int {
-	t.Helper()
-	_, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: corvo\r\n\r\n")
-	require.NoError(t, err)
-	resp, err := http.ReadResponse(r, nil)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-func serial(conn *tls.Conn) *big.Int { return conn.ConnectionState().PeerCertificates[0].SerialNumber }
-
 // TestNodeTLSReloadKeepsConnections: the API is served over TLS; ReloadTLS
 // (SIGHUP) makes new handshakes use the new certificate while an open
 // keep-alive connection keeps working; a bad file leaves the certificate
@@ -94,8 +78,8 @@ func TestNodeTLSReloadKeepsConnections(t *testing.T) {
 		return conn, bufio.NewReader(conn)
 	}
 	old, oldR := dial()
-	require.Equal(t, 200, httpsGet(t, old, oldR, "/healthz"))
-	s1 := serial(old)
+	require.Equal(t, 200, testcerts.Get(t, old, oldR, "/healthz"))
+	s1 := testcerts.LeafSerial(old)
 
 	// TLS 1.1 is refused.
 	_, err = tls.Dial("tcp", n.Addr(), &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS11})
@@ -111,18 +95,18 @@ func TestNodeTLSReloadKeepsConnections(t *testing.T) {
 	require.NoError(t, os.WriteFile(first.Key, k2, 0o600))
 	require.NoError(t, n.ReloadTLS())
 	fresh, freshR := dial()
-	s2 := serial(fresh)
+	s2 := testcerts.LeafSerial(fresh)
 	require.NotEqual(t, s1, s2, "a new connection sees the new certificate")
-	require.Equal(t, 200, httpsGet(t, fresh, freshR, "/healthz"))
-	require.Equal(t, 200, httpsGet(t, old, oldR, "/healthz"), "the open connection was kept")
-	require.Equal(t, s1, serial(old))
+	require.Equal(t, 200, testcerts.Get(t, fresh, freshR, "/healthz"))
+	require.Equal(t, 200, testcerts.Get(t, old, oldR, "/healthz"), "the open connection was kept")
+	require.Equal(t, s1, testcerts.LeafSerial(old))
 
 	// A broken file is refused and the certificate in use stays.
 	require.NoError(t, os.WriteFile(first.Cert, []byte("-----BEGIN CERTIFICATE-----\nbroken\n"), 0o600))
 	require.Error(t, n.ReloadTLS())
 	again, againR := dial()
-	require.Equal(t, s2, serial(again))
-	require.Equal(t, 200, httpsGet(t, again, againR, "/healthz"))
+	require.Equal(t, s2, testcerts.LeafSerial(again))
+	require.Equal(t, 200, testcerts.Get(t, again, againR, "/healthz"))
 
 	// Logging in over TLS sets a Secure cookie.
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}

@@ -23,20 +23,6 @@ import (
 	"github.com/corvohq/corvo/peer"
 )
 
-// getOn sends one GET on an open connection and reads the answer.
-func getOn(t *testing.T, conn net.Conn, r *bufio.Reader, path string) int {
-	t.Helper()
-	_, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: corvo\r\n\r\n")
-	require.NoError(t, err)
-	resp, err := http.ReadResponse(r, nil)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-func leafSerial(c *tls.Conn) *big.Int { return c.ConnectionState().PeerCertificates[0].SerialNumber }
-
 // TestE2ETLSReloadOnSIGHUP: a server started with --tls-cert serves
 // HTTPS; after its files are replaced and it gets SIGHUP, a new connection
 // sees the new certificate while an open keep-alive connection goes on
@@ -55,8 +41,8 @@ func TestE2ETLSReloadOnSIGHUP(t *testing.T) {
 		return c, bufio.NewReader(c)
 	}
 	old, oldR := dial()
-	require.Equal(t, 200, getOn(t, old, oldR, "/healthz"))
-	first := leafSerial(old)
+	require.Equal(t, 200, testcerts.Get(t, old, oldR, "/healthz"))
+	first := testcerts.LeafSerial(old)
 
 	c2, k2 := e2eCA.Issue(t, "api-2", "127.0.0.1")
 	require.NoError(t, os.WriteFile(f.Cert, c2, 0o600))
@@ -65,19 +51,19 @@ func TestE2ETLSReloadOnSIGHUP(t *testing.T) {
 	var second *big.Int
 	require.Eventually(t, func() bool {
 		c, _ := dial()
-		second = leafSerial(c)
+		second = testcerts.LeafSerial(c)
 		return second.Cmp(first) != 0
 	}, 10*time.Second, 20*time.Millisecond, "no new connection saw the new certificate")
-	require.Equal(t, 200, getOn(t, old, oldR, "/healthz"), "the open connection was dropped")
-	require.Equal(t, first, leafSerial(old))
+	require.Equal(t, 200, testcerts.Get(t, old, oldR, "/healthz"), "the open connection was dropped")
+	require.Equal(t, first, testcerts.LeafSerial(old))
 
 	require.NoError(t, os.WriteFile(f.Cert, []byte("not a certificate"), 0o600))
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGHUP))
 	require.Eventually(t, func() bool { return strings.Contains(s.stderr.String(), "keeping the certificate in use") },
 		10*time.Second, 20*time.Millisecond)
 	c, r := dial()
-	require.Equal(t, second, leafSerial(c))
-	require.Equal(t, 200, getOn(t, c, r, "/healthz"))
+	require.Equal(t, second, testcerts.LeafSerial(c))
+	require.Equal(t, 200, testcerts.Get(t, c, r, "/healthz"))
 	select {
 	case <-s.exited:
 		t.Fatal("SIGHUP stopped the server")

@@ -4,14 +4,18 @@
 package testcerts
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -135,3 +139,22 @@ func (ca *CA) Pool() *x509.CertPool {
 	p.AddCert(ca.Cert)
 	return p
 }
+
+// Get sends one GET on an open connection (TLS or not) and reads the
+// answer's status, for tests that keep a connection across a reload.
+func Get(t testing.TB, conn net.Conn, r *bufio.Reader, path string) int {
+	t.Helper()
+	if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: corvo\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// LeafSerial is the serial number of the certificate the server showed.
+func LeafSerial(c *tls.Conn) *big.Int { return c.ConnectionState().PeerCertificates[0].SerialNumber }
