@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/auth"
@@ -609,4 +610,17 @@ func TestFanOutsReachKeyedNodes(t *testing.T) {
 		map[string]any{"queues": qs, "worker_id": uq("kfan-w"), "timeout": 5, "count": 2})
 	require.Equal(t, 200, st, string(out))
 	require.Contains(t, string(out), want, "the job on the other node's shard was not fetched")
+}
+
+// TestConnLoggerIsDebugOnly: fasthttp's per-connection messages reach the
+// node's log at debug level, never stderr at info.
+func TestConnLoggerIsDebugOnly(t *testing.T) {
+	var buf bytes.Buffer
+	l := connLogger{zerolog.New(&buf).Level(zerolog.InfoLevel)}
+	l.Printf("error when serving connection %q: %v", "a<->b", "tls: first record does not look like a TLS handshake")
+	require.Empty(t, buf.String(), "a connection message was logged at info")
+	l = connLogger{zerolog.New(&buf).Level(zerolog.DebugLevel)}
+	l.Printf("error when serving connection %q", "a<->b")
+	require.Contains(t, buf.String(), `"level":"debug"`)
+	require.Contains(t, buf.String(), "error when serving connection")
 }

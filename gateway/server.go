@@ -331,6 +331,7 @@ func New(cfg Config, eng Engine) *Server {
 		NoDefaultContentType:          true,
 		DisablePreParseMultipartForm:  true,
 		DisableHeaderNamesNormalizing: false,
+		Logger:                        connLogger{s.log},
 		ReadBufferSize:                MaxHeaderBytes,
 		SecureErrorLogMessage:         true, // never echo a request's headers (its key) into an answer or a log
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
@@ -438,6 +439,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// connLogger takes fasthttp's own messages, which are about one connection
+// each (a client that reset it, a plain-HTTP hit on a TLS port, a failed
+// handshake), into the node's log at debug level instead of stderr.
+type connLogger struct{ log zerolog.Logger }
+
+func (l connLogger) Printf(format string, args ...any) {
+	l.log.Debug().Str("layer", "http").Msgf(format, args...)
 }
 
 // trackingListener remembers its connections and whether each has sent
