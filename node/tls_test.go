@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -149,19 +148,7 @@ func TestNodePeerRoutesNeedAPeerCertificate(t *testing.T) {
 		if alpn {
 			tc.NextProtos = []string{peer.ALPN}
 		}
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
-		req, _ := http.NewRequest("POST", "https://"+n.Addr()+path, strings.NewReader(`{}`))
-		req.Header.Set("Content-Type", "application/json")
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
+		return testcerts.Post(tc, "https://"+n.Addr()+path, hdr)
 	}
 	nodeCert, err := tls.LoadX509KeyPair(nodeFiles.Cert, nodeFiles.Key)
 	require.NoError(t, err)

@@ -5,10 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -271,21 +269,7 @@ func TestClusterMutualTLS(t *testing.T) {
 
 	// The node-to-node routes.
 	internal := target.url + "/internal/v1/shards/0/read"
-	callWith := func(tc *tls.Config, url string, hdr map[string]string) (int, string, error) {
-		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
-		req, _ := http.NewRequest("POST", url, strings.NewReader(`{}`))
-		req.Header.Set("Content-Type", "application/json")
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
-	}
+	callWith := testcerts.Post
 	secret := map[string]string{peer.SecretHeader: testClusterSecret}
 	st1, b1, err := callWith(present(&peerCert), internal, secret)
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,3 +159,26 @@ func Get(t testing.TB, conn net.Conn, r *bufio.Reader, path string) int {
 
 // LeafSerial is the serial number of the certificate the server showed.
 func LeafSerial(c *tls.Conn) *big.Int { return c.ConnectionState().PeerCertificates[0].SerialNumber }
+
+// Post sends POST url with the body {} (JSON) and the headers hdr over a
+// client with the TLS configuration tc, and returns the status and body
+// (an error when the connection or handshake failed).
+func Post(tc *tls.Config, url string, hdr map[string]string) (int, string, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequest("POST", url, strings.NewReader(`{}`))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
