@@ -397,8 +397,13 @@ func TestClusterPartition(t *testing.T) {
 
 	// The majority side: one writer per node enqueueing round-robin over
 	// every shard's queue and one worker per node fetching and acking.
-	// Every write must get its 2xx within 10 s.
-	const writeBudget = 10 * time.Second
+	// Every write must get its 2xx within 15 s: a proposal may use its
+	// whole 10 s deadline (shard.ProposalDeadlineDefault) before it answers
+	// 503, and the client's retry after Retry-After must then succeed.
+	// (CI and a loaded run here each saw one write take ~11 s, at the
+	// heal: the first attempt hit the deadline, the retry went through.)
+	// New leaders must still be elected within electionBudget.
+	const writeBudget, electionBudget = 15 * time.Second, 10 * time.Second
 	var (
 		failures        []string
 		retries, writes int
@@ -521,7 +526,7 @@ func TestClusterPartition(t *testing.T) {
 			t1 = time.Now()
 			break
 		}
-		require.Less(t, time.Since(t0), writeBudget, "the majority did not elect new leaders within %s: %s", writeBudget, views)
+		require.Less(t, time.Since(t0), electionBudget, "the majority did not elect new leaders within %s: %s", electionBudget, views)
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("majority has new leaders for every group %s after the cut", t1.Sub(t0).Round(time.Millisecond))
