@@ -12,6 +12,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // Permission is one thing a route needs.
@@ -42,6 +44,8 @@ const (
 	PermKeysManage Permission = "keys:manage" // API keys (create, list, change, revoke)
 
 	PermAuditRead Permission = "audit:read" // the audit log (a non-admin: its namespace's)
+
+	PermNamespacesManage Permission = "namespaces:manage" // create, list, delete namespaces (admins)
 )
 
 // Permissions lists every permission, in a stable order.
@@ -50,7 +54,7 @@ var Permissions = []Permission{
 	PermQueuesRead, PermQueuesManage,
 	PermSchedulesRead, PermSchedulesManage,
 	PermClusterRead, PermClusterManage,
-	PermMetricsRead, PermKeysManage, PermAuditRead,
+	PermMetricsRead, PermKeysManage, PermAuditRead, PermNamespacesManage,
 }
 
 // Built-in roles.
@@ -102,7 +106,7 @@ type Principal struct {
 var Anonymous = Principal{Name: "anonymous", Namespace: DefaultNamespace, Role: RoleAdmin}
 
 // DefaultNamespace is the namespace of everything not placed in another.
-const DefaultNamespace = "default"
+const DefaultNamespace = router.DefaultNamespace
 
 // Can reports whether p's role grants perm.
 func (p *Principal) Can(perm Permission) bool {

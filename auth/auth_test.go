@@ -213,3 +213,45 @@ func TestRevokedKeysStayRevoked(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.True(t, back.Revoked(id), "a snapshot forgot a revocation")
 }
+
+func TestNamespaceCommands(t *testing.T) {
+	s := Empty
+	if !s.NamespaceExists(DefaultNamespace) || s.NamespaceExists("acme") || s.MultiTenant() {
+		t.Fatal("a new state has only the default namespace")
+	}
+	s, ok := s.Apply(Cmd{Op: "ns.put", Namespace: &Namespace{Name: "acme", CreatedAt: 5}})
+	if !ok || !s.NamespaceExists("acme") || !s.MultiTenant() {
+		t.Fatal("ns.put did not make acme")
+	}
+	for _, bad := range []Cmd{
+		{Op: "ns.put", Namespace: &Namespace{Name: "acme"}},           // exists
+		{Op: "ns.put", Namespace: &Namespace{Name: DefaultNamespace}}, // always exists
+		{Op: "ns.put", Namespace: &Namespace{Name: "Bad/Name"}},
+		{Op: "ns.put"},
+		{Op: "ns.delete", Name: DefaultNamespace},
+		{Op: "ns.delete", Name: "nope"},
+	} {
+		if _, changed := s.Apply(bad); changed {
+			t.Fatalf("%+v changed the state", bad)
+		}
+	}
+	s, _ = s.Apply(Cmd{Op: "put", Key: &Key{ID: "0123456789abcdef", Namespace: "acme", Role: RoleWorker, Enabled: true}})
+	if _, changed := s.Apply(Cmd{Op: "ns.delete", Name: "acme"}); changed {
+		t.Fatal("a namespace with a key was deleted")
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Namespaces(); len(got) != 2 || got[0].Name != "acme" || got[0].CreatedAt != 5 || got[1].Name != DefaultNamespace {
+		t.Fatalf("namespaces after a snapshot round trip: %+v", got)
+	}
+	s, _ = s.Apply(Cmd{Op: "delete", ID: "0123456789abcdef", At: 1})
+	if s, ok = s.Apply(Cmd{Op: "ns.delete", Name: "acme"}); !ok || s.NamespaceExists("acme") {
+		t.Fatal("an unused namespace was not deleted")
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"maps"
 	"sort"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // Key is an API key as the cluster stores it: never the key itself.
@@ -51,6 +53,15 @@ type Role struct {
 	UpdatedAt   int64        `json:"updated_at,omitempty"`
 }
 
+// Namespace is a tenant: its queues, jobs, schedules and keys are its own
+// (router.NamespacedQueue). The default namespace always exists and is not
+// in the table.
+type Namespace struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	CreatedAt   int64  `json:"created_at"` // Unix ns
+}
+
 // State is the cluster's key table and its custom roles. A *State is
 // never changed: Apply returns a new one, so readers need no lock.
 type State struct {
@@ -59,10 +70,45 @@ type State struct {
 	// revoked holds the IDs of revoked keys (when): a revoked key never
 	// comes back, not even as a configured admin key at a restart.
 	revoked map[string]int64
+	// namespaces holds the namespaces made besides the default one.
+	namespaces map[string]*Namespace
 }
 
 // Empty is the state of a cluster with no keys.
-var Empty = &State{keys: map[string]*Key{}, roles: map[string]*Role{}, revoked: map[string]int64{}}
+var Empty = &State{keys: map[string]*Key{}, roles: map[string]*Role{}, revoked: map[string]int64{}, namespaces: map[string]*Namespace{}}
+
+// NamespaceExists reports whether ns is the default namespace or one made
+// with "ns.put".
+func (s *State) NamespaceExists(ns string) bool {
+	_, ok := s.namespaces[ns]
+	return ok || ns == DefaultNamespace
+}
+
+// Namespaces lists every namespace by name, the default one included.
+func (s *State) Namespaces() []Namespace {
+	out := make([]Namespace, 0, len(s.namespaces)+1)
+	out = append(out, Namespace{Name: DefaultNamespace})
+	for _, n := range s.namespaces {
+		out = append(out, *n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// MultiTenant reports whether a namespace besides the default one exists.
+func (s *State) MultiTenant() bool { return len(s.namespaces) > 0 }
+
+// NamespaceInUse lists the IDs of the keys of namespace ns.
+func (s *State) NamespaceInUse(ns string) []string {
+	var ids []string
+	for id, k := range s.keys {
+		if k.Namespace == ns {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
 
 // Revoked reports whether the key with this ID was revoked.
 func (s *State) Revoked(id string) bool { _, ok := s.revoked[id]; return ok }
@@ -198,7 +244,7 @@ func (s *State) KeyByID(id string, now int64) (*Key, Refusal) {
 
 // Cmd is one change to the key table, proposed to the meta group.
 type Cmd struct {
-	Op string `json:"op"` // put | update | delete | touch | role.put | role.delete
+	Op string `json:"op"` // put | update | delete | touch | role.put | role.delete | ns.put | ns.delete
 	// put: the new key (refused when its ID exists).
 	Key *Key `json:"key,omitempty"`
 	// update, delete: the key's ID; update sets the fields that are set.
@@ -210,6 +256,9 @@ type Cmd struct {
 	// name); role.delete: Name, refused while a key has the role.
 	Role *Role  `json:"role,omitempty"`
 	Name string `json:"name,omitempty"`
+	// ns.put: a namespace, created (refused when it exists); ns.delete:
+	// Name, refused while a key belongs to it.
+	Namespace *Namespace `json:"namespace,omitempty"`
 	// At is when (Unix ns) a delete revoked the key.
 	At int64 `json:"at,omitempty"`
 }
@@ -313,6 +362,21 @@ func (s *State) Apply(c Cmd) (*State, bool) {
 		n := s.clone()
 		delete(n.roles, c.Name)
 		return n, true
+	case "ns.put":
+		if c.Namespace == nil || router.ValidateNamespace(c.Namespace.Name) != nil || s.NamespaceExists(c.Namespace.Name) {
+			return s, false
+		}
+		n := s.clone()
+		ns := *c.Namespace
+		n.namespaces[ns.Name] = &ns
+		return n, true
+	case "ns.delete":
+		if _, ok := s.namespaces[c.Name]; !ok || len(s.NamespaceInUse(c.Name)) > 0 {
+			return s, false
+		}
+		n := s.clone()
+		delete(n.namespaces, c.Name)
+		return n, true
 	}
 	return s, false
 }
@@ -327,7 +391,7 @@ func (s *State) reresolve(role string) {
 }
 
 func (s *State) clone() *State {
-	return &State{keys: maps.Clone(s.keys), roles: maps.Clone(s.roles), revoked: maps.Clone(s.revoked)}
+	return &State{keys: maps.Clone(s.keys), roles: maps.Clone(s.roles), revoked: maps.Clone(s.revoked), namespaces: maps.Clone(s.namespaces)}
 }
 
 // stateJSON is State's form in meta snapshots.
@@ -335,11 +399,19 @@ type stateJSON struct {
 	Keys    []Key            `json:"keys"`
 	Roles   []Role           `json:"roles,omitempty"`
 	Revoked map[string]int64 `json:"revoked,omitempty"`
+	// Namespaces are the namespaces besides the default one.
+	Namespaces []Namespace `json:"namespaces,omitempty"`
 }
 
 // MarshalJSON writes the keys and roles (meta snapshots).
 func (s *State) MarshalJSON() ([]byte, error) {
-	return json.Marshal(stateJSON{Keys: s.Keys(), Roles: s.Roles(), Revoked: s.revoked})
+	var nss []Namespace
+	for _, n := range s.Namespaces() {
+		if n.Name != DefaultNamespace {
+			nss = append(nss, n)
+		}
+	}
+	return json.Marshal(stateJSON{Keys: s.Keys(), Roles: s.Roles(), Revoked: s.revoked, Namespaces: nss})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote (or a bare list of keys).
@@ -355,6 +427,10 @@ func (s *State) UnmarshalJSON(b []byte) error {
 	s.revoked = st.Revoked
 	if s.revoked == nil {
 		s.revoked = map[string]int64{}
+	}
+	s.namespaces = make(map[string]*Namespace, len(st.Namespaces))
+	for i := range st.Namespaces {
+		s.namespaces[st.Namespaces[i].Name] = &st.Namespaces[i]
 	}
 	s.roles = make(map[string]*Role, len(st.Roles))
 	for i := range st.Roles {
