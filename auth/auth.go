@@ -99,6 +99,31 @@ type Principal struct {
 	// on top of Queues.
 	Perms      []Permission
 	RoleQueues []string
+	// Grants, for a single sign-on session, are the built-in roles the
+	// user's groups map to, by namespace: a request in one of those
+	// namespaces acts with its role (Namespace and Role are the first
+	// grant's).
+	Grants map[string]string
+}
+
+// In is p acting in namespace ns: p itself in its own namespace; an admin
+// anywhere; a single sign-on user in a namespace it has a grant for. The
+// second result is false when p may not act in ns.
+func (p *Principal) In(ns string) (*Principal, bool) {
+	if ns == p.Namespace {
+		return p, true
+	}
+	if p.Admin() {
+		c := *p
+		c.Namespace = ns
+		return &c, true
+	}
+	if role, ok := p.Grants[ns]; ok {
+		c := *p
+		c.Namespace, c.Role, c.Perms, c.RoleQueues = ns, role, nil, nil
+		return &c, true
+	}
+	return nil, false
 }
 
 // Anonymous is the caller of a server that runs open (loopback, or

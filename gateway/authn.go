@@ -48,6 +48,15 @@ type Keys interface {
 // SessionCookie holds the web UI's key (HttpOnly, SameSite=Strict).
 const SessionCookie = "corvo_session"
 
+// NamespaceHeader picks the namespace a request acts in (default: the
+// key's own). Only a principal that may act there (an admin, or a single
+// sign-on user with a grant for it) may name another. NamespaceCookie does
+// the same for the web UI's requests that cannot set headers (EventSource).
+const (
+	NamespaceHeader = "X-Corvo-Namespace"
+	NamespaceCookie = "corvo_namespace"
+)
+
 // KeyTouchIntervalDefault is how often a node records the last-used time
 // of the keys it saw (one meta entry per interval, never one per request).
 const KeyTouchIntervalDefault = 30 * time.Second
@@ -85,8 +94,11 @@ func requestKey(ctx *fasthttp.RequestCtx) (key, cookie []byte, sent bool) {
 // authorize finds the request's principal and checks it holds perm. It
 // answers the request itself (false) when it may not go on.
 func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool {
-	if perm == auth.PermNone || s.cfg.Auth == AuthOff {
+	if perm == auth.PermNone {
 		return true
+	}
+	if s.cfg.Auth == AuthOff {
+		return s.enter(ctx, &auth.Anonymous, nil)
 	}
 	if len(ctx.Request.Header.Peek(peer.SecretHeader)) > 0 {
 		// Another node: the cluster credential stands for the caller
@@ -96,22 +108,16 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 			s.fail(ctx, err)
 			return false
 		}
-		ctx.SetUserValue(principalKey, &clusterPrincipal)
-		return true
+		return s.enter(ctx, &clusterPrincipal, nil)
 	}
 	key, cookie, sent := requestKey(ctx)
 	if !sent {
 		if s.cfg.Auth == AuthOpen {
-			return true // principal() is Anonymous
+			return s.enter(ctx, &auth.Anonymous, nil)
 		}
 		return s.refuse(ctx, codeUnauthorized.err("this server needs an API key: send Authorization: Bearer <key>"))
 	}
-	var st *auth.State
-	if s.cfg.Keys != nil {
-		st = s.cfg.Keys.Keys()
-	} else {
-		st = auth.Empty
-	}
+	st := s.keyState()
 	now := time.Now().UnixNano()
 	var k *auth.Key
 	why := auth.Accepted
@@ -135,12 +141,60 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 	}
 	s.touched.see(k.ID, now)
 	p := k.Principal()
-	ctx.SetUserValue(principalKey, p)
+	if !s.enter(ctx, p, st) {
+		return false
+	}
+	p = principal(ctx)
 	if perm != permAnyKey && !p.Can(perm) {
 		writeError(ctx, codeForbidden.errf("the key %q (role %s) lacks the %s permission this endpoint needs", k.Name, k.Role, perm))
 		return false
 	}
 	return s.limit(ctx, k, now)
+}
+
+// requestNamespace is the namespace the request names (header, else the
+// UI's cookie), or "".
+func requestNamespace(ctx *fasthttp.RequestCtx) []byte {
+	if h := ctx.Request.Header.Peek(NamespaceHeader); len(h) > 0 {
+		return h
+	}
+	return ctx.Request.Header.Cookie(NamespaceCookie)
+}
+
+// enter sets the request's principal: p, or p acting in the namespace the
+// request names. It answers the request (false) when p may not act there
+// or the namespace does not exist. st is the key table (nil: read it).
+func (s *Server) enter(ctx *fasthttp.RequestCtx, p *auth.Principal, st *auth.State) bool {
+	ns := requestNamespace(ctx)
+	if len(ns) == 0 || string(ns) == p.Namespace {
+		if p != &auth.Anonymous { // principal() falls back to it
+			ctx.SetUserValue(principalKey, p)
+		}
+		return true
+	}
+	if st == nil {
+		st = s.keyState()
+	}
+	name := string(ns)
+	if !st.NamespaceExists(name) {
+		writeError(ctx, codeNotFound.errf("namespace %q does not exist", name))
+		return false
+	}
+	q, ok := p.In(name)
+	if !ok {
+		writeError(ctx, codeForbidden.errf("%q (namespace %s) may not act in namespace %q", p.Name, p.Namespace, name))
+		return false
+	}
+	ctx.SetUserValue(principalKey, q)
+	return true
+}
+
+// keyState is the key table (an empty one when the server has none).
+func (s *Server) keyState() *auth.State {
+	if s.cfg.Keys != nil {
+		return s.cfg.Keys.Keys()
+	}
+	return auth.Empty
 }
 
 // sessionKeyOf is the key a UI session token stands for, checked as a key

@@ -27,7 +27,7 @@ import (
 const corsMaxAge = "600"
 
 // corsAllowHeaders are the request headers an allowed origin may send.
-const corsAllowHeaders = "Content-Type, Authorization, Last-Event-ID"
+const corsAllowHeaders = "Content-Type, Authorization, Last-Event-ID, X-Corvo-Namespace"
 
 // guard is what route checks before a handler runs.
 type guard struct {
