@@ -217,3 +217,28 @@ func TestIDPrefixRange(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorSearchNamespace: a namespace filter sees its own queues only —
+// never a longer namespace sharing its prefix, never the default one's.
+func TestMirrorSearchNamespace(t *testing.T) {
+	t.Parallel()
+	m := openTest(t)
+	var ch []statemachine.JobChange
+	for i, q := range []string{"emails", "acme/emails", "acme/other", "acmex/emails", "acme0/x"} {
+		v := view(i+1, q, "pending", `{}`)
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v})
+	}
+	feed(t, m, 5, ch...)
+	for ns, want := range map[string][]string{
+		"default": {"001"},
+		"acme":    {"002", "003"},
+		"acmex":   {"004"},
+		"acme0":   {"005"},
+		"nobody":  nil,
+	} {
+		p, err := m.Search(context.Background(), Filter{Namespace: ns})
+		require.NoError(t, err, ns)
+		require.Equal(t, want, ids(p), ns)
+		require.Equal(t, len(want), p.Total, ns)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // Filter is a job search (spec 000 "Search and filter"). Every field is
@@ -18,7 +20,11 @@ import (
 type Filter struct {
 	// KnownTotal, when set, is the number of matches (the search skips
 	// its count query).
-	KnownTotal      *int
+	KnownTotal *int
+	// Namespace, when set, restricts the search to the queues of one
+	// namespace (router.QueueInNamespace; Queue is then a stored name
+	// of it). "": every queue.
+	Namespace       string
 	Queue           string
 	States          []string
 	Priority        *int
@@ -128,6 +134,8 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 	}
 	if f.Queue != "" {
 		add("queue = " + ps.Add(f.Queue))
+	} else if f.Namespace != "" {
+		add(namespaceCond(f.Namespace, ps))
 	}
 	if len(f.States) > 0 {
 		var ph []string
@@ -445,4 +453,14 @@ func idPrefixRange(p string) (lo, hi string) {
 		}
 	}
 	return p, ""
+}
+
+// namespaceCond selects the stored queue names of namespace ns: the
+// default namespace's have no '/'; another's are "<ns>/…", a range the
+// (queue, state, created_at) index serves ('0' follows '/').
+func namespaceCond(ns string, ps *Params) string {
+	if ns == router.DefaultNamespace {
+		return "instr(queue, '/') = 0"
+	}
+	return "(queue > " + ps.Add(ns+"/") + " AND queue < " + ps.Add(ns+"0") + ")"
 }
