@@ -153,8 +153,13 @@ func (p *Principal) Permissions() []Permission {
 func (p *Principal) Admin() bool { return p.Role == RoleAdmin }
 
 // AllowsQueue reports whether p's queue scope (its key's and its role's)
-// admits queue.
+// admits queue. Globs match the name inside the namespace: queue may be a
+// stored name (router.NamespacedQueue) or a name as the namespace sees it.
 func (p *Principal) AllowsQueue(queue string) bool {
+	if len(p.Queues) == 0 && len(p.RoleQueues) == 0 {
+		return true
+	}
+	queue = router.DisplayQueue(queue)
 	return matchesAny(p.Queues, queue) && matchesAny(p.RoleQueues, queue)
 }
 

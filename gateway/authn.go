@@ -11,6 +11,7 @@ import (
 
 	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/peer"
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -53,7 +54,7 @@ const SessionCookie = "corvo_session"
 // sign-on user with a grant for it) may name another. NamespaceCookie does
 // the same for the web UI's requests that cannot set headers (EventSource).
 const (
-	NamespaceHeader = "X-Corvo-Namespace"
+	NamespaceHeader = peer.NamespaceHeader
 	NamespaceCookie = "corvo_namespace"
 )
 
@@ -254,17 +255,83 @@ func nonEmpty(q string) []string {
 	return []string{q}
 }
 
-// jobInScope reports whether a key limited to some queues may see the job
-// in {id}: one of another queue is answered as not found (its existence is
-// not the key's business). Unscoped callers are not read for.
+// checksJobs reports whether p may be refused a job it names by ID: it is
+// limited to some queues, or the cluster has more than one namespace.
+func (s *Server) checksJobs(p *auth.Principal) bool {
+	return p.Scoped() || p.Namespace != router.DefaultNamespace || s.keyState().MultiTenant()
+}
+
+// jobInScope reports whether the request may see the job in {id}: its
+// queue is of the request's namespace and, for a key limited to some
+// queues, of its scope. A job it may not see is answered as not found (its
+// existence is not the caller's business). Nothing is read for an
+// unscoped caller of a cluster with one namespace.
 func (s *Server) jobInScope(ctx *fasthttp.RequestCtx, id string, sh int) bool {
 	p := principal(ctx)
-	if !p.Scoped() {
+	if !s.checksJobs(p) {
 		return true
 	}
 	v, err := s.read(sh, statemachine.GetJobQuery{ID: id})
 	jv, _ := v.(*statemachine.JobView)
-	return err != nil || jv == nil || p.AllowsQueue(jv.Job.Queue)
+	return err != nil || jv == nil || (inNamespace(ctx, jv.Job.Queue) && p.AllowsQueue(jv.Job.Queue))
+}
+
+// jobsInScope splits job IDs into those the request may act on
+// (jobInScope) and, as not-found failures, the others. It reads nothing
+// when jobInScope would not.
+func (s *Server) jobsInScope(ctx *fasthttp.RequestCtx, ids []string) ([]string, []jobFailure) {
+	if len(ids) == 0 || !s.checksJobs(principal(ctx)) {
+		return ids, nil
+	}
+	kept := make([]string, 0, len(ids))
+	var out []jobFailure
+	for _, id := range ids {
+		sh, err := s.rt.ShardForJob(id)
+		if err == nil && !s.jobInScope(ctx, id, sh) {
+			out = append(out, jobFailure{id, codeNotFound.err("job " + id + " not found")})
+			continue
+		}
+		kept = append(kept, id) // a malformed ID fails where it always did
+	}
+	return kept, out
+}
+
+// placeJob checks a new job against the request's scope (allowJob), and
+// the jobs it depends on against its namespace, then moves it into the
+// request's namespace: its queue and its chain's become stored names. It
+// answers the request (false) when the job may not be enqueued.
+func (s *Server) placeJob(ctx *fasthttp.RequestCtx, j *statemachine.Job) bool {
+	if !allowJob(ctx, j) {
+		return false
+	}
+	if s.checksJobs(principal(ctx)) {
+		for _, d := range j.DependsOn {
+			if !s.jobInScope(ctx, d.ID, int(d.Shard)) {
+				writeError(ctx, invalid("field \"depends_on\": job %s not found", d.ID))
+				return false
+			}
+		}
+	}
+	ns := principal(ctx).Namespace
+	if ns == router.DefaultNamespace {
+		return true
+	}
+	j.Queue = router.NamespacedQueue(ns, j.Queue)
+	if c := j.Chain; c != nil {
+		place := func(t *statemachine.ChainTarget) {
+			t.Queue = router.NamespacedQueue(ns, t.Queue)
+			t.Shard = uint32(s.rt.ShardForQueue(t.Queue))
+		}
+		for i := range c.Steps {
+			place(&c.Steps[i])
+		}
+		for _, t := range []*statemachine.ChainTarget{c.OnFailure, c.OnExit} {
+			if t != nil {
+				place(t)
+			}
+		}
+	}
+	return true
 }
 
 // allowJob checks the queue scope for every queue a new job names: its

@@ -30,6 +30,10 @@ type bulkRequest struct {
 	// Confirm: the caller knows the filter selects every job of a queue
 	// (or of the cluster); without it such a request is refused.
 	Confirm bool `json:"confirm"`
+
+	// ns is the namespace the request acts in (searchNamespace): its
+	// filter searches there and move_to_queue is one of its queues.
+	ns string
 }
 
 // POST /api/v1/jobs/bulk — one action over job IDs or over every job a
@@ -42,6 +46,7 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	req.ns = s.searchNamespace(ctx)
 	mk, aerr := s.bulkOp(&req)
 	if aerr != nil {
 		writeError(ctx, aerr)
@@ -60,6 +65,8 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	auditNote(ctx, req.Action)
+	var outside []jobFailure // job IDs of another namespace (or scope): not found
+	req.JobIDs, outside = s.jobsInScope(ctx, req.JobIDs)
 	stale := false
 	if req.Filter != nil && s.cfg.Mirror != nil {
 		stale = !s.awaitMirror() // a filter matches what this node wrote before
@@ -74,7 +81,7 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if async {
-		s.startAsyncBulk(ctx, &req, mk, total)
+		s.startAsyncBulk(ctx, &req, mk, total, outside)
 		return
 	}
 	ids, aerr := s.bulkTargets(&req)
@@ -83,6 +90,7 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	affected, failed := s.applyBulk(context.Background(), ids, mk)
+	failed = append(outside, failed...)
 	auditNote(ctx, fmt.Sprintf("%s, %d jobs affected, %d failed", req.Action, affected, len(failed)))
 	b := append([]byte(`{"affected":`), appendInt(nil, int64(affected))...)
 	b = append(b, `,"errors":`...)
@@ -136,6 +144,7 @@ func (s *Server) bulkOp(req *bulkRequest) (func(id string, sh int) statemachine.
 		if err := router.ValidateQueueName(req.MoveToQueue); err != nil {
 			return nil, invalid("field \"move_to_queue\": %v", err)
 		}
+		req.MoveToQueue = router.NamespacedQueue(req.ns, req.MoveToQueue)
 		target := s.rt.ShardForQueue(req.MoveToQueue)
 		return func(id string, sh int) statemachine.Op {
 			if sh == target {
@@ -167,7 +176,7 @@ func (s *Server) bulkTargets(req *bulkRequest) ([]string, *apiError) {
 	f := req.Filter.pages(1000)
 	var ids []string
 	for {
-		page, aerr := s.search(context.Background(), f, nil, false)
+		page, aerr := s.search(context.Background(), req.ns, f, nil, false)
 		if aerr != nil {
 			return nil, filterError(aerr)
 		}

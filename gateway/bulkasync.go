@@ -38,6 +38,7 @@ type bulkRun struct {
 	cancelled bool          // DELETE asked it to stop
 	changed   chan struct{} // closed and replaced after every chunk
 	done      chan struct{} // closed once the final record is saved
+	ns        string        // the namespace its filter searches (bulkRequest.ns)
 }
 
 // bulkRunner holds the node's running operations.
@@ -98,7 +99,7 @@ func (s *Server) bulkIsAsync(req *bulkRequest) (bool, int, *apiError) {
 	}
 	f := *req.Filter
 	f.Limit, f.Cursor = 1, nil
-	page, aerr := s.search(context.Background(), &f, nil, false)
+	page, aerr := s.search(context.Background(), req.ns, &f, nil, false)
 	if aerr != nil {
 		return false, 0, filterError(aerr)
 	}
@@ -110,14 +111,14 @@ func (s *Server) bulkIsAsync(req *bulkRequest) (bool, int, *apiError) {
 }
 
 // startAsyncBulk answers 202 and starts the runner.
-func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk func(string, int) statemachine.Op, total int) {
+func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk func(string, int) statemachine.Op, total int, outside []jobFailure) {
 	if s.cfg.Mirror == nil {
 		writeError(ctx, codeUnavailable.err("asynchronous bulk operations keep their status in the mirror, which this server runs without"))
 		return
 	}
 	var filter *searchRequest
 	if req.Filter != nil {
-		if _, err := req.Filter.filter(); err != nil {
+		if _, err := req.Filter.filter(req.ns); err != nil {
 			writeError(ctx, invalid("filter: %v", err))
 			return
 		}
@@ -127,6 +128,12 @@ func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk f
 		rec: mirror.BulkRecord{ID: "bulk_" + ulid.Make().String(), Action: req.Action, Status: "processing",
 			Total: int64(total), CreatedAt: time.Now().UnixNano()},
 		changed: make(chan struct{}), done: make(chan struct{}),
+		ns: req.ns,
+	}
+	if len(outside) > 0 {
+		run.rec.Total += int64(len(outside))
+		run.rec.Processed, run.rec.Errors = int64(len(outside)), int64(len(outside))
+		run.failed = append(run.failed, outside[:min(len(outside), maxListedFailures)]...)
 	}
 	br := s.bulk
 	br.mu.Lock()
@@ -221,7 +228,7 @@ func (s *Server) runBulk(run *bulkRun, ids []string, filter *searchRequest, move
 		}
 	} else {
 		for {
-			page, aerr := s.search(br.ctx, filter, nil, false)
+			page, aerr := s.search(br.ctx, run.ns, filter, nil, false)
 			if aerr != nil {
 				if br.ctx.Err() == nil {
 					status, failure = "failed", "reading the filter's matches: "+aerr.msg

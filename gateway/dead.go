@@ -25,6 +25,10 @@ func (s *Server) handleDead(ctx *fasthttp.RequestCtx) {
 	if !requireQueues(ctx, "?queue=", nonEmpty(queue)...) {
 		return
 	}
+	ns := s.searchNamespace(ctx)
+	if queue != "" {
+		queue = router.NamespacedQueue(ns, queue)
+	}
 	limit := 50
 	if v := args.Peek("limit"); len(v) > 0 {
 		n, err := strconv.Atoi(string(v))
@@ -48,7 +52,7 @@ func (s *Server) handleDead(ctx *fasthttp.RequestCtx) {
 	var all []statemachine.JobView
 	more := false
 	vs, err := s.readEach(func(int) any {
-		return statemachine.DeadQuery{Queue: queue, Before: before, BeforeID: beforeID, Limit: limit}
+		return statemachine.DeadQuery{Queue: queue, Namespace: ns, Before: before, BeforeID: beforeID, Limit: limit}
 	})
 	if err != nil {
 		writeError(ctx, engineError(err))

@@ -34,7 +34,7 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	if !allowJob(ctx, &job) {
+	if !s.placeJob(ctx, &job) {
 		return
 	}
 	sh := s.rt.ShardForQueue(job.Queue)
@@ -89,9 +89,12 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 	}
 	ids := make([]string, len(req.Jobs))
 	p := newShardOps(s.eng.Shards(), len(req.Jobs)+1)
-	batchID, batchShard, create := s.newBatch(req.Batch, len(req.Jobs))
+	batchID, batchShard, create := s.newBatch(req.Batch, len(req.Jobs), principal(ctx).Namespace)
 	if create != nil && create.Batch.CallbackQueue == "" && req.Batch.CallbackQueue != nil {
 		writeError(ctx, invalid("field \"batch.callback_queue\": %v", router.ValidateQueueName(*req.Batch.CallbackQueue)))
+		return
+	}
+	if create != nil && create.Batch.CallbackQueue != "" && !allowQueue(ctx, create.Batch.CallbackQueue) {
 		return
 	}
 	if create != nil {
@@ -110,7 +113,7 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, aerr)
 			return
 		}
-		if !allowJob(ctx, &job) {
+		if !s.placeJob(ctx, &job) {
 			return
 		}
 		sh := s.rt.ShardForQueue(job.Queue)
@@ -167,18 +170,22 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 // newBatch prepares a batch for a batch enqueue with a "batch" object: its
 // ID (on the callback queue's shard, so the callback is local) and the op
 // that creates it. No batch object: no batch.
-func (s *Server) newBatch(req *batchRequest, total int) (string, int, *statemachine.BatchCreateOp) {
+func (s *Server) newBatch(req *batchRequest, total int, ns string) (string, int, *statemachine.BatchCreateOp) {
 	if req == nil {
 		return "", 0, nil
 	}
 	b := statemachine.Batch{Total: uint32(total), CallbackPayload: rawOrNil(req.CallbackPayload)}
+	if ns != router.DefaultNamespace {
+		b.Namespace = ns
+	}
 	shard := 0
 	if req.CallbackQueue != nil {
 		if router.ValidateQueueName(*req.CallbackQueue) != nil {
 			return "", 0, &statemachine.BatchCreateOp{} // invalid: the caller answers 400
 		}
-		shard = s.rt.ShardForQueue(*req.CallbackQueue)
-		b.CallbackQueue, b.CallbackShard = *req.CallbackQueue, uint32(shard)
+		b.CallbackQueue = router.NamespacedQueue(ns, *req.CallbackQueue)
+		shard = s.rt.ShardForQueue(b.CallbackQueue)
+		b.CallbackShard = uint32(shard)
 		b.CallbackJobID = s.newJobID(shard)
 	} else {
 		shard = int(ulid.Make().Time() % uint64(s.eng.Shards()))
@@ -203,7 +210,7 @@ func (s *Server) handleGetBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	bt, _ := v.(*statemachine.Batch)
-	if bt == nil || bt.Total == 0 {
+	if bt == nil || bt.Total == 0 || !batchInNamespace(ctx, bt) {
 		writeError(ctx, codeNotFound.err("batch "+id+" not found"))
 		return
 	}
@@ -217,7 +224,11 @@ func (s *Server) handleGetBatch(ctx *fasthttp.RequestCtx) {
 	b = append(b, `,"failed":`...)
 	b = appendInt(b, int64(bt.Failed))
 	b = append(b, `,"callback_queue":`...)
-	b = appendNullableString(b, bt.CallbackQueue)
+	if bt.CallbackQueue == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendQueueName(b, bt.CallbackQueue)
+	}
 	b = append(b, `,"callback_payload":`...)
 	b = appendRaw(b, bt.CallbackPayload, "null")
 	b = append(b, `,"callback_job_id":`...)

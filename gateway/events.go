@@ -57,6 +57,13 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	if !requireQueues(ctx, "?queue=", named...) {
 		return
 	}
+	if f.Namespace = s.searchNamespace(ctx); f.Namespace != "" && f.Queues != nil {
+		stored := make(map[string]bool, len(f.Queues))
+		for q := range f.Queues {
+			stored[router.NamespacedQueue(f.Namespace, q)] = true
+		}
+		f.Queues = stored
+	}
 	if s.cfg.Events == nil {
 		writeError(ctx, codeUnavailable.err("this server runs without the event stream"))
 		return
@@ -130,7 +137,7 @@ func (s *Server) handleEvents(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	markStream(ctx)
 	if len(remote) > 0 {
-		m := s.newMerger(n, from, f.Shards, remote, rawQueue, rawType)
+		m := s.newMerger(n, from, f.Shards, remote, rawQueue, rawType, principal(ctx).Namespace)
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			defer s.subscribers.Add(-1)
 			m.stream(w, sub, reset)
@@ -273,7 +280,7 @@ func appendJobFrame(b []byte, id string, e *events.Event) []byte {
 	b = append(b, `,"job_id":`...)
 	b = appendString(b, e.JobID)
 	b = append(b, `,"queue":`...)
-	b = appendString(b, e.Queue)
+	b = appendQueueName(b, e.Queue)
 	b = append(b, `,"state":`...)
 	b = appendString(b, e.State.String())
 	b = append(b, `,"attempt":`...)
@@ -312,7 +319,7 @@ func appendJobFrame(b []byte, id string, e *events.Event) []byte {
 	}
 	if e.FromQueue != "" {
 		b = append(b, `,"from_queue":`...)
-		b = appendString(b, e.FromQueue)
+		b = appendQueueName(b, e.FromQueue)
 	}
 	if e.MovedTo != "" {
 		b = append(b, `,"moved_to":`...)

@@ -46,7 +46,7 @@ type merger struct {
 // the remote ones of which come from other nodes (the stream's filter:
 // queue and typ, as the client gave them). from is the client's resume
 // cursor (nil: live).
-func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int, queue, typ string) *merger {
+func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int, queue, typ, ns string) *merger {
 	m := &merger{s: s, n: n, known: make([]bool, n)}
 	if from != nil {
 		m.cur = append(events.Cursor(nil), from...)
@@ -60,7 +60,7 @@ func (s *Server) newMerger(n int, from events.Cursor, need []bool, remote []int,
 		}
 	}
 	m.local = s.localShards(need, n)
-	m.ups = s.peer.Upstreams(remote, peer.UpstreamsConfig{Queue: queue, Type: typ, Idle: s.upstreamIdle(),
+	m.ups = s.peer.Upstreams(remote, peer.UpstreamsConfig{Queue: queue, Type: typ, Namespace: ns, Idle: s.upstreamIdle(),
 		Known: func(sh int) bool { return m.known[sh] }, Cursor: func() string { return m.cur.Encode() }})
 	return m
 }

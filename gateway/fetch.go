@@ -32,10 +32,11 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	for _, q := range req.Queues {
+	for i, q := range req.Queues {
 		if !allowQueue(ctx, q) {
 			return
 		}
+		req.Queues[i] = storedQueue(ctx, q)
 	}
 	queues := dedupe(req.Queues)
 	if !s.allHosted(queues) {
@@ -360,7 +361,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 		writeError(ctx, codeUnavailable.err("the queues' shards are not hosted on this node, and no node hosting them is known"))
 		return
 	}
-	raw, err := s.peer.FetchRounds(peer.FetchRounds{Local: lf, LocalQueues: len(lf.queues) > 0, Groups: groups,
+	raw, err := s.peer.FetchRounds(peer.FetchRounds{Local: lf, LocalQueues: len(lf.queues) > 0, Groups: groups, Namespace: principal(ctx).Namespace,
 		WorkerID: req.WorkerID, Hostname: req.Hostname, Count: count, Deadline: time.Now().Add(timeout)})
 	switch {
 	case err != nil:

@@ -85,7 +85,7 @@ func (s *Server) onJob(ctx *fasthttp.RequestCtx, do func(id string, sh int) *api
 	}
 	aerr := do(id, sh)
 	if aerr != nil && aerr.status == 404 {
-		if nid, nsh, moved := s.resolveMoved(id, sh); moved {
+		if nid, nsh, moved := s.resolveMoved(id, sh); moved && s.jobInScope(ctx, nid, nsh) {
 			aerr = do(nid, nsh)
 		}
 	}
@@ -189,6 +189,7 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 	if !allowQueue(ctx, *req.Queue) {
 		return
 	}
+	*req.Queue = storedQueue(ctx, *req.Queue)
 	id, _ := ctx.UserValue("id").(string)
 	var newID string
 	r, ok := s.jobOp(ctx, func(id string) statemachine.Op {
@@ -216,7 +217,7 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 		b = appendString(b, id)
 	}
 	b = append(b, `,"queue":`...)
-	b = appendString(b, r.Queue)
+	b = appendQueueName(b, r.Queue)
 	b = append(b, `,"status":`...)
 	b = appendString(b, r.State.String())
 	if !arrived {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -90,8 +91,13 @@ func (s *Server) handleCreateKey(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, e)
 		return
 	}
+	p := principal(ctx)
 	if req.Namespace == "" {
-		req.Namespace = auth.DefaultNamespace
+		req.Namespace = p.Namespace
+	}
+	if !p.Admin() && (req.Namespace != p.Namespace || req.Role == auth.RoleAdmin) {
+		writeError(ctx, codeForbidden.errf("%q may make keys of namespace %s only, and no admin keys", p.Name, p.Namespace))
+		return
 	}
 	if req.Role == "" {
 		req.Role = auth.RoleReadonly
@@ -105,8 +111,12 @@ func (s *Server) handleCreateKey(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	if err := router.ValidateQueueName(req.Namespace); err != nil {
+	if err := router.ValidateNamespace(req.Namespace); err != nil {
 		writeError(ctx, invalid("field \"namespace\": %v", err))
+		return
+	}
+	if !keys.Keys().NamespaceExists(req.Namespace) {
+		writeError(ctx, invalid("field \"namespace\": no namespace %q (create it first: POST /api/v1/namespaces)", req.Namespace))
 		return
 	}
 	secret, id, hash := auth.NewKey()
@@ -153,6 +163,9 @@ func (s *Server) handleListKeys(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ks := keys.Keys().Keys()
+	if p := principal(ctx); !p.Admin() {
+		ks = slices.DeleteFunc(ks, func(k auth.Key) bool { return k.Namespace != p.Namespace })
+	}
 	b := append(make([]byte, 0, 64+len(ks)*256), `{"keys":[`...)
 	for i := range ks {
 		if i > 0 {
@@ -173,6 +186,9 @@ func (s *Server) keyParam(ctx *fasthttp.RequestCtx) (Keys, auth.Key, bool) {
 	}
 	id, _ := ctx.UserValue("id").(string)
 	k, ok := keys.Keys().Key(id)
+	if p := principal(ctx); ok && !p.Admin() && k.Namespace != p.Namespace {
+		ok = false // another namespace's key is not the caller's business
+	}
 	if !ok {
 		writeError(ctx, codeNotFound.err("no API key "+id))
 		return nil, k, false
@@ -205,6 +221,9 @@ func (s *Server) handleUpdateKey(ctx *fasthttp.RequestCtx) {
 	}
 	if req.Role != nil {
 		errs = append(errs, checkKeyRole(keys.Keys(), *req.Role))
+		if *req.Role == auth.RoleAdmin && !principal(ctx).Admin() {
+			errs = append(errs, codeForbidden.err("only an admin may make a key an admin"))
+		}
 	}
 	if req.Queues != nil {
 		errs = append(errs, checkKeyQueues(*req.Queues))

@@ -26,6 +26,7 @@ func (s *Server) queueParam(ctx *fasthttp.RequestCtx) (string, bool) {
 	if !allowQueue(ctx, name) {
 		return "", false
 	}
+	name = storedQueue(ctx, name)
 	if s.forwardIfElsewhere(ctx, s.rt.ShardForQueue(name)) {
 		return "", false
 	}
@@ -44,10 +45,10 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 	for _, v := range vs {
 		all = append(all, v.([]statemachine.QueueInfo)...)
 	}
-	if p := principal(ctx); p.Scoped() {
+	if p := principal(ctx); p.Scoped() || p.Namespace != router.DefaultNamespace || s.keyState().MultiTenant() {
 		kept := all[:0]
 		for _, q := range all {
-			if p.AllowsQueue(q.Name) {
+			if inNamespace(ctx, q.Name) && p.AllowsQueue(q.Name) {
 				kept = append(kept, q)
 			}
 		}
@@ -81,7 +82,7 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 
 func appendQueue(b []byte, q *statemachine.QueueInfo) []byte {
 	b = append(b, `{"name":`...)
-	b = appendString(b, q.Name)
+	b = appendQueueName(b, q.Name)
 	for _, st := range []statemachine.State{statemachine.StatePending, statemachine.StateActive, statemachine.StateScheduled,
 		statemachine.StateRetrying, statemachine.StateCompleted, statemachine.StateDead, statemachine.StateCancelled} {
 		b = append(b, ',', '"')
@@ -142,7 +143,7 @@ func (s *Server) handlePause(pause bool) fasthttp.RequestHandler {
 			writeError(ctx, aerr)
 			return
 		}
-		b := append([]byte(`{"queue":`), appendString(nil, name)...)
+		b := append([]byte(`{"queue":`), appendQueueName(nil, name)...)
 		b = append(b, `,"paused":`...)
 		writeJSON(ctx, 200, append(appendBool(b, pause), '}'))
 	}
@@ -178,7 +179,7 @@ func (s *Server) handleConcurrency(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b := append([]byte(`{"queue":`), appendQueueName(nil, name)...)
 	b = append(b, `,"max_concurrency":`...)
 	if max == 0 {
 		b = append(b, "null"...)
@@ -241,7 +242,7 @@ func (s *Server) handleThrottle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b := append([]byte(`{"queue":`), appendQueueName(nil, name)...)
 	b = append(b, `,"throttle":`...)
 	if op.RateLimit == 0 {
 		b = append(b, "null"...)
@@ -294,7 +295,7 @@ func (s *Server) handleClear(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b := append([]byte(`{"queue":`), appendQueueName(nil, name)...)
 	b = append(b, `,"cleared":`...)
 	b = appendInt(b, int64(n))
 	writeJSON(ctx, 200, append(b, '}'))
@@ -321,7 +322,7 @@ func (s *Server) handleDrain(ctx *fasthttp.RequestCtx) {
 			}
 		}
 	}
-	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b := append([]byte(`{"queue":`), appendQueueName(nil, name)...)
 	b = append(b, `,"paused":true,"draining":`...)
 	b = appendBool(b, active > 0)
 	b = append(b, `,"active":`...)
@@ -345,7 +346,7 @@ func (s *Server) handleDeleteQueue(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	b := append([]byte(`{"queue":`), appendString(nil, name)...)
+	b := append([]byte(`{"queue":`), appendQueueName(nil, name)...)
 	b = append(b, `,"deleted":true,"jobs_deleted":`...)
 	b = appendInt(b, int64(n))
 	writeJSON(ctx, 200, append(b, '}'))

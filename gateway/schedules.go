@@ -79,7 +79,7 @@ func appendSchedule(b []byte, sc *statemachine.Schedule) []byte {
 	b = append(b, `,"name":`...)
 	b = appendString(b, sc.Name)
 	b = append(b, `,"queue":`...)
-	b = appendString(b, sc.Queue)
+	b = appendQueueName(b, sc.Queue)
 	b = append(b, `,"cron":`...)
 	b = appendString(b, sc.Cron)
 	b = append(b, `,"timezone":`...)
@@ -101,14 +101,21 @@ func appendSchedule(b []byte, sc *statemachine.Schedule) []byte {
 	return append(b, '}')
 }
 
-func (s *Server) allSchedules() ([]statemachine.Schedule, *apiError) {
+// allSchedules lists the schedules of the request's namespace (of its
+// scope, for a key limited to some queues).
+func (s *Server) allSchedules(ctx *fasthttp.RequestCtx) ([]statemachine.Schedule, *apiError) {
 	vs, err := s.readEach(func(int) any { return statemachine.SchedulesQuery{} })
 	if err != nil {
 		return nil, engineError(err)
 	}
+	ns, p := s.searchNamespace(ctx), principal(ctx)
 	var all []statemachine.Schedule
 	for _, v := range vs {
-		all = append(all, v.([]statemachine.Schedule)...)
+		for _, sc := range v.([]statemachine.Schedule) {
+			if (ns == "" || router.QueueInNamespace(sc.Queue, ns)) && p.AllowsQueue(sc.Queue) {
+				all = append(all, sc)
+			}
+		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	return all, nil
@@ -116,7 +123,7 @@ func (s *Server) allSchedules() ([]statemachine.Schedule, *apiError) {
 
 // GET /api/v1/schedules
 func (s *Server) handleListSchedules(ctx *fasthttp.RequestCtx) {
-	all, aerr := s.allSchedules()
+	all, aerr := s.allSchedules(ctx)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -143,7 +150,11 @@ func (s *Server) handlePutSchedule(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	all, aerr := s.allSchedules()
+	if !allowQueue(ctx, sc.Queue) {
+		return
+	}
+	sc.Queue = storedQueue(ctx, sc.Queue)
+	all, aerr := s.allSchedules(ctx)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -210,7 +221,7 @@ func (s *Server) scheduleShard(id string) int {
 func (s *Server) handleDeleteSchedule(ctx *fasthttp.RequestCtx) {
 	id, _ := ctx.UserValue("id").(string)
 	sh := s.scheduleShard(id)
-	if sh < 0 {
+	if sh < 0 || !s.scheduleInScope(ctx, sh, id) {
 		writeError(ctx, codeNotFound.err("schedule "+id+" not found"))
 		return
 	}
@@ -223,4 +234,23 @@ func (s *Server) handleDeleteSchedule(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(ctx, 200, []byte(`{"deleted":true}`))
+}
+
+// scheduleInScope reports whether the schedule id on shard sh, if it
+// exists, is of the request's namespace and scope (one that does not
+// exist is left to the shard to answer).
+func (s *Server) scheduleInScope(ctx *fasthttp.RequestCtx, sh int, id string) bool {
+	if !s.checksJobs(principal(ctx)) {
+		return true
+	}
+	v, err := s.read(sh, statemachine.SchedulesQuery{})
+	if err != nil {
+		return true // the delete meets the same error
+	}
+	for _, sc := range v.([]statemachine.Schedule) {
+		if sc.ID == id {
+			return inNamespace(ctx, sc.Queue) && principal(ctx).AllowsQueue(sc.Queue)
+		}
+	}
+	return true
 }

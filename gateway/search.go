@@ -49,8 +49,10 @@ func (r *searchRequest) selectsAll() bool {
 	return true
 }
 
-func (r *searchRequest) filter() (mirror.Filter, error) {
-	f := mirror.Filter{Queue: r.Queue, States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
+// filter is the mirror's filter for r in namespace ns ("": no namespace
+// restriction, the default namespace of a cluster with one).
+func (r *searchRequest) filter(ns string) (mirror.Filter, error) {
+	f := mirror.Filter{Namespace: ns, Queue: r.storedQueue(ns), States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
 		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, UniqueKey: r.UniqueKey,
 		AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
 	if p, set, err := parsePriorityName(r.Priority); err != nil {
@@ -94,7 +96,7 @@ func (r *searchRequest) filter() (mirror.Filter, error) {
 // applied everything those shards committed, so the total always agrees
 // with the pages (a bulk operation by filter acts on exactly what the
 // search showed). It returns nil for any other filter.
-func (s *Server) countByQueueState(r *searchRequest, shards []int) *int {
+func (s *Server) countByQueueState(r *searchRequest, ns string, shards []int) *int {
 	other := *r
 	other.Queue, other.State, other.Sort, other.Order, other.Cursor, other.Limit = "", nil, "", "", nil, 0
 	if !reflect.DeepEqual(other, searchRequest{}) {
@@ -123,7 +125,7 @@ func (s *Server) countByQueueState(r *searchRequest, shards []int) *int {
 			return nil
 		}
 		for _, q := range v.([]statemachine.QueueInfo) {
-			if r.Queue != "" && q.Name != r.Queue {
+			if r.Queue != "" && q.Name != r.storedQueue(ns) || r.Queue == "" && ns != "" && !router.QueueInNamespace(q.Name, ns) {
 				continue
 			}
 			if len(states) == 0 {
@@ -183,7 +185,7 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 	if only == nil && !forwarded {
 		stale = !s.awaitMirror()
 	}
-	res, aerr := s.search(context.Background(), &req, only, forwarded)
+	res, aerr := s.search(context.Background(), s.searchNamespace(ctx), &req, only, forwarded)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -245,7 +247,7 @@ func appendRow(b []byte, r *mirror.Row) []byte {
 	b = append(b, `{"id":`...)
 	b = appendString(b, r.ID)
 	b = append(b, `,"queue":`...)
-	b = appendString(b, r.Queue)
+	b = appendQueueName(b, r.Queue)
 	b = append(b, `,"state":`...)
 	b = appendString(b, r.State)
 	b = append(b, `,"priority":`...)
@@ -360,6 +362,25 @@ func (s *Server) shardsParam(ctx *fasthttp.RequestCtx) ([]int, *apiError) {
 
 // pages is the request a bulk operation pages through its matches with:
 // n at a time, oldest first.
+// storedQueue is the stored name of the filter's queue ("" when none).
+func (r *searchRequest) storedQueue(ns string) string {
+	if r.Queue == "" {
+		return ""
+	}
+	return router.NamespacedQueue(ns, r.Queue)
+}
+
+// searchNamespace is the namespace a search of the request is limited to:
+// "" for the default namespace of a cluster that has no other (nothing to
+// exclude, so the mirror gets no extra condition).
+func (s *Server) searchNamespace(ctx *fasthttp.RequestCtx) string {
+	ns := principal(ctx).Namespace
+	if ns == router.DefaultNamespace && !s.keyState().MultiTenant() {
+		return ""
+	}
+	return ns
+}
+
 func (r *searchRequest) pages(n int) *searchRequest {
 	p := *r
 	p.Limit, p.Order, p.Sort, p.Cursor = n, "asc", "created_at", nil
@@ -376,11 +397,11 @@ func filterError(e *apiError) *apiError {
 
 // searchShards lists the shards whose jobs a search can match: the queue's
 // shard, the shards whose job-ID tag fits job_id_prefix, or every shard.
-func (s *Server) searchShards(r *searchRequest) []int {
+func (s *Server) searchShards(r *searchRequest, ns string) []int {
 	n := s.eng.Shards()
 	qsh := -1
 	if r.Queue != "" {
-		qsh = s.rt.ShardForQueue(r.Queue)
+		qsh = s.rt.ShardForQueue(r.storedQueue(ns))
 	}
 	out := make([]int, 0, n)
 	for sh := 0; sh < n; sh++ {
@@ -405,12 +426,13 @@ func (s *Server) searchShards(r *searchRequest) []int {
 // the shards this node's mirror holds, on other nodes for the rest (unless
 // the request was forwarded here: then it never goes further, and a shard
 // not held here is a 503). only, when not nil, restricts it to those shards,
-// which must all be held here (a part of another node's search).
-func (s *Server) search(ctx context.Context, req *searchRequest, only []int, forwarded bool) (*searchResult, *apiError) {
+// which must all be held here (a part of another node's search). ns is the
+// namespace the search is limited to (searchNamespace).
+func (s *Server) search(ctx context.Context, ns string, req *searchRequest, only []int, forwarded bool) (*searchResult, *apiError) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	f, err := req.filter()
+	f, err := req.filter(ns)
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -421,7 +443,7 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 	if limit <= 0 {
 		limit = mirror.DefaultLimit
 	}
-	touched := s.searchShards(req)
+	touched := s.searchShards(req, ns)
 	if only != nil {
 		touched = slices.DeleteFunc(touched, func(sh int) bool { return !slices.Contains(only, sh) })
 	}
@@ -439,7 +461,7 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 	if len(remote) == 0 && only == nil {
 		// Everything the filter can match is here: no restriction, so
 		// the plan is the one a single node always had.
-		f.KnownTotal = s.countByQueueState(req, touched)
+		f.KnownTotal = s.countByQueueState(req, ns, touched)
 		page, aerr := s.searchLocal(ctx, f)
 		if aerr != nil {
 			return nil, aerr
@@ -472,7 +494,7 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 			defer wg.Done()
 			lf := f
 			lf.Shards = append([]int{}, local...)
-			lf.KnownTotal = s.countByQueueState(req, local)
+			lf.KnownTotal = s.countByQueueState(req, ns, local)
 			page, aerr := s.searchLocal(ctx, lf)
 			if aerr != nil {
 				fail(aerr)
@@ -487,7 +509,7 @@ func (s *Server) search(ctx context.Context, req *searchRequest, only []int, for
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, aerr := s.searchRemote(body, remote, deadline)
+			got, aerr := s.searchRemote(ns, body, remote, deadline)
 			if aerr != nil {
 				fail(aerr)
 				return
@@ -565,8 +587,8 @@ func mergeParts(desc bool, limit int, parts ...*searchResult) *searchResult {
 // searchRemote searches shards on other nodes (peer.Client.SearchShards:
 // the plan, the parts in parallel, and the retries of a part that failed
 // on another node) and turns their answers into parts to merge.
-func (s *Server) searchRemote(body []byte, shards []int, deadline time.Time) ([]*searchResult, *apiError) {
-	answers, err := s.peer.SearchShards(shards, body, deadline)
+func (s *Server) searchRemote(ns string, body []byte, shards []int, deadline time.Time) ([]*searchResult, *apiError) {
+	answers, err := s.peer.SearchShards(ns, shards, body, deadline)
 	if err != nil {
 		return nil, engineError(err)
 	}

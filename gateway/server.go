@@ -286,6 +286,9 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "PATCH", "/api/v1/auth/keys/{id}", s.handleUpdateKey)
 	s.route(r, "DELETE", "/api/v1/auth/keys/{id}", s.handleRevokeKey)
 	s.route(r, "GET", "/api/v1/auth/whoami", s.handleWhoAmI)
+	s.route(r, "GET", "/api/v1/namespaces", s.handleListNamespaces)
+	s.route(r, "POST", "/api/v1/namespaces", s.handleCreateNamespace)
+	s.route(r, "DELETE", "/api/v1/namespaces/{name}", s.handleDeleteNamespace)
 	s.route(r, "GET", "/api/v1/auth/roles", s.handleListRoles)
 	s.route(r, "GET", "/api/v1/auth/roles/{name}", s.handleGetRole)
 	s.route(r, "PUT", "/api/v1/auth/roles/{name}", s.handlePutRole)
@@ -681,7 +684,12 @@ func (s *Server) counters(queue string) *queueCounters {
 	if c, ok := s.queueMetrics.Load(queue); ok {
 		return c.(*queueCounters)
 	}
-	l := `{queue="` + queue + `"}` // queue names need no escaping (validated charset)
+	// Names need no escaping (validated charsets). Another namespace's
+	// queue is labelled with its namespace and its name there.
+	l := `{queue="` + queue + `"}`
+	if ns, q := router.SplitQueue(queue); ns != router.DefaultNamespace {
+		l = `{namespace="` + ns + `",queue="` + q + `"}`
+	}
 	c := &queueCounters{
 		enqueued:  metrics.GetOrCreateCounter(`corvo_jobs_enqueued_total` + l),
 		fetched:   metrics.GetOrCreateCounter(`corvo_jobs_fetched_total` + l),

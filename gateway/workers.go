@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -44,7 +45,19 @@ func (s *Server) handleWorkers(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	list := make([]*statemachine.WorkerInfo, 0, len(merged))
+	ns := s.searchNamespace(ctx)
 	for _, w := range merged {
+		if ns != "" {
+			// A worker of the request's namespace: one that fetched from
+			// its queues, shown with those queues only.
+			w.Queues = slices.DeleteFunc(w.Queues, func(q string) bool { return !router.QueueInNamespace(q, ns) })
+			if len(w.Queues) == 0 {
+				continue
+			}
+			for i, q := range w.Queues {
+				w.Queues[i] = router.DisplayQueue(q)
+			}
+		}
 		sort.Strings(w.Queues)
 		sort.Strings(w.ActiveJobs)
 		list = append(list, w)

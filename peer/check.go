@@ -136,6 +136,14 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 		if n, ok := v.rt.TaggedShard("batch_", b.ID); !ok || n != sh {
 			return fmt.Errorf("batch %q does not belong to shard %d", b.ID, sh)
 		}
+		if b.Namespace != "" {
+			if err := router.ValidateNamespace(b.Namespace); err != nil || b.Namespace == router.DefaultNamespace {
+				return fmt.Errorf("batch namespace %q is not a namespace's stored name", b.Namespace)
+			}
+			if b.CallbackQueue != "" && !router.QueueInNamespace(b.CallbackQueue, b.Namespace) {
+				return fmt.Errorf("batch callback queue %q is not of namespace %q", b.CallbackQueue, b.Namespace)
+			}
+		}
 		if b.CallbackQueue == "" {
 			return nil
 		}
@@ -161,7 +169,7 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 		// A gateway records a call on the shard its namespace hashes to,
 		// through this node when it does not host that shard.
 		ns := o.Record.Namespace
-		if err := router.ValidateQueueName(ns); err != nil {
+		if err := router.ValidateNamespace(ns); err != nil {
 			return fmt.Errorf("audit namespace: %w", err)
 		}
 		if n := v.rt.ShardForQueue(ns); n != sh {
@@ -210,7 +218,7 @@ func (v *validator) newJob(sh int, j *statemachine.Job) error {
 			}
 		}
 		for _, t := range targets {
-			if err := router.ValidateQueueName(t.Queue); err != nil {
+			if err := router.ValidateStoredQueue(t.Queue); err != nil {
 				return fmt.Errorf("chain: %w", err)
 			}
 			if int(t.Shard) != v.rt.ShardForQueue(t.Queue) {
@@ -233,9 +241,10 @@ func (v *validator) job(sh int, id string) error {
 	return nil
 }
 
-// queue checks that q is a valid queue name owned by shard sh.
+// queue checks that q is a valid stored queue name (router.NamespacedQueue)
+// owned by shard sh.
 func (v *validator) queue(sh int, q string) error {
-	if err := router.ValidateQueueName(q); err != nil {
+	if err := router.ValidateStoredQueue(q); err != nil {
 		return err
 	}
 	if n := v.rt.ShardForQueue(q); n != sh {

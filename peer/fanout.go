@@ -36,9 +36,10 @@ import (
 // that cannot be dialled, or no longer hosts the queues, is skipped; one
 // that was reached and failed is not retried elsewhere (it may have
 // claimed jobs).
-func (c *Client) Fetch(addrs []string, body []byte, deadline time.Time) ([][]byte, *Error) {
+func (c *Client) Fetch(addrs []string, ns string, body []byte, deadline time.Time) ([][]byte, *Error) {
 	req, resp, release := c.hopPost("application/json", body)
 	defer release()
+	setNamespace(&req.Header, ns)
 	last := errNoTarget
 	for _, addr := range addrs {
 		req.SetRequestURI(c.URL(addr, "/api/v1/fetch"))
@@ -94,9 +95,10 @@ type SearchKey struct {
 // shards. Every failure another node might not have (unreachable, 5xx,
 // 429, a malformed answer) is a 503; a 4xx is the node's answer to the
 // request itself.
-func (c *Client) Search(addr string, shards []int, body []byte, deadline time.Time) (*SearchAnswer, *Error) {
+func (c *Client) Search(addr, ns string, shards []int, body []byte, deadline time.Time) (*SearchAnswer, *Error) {
 	req, resp, release := c.hopPost("application/json", body)
 	defer release()
+	setNamespace(&req.Header, ns)
 	uri := make([]byte, 0, 64)
 	uri = append(uri, c.scheme...)
 	uri = append(uri, addr...)
@@ -163,7 +165,7 @@ type Frame struct {
 // handing each frame to frame in order, until the stream ends, ctx does,
 // frame returns false, or it stays silent for idle (its node sends a
 // keepalive more often). It always returns why it stopped.
-func (c *Client) Events(ctx context.Context, addr string, shards []int, from, query string, idle time.Duration, frame func(Frame) bool) error {
+func (c *Client) Events(ctx context.Context, addr, ns string, shards []int, from, query string, idle time.Duration, frame func(Frame) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	watchdog := time.AfterFunc(idle, cancel)
@@ -176,6 +178,7 @@ func (c *Client) Events(ctx context.Context, addr string, shards []int, from, qu
 	if c.cfg.Secret != "" {
 		req.Header.Set(SecretHeader, c.cfg.Secret)
 	}
+	setNamespace(req.Header, ns)
 	req.Header.Set("Accept", "text/event-stream")
 	if from != "" {
 		req.Header.Set("Last-Event-ID", from)

@@ -79,6 +79,8 @@ type FetchRounds struct {
 	Local       FetchLocal
 	LocalQueues bool
 	Groups      []FetchGroup
+	// Namespace is the namespace the fetch's queues (stored names) are of.
+	Namespace string
 	// WorkerID and Hostname are the fetch's, as the worker gave them.
 	WorkerID, Hostname string
 	Count              int
@@ -152,13 +154,23 @@ func (c *Client) fetchGroup(g *FetchGroup, r *FetchRounds, want int) ([][]byte, 
 		Hostname string   `json:"hostname"`
 		Count    int      `json:"count"`
 		Timeout  int      `json:"timeout"`
-	}{g.Queues, r.WorkerID, r.Hostname, want, 0})
+	}{display(g.Queues), r.WorkerID, r.Hostname, want, 0})
 	if err != nil {
 		return nil, err
 	}
-	jobs, perr := c.Fetch(g.Addrs, body, time.Now().Add(c.cfg.RequestTimeout))
+	jobs, perr := c.Fetch(g.Addrs, r.Namespace, body, time.Now().Add(c.cfg.RequestTimeout))
 	if perr != nil {
 		return nil, perr
 	}
 	return jobs, nil
+}
+
+// display is queues, stored names of one namespace, as that namespace
+// sees them (a node-to-node fetch names its namespace in a header).
+func display(queues []string) []string {
+	out := make([]string, len(queues))
+	for i, q := range queues {
+		out[i] = router.DisplayQueue(q)
+	}
+	return out
 }

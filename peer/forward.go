@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // Forward sends the request, whole, to the first of targets that takes it
@@ -48,6 +50,19 @@ func (c *Client) Forward(ctx *fasthttp.RequestCtx, targets []string, deadline ti
 		}
 	}
 	return last
+}
+
+// NamespaceHeader names the namespace a request acts in. A node-to-node
+// call made for a request of another namespace than the default one sends
+// it, with names as that namespace sees them: the receiver, admitting the
+// cluster credential, acts in that namespace as the first node did.
+const NamespaceHeader = "X-Corvo-Namespace"
+
+// setNamespace marks a node-to-node request with the namespace ns.
+func setNamespace(h interface{ Set(k, v string) }, ns string) {
+	if ns != "" && ns != router.DefaultNamespace {
+		h.Set(NamespaceHeader, ns)
+	}
 }
 
 // hopPost prepares a node-to-node POST of body: marked with the hop header

@@ -40,7 +40,7 @@ func (c *Client) planSearch(shards []int, skip map[string]bool) (parts []SearchP
 // every shard has answered or no node is left (503); any other failure (a
 // node's 4xx answer to the request itself) ends the search with it. The
 // answers come back in no particular order: the caller merges them.
-func (c *Client) SearchShards(shards []int, body []byte, deadline time.Time) ([]*SearchAnswer, *Error) {
+func (c *Client) SearchShards(ns string, shards []int, body []byte, deadline time.Time) ([]*SearchAnswer, *Error) {
 	var out []*SearchAnswer
 	tried := map[string]bool{}
 	why := ""
@@ -63,7 +63,7 @@ func (c *Client) SearchShards(shards []int, body []byte, deadline time.Time) ([]
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				answers[i].res, answers[i].err = c.Search(p.Addr, p.Shards, body, deadline)
+				answers[i].res, answers[i].err = c.Search(p.Addr, ns, p.Shards, body, deadline)
 			}()
 		}
 		wg.Wait()

@@ -103,7 +103,7 @@ func TestSearchShardsRetries(t *testing.T) {
 	hosts := map[int][]string{0: {down.addr, good.addr}, 1: {down.addr, good.addr}, 2: {other.addr}}
 	c := New(Config{Targets: func(sh int) []string { return hosts[sh] }})
 	deadline := time.Now().Add(5 * time.Second)
-	as, err := c.SearchShards([]int{0, 1, 2}, []byte(`{}`), deadline)
+	as, err := c.SearchShards("", []int{0, 1, 2}, []byte(`{}`), deadline)
 	require.Nil(t, err)
 	require.Equal(t, []string{"good0", "good1", "other2"}, answerIDs(as))
 	require.Equal(t, []string{"0,1"}, down.parts(), "the node that failed was asked once")
@@ -112,7 +112,7 @@ func TestSearchShardsRetries(t *testing.T) {
 
 	// Nobody left for shard 3.
 	hosts[3] = []string{down.addr}
-	_, err = c.SearchShards([]int{3}, []byte(`{}`), deadline)
+	_, err = c.SearchShards("", []int{3}, []byte(`{}`), deadline)
 	require.NotNil(t, err)
 	require.Equal(t, 503, err.Status)
 	require.Equal(t, corvo.CodeUnavailable, err.Code)
@@ -122,7 +122,7 @@ func TestSearchShardsRetries(t *testing.T) {
 	// A 4xx is the answer to the request itself: not asked elsewhere.
 	bad := newSearchNode(t, "bad", 400)
 	hosts[4] = []string{bad.addr, good.addr}
-	_, err = c.SearchShards([]int{4}, []byte(`{}`), deadline)
+	_, err = c.SearchShards("", []int{4}, []byte(`{}`), deadline)
 	require.NotNil(t, err)
 	require.Equal(t, 400, err.Status)
 	require.Equal(t, corvo.CodeInvalidRequest, err.Code)

@@ -32,6 +32,9 @@ type UpstreamsConfig struct {
 	// Queue and Type are the stream's filter (the client's ?queue= and
 	// ?type=, as given; "": none).
 	Queue, Type string
+	// Namespace is the namespace the stream is of (its queue names are
+	// as that namespace sees them).
+	Namespace string
 	// Idle is how long a stream may stay silent before it is taken for
 	// dead (its node sends a keepalive more often).
 	Idle time.Duration
@@ -250,7 +253,7 @@ func (u *Upstreams) open(addr string, shards []int, live bool) {
 		from = u.cfg.Cursor()
 	}
 	go func() {
-		err := u.c.Events(ctx, addr, shards, from, u.query, u.cfg.Idle, func(f Frame) bool {
+		err := u.c.Events(ctx, addr, u.cfg.Namespace, shards, from, u.query, u.cfg.Idle, func(f Frame) bool {
 			select {
 			case u.msgs <- UpstreamMsg{up: up, frame: f}:
 				return true

@@ -124,11 +124,18 @@ type Batch struct {
 	CallbackJobID   string
 	CreatedAt       int64
 	CompletedAt     int64
+	// Namespace is the namespace of the request that made the batch (""
+	// for the default one): another namespace's reads do not find it.
+	Namespace string
 }
 
 func (b *Batch) appendTo(buf []byte) []byte {
 	e := enc{b: buf}
-	e.u8(1)
+	if b.Namespace != "" {
+		e.u8(2) // version 1 and the namespace
+	} else {
+		e.u8(1)
+	}
 	e.str(b.ID)
 	e.uvarint(uint64(b.Total))
 	e.uvarint(uint64(b.Succeeded))
@@ -139,11 +146,15 @@ func (b *Batch) appendTo(buf []byte) []byte {
 	e.str(b.CallbackJobID)
 	e.varint(b.CreatedAt)
 	e.varint(b.CompletedAt)
+	if b.Namespace != "" {
+		e.str(b.Namespace)
+	}
 	return e.b
 }
 
 func (b *Batch) decode(d *dec) {
-	if d.u8() != 1 {
+	v := d.u8()
+	if v != 1 && v != 2 {
 		d.fail()
 		return
 	}
@@ -157,6 +168,9 @@ func (b *Batch) decode(d *dec) {
 	b.CallbackJobID = d.str()
 	b.CreatedAt = d.varint()
 	b.CompletedAt = d.varint()
+	if v == 2 {
+		b.Namespace = d.str()
+	}
 }
 
 func batchKey(id string) []byte { return append([]byte(pfxBatch), id...) }
@@ -218,6 +232,7 @@ func (a *applier) batchCreate(o *BatchCreateOp) Result {
 	in := o.Batch
 	b.Total, b.CallbackQueue, b.CallbackShard = in.Total, in.CallbackQueue, in.CallbackShard
 	b.CallbackPayload, b.CallbackJobID, b.CreatedAt = in.CallbackPayload, in.CallbackJobID, a.now
+	b.Namespace = in.Namespace
 	a.maybeCompleteBatch(b)
 	a.set(batchKey(b.ID), b.appendTo(nil))
 	return Result{}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // Queries accepted by Lookup. Lookups read committed state and run
@@ -213,10 +215,13 @@ func cloneState(s JobState) JobState {
 // queue, starting below the cursor (Before, BeforeID) when set; the answer
 // is DeadPage.
 type DeadQuery struct {
-	Queue    string
-	Before   int64
-	BeforeID string
-	Limit    int
+	Queue string
+	// Namespace, when set, keeps only the jobs of that namespace's queues
+	// (router.QueueInNamespace).
+	Namespace string
+	Before    int64
+	BeforeID  string
+	Limit     int
 }
 
 // DeadPage is one page of dead jobs.
@@ -245,7 +250,8 @@ func (s *StateMachine) listDead(q DeadQuery) (DeadPage, error) {
 		if err != nil {
 			return page, err
 		}
-		if v == nil || v.State.State != StateDead || (q.Queue != "" && v.Job.Queue != q.Queue) {
+		if v == nil || v.State.State != StateDead || (q.Queue != "" && v.Job.Queue != q.Queue) ||
+			(q.Namespace != "" && !router.QueueInNamespace(v.Job.Queue, q.Namespace)) {
 			continue
 		}
 		if len(page.Jobs) == q.Limit {

@@ -20,6 +20,8 @@ import (
 	"sync"
 
 	"github.com/corvohq/corvo/statemachine"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // CapacityDefault is how many events the ring keeps by default.
@@ -262,8 +264,11 @@ func (h *Hub) Applied(info *statemachine.AppliedInfo) {
 
 // Filter selects events; nil fields match everything.
 type Filter struct {
-	Queues map[string]bool
-	Types  map[statemachine.EventType]bool
+	// Namespace, when set, keeps the events of that namespace's queues
+	// only (router.QueueInNamespace); Queues are then stored names of it.
+	Namespace string
+	Queues    map[string]bool
+	Types     map[statemachine.EventType]bool
 	// Shards restricts the subscription to some shards (indexed by shard;
 	// nil: every shard). Only their positions are checked against what the
 	// ring retains, only their events are read, only their skips reset the
@@ -276,6 +281,9 @@ func (f *Filter) shard(sh int) bool { return f.Shards == nil || (sh < len(f.Shar
 
 func (f *Filter) match(e *Event) bool {
 	if f.Types != nil && !f.Types[e.Type] {
+		return false
+	}
+	if f.Namespace != "" && !router.QueueInNamespace(e.Queue, f.Namespace) {
 		return false
 	}
 	return f.Queues == nil || f.Queues[e.Queue] || (e.FromQueue != "" && f.Queues[e.FromQueue])
