@@ -67,6 +67,10 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 	auditNote(ctx, req.Action)
 	var outside []jobFailure // job IDs of another namespace (or scope): not found
 	req.JobIDs, outside = s.jobsInScope(ctx, req.JobIDs)
+	if len(outside) > 0 && len(req.JobIDs) == 0 {
+		writeBulkResult(ctx, 0, outside, start, false)
+		return
+	}
 	stale := false
 	if req.Filter != nil && s.cfg.Mirror != nil {
 		stale = !s.awaitMirror() // a filter matches what this node wrote before
@@ -92,6 +96,11 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 	affected, failed := s.applyBulk(context.Background(), ids, mk)
 	failed = append(outside, failed...)
 	auditNote(ctx, fmt.Sprintf("%s, %d jobs affected, %d failed", req.Action, affected, len(failed)))
+	writeBulkResult(ctx, affected, failed, start, stale)
+}
+
+// writeBulkResult answers a bulk action done at once.
+func writeBulkResult(ctx *fasthttp.RequestCtx, affected int, failed []jobFailure, start time.Time, stale bool) {
 	b := append([]byte(`{"affected":`), appendInt(nil, int64(affected))...)
 	b = append(b, `,"errors":`...)
 	b = appendInt(b, int64(len(failed)))

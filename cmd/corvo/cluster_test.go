@@ -92,6 +92,13 @@ func clusterStatusOf(t *testing.T, s *server) (clusterView, bool) {
 // being equal).
 func waitCluster(t *testing.T, s *server, n int) clusterView {
 	t.Helper()
+	return waitClusterReplicas(t, s, n, min(n, 3))
+}
+
+// waitClusterReplicas is waitCluster for a cluster placing each shard on
+// replicas nodes (--replicas).
+func waitClusterReplicas(t *testing.T, s *server, n, replicas int) clusterView {
+	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		v, ok := clusterStatusOf(t, s)
@@ -101,7 +108,7 @@ func waitCluster(t *testing.T, s *server, n int) clusterView {
 				good = good && node.Status == "up"
 			}
 			for _, sh := range v.Shards {
-				good = good && sh.Leader != 0 && len(sh.Replicas) == min(n, 3) && len(sh.Placed) == min(n, 3) &&
+				good = good && sh.Leader != 0 && len(sh.Replicas) == replicas && len(sh.Placed) == replicas &&
 					sh.Settled != nil && *sh.Settled
 				for _, r := range sh.Replicas {
 					good = good && r.Lag != nil && *r.Lag < 100 && r.Role != "learner"
