@@ -120,6 +120,9 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 	}
 	st := s.keyState()
 	now := time.Now().UnixNano()
+	if bytes.HasPrefix(cookie, []byte(ssoSessionPrefix)) {
+		return s.authorizeSSO(ctx, perm, st, cookie, now)
+	}
 	var k *auth.Key
 	why := auth.Accepted
 	if cookie != nil {
@@ -150,7 +153,27 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, perm auth.Permission) bool 
 		writeError(ctx, codeForbidden.errf("the key %q (role %s) lacks the %s permission this endpoint needs", k.Name, k.Role, perm))
 		return false
 	}
-	return s.limit(ctx, k, now)
+	return s.limit(ctx, limiter{id: k.ID, name: k.Name, read: k.RateRead, write: k.RateWrite}, now)
+}
+
+// authorizeSSO is authorize for a single sign-on session (oidc.go): the
+// token carries the user's grants, so no key table row is read.
+func (s *Server) authorizeSSO(ctx *fasthttp.RequestCtx, perm auth.Permission, st *auth.State, cookie []byte, now int64) bool {
+	ss, ok := s.readSSOSession(cookie, now)
+	if !ok {
+		return s.refuse(ctx, codeUnauthorized.err("the single sign-on session has ended (or was not made by this cluster): sign in again"))
+	}
+	if !s.enter(ctx, ss.principal(), st) {
+		return false
+	}
+	p := principal(ctx)
+	if perm != permAnyKey && !p.Can(perm) {
+		writeError(ctx, codeForbidden.errf("%q (role %s in namespace %s) lacks the %s permission this endpoint needs", p.Name, p.Role, p.Namespace, perm))
+		return false
+	}
+	// A user has no key: their bucket is by subject, at the server's
+	// rates, so one browser cannot flood the node any more than a key can.
+	return s.limit(ctx, limiter{id: p.KeyID, name: p.Name}, now)
 }
 
 // requestNamespace is the namespace the request names (header, else the

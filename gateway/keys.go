@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -292,7 +293,20 @@ func (s *Server) handleWhoAmI(ctx *fasthttp.RequestCtx) {
 		}
 		b = appendString(b, string(perm))
 	}
-	writeJSON(ctx, 200, append(b, "]}"...))
+	// A single sign-on session: the namespaces it may act in, with the
+	// role its groups give it in each (empty for a key).
+	b = append(b, `],"sso":`...)
+	b = strconv.AppendBool(b, p.Grants != nil)
+	b = append(b, `,"grants":{`...)
+	for i, ns := range slices.Sorted(maps.Keys(p.Grants)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, ns)
+		b = append(b, ':')
+		b = appendString(b, p.Grants[ns])
+	}
+	writeJSON(ctx, 200, append(b, "}}"...))
 }
 
 // appendKey renders a key's record (never its hash).
@@ -357,23 +371,19 @@ func (s *Server) handleLogin(ctx *fasthttp.RequestCtx) {
 	if k.ExpiresAt != 0 && k.ExpiresAt < end {
 		end = k.ExpiresAt
 	}
-	var c fasthttp.Cookie
-	c.SetKey(SessionCookie)
-	c.SetValue(s.newSession(k.ID, end))
-	c.SetPath("/")
-	c.SetHTTPOnly(true)
-	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
-	c.SetSecure(ctx.IsTLS())
-	c.SetExpire(time.Unix(0, end))
-	ctx.Response.Header.SetCookie(&c)
+	setSessionCookie(ctx, s.newSession(k.ID, end), time.Unix(0, end))
 	s.handleWhoAmI(ctx)
 }
 
-// DELETE /api/v1/auth/session — log out: the cookie is cleared.
+// DELETE /api/v1/auth/session — log out: the cookie is cleared (a key's
+// session or a single sign-on one alike).
 func (s *Server) handleLogout(ctx *fasthttp.RequestCtx) {
-	if key := ctx.Request.Header.Cookie(SessionCookie); len(key) > 0 && s.cfg.Keys != nil {
-		// Who logs out, for the audit log.
-		if k, why := s.cfg.Keys.Keys().Authenticate(key, time.Now().UnixNano()); why == auth.Accepted {
+	// Who logs out, for the audit log.
+	if token := ctx.Request.Header.Cookie(SessionCookie); len(token) > 0 {
+		now := time.Now().UnixNano()
+		if ss, ok := s.readSSOSession(token, now); ok {
+			ctx.SetUserValue(principalKey, ss.principal())
+		} else if k, why := s.sessionKeyOf(s.keyState(), token, now); why == auth.Accepted {
 			ctx.SetUserValue(principalKey, k.Principal())
 		}
 	}
@@ -383,6 +393,7 @@ func (s *Server) handleLogout(ctx *fasthttp.RequestCtx) {
 	c.SetPath("/")
 	c.SetHTTPOnly(true)
 	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
+	c.SetSecure(ctx.IsTLS())
 	c.SetExpire(fasthttp.CookieExpireDelete)
 	ctx.Response.Header.SetCookie(&c)
 	writeJSON(ctx, 200, []byte(`{"logged_out":true}`))

@@ -88,6 +88,11 @@ var permissions = map[string]auth.Permission{
 	// The UI's login checks the key it is given; logout clears a cookie.
 	"POST /api/v1/auth/session":   permOpen,
 	"DELETE /api/v1/auth/session": permOpen,
+	// How the UI's login may sign in; single sign-on's two steps (the
+	// browser has no session yet: the issuer vouches for the user).
+	"GET /api/v1/auth/methods": permOpen,
+	"GET /auth/oidc/login":     permOpen,
+	"GET /auth/oidc/callback":  permOpen,
 
 	"GET /healthz":         permOpen,
 	"GET /":                permOpen,
@@ -169,4 +174,6 @@ var audited = map[string]auditRow{
 	"DELETE /api/v1/auth/roles/{name}": {auditManage, "delete role {name}"},
 	"POST /api/v1/auth/session":        {auditManage, "log in"},
 	"DELETE /api/v1/auth/session":      {auditManage, "log out"},
+	// A GET, but it makes a session: recorded like the key login.
+	"GET /auth/oidc/callback": {auditManage, "sign in with single sign-on"},
 }

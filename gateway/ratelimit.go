@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/corvohq/corvo/auth"
 )
 
 // Per-key request rates (spec 001: 2000 reads and 1000 writes a second per
@@ -16,9 +14,10 @@ import (
 // a key may burst to its rate, then gets 429 rate_limited with the seconds
 // until its next token in Retry-After. A key's own rates (rate_read,
 // rate_write) replace the server's; -1 lifts the limit. Anonymous callers
-// of an open server and other nodes are not limited. The buckets are this
-// node's: behind a load balancer over N nodes a key may reach N times its
-// rate.
+// of an open server and other nodes are not limited; a single sign-on user
+// (oidc.go) has buckets of its own, by subject, at the server's rates. The
+// buckets are this node's: behind a load balancer over N nodes a key may
+// reach N times its rate.
 
 // Defaults of Config.RateRead and Config.RateWrite.
 const (
@@ -50,31 +49,38 @@ func (b *bucket) take(now int64, rate, burst float64) time.Duration {
 	return time.Duration((1 - b.tokens) / rate * 1e9)
 }
 
-// rateLimits holds the buckets by key ID.
+// rateLimits holds the buckets by key ID (or "sso:<subject>").
 type rateLimits struct {
-	read, write sync.Map // key ID → *bucket
+	read, write sync.Map // key ID or "sso:<subject>" → *bucket
 }
 
-// limit takes a token of k's class for this request; it answers 429 itself
-// (false) when the key is over its rate.
-func (s *Server) limit(ctx *fasthttp.RequestCtx, k *auth.Key, now int64) bool {
+// limiter is whose buckets a request takes from: a key, or a single
+// sign-on user (by subject, at the server's rates).
+type limiter struct {
+	id, name    string
+	read, write int // the key's own rates (0: the server's)
+}
+
+// limit takes a token of the caller's class for this request; it answers
+// 429 itself (false) when the caller is over its rate.
+func (s *Server) limit(ctx *fasthttp.RequestCtx, k limiter, now int64) bool {
 	write := !ctx.IsGet() && !ctx.IsHead()
 	rate, m := s.cfg.RateRead, &s.limits.read
-	if k.RateRead != 0 {
-		rate = k.RateRead
+	if k.read != 0 {
+		rate = k.read
 	}
 	if write {
 		rate, m = s.cfg.RateWrite, &s.limits.write
-		if k.RateWrite != 0 {
-			rate = k.RateWrite
+		if k.write != 0 {
+			rate = k.write
 		}
 	}
 	if rate < 0 {
 		return true
 	}
-	v, ok := m.Load(k.ID)
+	v, ok := m.Load(k.id)
 	if !ok {
-		v, _ = m.LoadOrStore(k.ID, &bucket{})
+		v, _ = m.LoadOrStore(k.id, &bucket{})
 	}
 	wait := v.(*bucket).take(now, float64(rate), float64(rate))
 	if wait == 0 {
@@ -86,6 +92,6 @@ func (s *Server) limit(ctx *fasthttp.RequestCtx, k *auth.Key, now int64) bool {
 	if write {
 		class = "writes"
 	}
-	writeError(ctx, codeRateLimited.errf("the key %q is over its rate of %d %s a second on this node; retry after %d s", k.Name, rate, class, secs))
+	writeError(ctx, codeRateLimited.errf("%q is over its rate of %d %s a second on this node; retry after %d s", k.name, rate, class, secs))
 	return false
 }

@@ -110,6 +110,9 @@ type Config struct {
 	// heartbeat) in the audit log: one more Raft write per call. Off:
 	// only management calls are recorded (the audit table, permissions.go).
 	AuditAll bool
+	// OIDC is single sign-on for the web UI (oidc.go); an empty Issuer
+	// turns it off.
+	OIDC OIDCConfig
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -185,6 +188,9 @@ func (c Config) Validate() error {
 	if err := CheckCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("cors origins: %w", err)
 	}
+	if err := c.OIDC.Validate(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -208,6 +214,7 @@ type Server struct {
 	bulk        *bulkRunner
 	cors        corsPolicy
 	touched     keyUse     // keys seen since the last touch (authn.go)
+	sso         *sso       // single sign-on; nil when off (oidc.go)
 	limits      rateLimits // per-key token buckets (ratelimit.go)
 
 	sessionOnce   sync.Once
@@ -237,6 +244,9 @@ func New(cfg Config, eng Engine) *Server {
 	}
 	if s.peer == nil {
 		s.peer = peer.New(peer.Config{RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger})
+	}
+	if cfg.OIDC.Enabled() {
+		s.sso = newSSO(cfg.OIDC, cfg.RequestTimeout, s.log)
 	}
 	s.interruptLeftovers()
 	r := frouter.New()
@@ -295,6 +305,9 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "DELETE", "/api/v1/auth/roles/{name}", s.handleDeleteRole)
 	s.route(r, "POST", "/api/v1/auth/session", s.handleLogin)
 	s.route(r, "DELETE", "/api/v1/auth/session", s.handleLogout)
+	s.route(r, "GET", "/api/v1/auth/methods", s.handleAuthMethods)
+	s.route(r, "GET", OIDCLoginPath, s.handleOIDCLogin)
+	s.route(r, "GET", oidcCallback, s.handleOIDCCallback)
 	// Node-to-node routes: only with the cluster credential (peer.Only).
 	if cfg.Cluster != nil {
 		s.cluster = cfg.Cluster
@@ -438,6 +451,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		select {
 		case err := <-done:
+			if s.sso != nil {
+				s.sso.client.CloseIdleConnections() // to the issuer
+			}
 			return err
 		case <-t.C:
 		}

@@ -1,14 +1,19 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/corvohq/corvo/auth"
+	"github.com/corvohq/corvo/statemachine"
 )
 
 // The web UI's session: after its login checks an API key, the browser
@@ -93,3 +98,94 @@ func (s *Server) session(token []byte, now int64) (string, bool) {
 	id := string(payload[8:])
 	return id, auth.ValidKeyID(id)
 }
+
+// Single sign-on sessions (oidc.go) are a second kind of token, "v2.": the
+// user is not in the key table, so the token itself carries who they are
+// and what their groups granted, signed under a key derived from the
+// session key (so neither kind can pass for the other). A grant changed at
+// the identity provider takes effect at the next login.
+
+const ssoSessionPrefix = "v2."
+
+// ssoSession is what a v2 token says.
+type ssoSession struct {
+	End     int64             `json:"e"` // Unix ns
+	Subject string            `json:"s"` // the ID token's sub
+	Name    string            `json:"n"` // email, else name, else sub
+	Grants  map[string]string `json:"g"` // namespace → built-in role
+}
+
+// derivedKey is the session key for one purpose.
+func (s *Server) derivedKey(purpose string) []byte {
+	m := hmac.New(sha256.New, s.sessionKey())
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
+}
+
+// sealToken is prefix + payload + "." + its HMAC under key (base64url).
+func sealToken(key []byte, prefix string, payload []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(payload)
+	return prefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// openToken is the payload of a sealToken token, or false when key did
+// not sign it.
+func openToken(key []byte, prefix string, token []byte) ([]byte, bool) {
+	if !bytes.HasPrefix(token, []byte(prefix)) {
+		return nil, false
+	}
+	b64, sig64, ok := bytes.Cut(token[len(prefix):], []byte("."))
+	if !ok {
+		return nil, false
+	}
+	strict := base64.RawURLEncoding.Strict()
+	payload, err := strict.AppendDecode(nil, b64)
+	if err != nil {
+		return nil, false
+	}
+	sig, err := strict.AppendDecode(nil, sig64)
+	if err != nil {
+		return nil, false
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(payload)
+	return payload, hmac.Equal(sig, m.Sum(nil))
+}
+
+// newSSOSession is a v2 token for ss.
+func (s *Server) newSSOSession(ss *ssoSession) string {
+	payload, _ := json.Marshal(ss) // strings and a map of strings: cannot fail
+	return sealToken(s.derivedKey("corvo sso session v2"), ssoSessionPrefix, payload)
+}
+
+// readSSOSession reads a v2 token, or false when it is not one this
+// cluster signed, it has ended or it grants nothing.
+func (s *Server) readSSOSession(token []byte, now int64) (*ssoSession, bool) {
+	payload, ok := openToken(s.derivedKey("corvo sso session v2"), ssoSessionPrefix, token)
+	if !ok {
+		return nil, false
+	}
+	var ss ssoSession
+	if json.Unmarshal(payload, &ss) != nil || ss.End <= now || len(ss.Grants) == 0 {
+		return nil, false
+	}
+	return &ss, true
+}
+
+// principal is who an SSO session acts as: its first grant's namespace
+// (the default namespace when granted, else the first by name) and role,
+// with every grant for the namespaces it may switch to (auth.Principal.In).
+// KeyID names the user ("sso:<sub>") so the audit log can tell users apart
+// and filter by one.
+func (ss *ssoSession) principal() *auth.Principal {
+	ns := auth.DefaultNamespace
+	if _, ok := ss.Grants[ns]; !ok {
+		ns = slices.Sorted(maps.Keys(ss.Grants))[0]
+	}
+	return &auth.Principal{KeyID: truncate(ssoKeyIDPrefix+ss.Subject, statemachine.AuditFieldMax), Name: ss.Name,
+		Namespace: ns, Role: ss.Grants[ns], Grants: ss.Grants}
+}
+
+// ssoKeyIDPrefix marks the KeyID of a single sign-on principal.
+const ssoKeyIDPrefix = "sso:"

@@ -84,6 +84,11 @@ type WhoAmI struct {
 	// RoleQueues is a custom role's queue scope (on top of Queues).
 	RoleQueues  []string `json:"role_queues"`
 	Permissions []string `json:"permissions"`
+	// SSO is true for the web UI's single sign-on session; Grants are
+	// then the namespaces it may act in, with its role in each (KeyID is
+	// "sso:<subject>"). Empty for a key.
+	SSO    bool              `json:"sso"`
+	Grants map[string]string `json:"grants"`
 }
 
 // LoginRequest is POST /api/v1/auth/session: the web UI's login with a key
