@@ -101,8 +101,8 @@ func ParseRoleMap(entries []string) ([]RoleMapping, error) {
 // Validate checks an enabled config (a disabled one must be empty).
 func (c *OIDCConfig) Validate() error {
 	if !c.Enabled() {
-		if c.ClientID != "" || c.RedirectURL != "" || len(c.RoleMap) > 0 {
-			return errors.New("--oidc-client-id, --oidc-redirect-url and --oidc-role-map need --oidc-issuer")
+		if c.ClientID != "" || c.ClientSecret != "" || c.RedirectURL != "" || len(c.RoleMap) > 0 {
+			return errors.New("--oidc-client-id, --oidc-client-secret, --oidc-redirect-url and --oidc-role-map need --oidc-issuer")
 		}
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -90,6 +92,9 @@ type Config struct {
 	// made an admin key of the cluster at start (see adminkey.go).
 	AdminKey     string
 	AdminKeyFile string
+	// OIDCClientSecretFile holds single sign-on's client secret when
+	// Gateway.OIDC.ClientSecret (CORVO_OIDC_CLIENT_SECRET) is empty.
+	OIDCClientSecretFile string
 	// Gateway is the rest of the gateway's settings (CORS, strict leases,
 	// limits); the node fills its mirror, events, logger, cluster secret
 	// and payload limit.
@@ -184,6 +189,9 @@ func (c Config) Validate() error {
 	if _, _, err := c.givenAdminKey(); err != nil {
 		return err
 	}
+	if _, err := c.oidcClientSecret(); err != nil {
+		return err
+	}
 	if err := c.validateTLS(); err != nil {
 		return err
 	}
@@ -253,4 +261,24 @@ func (c *Config) advertise(hostname string) error {
 		c.HTTPAdvertise = net.JoinHostPort(host, port)
 	}
 	return nil
+}
+
+// oidcClientSecret is single sign-on's client secret: the one given
+// (CORVO_OIDC_CLIENT_SECRET), else OIDCClientSecretFile's content.
+func (c Config) oidcClientSecret() (string, error) {
+	if c.OIDCClientSecretFile == "" || c.Gateway.OIDC.ClientSecret != "" {
+		return c.Gateway.OIDC.ClientSecret, nil
+	}
+	if !c.Gateway.OIDC.Enabled() {
+		return "", errors.New("--oidc-client-secret-file needs --oidc-issuer")
+	}
+	b, err := os.ReadFile(c.OIDCClientSecretFile)
+	if err != nil {
+		return "", fmt.Errorf("--oidc-client-secret-file: %w", err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("--oidc-client-secret-file %s is empty", c.OIDCClientSecretFile)
+	}
+	return secret, nil
 }

@@ -59,6 +59,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, &ConfigError{err}
 	}
+	if cfg.Gateway.OIDC.ClientSecret, err = cfg.oidcClientSecret(); err != nil {
+		return nil, &ConfigError{err}
+	}
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 		if cfg.NodeName == "" {

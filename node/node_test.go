@@ -69,6 +69,10 @@ func TestConfigValidate(t *testing.T) {
 		{"pprof on every interface", Config{PprofBind: ":6060"}, "loopback only"},
 		{"unknown auth mode", Config{Auth: "maybe"}, "--auth must be"},
 		{"malformed admin key", Config{AdminKey: "hunter2"}, "not a Corvo API key"},
+		{"oidc secret without issuer", Config{OIDCClientSecretFile: "/nonexistent"}, "--oidc-client-secret-file needs --oidc-issuer"},
+		{"oidc without redirect", Config{Gateway: gateway.Config{OIDC: gateway.OIDCConfig{Issuer: "https://id.example", ClientID: "c"}}}, "--oidc-redirect-url"},
+		{"oidc unreadable secret", Config{OIDCClientSecretFile: "/nonexistent/secret", Gateway: gateway.Config{OIDC: gateway.OIDCConfig{Issuer: "https://id.example",
+			ClientID: "c", RedirectURL: "https://c.example/auth/oidc/callback", RoleMap: []gateway.RoleMapping{{Group: "g", Namespace: "default", Role: "admin"}}}}}, "--oidc-client-secret-file: open"},
 	} {
 		err := c.cfg.WithDefaults().Validate()
 		require.ErrorContains(t, err, c.want, c.name)

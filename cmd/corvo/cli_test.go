@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/gateway"
 )
 
 // runCLI runs the built binary as a user would, with CORVO_URL set.
@@ -308,4 +311,33 @@ func TestServerHelpHidesClientFlags(t *testing.T) {
 	for _, f := range clientOnlyFlags {
 		require.Contains(t, out, " --"+f+" ", "queues --help")
 	}
+}
+
+// TestServerOIDCFlags: the single sign-on flags and their environment reach
+// the gateway's config; a malformed role map is a usage error.
+func TestServerOIDCFlags(t *testing.T) {
+	t.Setenv("CORVO_OIDC_CLIENT_SECRET", "from-env")
+	t.Setenv("CORVO_OIDC_ROLE_MAP", "")
+	var f serverFlags
+	fl := pflag.NewFlagSet("server", pflag.ContinueOnError)
+	f.register(fl)
+	require.NoError(t, fl.Parse([]string{"--oidc-issuer", "https://id.example", "--oidc-client-id", "corvo",
+		"--oidc-redirect-url", "https://corvo.example/auth/oidc/callback", "--oidc-role-map", "ops=default:operator,devs=team-a:readonly",
+		"--oidc-role-map", "admins=default:admin"}))
+	c, err := f.config()
+	require.NoError(t, err)
+	o := c.Gateway.OIDC
+	require.Equal(t, "https://id.example", o.Issuer)
+	require.Equal(t, "from-env", o.ClientSecret)
+	require.Equal(t, "groups", o.GroupsClaim)
+	require.Equal(t, []gateway.RoleMapping{{Group: "ops", Namespace: "default", Role: "operator"},
+		{Group: "devs", Namespace: "team-a", Role: "readonly"}, {Group: "admins", Namespace: "default", Role: "admin"}}, o.RoleMap)
+	require.NoError(t, c.WithDefaults().Validate())
+
+	var g serverFlags
+	fl = pflag.NewFlagSet("server", pflag.ContinueOnError)
+	g.register(fl)
+	require.NoError(t, fl.Parse([]string{"--oidc-role-map", "ops-default-operator"}))
+	_, err = g.config()
+	require.ErrorContains(t, err, "want group=namespace:role")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/corvohq/corvo/gateway"
 	"github.com/corvohq/corvo/node"
 )
 
@@ -22,6 +23,7 @@ type serverFlags struct {
 	cfg      node.Config
 	logLevel string
 	cacheMB  int
+	roleMap  []string // --oidc-role-map entries
 }
 
 // register defines the server's flags on fl.
@@ -67,6 +69,13 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.PeerTLSCA, "peer-tls-ca", os.Getenv("CORVO_PEER_TLS_CA"), "PEM CA that issues the nodes' certificates: mutual TLS between nodes (Raft and node-to-node HTTP); with --peer-tls-cert and --peer-tls-key (default $CORVO_PEER_TLS_CA)")
 	fl.StringVar(&c.PeerTLSCert, "peer-tls-cert", os.Getenv("CORVO_PEER_TLS_CERT"), "this node's PEM certificate for mutual TLS, issued by --peer-tls-ca for server and client authentication (default $CORVO_PEER_TLS_CERT)")
 	fl.StringVar(&c.PeerTLSKey, "peer-tls-key", os.Getenv("CORVO_PEER_TLS_KEY"), "PEM private key of --peer-tls-cert (default $CORVO_PEER_TLS_KEY)")
+	o := &c.Gateway.OIDC
+	fl.StringVar(&o.Issuer, "oidc-issuer", os.Getenv("CORVO_OIDC_ISSUER"), "single sign-on for the web UI: the OpenID Connect issuer URL (discovered at start; default $CORVO_OIDC_ISSUER)")
+	fl.StringVar(&o.ClientID, "oidc-client-id", os.Getenv("CORVO_OIDC_CLIENT_ID"), "the client ID registered at --oidc-issuer (default $CORVO_OIDC_CLIENT_ID)")
+	fl.StringVar(&c.OIDCClientSecretFile, "oidc-client-secret-file", os.Getenv("CORVO_OIDC_CLIENT_SECRET_FILE"), "file holding the client secret (env CORVO_OIDC_CLIENT_SECRET; none: a public client, PKCE alone)")
+	fl.StringVar(&o.RedirectURL, "oidc-redirect-url", os.Getenv("CORVO_OIDC_REDIRECT_URL"), "the public URL of this cluster's /auth/oidc/callback, as registered at the issuer; required with --oidc-issuer (default $CORVO_OIDC_REDIRECT_URL)")
+	fl.StringVar(&o.GroupsClaim, "oidc-groups-claim", envOr("CORVO_OIDC_GROUPS_CLAIM", gateway.OIDCGroupsClaimDefault), "the ID token claim holding the user's groups (default $CORVO_OIDC_GROUPS_CLAIM)")
+	fl.StringSliceVar(&f.roleMap, "oidc-role-map", envList("CORVO_OIDC_ROLE_MAP"), "group=namespace:role (a built-in role): what a group may do in a namespace; repeatable or comma-separated; a user gets the most powerful role their groups give in each namespace (default $CORVO_OIDC_ROLE_MAP)")
 	fl.BoolVar(&c.Test.HoldOutbox, "test-hold-outbox", false, "tests only: never deliver outbox records")
 	_ = fl.MarkHidden("test-hold-outbox")
 	fl.DurationVar(&c.Test.ApplyDelay, "test-apply-delay", 0, "tests only: hold this node's replicas after each applied entry batch")
@@ -89,6 +98,14 @@ func (f *serverFlags) config() (node.Config, error) {
 	if c.AdminKeyFile == "" {
 		c.AdminKey = os.Getenv("CORVO_ADMIN_KEY")
 	}
+	if c.OIDCClientSecretFile == "" {
+		c.Gateway.OIDC.ClientSecret = os.Getenv("CORVO_OIDC_CLIENT_SECRET")
+	}
+	rm, err := gateway.ParseRoleMap(f.roleMap)
+	if err != nil {
+		return node.Config{}, err
+	}
+	c.Gateway.OIDC.RoleMap = rm
 	return c, nil
 }
 
