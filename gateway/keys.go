@@ -396,5 +396,20 @@ func (s *Server) handleLogout(ctx *fasthttp.RequestCtx) {
 	c.SetSecure(ctx.IsTLS())
 	c.SetExpire(fasthttp.CookieExpireDelete)
 	ctx.Response.Header.SetCookie(&c)
+	clearNamespaceCookie(ctx)
 	writeJSON(ctx, 200, []byte(`{"logged_out":true}`))
+}
+
+// clearNamespaceCookie drops the UI's namespace choice (at logout, and at a
+// single sign-on: the next user may have no grant where the last acted).
+// (The callback's request never carries the SameSite=Strict cookie: the
+// issuer's redirect is cross-site; the answer clears it all the same.)
+func clearNamespaceCookie(ctx *fasthttp.RequestCtx) {
+	var c fasthttp.Cookie
+	c.SetKey(NamespaceCookie)
+	c.SetValue("")
+	c.SetPath("/")
+	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
+	c.SetExpire(fasthttp.CookieExpireDelete)
+	ctx.Response.Header.SetCookie(&c)
 }

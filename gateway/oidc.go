@@ -400,6 +400,7 @@ func (s *Server) handleOIDCCallback(ctx *fasthttp.RequestCtx) {
 	ctx.SetUserValue(principalKey, p) // for the audit record
 	auditNote(ctx, "single sign-on of "+p.Name+", grants "+formatGrants(grants))
 	setSessionCookie(ctx, s.newSSOSession(ss), end)
+	clearNamespaceCookie(ctx)
 	ctx.Response.Header.Set("Location", uiHome)
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.SetStatusCode(fasthttp.StatusFound)

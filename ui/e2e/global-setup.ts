@@ -37,14 +37,16 @@ async function waitHealthy(url: string, proc: ChildProcess, ms: number) {
 export interface StartedServer { url: string; dir: string; stop: () => Promise<void> }
 
 // startServer runs bin/corvo on free loopback ports in a new temp dir,
-// with extra server flags and environment, until stop.
+// with extra server flags and environment, until stop. "{url}" in a flag
+// becomes the server's own URL (e.g. for --oidc-redirect-url).
 export async function startServer(extra: string[] = [], env: Record<string, string> = {}): Promise<StartedServer> {
   const bin = resolve(process.env.CORVO_BIN ?? '../bin/corvo') // make runs this from ui/
   if (!existsSync(bin)) throw new Error(`${bin} is missing: run make build first`)
   const dir = mkdtempSync(join(tmpdir(), 'corvo-ui-e2e-'))
   const [http, raft] = [await freePort(), await freePort()]
   const log = openSync(join(dir, 'server.log'), 'a')
-  const proc = spawn(bin, ['server', '--bind', `127.0.0.1:${http}`, '--raft-bind', `127.0.0.1:${raft}`, '--data-dir', join(dir, 'data'), '--log-level', 'warn', ...extra], {
+  const args = extra.map((a) => a.replaceAll('{url}', `http://127.0.0.1:${http}`))
+  const proc = spawn(bin, ['server', '--bind', `127.0.0.1:${http}`, '--raft-bind', `127.0.0.1:${raft}`, '--data-dir', join(dir, 'data'), '--log-level', 'warn', ...args], {
     stdio: ['ignore', log, log],
     env: { ...process.env, ...env },
   })

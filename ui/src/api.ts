@@ -131,6 +131,34 @@ export interface WhoAmI {
   auth: 'keys' | 'open' | 'off'
   key_id: string; name: string; namespace: string; role: string
   queues: string[]; permissions: string[]
+  // A single sign-on session: the namespaces it may act in, with its role
+  // in each.
+  sso?: boolean; grants?: Record<string, string>
+}
+
+// How the login may sign in (GET /api/v1/auth/methods, open).
+export interface AuthMethods { api_key: boolean; sso: { enabled: boolean; login_url?: string } }
+
+const noSSO: AuthMethods = { api_key: true, sso: { enabled: false } }
+
+// authMethods asks the server whether it offers single sign-on; an older
+// server, or one that cannot answer, is taken to offer keys only.
+export async function authMethods(): Promise<AuthMethods> {
+  try {
+    const r = await fetch('/api/v1/auth/methods')
+    return r.ok ? (await r.json()) as AuthMethods : noSSO
+  } catch {
+    return noSSO
+  }
+}
+
+// The namespace the UI acts in (a single sign-on user with grants in
+// several): the server reads the corvo_namespace cookie on every call,
+// the event stream's included.
+export const NAMESPACE_COOKIE = 'corvo_namespace'
+
+export function setNamespace(ns: string) {
+  document.cookie = `${NAMESPACE_COOKIE}=${encodeURIComponent(ns)}; path=/; SameSite=Strict`
 }
 
 // A 401 from any call (but the login itself, whose form shows its own

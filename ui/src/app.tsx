@@ -4,7 +4,7 @@ import { useEffect, useState } from 'preact/hooks'
 import { href, match, navigate, onLinkClick, useLocation } from './router'
 import { startLive, stopLive, useLiveStatus } from './live'
 import { checkAuth, logout, useAuth } from './auth'
-import type { WhoAmI } from './api'
+import { setNamespace, type WhoAmI } from './api'
 import { Login } from './pages/Login'
 import { Toasts } from './components/ui'
 import { EnqueueDialog } from './components/EnqueueDialog'
@@ -85,11 +85,25 @@ export function App() {
 
 // Who: the key's name and role, and a log out when a key is in use (an
 // open server's anonymous caller has none).
+// A single sign-on user with grants in several namespaces picks the one
+// the console acts in (the corvo_namespace cookie; the page reloads so
+// every view and the event stream follow).
 function Who({ who }: { who: WhoAmI }) {
   if (!who.key_id) return null
+  const namespaces = Object.keys(who.grants ?? {}).sort()
   return (
     <span class="who" data-testid="who">
       <span class="who-name">{who.name}</span>
+      {namespaces.length > 1
+        ? (
+          <select
+            class="ns-picker" aria-label="Namespace" data-testid="ns-picker" value={who.namespace}
+            onChange={(e) => { setNamespace((e.target as HTMLSelectElement).value); location.reload() }}
+          >
+            {namespaces.map((ns) => <option key={ns} value={ns}>{ns}</option>)}
+          </select>
+        )
+        : who.sso && <span class="ns" data-testid="who-namespace">{who.namespace}</span>}
       <span class="role">{who.role}</span>
       <button class="btn" onClick={() => { void logout() }}>Log out</button>
     </span>

@@ -71,3 +71,25 @@ describe('auth', () => {
     expect(authState()).toMatchObject({ state: 'in', who: { auth: 'open', key_id: '' } })
   })
 })
+
+describe('single sign-on', () => {
+  it('offers "Sign in with SSO" only when the server has it', async () => {
+    vi.stubGlobal('fetch', vi.fn(async (u: string) => u === '/api/v1/auth/methods'
+      ? new Response('{"api_key":true,"sso":{"enabled":true,"login_url":"/auth/oidc/login"}}', { status: 200 })
+      : unauthorized()))
+    render(<Login />)
+    const link = await screen.findByTestId('sso-login')
+    expect(link.textContent).toBe('Sign in with SSO')
+    expect(link.getAttribute('href')).toBe('/auth/oidc/login')
+    expect(screen.getByLabelText('API key')).toBeTruthy() // keys still work
+    cleanup()
+
+    vi.stubGlobal('fetch', vi.fn(async (u: string) => u === '/api/v1/auth/methods'
+      ? new Response('{"api_key":true,"sso":{"enabled":false}}', { status: 200 })
+      : unauthorized()))
+    render(<Login />)
+    await screen.findByText('This server needs an API key.')
+    await new Promise((r) => setTimeout(r, 0))
+    expect(screen.queryByTestId('sso-login')).toBeNull()
+  })
+})

@@ -1,14 +1,19 @@
 // The login screen: shown when the server needs an API key and the UI has
 // no (valid) session. The key goes to the server once, which keeps it in
-// an HttpOnly cookie.
-import { useState } from 'preact/hooks'
-import { ApiError } from '../api'
+// an HttpOnly cookie. A server with single sign-on also offers "Sign in
+// with SSO" (a plain link: the server sends the browser to the identity
+// provider, which sends it back signed in).
+import { useEffect, useState } from 'preact/hooks'
+import { ApiError, authMethods, type AuthMethods } from '../api'
 import { login } from '../auth'
 
 export function Login(props: { message?: string }) {
   const [key, setKey] = useState('')
   const [error, setError] = useState<string | undefined>(undefined)
   const [busy, setBusy] = useState(false)
+  const [methods, setMethods] = useState<AuthMethods | undefined>(undefined)
+  useEffect(() => { void authMethods().then(setMethods) }, [])
+  const sso = methods?.sso.enabled ? methods.sso.login_url : undefined
 
   const submit = async (e: Event) => {
     e.preventDefault()
@@ -29,8 +34,11 @@ export function Login(props: { message?: string }) {
     <main class="login" id="main">
       <form class="login-card" onSubmit={submit} aria-labelledby="login-title">
         <h1 id="login-title"><span class="logo" aria-hidden="true">◆</span> Corvo</h1>
-        <p>This server needs an API key.</p>
+        {sso
+          ? <p>Sign in with your organisation's account, or with an API key.</p>
+          : <p>This server needs an API key.</p>}
         {props.message && <p class="muted" data-testid="login-reason">{props.message}</p>}
+        {sso && <a class="btn primary sso" href={sso} data-testid="sso-login">Sign in with SSO</a>}
         <label for="api-key">API key</label>
         <input
           id="api-key" name="api-key" type="password" autocomplete="off" spellcheck={false}
