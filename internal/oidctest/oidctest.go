@@ -128,7 +128,7 @@ func (i *Issuer) Handler() http.Handler {
 		down := i.down
 		i.mu.Unlock()
 		if down {
-			http.Error(w, "the test issuer is down", 503)
+			http.Error(w, "the test issuer is down", http.StatusServiceUnavailable)
 			return
 		}
 		m.ServeHTTP(w, r)
