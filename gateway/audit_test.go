@@ -179,9 +179,16 @@ func TestAuditFiltersAndCursor(t *testing.T) {
 	p = audits(t, base, admin, corvo.AuditFilter{Namespace: ns, Status: 404})
 	require.Empty(t, p.Records)
 	all := audits(t, base, admin, corvo.AuditFilter{Namespace: ns})
+	// Since is inclusive, until exclusive, at the records' precision: the
+	// newest record is out, the second newest in (with any record of the
+	// same instant).
 	p = audits(t, base, admin, corvo.AuditFilter{Namespace: ns, Since: all.Records[1].At, Until: all.Records[0].At})
-	require.Len(t, p.Records, 1)
+	require.NotEmpty(t, p.Records)
 	require.Equal(t, paths[3], p.Records[0].Path)
+	for _, r := range p.Records {
+		require.NotEqual(t, paths[4], r.Path, "until is exclusive")
+		require.False(t, r.At.Truncate(time.Millisecond).Before(all.Records[1].At.Truncate(time.Millisecond)), "a record before since")
+	}
 
 	for _, bad := range []string{"limit=0", "limit=1001", "status=abc", "status=42", "since=yesterday", "until=2026-13-01T00:00:00Z",
 		"cursor=nope", "cursor=-5~x", "namespace=" + url.QueryEscape("bad name")} {

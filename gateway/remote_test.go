@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"time"
+
 	"bytes"
 	"context"
 	"encoding/gob"
@@ -464,6 +466,21 @@ func TestRemoteMultiShardHandlers(t *testing.T) {
 	require.Equal(t, 8, ar.Acked)
 	require.Len(t, ar.Errors, 1)
 	require.Equal(t, "not_found", ar.Errors[0].Code)
+
+	// Every job is done: the batch's callback job is enqueued on qs[3]'s
+	// shard through the outbox. Wait for it, so the queue lists below do
+	// not race its arrival.
+	require.Eventually(t, func() bool {
+		_, b := call(t, "GET", "/api/v1/batches/"+br.BatchID, nil)
+		var bv struct {
+			CallbackJobID *string `json:"callback_job_id"`
+		}
+		if json.Unmarshal(b, &bv) != nil || bv.CallbackJobID == nil {
+			return false
+		}
+		code, _ := call(t, "GET", "/api/v1/jobs/"+*bv.CallbackJobID, nil)
+		return code == 200
+	}, 10*time.Second, 10*time.Millisecond, "the batch callback never arrived")
 
 	// The dead list (every shard is read for it; one call each, as a
 	// queue's list scans every dead job of every shard).
