@@ -176,6 +176,8 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 			return fmt.Errorf("namespace %q is audited on shard %d, not %d", ns, n, sh)
 		}
 		return nil
+	case *statemachine.ImportOp:
+		return v.importOp(sh, o)
 	case *statemachine.DepDoneOp:
 		if err := v.job(sh, o.Dependent); err != nil {
 			return err
@@ -244,6 +246,111 @@ func (v *validator) job(sh int, id string) error {
 // queue checks that q is a valid stored queue name (router.NamespacedQueue)
 // owned by shard sh.
 func (v *validator) queue(sh int, q string) error {
+	if err := router.ValidateStoredQueue(q); err != nil {
+		return err
+	}
+	if n := v.rt.ShardForQueue(q); n != sh {
+		return fmt.Errorf("queue %q is on shard %d, not %d", q, n, sh)
+	}
+	return nil
+}
+
+// importOp checks a restored record (exactly one) written on shard sh: its
+// ID carries sh, its queues are valid stored names (a namespace's queue
+// included) owned by the shards the record says, and every job it names
+// has a valid ID.
+func (v *validator) importOp(sh int, o *statemachine.ImportOp) error {
+	set := 0
+	for _, p := range []bool{o.Job != nil, o.Batch != nil, o.Schedule != nil} {
+		if p {
+			set++
+		}
+	}
+	if set != 1 {
+		return fmt.Errorf("an import holds %d records, not 1", set)
+	}
+	switch {
+	case o.Job != nil:
+		j := &o.Job.View.Job
+		if err := v.job(sh, j.ID); err != nil {
+			return err
+		}
+		if err := v.storedQueue(sh, j.Queue); err != nil {
+			return err
+		}
+		if j.Priority > statemachine.PriorityNormal {
+			return fmt.Errorf("unknown priority tier %d", j.Priority)
+		}
+		if st := o.Job.View.State.State; st < statemachine.StatePending || st > statemachine.StateHeld {
+			return fmt.Errorf("unknown job state %d", st)
+		}
+		if j.BatchID != "" {
+			if n, ok := v.rt.TaggedShard("batch_", j.BatchID); !ok || n != int(j.BatchShard) {
+				return fmt.Errorf("batch %q is not on shard %d", j.BatchID, j.BatchShard)
+			}
+		}
+		for _, d := range j.DependsOn {
+			if err := v.job(int(d.Shard), d.ID); err != nil {
+				return fmt.Errorf("depends_on: %w", err)
+			}
+		}
+		for _, id := range o.Job.Resolved {
+			if _, err := v.rt.ShardForJob(id); err != nil {
+				return fmt.Errorf("resolved dependency %q: %w", id, err)
+			}
+		}
+		if c := j.Chain; c != nil {
+			if c.Step >= uint32(len(c.Steps)) {
+				return fmt.Errorf("chain step %d of %d", c.Step, len(c.Steps))
+			}
+			targets := append([]statemachine.ChainTarget(nil), c.Steps...)
+			for _, t := range []*statemachine.ChainTarget{c.OnFailure, c.OnExit} {
+				if t != nil {
+					targets = append(targets, *t)
+				}
+			}
+			for _, t := range targets {
+				if err := v.storedQueue(int(t.Shard), t.Queue); err != nil {
+					return fmt.Errorf("chain: %w", err)
+				}
+			}
+		}
+		return nil
+	case o.Batch != nil:
+		b := &o.Batch.Batch
+		if n, ok := v.rt.TaggedShard("batch_", b.ID); !ok || n != sh {
+			return fmt.Errorf("batch %q does not belong to shard %d", b.ID, sh)
+		}
+		for _, id := range o.Batch.Counted {
+			if _, err := v.rt.ShardForJob(id); err != nil {
+				return fmt.Errorf("batch job %q: %w", id, err)
+			}
+		}
+		if b.CallbackQueue == "" {
+			return nil
+		}
+		if int(b.CallbackShard) != sh {
+			return fmt.Errorf("batch callback shard %d is not %d", b.CallbackShard, sh)
+		}
+		if err := v.storedQueue(sh, b.CallbackQueue); err != nil {
+			return err
+		}
+		return v.job(sh, b.CallbackJobID)
+	default:
+		sc := o.Schedule
+		if n, ok := v.rt.TaggedShard("sched_", sc.ID); !ok || n != sh {
+			return fmt.Errorf("schedule %q does not belong to shard %d", sc.ID, sh)
+		}
+		if sc.Priority > statemachine.PriorityNormal {
+			return fmt.Errorf("unknown priority tier %d", sc.Priority)
+		}
+		return v.storedQueue(sh, sc.Queue)
+	}
+}
+
+// storedQueue checks that q is a valid stored queue name (a namespace's
+// queue is "<namespace>/<queue>") owned by shard sh.
+func (v *validator) storedQueue(sh int, q string) error {
 	if err := router.ValidateStoredQueue(q); err != nil {
 		return err
 	}

@@ -213,6 +213,8 @@ func (a *applier) apply(op Op) Result {
 		return a.audit(o)
 	case *PruneAuditOp:
 		return a.pruneAudit(o)
+	case *ImportOp:
+		return a.importRecord(o)
 	}
 	return Result{Status: StatusInvalid, Message: fmt.Sprintf("op %d not supported", op.Code())}
 }

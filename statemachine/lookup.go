@@ -63,6 +63,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.scanJobs(q)
 	case AuditQuery:
 		return s.listAudit(q)
+	case ExportQuery:
+		return s.export(q)
 	case AppliedQuery:
 		return s.appliedAtomic.Load(), nil
 	case OpenedAtQuery:

@@ -45,6 +45,7 @@ const (
 	OpPriority    OpCode = 29
 	OpAudit       OpCode = 30
 	OpPruneAudit  OpCode = 31
+	OpImport      OpCode = 32
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -223,6 +224,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &AuditOp{}
 	case OpPruneAudit:
 		op = &PruneAuditOp{}
+	case OpImport:
+		op = &ImportOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
