@@ -46,6 +46,8 @@ const (
 	PermAuditRead Permission = "audit:read" // the audit log (a non-admin: its namespace's)
 
 	PermNamespacesManage Permission = "namespaces:manage" // create, list, delete namespaces (admins)
+
+	PermClusterBackup Permission = "cluster:backup" // back up and restore jobs, settings and keys (admins)
 )
 
 // Permissions lists every permission, in a stable order.
@@ -54,7 +56,7 @@ var Permissions = []Permission{
 	PermQueuesRead, PermQueuesManage,
 	PermSchedulesRead, PermSchedulesManage,
 	PermClusterRead, PermClusterManage,
-	PermMetricsRead, PermKeysManage, PermAuditRead, PermNamespacesManage,
+	PermMetricsRead, PermKeysManage, PermAuditRead, PermNamespacesManage, PermClusterBackup,
 }
 
 // Built-in roles.

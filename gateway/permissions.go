@@ -62,6 +62,9 @@ var permissions = map[string]auth.Permission{
 
 	"GET /api/v1/cluster/status":           auth.PermClusterRead,
 	"POST /api/v1/admin/rebuild-mirror":    auth.PermClusterManage,
+	"GET /api/v1/backup":                   auth.PermClusterBackup,
+	"POST /api/v1/restore":                 auth.PermClusterBackup,
+	"GET /internal/v1/shards/{n}/export":   permCluster,
 	"GET /api/v1/metrics":                  auth.PermMetricsRead,
 	"POST /api/v1/cluster/join":            permCluster,
 	"DELETE /api/v1/cluster/nodes/{id}":    permCluster,
@@ -155,6 +158,7 @@ var audited = map[string]auditRow{
 	"DELETE /api/v1/schedules/{id}": {auditManage, "delete schedule {id}"},
 
 	"POST /api/v1/admin/rebuild-mirror": {auditManage, "rebuild the mirror"},
+	"POST /api/v1/restore":              {auditManage, "restore a backup"},
 	"POST /api/v1/cluster/join":         {auditManage, "add a node"},
 	"DELETE /api/v1/cluster/nodes/{id}": {auditManage, "remove node {id}"},
 	// The notice a removed node gets, from the node that removed it (that
