@@ -17,6 +17,7 @@ import (
 	"github.com/corvohq/corvo/backup"
 	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -156,15 +157,8 @@ func (s *Server) exportShard(sh int, ns string, batches bool, emit func(backup.R
 	return s.peer.Export(context.Background(), sh, ns, batches, emit)
 }
 
-// restoreReport is POST /api/v1/restore's answer.
-type restoreReport struct {
-	Restored map[string]int `json:"restored"` // by record kind
-	Exists   map[string]int `json:"exists"`   // already there: left as they were
-	Failed   int            `json:"failed"`
-	Errors   []string       `json:"errors,omitempty"` // the first few failures
-	Remapped int            `json:"remapped"`         // jobs and batches given a new ID
-	Shards   int            `json:"shards"`           // the backup's shard count
-}
+// restoreReport is POST /api/v1/restore's answer (corvo.RestoreReport).
+type restoreReport corvo.RestoreReport
 
 func (r *restoreReport) fail(msg string) {
 	r.Failed++

@@ -156,14 +156,14 @@ func (a *applier) importJob(in *JobExport) Result {
 	case StateScheduled, StateRetrying:
 		a.set(timeIndexKey(pfxDue, st.DueAt, j.ID), nil)
 	case StateHeld:
-		for _, dep := range in.Resolved {
-			a.set(resolvedKey(j.ID, dep), nil)
-		}
 	default: // terminal
 		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
 		if st.State == StateDead {
 			a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
 		}
+	}
+	for _, dep := range in.Resolved {
+		a.set(resolvedKey(j.ID, dep), nil)
 	}
 	if !st.State.Terminal() && j.ExpireAt > 0 {
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)

@@ -86,6 +86,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newListCmds()...)
 	root.AddCommand(newSearchCmd(), newBulkCmd(), newClusterCmd(), newTopCmd(), newAuthCmd())
 	root.PersistentFlags().StringVar(&apiKeyFlag, "api-key", "", "API key the client commands send (default $"+corvo.APIKeyEnv+")")
-	root.AddCommand(newAuditCmd())
+	root.AddCommand(newAuditCmd(), newBackupCmd(), newRestoreCmd())
 	return root
 }

@@ -206,3 +206,16 @@ func (c *Client) WhoAmI(ctx context.Context) (*WhoAmI, error) {
 	}
 	return &out, nil
 }
+
+// RestoreReport is POST /api/v1/restore's answer: records restored and
+// records that already existed (left as they were), by kind (namespace,
+// role, key, queue, schedule, job, batch); the failures (207) with the
+// first messages; how many jobs and batches got a new ID on the target.
+type RestoreReport struct {
+	Restored map[string]int `json:"restored"`
+	Exists   map[string]int `json:"exists"`
+	Failed   int            `json:"failed"`
+	Errors   []string       `json:"errors,omitempty"`
+	Remapped int            `json:"remapped"`
+	Shards   int            `json:"shards"`
+}
