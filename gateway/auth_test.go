@@ -88,6 +88,16 @@ func putKey(t *testing.T, keys Keys, k auth.Key) string {
 	return key
 }
 
+// putNamespace makes namespace ns in the key table (if it is not there).
+func putNamespace(t *testing.T, keys Keys, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := keys.ProposeKeys(ctx, auth.Cmd{Op: "ns.put", Namespace: &auth.Namespace{Name: ns}})
+	require.NoError(t, err)
+	require.True(t, keys.Keys().NamespaceExists(ns))
+}
+
 // concrete fills a route pattern's parameters with values that name
 // nothing: an admitted request then does nothing (404, 400, 503).
 func concrete(pattern string) string {
@@ -120,6 +130,11 @@ func TestEveryRouteHasAPermission(t *testing.T) {
 	for _, r := range auth.RoleNames {
 		roles[r] = putKey(t, keys, auth.Key{Name: "walk-" + r, Role: r, Enabled: true})
 	}
+	// A key of another namespace naming the default one: refused on every
+	// route that needs a key, whatever its role grants.
+	putNamespace(t, keys, "walk-other")
+	foreign := map[string]string{"Authorization": "Bearer " + putKey(t, keys, auth.Key{Name: "walk-foreign", Role: auth.RoleOperator,
+		Namespace: "walk-other", Enabled: true}), NamespaceHeader: auth.DefaultNamespace}
 	var body = map[string]any{}
 	for _, route := range srv.routes {
 		perm := permissions[route]
@@ -142,6 +157,16 @@ func TestEveryRouteHasAPermission(t *testing.T) {
 				require.Equal(t, 401, st, "%s with %s key: %s", route, what, out)
 				require.Equal(t, "unauthorized", code)
 			}
+		}
+		st, code, out := callHeaders(t, method, url+path, foreign, b)
+		switch {
+		case cluster:
+			require.Contains(t, []string{"cluster_secret_required", "cluster_secret_invalid"}, code, "%s with a foreign key: %d %s", route, st, out)
+		case perm == auth.PermNone:
+			require.NotContains(t, []int{401, 403}, st, "%s is open, but a foreign key: %s", route, out)
+		default:
+			require.Equal(t, 403, st, "%s must be refused to another namespace's key: %s", route, out)
+			require.Equal(t, "forbidden", code)
 		}
 		for role, key := range roles {
 			st, code, out := callKey(t, method, url+path, key, b)
