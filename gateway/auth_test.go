@@ -649,3 +649,70 @@ func TestConnLoggerIsDebugOnly(t *testing.T) {
 	require.Contains(t, buf.String(), `"level":"debug"`)
 	require.Contains(t, buf.String(), "error when serving connection")
 }
+
+// TestNamespacesEndpoints: admins make, list and delete namespaces; a
+// name is checked, made once, and a namespace with a key (or a queue)
+// stays; keys are made only in one that exists; other roles are refused.
+func TestNamespacesEndpoints(t *testing.T) {
+	_, url, keys := keysServer(t, Config{})
+	admin := putKey(t, keys, auth.Key{Name: "ns-admin", Role: auth.RoleAdmin, Enabled: true})
+	op := putKey(t, keys, auth.Key{Name: "ns-operator", Role: auth.RoleOperator, Enabled: true})
+	name := strings.ReplaceAll(uq("nsep"), "-", "x")
+
+	st, code, _ := callKey(t, "POST", url+"/api/v1/namespaces", op, map[string]any{"name": name})
+	require.Equal(t, 403, st)
+	require.Equal(t, "forbidden", code)
+	for _, bad := range []map[string]any{{"name": "Upper"}, {"name": ""}, {"name": "-x"}, {"name": "a/b"},
+		{"name": name, "description": strings.Repeat("d", 257)}, {"name": name, "extra": 1}} {
+		st, code, out := callKey(t, "POST", url+"/api/v1/namespaces", admin, bad)
+		require.Equal(t, 400, st, "%v: %s", bad, out)
+		require.Equal(t, "invalid_request", code)
+	}
+	require.False(t, keys.Keys().NamespaceExists(name), "a refused request made the namespace")
+	st, _, out := callKey(t, "POST", url+"/api/v1/namespaces", admin, map[string]any{"name": name, "description": "team x"})
+	require.Equal(t, 201, st, string(out))
+	made := strictDecode[corvo.Namespace](t, "create namespace", out)
+	require.Equal(t, name, made.Name)
+	require.NotNil(t, made.CreatedAt)
+	st, code, _ = callKey(t, "POST", url+"/api/v1/namespaces", admin, map[string]any{"name": name})
+	require.Equal(t, 409, st)
+	require.Equal(t, "conflict", code)
+
+	st, _, out = callKey(t, "GET", url+"/api/v1/namespaces", admin, nil)
+	require.Equal(t, 200, st)
+	list := strictDecode[corvo.NamespaceList](t, "list namespaces", out)
+	names := map[string]string{}
+	for _, n := range list.Namespaces {
+		names[n.Name] = n.Description
+	}
+	require.Contains(t, names, auth.DefaultNamespace)
+	require.Equal(t, "team x", names[name])
+
+	// Keys: only in a namespace that exists.
+	st, code, out = callKey(t, "POST", url+"/api/v1/auth/keys", admin, map[string]any{"name": "k", "namespace": "nope-" + name, "role": "worker"})
+	require.Equal(t, 400, st, string(out))
+	require.Equal(t, "invalid_request", code)
+	st, _, out = callKey(t, "POST", url+"/api/v1/auth/keys", admin, map[string]any{"name": "k", "namespace": name, "role": "worker"})
+	require.Equal(t, 201, st, string(out))
+	key := strictDecode[corvo.CreatedKey](t, "create key", out)
+
+	st, code, out = callKey(t, "DELETE", url+"/api/v1/namespaces/"+name, admin, nil)
+	require.Equal(t, 409, st, "a namespace with a key was deleted: %s", out)
+	require.Equal(t, "conflict", code)
+	st, _, _ = callKey(t, "DELETE", url+"/api/v1/auth/keys/"+key.ID, admin, nil)
+	require.Equal(t, 200, st)
+	st, code, _ = callKey(t, "DELETE", url+"/api/v1/namespaces/"+auth.DefaultNamespace, admin, nil)
+	require.Equal(t, 400, st)
+	require.Equal(t, "invalid_request", code)
+	st, _, out = callKey(t, "DELETE", url+"/api/v1/namespaces/"+name, admin, nil)
+	require.Equal(t, 200, st, string(out))
+	strictDecode[corvo.NamespaceDeleted](t, "delete namespace", out)
+	require.False(t, keys.Keys().NamespaceExists(name))
+	st, code, _ = callKey(t, "DELETE", url+"/api/v1/namespaces/"+name, admin, nil)
+	require.Equal(t, 404, st)
+	require.Equal(t, "not_found", code)
+	// Naming a namespace that does not exist is a 404.
+	st, code, _ = callHeaders(t, "GET", url+"/api/v1/queues", map[string]string{"Authorization": "Bearer " + admin, NamespaceHeader: name}, nil)
+	require.Equal(t, 404, st)
+	require.Equal(t, "not_found", code)
+}

@@ -67,6 +67,7 @@ type Queue struct {
 type Client struct {
 	BaseURL     string // e.g. http://localhost:8080
 	APIKey      string // sent as "Authorization: Bearer"; "" sends none
+	Namespace   string // sent as X-Corvo-Namespace; "" sends none (the key's own)
 	HTTP        *http.Client
 	OldestLimit int              // 0: OldestLimitDefault; negative: no searches
 	Now         func() time.Time // nil: time.Now
@@ -106,6 +107,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, into any) er
 	}
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	if c.Namespace != "" {
+		req.Header.Set(corvo.NamespaceHeader, c.Namespace)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {

@@ -111,7 +111,7 @@ func newKeyCreateCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&r.Name, "name", "", "what the key is for (required)")
 	fl.StringVar(&r.Role, "role", auth.RoleReadonly, "one of "+strings.Join(auth.RoleNames, ", "))
-	fl.StringVar(&r.Namespace, "namespace", "", "namespace the key acts in (default: the server's default)")
+	fl.StringVar(&r.Namespace, "namespace", "", "namespace the key acts in (default: the creating key's own)")
 	fl.StringArrayVar(&r.Queues, "queue", nil, "queue glob the key may use (repeatable; none: every queue)")
 	fl.StringVar(&expires, "expires", "", "when the key stops working: a duration from now (720h) or an RFC 3339 time")
 	return cmd

@@ -166,3 +166,53 @@ func TestStreamBulkSendsKey(t *testing.T) {
 	require.Equal(t, "completed", op.Status)
 	require.True(t, json.Valid(raw))
 }
+
+// TestCLINamespaces: an admin makes a namespace with `corvo namespaces`,
+// acts in it with --namespace (or CORVO_NAMESPACE), and its queues are
+// not the default namespace's; a key of the namespace acts there without
+// the flag, and naming another namespace is refused.
+func TestCLINamespaces(t *testing.T) {
+	s := newServer(t, "--auth", "on")
+	out, code := runCLIKey(t, s.url, testAdminKey, "namespaces", "create", "acme", "--description", "team acme")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "acme: created")
+	out, code = runCLIKey(t, s.url, testAdminKey, "namespaces", "create", "Bad/Name")
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "HTTP 400")
+
+	out, code = runCLIKey(t, s.url, testAdminKey, "--namespace", "acme", "enqueue", "emails", `{"to":"a"}`)
+	require.Equal(t, 0, code, out)
+	out, code = runCLIKey(t, s.url, testAdminKey, "enqueue", "other", `{}`)
+	require.Equal(t, 0, code, out)
+
+	out, code = runCLIKey(t, s.url, testAdminKey, "--namespace", "acme", "queues")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "emails")
+	require.NotContains(t, out, "other")
+	cmd := exec.Command(corvoBin, "queues")
+	cmd.Env = append(cmd.Environ(), "CORVO_URL="+s.url, "CORVO_API_KEY="+testAdminKey, "CORVO_NAMESPACE=acme")
+	out, code = runCmd(t, cmd)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "emails", "CORVO_NAMESPACE")
+	out, code = runCLIKey(t, s.url, testAdminKey, "queues")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "other")
+	require.NotContains(t, out, "emails")
+
+	out, code = runCLIKey(t, s.url, testAdminKey, "auth", "keys", "create", "--name", "acme-ops", "--role", "operator", "--namespace", "acme", "-o", "json")
+	require.Equal(t, 0, code, out)
+	key := decode[corvo.CreatedKey](t, []byte(out)).Key
+	out, code = runCLIKey(t, s.url, key, "queues")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "emails")
+	out, code = runCLIKey(t, s.url, key, "--namespace", "default", "queues")
+	require.Equal(t, exitError_, code, out)
+	require.Contains(t, out, "HTTP 403")
+
+	out, code = runCLIKey(t, s.url, testAdminKey, "namespaces", "list")
+	require.Equal(t, 0, code, out)
+	require.Regexp(t, `acme\s+1\s+.*team acme`, out)
+	out, code = runCLIKey(t, s.url, testAdminKey, "namespaces", "delete", "acme")
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "HTTP 409")
+}

@@ -61,11 +61,26 @@ func apiKey() string {
 	return strings.TrimSpace(os.Getenv(corvo.APIKeyEnv))
 }
 
-// authorize adds the caller's credentials to req: the API key, and the
-// cluster secret when the command needs it.
+// namespaceFlag is the root's persistent --namespace.
+var namespaceFlag string
+
+// namespace is the namespace client commands act in: --namespace, else
+// $CORVO_NAMESPACE ("": the key's own).
+func namespace() string {
+	if namespaceFlag != "" {
+		return strings.TrimSpace(namespaceFlag)
+	}
+	return strings.TrimSpace(os.Getenv(corvo.NamespaceEnv))
+}
+
+// authorize adds the caller's credentials to req: the API key, the
+// namespace, and the cluster secret when the command needs it.
 func (c *clientFlags) authorize(req *http.Request) {
 	if k := apiKey(); k != "" {
 		req.Header.Set("Authorization", "Bearer "+k)
+	}
+	if ns := namespace(); ns != "" {
+		req.Header.Set(corvo.NamespaceHeader, ns)
 	}
 	if c.clusterSecret != "" {
 		req.Header.Set(node.ClusterSecretHeader, c.clusterSecret)

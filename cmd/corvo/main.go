@@ -52,7 +52,7 @@ func main() {
 
 // clientOnlyFlags are the root's persistent flags that only client
 // commands read: `corvo server --help` does not list them.
-var clientOnlyFlags = []string{"tls-ca", "api-key"}
+var clientOnlyFlags = []string{"tls-ca", "api-key", "namespace"}
 
 func newRootCmd() *cobra.Command {
 	var tlsCA string
@@ -86,6 +86,8 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newListCmds()...)
 	root.AddCommand(newSearchCmd(), newBulkCmd(), newClusterCmd(), newTopCmd(), newAuthCmd())
 	root.PersistentFlags().StringVar(&apiKeyFlag, "api-key", "", "API key the client commands send (default $"+corvo.APIKeyEnv+")")
+	root.PersistentFlags().StringVar(&namespaceFlag, "namespace", "", "namespace the client commands act in (default $"+corvo.NamespaceEnv+", else the key's own; another needs an admin key)")
+	root.AddCommand(newNamespacesCmd())
 	root.AddCommand(newAuditCmd(), newBackupCmd(), newRestoreCmd())
 	return root
 }

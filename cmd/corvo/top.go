@@ -43,7 +43,7 @@ snapshot and exits; its rates are then the server's (about the last minute).`,
 			}
 			url := strings.TrimRight(c.url, "/")
 			client := top.NewClient(url)
-			client.APIKey = apiKey()
+			client.APIKey, client.Namespace = apiKey(), namespace()
 			if clientTLS != nil { // --tls-ca
 				client.HTTP.Transport = &http.Transport{TLSClientConfig: clientTLS}
 			}

@@ -131,6 +131,56 @@ type RoleDeleted struct {
 	Deleted bool   `json:"deleted"`
 }
 
+// Namespace is a namespace as GET /api/v1/namespaces lists it.
+type Namespace struct {
+	Name        string     `json:"name"`
+	Description string     `json:"description"`
+	Keys        int        `json:"keys"` // API keys of the namespace
+	CreatedAt   *time.Time `json:"created_at"`
+}
+
+// NamespaceList is GET /api/v1/namespaces.
+type NamespaceList struct {
+	Namespaces []Namespace `json:"namespaces"`
+}
+
+// CreateNamespaceRequest is POST /api/v1/namespaces.
+type CreateNamespaceRequest struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// NamespaceDeleted is DELETE /api/v1/namespaces/{name}.
+type NamespaceDeleted struct {
+	Name    string `json:"name"`
+	Deleted bool   `json:"deleted"`
+}
+
+// Namespaces lists every namespace, the default one included (admins).
+func (c *Client) Namespaces(ctx context.Context) ([]Namespace, error) {
+	var out NamespaceList
+	if _, err := c.do(ctx, "GET", "/api/v1/namespaces", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Namespaces, nil
+}
+
+// CreateNamespace makes a namespace (admins).
+func (c *Client) CreateNamespace(ctx context.Context, r CreateNamespaceRequest) (*Namespace, error) {
+	var out Namespace
+	if _, err := c.do(ctx, "POST", "/api/v1/namespaces", r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteNamespace deletes an empty namespace: no key, queue or schedule
+// (admins).
+func (c *Client) DeleteNamespace(ctx context.Context, name string) error {
+	_, err := c.do(ctx, "DELETE", "/api/v1/namespaces/"+url.PathEscape(name), nil, nil)
+	return err
+}
+
 // Roles lists the built-in and custom roles.
 func (c *Client) Roles(ctx context.Context) ([]RoleInfo, error) {
 	var out RoleList

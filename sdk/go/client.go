@@ -62,6 +62,8 @@ type Client struct {
 	clusterSecret string
 	// apiKey is sent as "Authorization: Bearer" on every call.
 	apiKey string
+	// namespace, when set, is sent as NamespaceHeader on every call.
+	namespace string
 	// tls, when set, is the TLS of https:// servers (WithTLSConfig).
 	tls *tls.Config
 }
@@ -82,6 +84,19 @@ func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
 // APIKeyEnv is the environment variable the CLI, corvo top and corvo bench
 // read the API key from.
 const APIKeyEnv = "CORVO_API_KEY"
+
+// WithNamespace makes every call act in namespace ns (NamespaceHeader): an
+// admin key (or a single sign-on user granted ns) may name any; another
+// key acts in its own namespace, and naming another is a 403. Queue names
+// in requests and answers are then ns's.
+func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
+
+// NamespaceHeader names the namespace a request acts in.
+const NamespaceHeader = "X-Corvo-Namespace"
+
+// NamespaceEnv is the environment variable the CLI, corvo top and corvo
+// bench read the namespace from.
+const NamespaceEnv = "CORVO_NAMESPACE"
 
 // ClusterSecretHeader is the header that carries the cluster secret.
 const ClusterSecretHeader = "X-Corvo-Cluster-Secret"
@@ -276,10 +291,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 	}
 }
 
-// authorize adds the API key, if the client has one.
+// authorize adds the API key and the namespace, if the client has them.
 func (c *Client) authorize(req *http.Request) {
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	if c.namespace != "" {
+		req.Header.Set(NamespaceHeader, c.namespace)
 	}
 }
 
