@@ -161,6 +161,24 @@ export function setNamespace(ns: string) {
   document.cookie = `${NAMESPACE_COOKIE}=${encodeURIComponent(ns)}; path=/; SameSite=Strict`
 }
 
+// clearNamespace drops the choice: calls act in the session's own
+// namespace again.
+export function clearNamespace() {
+  document.cookie = `${NAMESPACE_COOKIE}=; path=/; max-age=0; SameSite=Strict`
+}
+
+// chosenNamespace is the namespace the cookie names, or "".
+export function chosenNamespace(): string {
+  for (const c of document.cookie.split(';')) {
+    const [k, ...v] = c.trim().split('=')
+    if (k === NAMESPACE_COOKIE) return decodeURIComponent(v.join('='))
+  }
+  return ''
+}
+
+// A namespace as GET /api/v1/namespaces lists it (admins).
+export interface Namespace { name: string; description: string; keys: number; created_at: string | null }
+
 // A 401 from any call (but the login itself, whose form shows its own
 // error) means the session is gone or never was: the app shows its login.
 let onUnauthorized: (message: string) => void = () => {}
@@ -168,10 +186,10 @@ export function setUnauthorizedHandler(fn: (message: string) => void) { onUnauth
 
 const SESSION = '/api/v1/auth/session'
 
-async function call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+async function call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal, headers: Record<string, string> = {}): Promise<T> {
   // The server refuses a POST or PUT not declared JSON (415), even one
   // without a body: every call but a GET says so.
-  const init: RequestInit = { method, signal, headers: method === 'GET' ? {} : { 'Content-Type': 'application/json' } }
+  const init: RequestInit = { method, signal, headers: method === 'GET' ? headers : { ...headers, 'Content-Type': 'application/json' } }
   if (body !== undefined) init.body = JSON.stringify(body)
   const res = await fetch(path, init)
   const text = await res.text()
@@ -232,6 +250,15 @@ export const api = {
     const q = params.toString()
     return call<AuditPage>('GET', `${A}/audit${q ? '?' + q : ''}`, undefined, s)
   },
+
+  // Namespaces (admins: namespaces:manage). `as` names the namespace the
+  // call acts in (the X-Corvo-Namespace header, which wins over the
+  // cookie): a single sign-on user who is admin in another namespace than
+  // the one it acts in lists them from there.
+  namespaces: (s?: AbortSignal, as?: string) =>
+    call<{ namespaces: Namespace[] }>('GET', `${A}/namespaces`, undefined, s, as ? { 'X-Corvo-Namespace': as } : {}).then((r) => r.namespaces),
+  createNamespace: (name: string, description: string) => call<Namespace>('POST', `${A}/namespaces`, { name, description }),
+  deleteNamespace: (name: string) => call<{ name: string; deleted: boolean }>('DELETE', `${A}/namespaces/${enc(name)}`),
 
   // The session: the server keeps the key in an HttpOnly cookie (the
   // page never stores it).

@@ -4,7 +4,10 @@ import { useEffect, useState } from 'preact/hooks'
 import { href, match, navigate, onLinkClick, useLocation } from './router'
 import { startLive, stopLive, useLiveStatus } from './live'
 import { checkAuth, logout, useAuth } from './auth'
-import { setNamespace, type WhoAmI } from './api'
+import type { WhoAmI } from './api'
+import { NamespacePicker } from './components/NamespacePicker'
+import { NamespacesPage } from './pages/Namespaces'
+import { NAMESPACES_PERMISSION } from './namespace'
 import { Login } from './pages/Login'
 import { Toasts } from './components/ui'
 import { EnqueueDialog } from './components/EnqueueDialog'
@@ -31,6 +34,7 @@ const NAV: { path: string; label: string; icon: string; key?: string; perm?: str
   { path: '/bulk', label: 'Bulk operations', icon: '⇶', key: 'b' },
   { path: '/cluster', label: 'Cluster', icon: '⬡', key: 'c' },
   { path: '/audit', label: 'Audit log', icon: '✎', key: 'a', perm: AUDIT_PERMISSION },
+  { path: '/namespaces', label: 'Namespaces', icon: '▦', key: 'n', perm: NAMESPACES_PERMISSION },
 ]
 
 function navFor(who: WhoAmI) {
@@ -58,6 +62,7 @@ function page(path: string, query: URLSearchParams, who: WhoAmI) {
   if (path === '/bulk') return <BulkPage />
   if (path === '/cluster') return <ClusterPage />
   if (path === '/audit') return <AuditPage query={query} who={who} />
+  if (path === '/namespaces') return <NamespacesPage who={who} />
   return (
     <section>
       <h1>Not found</h1>
@@ -84,28 +89,17 @@ export function App() {
 }
 
 // Who: the key's name and role, and a log out when a key is in use (an
-// open server's anonymous caller has none).
-// A single sign-on user with grants in several namespaces picks the one
-// the console acts in (the corvo_namespace cookie; the page reloads so
-// every view and the event stream follow).
+// open server's anonymous caller has none); and always the namespace the
+// console acts in, with a picker when the session may act in several.
 function Who({ who }: { who: WhoAmI }) {
-  if (!who.key_id) return null
-  const namespaces = Object.keys(who.grants ?? {}).sort()
+  const signedIn = who.key_id !== ''
+  if (!signedIn && !who.namespace) return null
   return (
     <span class="who" data-testid="who">
-      <span class="who-name">{who.name}</span>
-      {namespaces.length > 1
-        ? (
-          <select
-            class="ns-picker" aria-label="Namespace" data-testid="ns-picker" value={who.namespace}
-            onChange={(e) => { setNamespace((e.target as HTMLSelectElement).value); location.reload() }}
-          >
-            {namespaces.map((ns) => <option key={ns} value={ns}>{ns}</option>)}
-          </select>
-        )
-        : who.sso && <span class="ns" data-testid="who-namespace">{who.namespace}</span>}
-      <span class="role">{who.role}</span>
-      <button class="btn" onClick={() => { void logout() }}>Log out</button>
+      {signedIn && <span class="who-name">{who.name}</span>}
+      <NamespacePicker who={who} />
+      {signedIn && <span class="role">{who.role}</span>}
+      {signedIn && <button class="btn" onClick={() => { void logout() }}>Log out</button>}
     </span>
   )
 }

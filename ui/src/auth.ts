@@ -3,7 +3,7 @@
 // the event stream carry; the page itself never sees or stores the key
 // after the login form sends it.
 import { useEffect, useState } from 'preact/hooks'
-import { api, ApiError, setUnauthorizedHandler, type WhoAmI } from './api'
+import { api, ApiError, chosenNamespace, clearNamespace, setUnauthorizedHandler, type WhoAmI } from './api'
 
 export type AuthState =
   | { state: 'checking' }
@@ -26,9 +26,19 @@ setUnauthorizedHandler((message) => {
 })
 
 // checkAuth asks the server who we are (open servers answer for anyone).
+// A namespace chosen earlier that the server refuses now (deleted: 404;
+// no longer granted: 403) is dropped, and the session's own one used.
 export async function checkAuth(): Promise<void> {
   try {
-    set({ state: 'in', who: await api.whoami() })
+    let who: WhoAmI
+    try {
+      who = await api.whoami()
+    } catch (e) {
+      if (!(e instanceof ApiError && (e.status === 404 || e.status === 403) && chosenNamespace())) throw e
+      clearNamespace()
+      who = await api.whoami()
+    }
+    set({ state: 'in', who })
   } catch (e) {
     // 401 already switched to the login; other errors (the server is
     // down) leave the app to show them on its pages.
@@ -40,7 +50,9 @@ const unknownWho: WhoAmI = { auth: 'open', key_id: '', name: '', namespace: '', 
 
 // login sends the key once; the server answers with the cookie and who the
 // key is. A refused key throws (the form shows why).
+// A namespace chosen by whoever used this browser before is dropped.
 export async function login(key: string): Promise<void> {
+  clearNamespace()
   set({ state: 'in', who: await api.login(key.trim()) })
 }
 
