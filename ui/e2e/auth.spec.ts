@@ -102,3 +102,71 @@ test('accessibility: no WCAG 2.1 A/AA violations on the login, with or without a
   expect(await axeViolations(page)).toEqual([])
   await ctx.close()
 })
+
+// asAdminIn calls the API with the admin key in namespace ns.
+async function asAdminIn(ns: string, method: string, path: string, body?: unknown) {
+  const r = await fetch(srv.url + path, {
+    method, body: body === undefined ? undefined : JSON.stringify(body),
+    headers: { Authorization: `Bearer ${ADMIN}`, 'Content-Type': 'application/json', 'X-Corvo-Namespace': ns },
+  })
+  if (!r.ok) throw new Error(`${method} ${path} in ${ns}: HTTP ${r.status} ${await r.text()}`)
+}
+
+test('an admin makes a namespace on the Namespaces page, works in it, and deletes it', async ({ browser }) => {
+  const ctx = await browser.newContext({ bypassCSP: true }) // axe is injected as an inline script
+  const page = await ctx.newPage()
+  await page.goto(srv.url + '/ui/')
+  await page.getByLabel('API key').fill(ADMIN)
+  await page.getByRole('button', { name: 'Log in' }).click()
+  // One namespace: shown, nothing to pick.
+  await expect(page.getByTestId('who-namespace')).toHaveText('default')
+
+  await page.getByRole('link', { name: 'Namespaces' }).click()
+  await expect(page.getByRole('heading', { name: 'Namespaces' })).toBeVisible()
+  await expect(page.locator('tr[data-namespace="default"]')).toContainText('current')
+  expect(await axeViolations(page)).toEqual([])
+
+  // A name the server would refuse is refused here; then a good one.
+  await page.getByRole('button', { name: '+ New namespace' }).click()
+  const dialog = page.getByRole('dialog', { name: 'New namespace' })
+  await dialog.getByLabel('Name').fill('_tmp')
+  await dialog.getByRole('button', { name: 'Create' }).click()
+  await expect(dialog.getByTestId('ns-create-error')).toContainText('cannot start with - or _')
+  expect(await axeViolations(page)).toEqual([])
+  await dialog.getByLabel('Name').fill('e2e-tmp')
+  await dialog.getByLabel('Description (optional)').fill('made by the browser test')
+  await dialog.getByRole('button', { name: 'Create' }).click()
+  await expect(dialog).toHaveCount(0)
+  const row = page.locator('tr[data-namespace="e2e-tmp"]')
+  await expect(row).toContainText('made by the browser test')
+  await expect(row.getByTestId('ns-keys')).toHaveText('0')
+  await page.screenshot({ path: `${SHOTS}/namespaces-desktop.png` })
+
+  // The picker now offers it: switching shows its (empty) queues.
+  const picker = page.getByRole('combobox', { name: 'Namespace' })
+  await expect(picker.locator('option')).toHaveText(['default', 'e2e-tmp'])
+  await picker.selectOption('e2e-tmp')
+  await expect(page.getByRole('combobox', { name: 'Namespace' })).toHaveValue('e2e-tmp')
+  await page.getByRole('link', { name: 'Queues' }).click()
+  await expect(page.getByText('No queues yet.')).toBeVisible()
+
+  // A namespace with a queue cannot go: the server's reason is shown.
+  await asAdminIn('e2e-tmp', 'POST', '/api/v1/enqueue', { queue: 'tmp.q', payload: {} })
+  await page.getByRole('link', { name: 'Namespaces' }).click()
+  await row.getByRole('button', { name: 'Delete namespace e2e-tmp' }).click()
+  const confirm = page.getByRole('dialog', { name: 'Delete namespace e2e-tmp?' })
+  await confirm.getByRole('button', { name: 'Delete' }).click()
+  await expect(confirm.getByTestId('ns-delete-error')).toHaveText('namespace e2e-tmp still has queue tmp.q: delete its queues first')
+  expect(await axeViolations(page)).toEqual([])
+  await confirm.getByRole('button', { name: 'Cancel' }).click()
+
+  // Emptied, it goes, and the console is back in default.
+  await asAdminIn('e2e-tmp', 'DELETE', '/api/v1/queues/tmp.q?confirm=true')
+  await row.getByRole('button', { name: 'Delete namespace e2e-tmp' }).click()
+  await confirm.getByRole('button', { name: 'Delete' }).click()
+  await expect(page.getByTestId('who-namespace')).toHaveText('default')
+  await expect(page.locator('tr[data-namespace="e2e-tmp"]')).toHaveCount(0)
+  await page.getByRole('link', { name: 'Queues' }).click()
+  await expect(page.getByRole('link', { name: 'auth.q' })).toBeVisible()
+  await ctx.close()
+})
