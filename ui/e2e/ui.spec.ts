@@ -253,6 +253,7 @@ test('screenshots of every screen at desktop and phone width, and first paint', 
     ['bulk', '/ui/bulk'],
     ['cluster', '/ui/cluster'],
     ['audit', '/ui/audit'],
+    ['namespaces', '/ui/namespaces'],
   ]
   const perf: Record<string, unknown> = {}
   for (const [sizeName, viewport] of Object.entries(sizes)) {
@@ -391,7 +392,7 @@ for (const theme of ['light', 'dark'] as const) {
     const found: string[] = []
     const check = async (where: string) => { for (const v of await axeViolations(page)) found.push(`${where}: ${v}`) }
     for (const path of ['/ui/', '/ui/queues', '/ui/queues/emails.send', '/ui/jobs?state=pending,retrying', '/ui/dead', '/ui/held',
-      `/ui/jobs/${s.progress_job}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster', '/ui/audit']) {
+      `/ui/jobs/${s.progress_job}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster', '/ui/audit', '/ui/namespaces']) {
       await page.goto(path)
       await page.locator('main h1').first().waitFor()
       await expect(page.locator('main')).not.toContainText('Searching…')
@@ -406,6 +407,11 @@ for (const theme of ['light', 'dark'] as const) {
     await page.getByRole('button', { name: '+ Enqueue', exact: true }).click()
     await page.getByRole('dialog', { name: 'Enqueue a job' }).waitFor()
     await check('enqueue dialog')
+    await page.keyboard.press('Escape')
+    await page.goto('/ui/namespaces')
+    await page.getByRole('button', { name: '+ New namespace' }).click()
+    await page.getByRole('dialog', { name: 'New namespace' }).waitFor()
+    await check('new namespace dialog')
     await ctx.close()
     expect(found, found.join('\n')).toEqual([])
   })
