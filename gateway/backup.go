@@ -405,3 +405,17 @@ func (s *Server) restoreMeta(keys Keys, rec *backup.Record, rep *restoreReport) 
 		rep.Restored[rec.Kind]++
 	}
 }
+
+// restoreBodyLimit gives POST /api/v1/restore its own body limit
+// (Config.MaxRestoreBytes) and half an hour to arrive; every other request
+// keeps the server's.
+func restoreBodyLimit(limit int) func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	const path = "/api/v1/restore"
+	return func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		uri := h.RequestURI()
+		if h.IsPost() && bytes.HasPrefix(uri, []byte(path)) && (len(uri) == len(path) || uri[len(path)] == '?') {
+			return fasthttp.RequestConfig{MaxRequestBodySize: limit, ReadTimeout: 30 * time.Minute}
+		}
+		return fasthttp.RequestConfig{}
+	}
+}

@@ -55,6 +55,10 @@ type Config struct {
 	// MaxBodyBytesDefault, raised to MaxPayloadBytes+BodyOverheadBytes
 	// when that is larger. It may not be below MaxPayloadBytes.
 	MaxBodyBytes int
+	// MaxRestoreBytes is the largest backup POST /api/v1/restore takes
+	// (held in memory while it is restored); default
+	// MaxRestoreBytesDefault, never below MaxBodyBytes.
+	MaxRestoreBytes int
 	// RequestTimeout bounds how long a write waits for Raft and a call to
 	// another node waits for its answer; default RequestTimeoutDefault.
 	RequestTimeout time.Duration
@@ -118,9 +122,10 @@ type Config struct {
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
 // the request limits, EventsKeepaliveDefault with the event stream's).
 const (
-	MaxBodyBytesDefault   = 64 << 20
-	RequestTimeoutDefault = 15 * time.Second
-	SearchWaitDefault     = 2 * time.Second
+	MaxBodyBytesDefault    = 64 << 20
+	MaxRestoreBytesDefault = 1 << 30
+	RequestTimeoutDefault  = 15 * time.Second
+	SearchWaitDefault      = 2 * time.Second
 	// MaxHeaderBytes bounds a request's line and headers together (431
 	// headers_too_large above).
 	MaxHeaderBytes = 8 << 10
@@ -150,6 +155,10 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = max(MaxBodyBytesDefault, c.MaxPayloadBytes+BodyOverheadBytes)
 	}
+	if c.MaxRestoreBytes == 0 {
+		c.MaxRestoreBytes = MaxRestoreBytesDefault
+	}
+	c.MaxRestoreBytes = max(c.MaxRestoreBytes, c.MaxBodyBytes)
 	setDefault(&c.RequestTimeout, RequestTimeoutDefault)
 	setDefault(&c.EventsKeepalive, EventsKeepaliveDefault)
 	setDefault(&c.SearchWait, SearchWaitDefault)
@@ -345,6 +354,7 @@ func New(cfg Config, eng Engine) *Server {
 		Handler:                       r.Handler,
 		Name:                          "corvo",
 		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		HeaderReceived:                restoreBodyLimit(cfg.MaxRestoreBytes),
 		ReadTimeout:                   5 * time.Minute,
 		IdleTimeout:                   2 * time.Minute,
 		NoDefaultContentType:          true,

@@ -76,6 +76,7 @@ type Config struct {
 
 	// The server.
 	MaxPayloadBytes int           // largest job payload (0: gateway.MaxPayloadDefault)
+	MaxRestoreBytes int           // largest backup a restore takes (0: gateway.MaxRestoreBytesDefault)
 	ShutdownTimeout time.Duration // how long Shutdown waits for in-flight requests
 	CacheBytes      int64         // Pebble block cache (0: shard.CacheBytesDefault)
 	Retention       time.Duration // finished jobs are kept this long; negative: forever
@@ -175,6 +176,9 @@ func (c Config) Validate() error {
 	if c.Shards < 0 {
 		return errors.New("--shards must be positive")
 	}
+	if c.MaxRestoreBytes < 0 {
+		return fmt.Errorf("max restore bytes must not be negative, got %d", c.MaxRestoreBytes)
+	}
 	if c.MaxPayloadBytes < 0 {
 		return errors.New("--max-payload must be positive")
 	}
@@ -214,7 +218,7 @@ func (c Config) Validate() error {
 // limit, the logger); Open adds the mirror, the events and the callbacks.
 func (c Config) gatewayConfig() gateway.Config {
 	g := c.Gateway
-	g.MaxPayloadBytes, g.Logger = c.MaxPayloadBytes, c.Logger
+	g.MaxPayloadBytes, g.MaxRestoreBytes, g.Logger = c.MaxPayloadBytes, c.MaxRestoreBytes, c.Logger
 	g.Auth = c.authMode()
 	return g
 }

@@ -45,6 +45,7 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.DiscoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
 	fl.IntVar(&c.Shards, "shards", 0, fmt.Sprintf("number of shards, fixed at first start (default %d)", node.ShardsDefault))
 	fl.IntVar(&c.MaxPayloadBytes, "max-payload", node.MaxPayloadDefault, "largest job payload in bytes (413 above)")
+	fl.IntVar(&c.MaxRestoreBytes, "max-restore", gateway.MaxRestoreBytesDefault, "largest backup file corvo restore may send, in bytes (held in memory while restored)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", node.ShutdownTimeoutDefault, "how long SIGTERM waits for in-flight requests")
 	fl.DurationVar(&c.Retention, "retention", node.RetentionDefault, "how long completed, dead and cancelled jobs are kept (e.g. 168h); negative: forever")
