@@ -240,6 +240,34 @@ func TestClusterNamespacesIsolate(t *testing.T) {
 	require.Contains(t, string(body), `"name":"q3"`)
 	code, body = doWith(t, "DELETE", n1.url+"/api/v1/namespaces/beta", nil, admin)
 	require.Equal(t, 409, code, string(body))
+	// A backup of acme through one node reads every shard (two thirds of
+	// them on the other nodes): acme's jobs, every one, and no other's.
+	code, body = doWith(t, "POST", n1.url+"/api/v1/jobs/search", map[string]any{"limit": 1}, acme.ops)
+	require.Equal(t, 200, code, string(body))
+	acmeTotal := decode[struct {
+		Total int `json:"total"`
+	}](t, body).Total
+	code, body = doWith(t, "GET", n2.url+"/api/v1/backup?namespace=acme", nil, admin)
+	require.Equal(t, 200, code, string(body))
+	jobs := 0
+	var trailer map[string]int
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		var r struct {
+			Kind   string         `json:"kind"`
+			Counts map[string]int `json:"counts"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &r), line)
+		switch r.Kind {
+		case "job":
+			jobs++
+		case "trailer":
+			trailer = r.Counts
+		}
+		require.NotContains(t, line, `"beta/`, "acme's backup holds beta's")
+	}
+	require.Equal(t, acmeTotal, jobs, "acme's backup through node 2")
+	require.Equal(t, jobs, trailer["job"])
+
 	// Metrics name a namespace's queues by namespace and name.
 	code, body = doWith(t, "GET", n1.url+"/api/v1/metrics", nil, admin)
 	require.Equal(t, 200, code)
