@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	stdjson "encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/mirror"
+	"github.com/corvohq/corvo/peer"
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -126,7 +129,7 @@ func (s *Server) startAsyncBulk(ctx *fasthttp.RequestCtx, req *bulkRequest, mk f
 	}
 	run := &bulkRun{
 		rec: mirror.BulkRecord{ID: "bulk_" + ulid.Make().String(), Action: req.Action, Status: "processing",
-			Total: int64(total), CreatedAt: time.Now().UnixNano()},
+			Total: int64(total), CreatedAt: time.Now().UnixNano(), Namespace: principal(ctx).Namespace},
 		changed: make(chan struct{}), done: make(chan struct{}),
 		ns: req.ns,
 	}
@@ -306,6 +309,8 @@ func appendBulkRecord(b []byte, r *mirror.BulkRecord) []byte {
 	b = appendString(b, r.Action)
 	b = append(b, `,"status":`...)
 	b = appendString(b, r.Status)
+	b = append(b, `,"namespace":`...)
+	b = appendString(b, r.Namespace)
 	for _, f := range []struct {
 		k string
 		v int64
@@ -366,6 +371,10 @@ func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (run *bulkRun, rec *mirror
 	}
 	if run := s.bulk.get(id); run != nil {
 		rec, _, _ := run.state()
+		if !s.bulkInNamespace(ctx, rec.Namespace) {
+			writeError(ctx, codeNotFound.err("bulk operation not found"))
+			return nil, nil, "", false
+		}
 		return run, &rec, "", true
 	}
 	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
@@ -375,11 +384,11 @@ func (s *Server) lookupBulk(ctx *fasthttp.RequestCtx) (run *bulkRun, rec *mirror
 		writeError(ctx, codeInternal.err(err.Error()))
 		return nil, nil, "", false
 	}
-	if rec != nil {
+	if rec != nil && s.bulkInNamespace(ctx, rec.Namespace) {
 		return nil, rec, "", true
 	}
-	if string(ctx.QueryArgs().Peek("local")) != "true" {
-		if peer, status, body := s.findBulkPeer(id); peer != "" {
+	if rec == nil && string(ctx.QueryArgs().Peek("local")) != "true" {
+		if peer, status, body := s.findBulkPeer(id); peer != "" && s.bulkInNamespace(ctx, bulkNamespaceOf(body)) {
 			if string(ctx.Method()) == fasthttp.MethodGet && !strings.HasSuffix(string(ctx.Path()), "/progress") {
 				writeJSON(ctx, status, body) // the record, as its node has it
 				return nil, nil, "", false
@@ -462,7 +471,11 @@ func (s *Server) handleListBulk(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
-	recs, err := s.cfg.Mirror.ListBulk(c, limit)
+	ns := principal(ctx).Namespace
+	if peer.Forwarded(ctx) || ctx.QueryArgs().Has("local") {
+		ns = "" // another node's lookup: it checks the namespace itself
+	}
+	recs, err := s.cfg.Mirror.ListBulk(c, limit, ns)
 	if err != nil {
 		writeError(ctx, codeInternal.err(err.Error()))
 		return
@@ -552,4 +565,28 @@ func (s *Server) interruptLeftovers() {
 	} else if n > 0 {
 		s.log.Info().Int64("operations", n).Msg("bulk operations of the previous run marked interrupted")
 	}
+}
+
+// bulkInNamespace reports whether an operation of namespace ns is the
+// request's business: the request acts in ns, or it is another node's
+// lookup (?local=true with the cluster secret), which the node that asked
+// checks.
+func (s *Server) bulkInNamespace(ctx *fasthttp.RequestCtx, ns string) bool {
+	if ns == "" {
+		ns = router.DefaultNamespace
+	}
+	if principal(ctx) == &clusterPrincipal && string(ctx.QueryArgs().Peek("local")) == "true" {
+		return true
+	}
+	return ns == principal(ctx).Namespace
+}
+
+// bulkNamespaceOf reads the namespace of a bulk record as a node answered
+// it ("" when the answer has none: the default namespace).
+func bulkNamespaceOf(body []byte) string {
+	var r struct {
+		Namespace string `json:"namespace"`
+	}
+	_ = stdjson.Unmarshal(body, &r)
+	return r.Namespace
 }

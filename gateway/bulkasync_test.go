@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	corvo "github.com/corvohq/corvo/sdk/go"
+
 	"context"
 	"fmt"
 	"net"
@@ -368,4 +370,43 @@ func TestAPINoMirrorNoAsync(t *testing.T) {
 		fasthttp.ReleaseRequest(req)
 		fasthttp.ReleaseResponse(resp)
 	}
+}
+
+// TestBulkOperationsBelongToANamespace: an asynchronous bulk operation is
+// its namespace's: another namespace neither finds it by ID nor lists it.
+func TestBulkOperationsBelongToANamespace(t *testing.T) {
+	t.Parallel()
+	keys, ok := testEngine.(Keys)
+	require.True(t, ok)
+	ns := strings.ReplaceAll(uq("bulkns"), "-", "")
+	putNamespace(t, keys, ns)
+	in := map[string]string{NamespaceHeader: ns}
+	q := uq("bulkns-q")
+	st, _, out := callHeaders(t, "POST", baseURL+"/api/v1/enqueue", in, map[string]any{"queue": q})
+	require.Equal(t, 201, st, string(out))
+	st, _, out = callHeaders(t, "POST", baseURL+"/api/v1/jobs/bulk", in,
+		map[string]any{"filter": map[string]any{"queue": q}, "action": "cancel", "async": true, "confirm": true})
+	require.Equal(t, 202, st, string(out))
+	id := mustJSON[corvo.BulkAccepted](t, out).ID
+
+	st, _, out = callHeaders(t, "GET", baseURL+"/api/v1/bulk/"+id, in, nil)
+	require.Equal(t, 200, st, string(out))
+	require.Equal(t, ns, strictDecode[corvo.BulkOperation](t, "bulk", out).Namespace)
+	st, code, _ := callHeaders(t, "GET", baseURL+"/api/v1/bulk/"+id, nil, nil)
+	require.Equal(t, 404, st, "the default namespace found another's operation")
+	require.Equal(t, "not_found", code)
+	st, _, _ = callHeaders(t, "DELETE", baseURL+"/api/v1/bulk/"+id, nil, nil)
+	require.Equal(t, 404, st)
+	listed := func(h map[string]string) bool {
+		st, _, out := callHeaders(t, "GET", baseURL+"/api/v1/bulk?limit=1000", h, nil)
+		require.Equal(t, 200, st, string(out))
+		for _, op := range strictDecode[corvo.BulkOperationList](t, "bulk list", out).Operations {
+			if op.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, listed(in))
+	require.False(t, listed(nil), "the default namespace lists another's operation")
 }

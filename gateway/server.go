@@ -144,7 +144,7 @@ type Mirror interface {
 	WaitFor(ctx context.Context, mark []uint64) error
 	SaveBulk(ctx context.Context, r *mirror.BulkRecord) error
 	GetBulk(ctx context.Context, id string) (*mirror.BulkRecord, error)
-	ListBulk(ctx context.Context, limit int) ([]mirror.BulkRecord, error)
+	ListBulk(ctx context.Context, limit int, ns string) ([]mirror.BulkRecord, error)
 	InterruptBulk(ctx context.Context, at int64) (int64, error)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // BulkRecord is the status of one asynchronous bulk operation. It lives in
@@ -21,6 +23,9 @@ type BulkRecord struct {
 	FinishedAt int64 // Unix ns, 0 while processing
 	Error      string
 	Failed     []byte // JSON array of the first failures
+	// Namespace is the namespace of the request that started it
+	// ("default" for one of the default namespace).
+	Namespace string
 }
 
 // bulkKeep is how many operation records the table keeps.
@@ -43,16 +48,44 @@ CREATE TABLE IF NOT EXISTS bulk_operations (
 CREATE INDEX IF NOT EXISTS idx_bulk_created ON bulk_operations(created_at);
 `
 
+// bulkMigrate adds, in place, the columns a table made by an older version
+// lacks (the records are this node's bookkeeping: never rebuilt).
+func (m *Mirror) bulkMigrate() error {
+	rows, err := m.db.Query(`SELECT name FROM pragma_table_info('bulk_operations')`)
+	if err != nil {
+		return err
+	}
+	has := false
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		has = has || name == "namespace"
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || has {
+		return err
+	}
+	_, err = m.db.Exec(`ALTER TABLE bulk_operations ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default'`)
+	return err
+}
+
 // SaveBulk writes an operation's record (insert or update). A new record
 // prunes the oldest beyond the last thousand.
 func (m *Mirror) SaveBulk(ctx context.Context, r *BulkRecord) error {
+	ns := r.Namespace
+	if ns == "" {
+		ns = router.DefaultNamespace
+	}
 	_, err := m.db.ExecContext(ctx, `INSERT INTO bulk_operations (id, action, status, total, processed, affected, errors,
- created_at, finished_at, error, failed) VALUES (?,?,?,?,?,?,?,?,?,?,?)
+ created_at, finished_at, error, failed, namespace) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET status=excluded.status, total=excluded.total, processed=excluded.processed,
  affected=excluded.affected, errors=excluded.errors, finished_at=excluded.finished_at, error=excluded.error,
  failed=excluded.failed`,
 		r.ID, r.Action, r.Status, r.Total, r.Processed, r.Affected, r.Errors, r.CreatedAt, nullTime(r.FinishedAt),
-		nullText(r.Error), nullJSON(r.Failed))
+		nullText(r.Error), nullJSON(r.Failed), ns)
 	if err != nil {
 		return err
 	}
@@ -63,13 +96,13 @@ ON CONFLICT(id) DO UPDATE SET status=excluded.status, total=excluded.total, proc
 	return err
 }
 
-const bulkCols = `id, action, status, total, processed, affected, errors, created_at, finished_at, error, failed`
+const bulkCols = `id, action, status, total, processed, affected, errors, created_at, finished_at, error, failed, namespace`
 
 func scanBulk(sc interface{ Scan(...any) error }) (*BulkRecord, error) {
 	var r BulkRecord
 	var fin sql.NullInt64
 	var msg, failed sql.NullString
-	if err := sc.Scan(&r.ID, &r.Action, &r.Status, &r.Total, &r.Processed, &r.Affected, &r.Errors, &r.CreatedAt, &fin, &msg, &failed); err != nil {
+	if err := sc.Scan(&r.ID, &r.Action, &r.Status, &r.Total, &r.Processed, &r.Affected, &r.Errors, &r.CreatedAt, &fin, &msg, &failed, &r.Namespace); err != nil {
 		return nil, err
 	}
 	r.FinishedAt, r.Error = fin.Int64, msg.String
@@ -88,9 +121,11 @@ func (m *Mirror) GetBulk(ctx context.Context, id string) (*BulkRecord, error) {
 	return r, err
 }
 
-// ListBulk reads the newest records first.
-func (m *Mirror) ListBulk(ctx context.Context, limit int) ([]BulkRecord, error) {
-	rows, err := m.rdb.QueryContext(ctx, `SELECT `+bulkCols+` FROM bulk_operations ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
+// ListBulk reads the newest records first, of namespace ns ("": of every
+// namespace).
+func (m *Mirror) ListBulk(ctx context.Context, limit int, ns string) ([]BulkRecord, error) {
+	rows, err := m.rdb.QueryContext(ctx, `SELECT `+bulkCols+` FROM bulk_operations WHERE ? = '' OR namespace = ?
+ ORDER BY created_at DESC, id DESC LIMIT ?`, ns, ns, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -176,6 +176,9 @@ func (m *Mirror) openDB() error {
 	if _, err := m.db.Exec(bulkSchema); err != nil {
 		return err
 	}
+	if err := m.bulkMigrate(); err != nil {
+		return err
+	}
 	if m.w, err = openWriter(m.cfg.Path); err != nil {
 		return err
 	}

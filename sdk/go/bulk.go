@@ -63,6 +63,7 @@ type BulkOperation struct {
 	DurationMs int64         `json:"duration_ms"`
 	Error      string        `json:"error"`
 	Failed     []BulkFailure `json:"failed"`
+	Namespace  string        `json:"namespace"` // of the request that started it
 }
 
 // Bulk starts a bulk operation: a small one answers its result at once
