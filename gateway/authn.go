@@ -303,18 +303,40 @@ func (s *Server) jobInScope(ctx *fasthttp.RequestCtx, id string, sh int) bool {
 // (jobInScope) and, as not-found failures, the others. It reads nothing
 // when jobInScope would not.
 func (s *Server) jobsInScope(ctx *fasthttp.RequestCtx, ids []string) ([]string, []jobFailure) {
-	if len(ids) == 0 || !s.checksJobs(principal(ctx)) {
+	p := principal(ctx)
+	if len(ids) == 0 || !s.checksJobs(p) {
+		return ids, nil
+	}
+	// One read per shard for the queues of its jobs.
+	byShard := map[int][]string{}
+	for _, id := range ids {
+		if sh, err := s.rt.ShardForJob(id); err == nil {
+			byShard[sh] = append(byShard[sh], id)
+		}
+	}
+	outside := map[string]bool{}
+	for sh, shIDs := range byShard {
+		v, err := s.read(sh, statemachine.JobQueuesQuery{IDs: shIDs})
+		if err != nil {
+			continue // the action meets the same error, job by job
+		}
+		for i, q := range v.([]string) {
+			if q != "" && !(inNamespace(ctx, q) && p.AllowsQueue(q)) {
+				outside[shIDs[i]] = true
+			}
+		}
+	}
+	if len(outside) == 0 {
 		return ids, nil
 	}
 	kept := make([]string, 0, len(ids))
 	var out []jobFailure
 	for _, id := range ids {
-		sh, err := s.rt.ShardForJob(id)
-		if err == nil && !s.jobInScope(ctx, id, sh) {
+		if outside[id] {
 			out = append(out, jobFailure{id, codeNotFound.err("job " + id + " not found")})
 			continue
 		}
-		kept = append(kept, id) // a malformed ID fails where it always did
+		kept = append(kept, id) // missing and malformed IDs fail where they always did
 	}
 	return kept, out
 }

@@ -409,4 +409,21 @@ func TestBulkOperationsBelongToANamespace(t *testing.T) {
 	}
 	require.True(t, listed(in))
 	require.False(t, listed(nil), "the default namespace lists another's operation")
+
+	// By job IDs: another namespace's job fails as not found, untouched;
+	// the request's own is acted on.
+	st, _, out = callHeaders(t, "POST", baseURL+"/api/v1/enqueue", in, map[string]any{"queue": q})
+	require.Equal(t, 201, st, string(out))
+	theirs := mustJSON[corvo.Enqueued](t, out).JobID
+	mine := enqueue(t, map[string]any{"queue": q})
+	st, _, out = callHeaders(t, "POST", baseURL+"/api/v1/jobs/bulk", nil, map[string]any{"job_ids": []string{theirs, mine}, "action": "cancel"})
+	require.Equal(t, 200, st, string(out))
+	res := strictDecode[corvo.BulkResult](t, "bulk", out)
+	require.EqualValues(t, 1, res.Affected)
+	require.Len(t, res.Failed, 1)
+	require.Equal(t, theirs, res.Failed[0].JobID)
+	require.Equal(t, "cancelled", getJob(t, mine).State)
+	st, _, out = callHeaders(t, "GET", baseURL+"/api/v1/jobs/"+theirs, in, nil)
+	require.Equal(t, 200, st, string(out))
+	require.Equal(t, "pending", strictDecode[corvo.Job](t, "job", out).State)
 }

@@ -268,6 +268,8 @@ func TestRemoteReadEveryQuery(t *testing.T) {
 			statemachine.ListQueuesQuery{},
 			statemachine.DeadQuery{Queue: qs[sh], Limit: 10},
 			statemachine.DeadQuery{Limit: 3},
+			statemachine.DeadQuery{Namespace: auth.DefaultNamespace, Limit: 3},
+			statemachine.JobQueuesQuery{IDs: []string{onShard[sh], dead[sh], router.JobID(sh, ulid.Make())}},
 			statemachine.SchedulesQuery{},
 			statemachine.WorkersQuery{},
 			statemachine.AuditQuery{Limit: 5},

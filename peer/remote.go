@@ -196,6 +196,7 @@ func init() {
 	registerRead[statemachine.BatchQuery, *statemachine.Batch]()
 	registerRead[statemachine.ListQueuesQuery, []statemachine.QueueInfo]()
 	registerRead[statemachine.DeadQuery, statemachine.DeadPage]()
+	registerRead[statemachine.JobQueuesQuery, []string]()
 	registerRead[statemachine.AuditQuery, statemachine.AuditPage]()
 	registerRead[statemachine.SchedulesQuery, []statemachine.Schedule]()
 	registerRead[statemachine.WorkersQuery, []statemachine.WorkerInfo]()

@@ -59,6 +59,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.listSchedules()
 	case DeadQuery:
 		return s.listDead(q)
+	case JobQueuesQuery:
+		return s.jobQueues(q.IDs)
 	case ScanJobsQuery:
 		return s.scanJobs(q)
 	case AuditQuery:
@@ -211,6 +213,25 @@ func cloneState(s JobState) JobState {
 	s.Checkpoint = cloneBytes(s.Checkpoint)
 	s.Result = cloneBytes(s.Result)
 	return s
+}
+
+// JobQueuesQuery reads the queue of each job in IDs (one read for many
+// jobs: the namespace check of a bulk action by IDs); the answer is
+// []string in the order asked, "" for a job that does not exist.
+type JobQueuesQuery struct{ IDs []string }
+
+func (s *StateMachine) jobQueues(ids []string) ([]string, error) {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		v, err := s.getJob(id)
+		if err != nil {
+			return nil, err
+		}
+		if v != nil {
+			out[i] = v.Job.Queue
+		}
+	}
+	return out, nil
 }
 
 // DeadQuery lists dead jobs, most recently dead first, optionally of one
