@@ -1126,3 +1126,38 @@ func TestAPIBatchRecordFirst(t *testing.T) {
 	code, _ := call(t, "GET", "/api/v1/jobs/"+r.JobIDs[0], nil)
 	require.Equal(t, 200, code)
 }
+
+// TestAPIMultiShardFetchNeverTakesMoreThanCount: a long-poll over queues on
+// two shards (parked at both proposers once nothing is pending) gets one
+// job when one batch makes a job pending on each shard at once, and the
+// other job stays for the next fetch: never more than count, none lost.
+func TestAPIMultiShardFetchNeverTakesMoreThanCount(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "mpark", 2)
+	for round := range 20 {
+		type answer struct {
+			code int
+			body []byte
+		}
+		got := make(chan answer, 1)
+		go func() {
+			code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": qs, "worker_id": "mpark", "timeout": 10, "count": 1})
+			got <- answer{code, body}
+		}()
+		code, body := call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []map[string]any{{"queue": qs[0]}, {"queue": qs[1]}}})
+		require.Equal(t, 201, code, string(body))
+		a := <-got
+		require.Equal(t, 200, a.code, "round %d: %s", round, a.body)
+		first := mustJSON[struct{ Jobs []fetchedJob }](t, a.body).Jobs
+		require.Len(t, first, 1, "round %d: a fetch with count 1 got %d jobs", round, len(first))
+		code, body = call(t, "POST", "/api/v1/fetch", map[string]any{"queues": qs, "worker_id": "mpark", "timeout": 1, "count": 5})
+		require.Equal(t, 200, code, "round %d: the other job is gone: %s", round, body)
+		second := mustJSON[struct{ Jobs []fetchedJob }](t, body).Jobs
+		require.Len(t, second, 1, "round %d", round)
+		require.NotEqual(t, first[0].JobID, second[0].JobID)
+		for _, j := range append(first, second...) {
+			code, body = call(t, "POST", "/api/v1/ack/"+j.JobID, map[string]any{})
+			require.Equal(t, 200, code, string(body))
+		}
+	}
+}

@@ -28,7 +28,7 @@ func (busyEngine) Watch(string) <-chan struct{}                  { return make(c
 func (busyEngine) Head(q string) statemachine.QueueHead          { return statemachine.QueueHead{Queue: q} }
 func (busyEngine) IsLeader(int) bool                             { return true }
 func (busyEngine) Hosts(int) bool                                { return true }
-func (busyEngine) Park(int, *statemachine.FetchOp) *shard.Parked { return nil }
+func (busyEngine) Park(int, *statemachine.FetchOp, *shard.ParkGroup) *shard.Parked { return nil }
 func (busyEngine) Unpark(int, *shard.Parked) bool                { return true }
 
 func TestOverloadAndUnavailableCarryRetryAfter(t *testing.T) {

@@ -74,9 +74,8 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 				wait = max(d, time.Millisecond)
 			}
 		}
-		if sh, ok := s.singleShard(queues); ok && !fetchable {
-			op := &statemachine.FetchOp{Queues: queues, WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(count)}
-			jobs, aerr, alive := s.waitParked(sh, op, watches, wait)
+		if !fetchable {
+			jobs, aerr, alive := s.waitParked(queues, &req, count, watches, wait)
 			if aerr != nil {
 				writeError(ctx, aerr)
 				return
@@ -98,54 +97,99 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// singleShard reports the shard when every queue lives on the same one.
-func (s *Server) singleShard(queues []string) (int, bool) {
-	sh := s.rt.ShardForQueue(queues[0])
-	for _, q := range queues[1:] {
-		if s.rt.ShardForQueue(q) != sh {
-			return 0, false
+// byShard groups queues by shard, keeping their order within each, and
+// lists the shards in the order their first queue comes.
+func (s *Server) byShard(queues []string) (shards []int, qs map[int][]string) {
+	qs = make(map[int][]string, 2)
+	for _, q := range queues {
+		sh := s.rt.ShardForQueue(q)
+		if _, ok := qs[sh]; !ok {
+			shards = append(shards, sh)
 		}
+		qs[sh] = append(qs[sh], q)
 	}
-	return sh, true
+	return shards, qs
 }
 
-// waitParked parks the fetch at its shard's proposer and waits for it to be
-// served, for a queue signal (promotions, reclaims and resumes do not go
-// through parked fetches) or for the wait to end. alive is false when the
-// server is shutting down.
-func (s *Server) waitParked(sh int, op *statemachine.FetchOp, watches []<-chan struct{}, wait time.Duration) ([]statemachine.JobView, *apiError, bool) {
-	pk := s.eng.Park(sh, op)
-	if pk == nil {
-		return nil, nil, s.waitAny(watches, wait)
+// parkedPart is the part of a fetch parked at one shard.
+type parkedPart struct {
+	sh int
+	pk *shard.Parked
+}
+
+// waitParked parks the fetch at the proposer of each of its queues'
+// shards (one part per shard, grouped so that only one is ever served:
+// shard.ParkGroup) and waits for a part to be served, for a queue signal
+// (promotions, reclaims and resumes do not go through parked fetches) or
+// for the wait to end. alive is false when the server is shutting down.
+func (s *Server) waitParked(queues []string, req *fetchRequest, count int, watches []<-chan struct{}, wait time.Duration) ([]statemachine.JobView, *apiError, bool) {
+	shards, qs := s.byShard(queues)
+	var g *shard.ParkGroup
+	if len(shards) > 1 {
+		g = new(shard.ParkGroup)
+	}
+	parts := make([]parkedPart, 0, len(shards))
+	for _, sh := range shards {
+		op := &statemachine.FetchOp{Queues: qs[sh], WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(count)}
+		pk := s.eng.Park(sh, op, g)
+		if pk == nil { // this shard's proposer cannot park: poll on signals
+			if resp, taken := s.unparkAll(parts, -1); taken {
+				return s.parkedJobs(resp, true)
+			}
+			return nil, nil, s.waitAny(watches, wait)
+		}
+		parts = append(parts, parkedPart{sh, pk})
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	var resp shard.Response
-	got, alive := false, true
-	if len(watches) == 1 {
+	answered, alive := -1, true
+	if len(parts) == 1 && len(watches) == 1 {
 		select {
-		case resp = <-pk.Result():
-			got = true
+		case resp = <-parts[0].pk.Result():
+			answered = 0
 		case <-watches[0]:
 		case <-t.C:
 		case <-s.closed:
 			alive = false
 		}
 	} else {
-		chosen, v, _ := reflect.Select(selectCases(s.closed, t.C, pk.Result(), watches))
-		switch chosen {
-		case 0:
+		chosen, v, _ := reflect.Select(selectCases(s.closed, t.C, parts, watches))
+		switch {
+		case chosen == 0:
 			alive = false
-		case 2:
-			resp, got = v.Interface().(shard.Response), true
+		case chosen >= 2 && chosen < 2+len(parts):
+			answered = chosen - 2
+			resp = v.Interface().(shard.Response)
 		}
 	}
-	if !got {
-		if s.eng.Unpark(sh, pk) {
-			return nil, nil, alive
-		}
-		resp = <-pk.Result() // it rides in an entry already: its jobs are ours
+	if r, taken := s.unparkAll(parts, answered); taken {
+		resp, answered = r, 0
 	}
+	if answered < 0 {
+		return nil, nil, alive
+	}
+	return s.parkedJobs(resp, alive)
+}
+
+// unparkAll withdraws every part but skip; a part a proposer took already
+// cannot be withdrawn, and its response (its jobs are the fetch's) is
+// returned. The group lets at most one part be taken.
+func (s *Server) unparkAll(parts []parkedPart, skip int) (shard.Response, bool) {
+	var resp shard.Response
+	taken := false
+	for i, p := range parts {
+		if i == skip {
+			continue
+		}
+		if !s.eng.Unpark(p.sh, p.pk) {
+			resp, taken = <-p.pk.Result(), true
+		}
+	}
+	return resp, taken
+}
+
+func (s *Server) parkedJobs(resp shard.Response, alive bool) ([]statemachine.JobView, *apiError, bool) {
 	jobs, err := resp.Jobs()
 	if err != nil {
 		return nil, engineError(err), alive
@@ -205,12 +249,12 @@ func (s *Server) waitAny(watches []<-chan struct{}, d time.Duration) bool {
 }
 
 // selectCases builds [closed, timer, parked?, watches...] for reflect.Select.
-func selectCases(closed <-chan struct{}, timer <-chan time.Time, parked <-chan shard.Response, watches []<-chan struct{}) []reflect.SelectCase {
-	cases := make([]reflect.SelectCase, 0, len(watches)+3)
+func selectCases(closed <-chan struct{}, timer <-chan time.Time, parts []parkedPart, watches []<-chan struct{}) []reflect.SelectCase {
+	cases := make([]reflect.SelectCase, 0, len(watches)+len(parts)+2)
 	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(closed)},
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer)})
-	if parked != nil {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(parked)})
+	for _, p := range parts {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.pk.Result())})
 	}
 	for _, w := range watches {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})

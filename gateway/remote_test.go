@@ -97,11 +97,11 @@ func (h hostsOnly) Head(q string) statemachine.QueueHead {
 	return h.Engine.Head(q)
 }
 
-func (h hostsOnly) Park(sh int, op *statemachine.FetchOp) *shard.Parked {
+func (h hostsOnly) Park(sh int, op *statemachine.FetchOp, g *shard.ParkGroup) *shard.Parked {
 	if h.misuse(sh) {
 		return nil
 	}
-	return h.Engine.Park(sh, op)
+	return h.Engine.Park(sh, op, g)
 }
 
 // realAddr is the shared test server's host:port: it hosts every shard.

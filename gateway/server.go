@@ -42,7 +42,7 @@ type Engine interface {
 	// Park leaves a fetch at a shard's proposer to ride in the next entry
 	// that enqueues into its queues; Unpark withdraws it (false: too late,
 	// its result will arrive).
-	Park(shard int, op *statemachine.FetchOp) *shard.Parked
+	Park(shard int, op *statemachine.FetchOp, g *shard.ParkGroup) *shard.Parked
 	Unpark(shard int, pk *shard.Parked) bool
 }
 

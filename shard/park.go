@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -11,11 +12,20 @@ import (
 // proposer next commits an entry that enqueues jobs into one of its queues,
 // it appends the fetch to that same entry, so the job is claimed in the
 // Raft round that created it: enqueue-to-start costs one round, not two.
+//
+// A fetch over queues on several shards parks a part at each (its queues
+// there), all in one ParkGroup: the first proposer to serve a part takes
+// the group, and the other parts are dropped, so one fetch is never
+// claimed for twice.
 type Parked struct {
 	op    *statemachine.FetchOp
 	done  chan Response
 	taken bool // guarded by parking.mu: it rides in an entry now
+	group *ParkGroup
 }
+
+// ParkGroup ties the parts of one fetch parked at several shards.
+type ParkGroup struct{ taken atomic.Bool }
 
 // Result waits for the fetch's result once the proposer took it.
 func (pk *Parked) Result() <-chan Response { return pk.done }
@@ -37,8 +47,8 @@ type parking struct {
 	list []*Parked
 }
 
-func (pg *parking) park(op *statemachine.FetchOp) *Parked {
-	pk := &Parked{op: op, done: make(chan Response, 1)}
+func (pg *parking) park(op *statemachine.FetchOp, g *ParkGroup) *Parked {
+	pk := &Parked{op: op, done: make(chan Response, 1), group: g}
 	pg.mu.Lock()
 	pg.list = append(pg.list, pk)
 	pg.mu.Unlock()
@@ -100,8 +110,13 @@ func (pg *parking) take(batch []*request, now int64, room int) []*request {
 			}
 		}
 		if use == "" {
-			kept = append(kept, pk)
+			if pk.group == nil || !pk.group.taken.Load() {
+				kept = append(kept, pk)
+			} // else: another shard serves this fetch; drop the part
 			continue
+		}
+		if pk.group != nil && !pk.group.taken.CompareAndSwap(false, true) {
+			continue // another shard serves this fetch; drop the part
 		}
 		budget[use] -= int(max(pk.op.Count, 1))
 		pk.taken = true
@@ -125,9 +140,11 @@ func (pg *parking) failAll(err error) {
 	pg.list = nil
 }
 
-// Park parks a fetch at shard i (its queues must all live there).
-func (h *Host) Park(i int, op *statemachine.FetchOp) *Parked {
-	return h.proposers[i].parked.park(op)
+// Park parks a fetch at shard i (its queues must all live there). g, when
+// not nil, groups it with the parts of the same fetch parked at other
+// shards: only one of them is ever served.
+func (h *Host) Park(i int, op *statemachine.FetchOp, g *ParkGroup) *Parked {
+	return h.proposers[i].parked.park(op, g)
 }
 
 // Unpark withdraws a parked fetch; false means it is already in an entry
