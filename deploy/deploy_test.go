@@ -336,6 +336,16 @@ func checkService(t *testing.T, path string, cf composeFile, name string, s comp
 	return flags
 }
 
+// composeOIDCEnv passes the single sign-on settings through from the
+// environment (empty: off).
+var composeOIDCEnv = []string{
+	"CORVO_OIDC_ISSUER=${CORVO_OIDC_ISSUER:-}",
+	"CORVO_OIDC_CLIENT_ID=${CORVO_OIDC_CLIENT_ID:-}",
+	"CORVO_OIDC_CLIENT_SECRET=${CORVO_OIDC_CLIENT_SECRET:-}",
+	"CORVO_OIDC_REDIRECT_URL=${CORVO_OIDC_REDIRECT_URL:-}",
+	"CORVO_OIDC_ROLE_MAP=${CORVO_OIDC_ROLE_MAP:-}",
+}
+
 func TestComposeSingle(t *testing.T) {
 	cf := loadCompose(t, "compose/single.yaml")
 	require.Len(t, cf.Services, 1)
@@ -344,7 +354,8 @@ func TestComposeSingle(t *testing.T) {
 		require.NotContains(t, flags, "join")
 		require.Equal(t, []string{"8080:8080"}, s.Ports)
 
-		require.Equal(t, []string{"CORVO_ADMIN_KEY=${CORVO_ADMIN_KEY:-}"}, s.Env, "the admin key comes from the environment")
+		require.Equal(t, append([]string{"CORVO_ADMIN_KEY=${CORVO_ADMIN_KEY:-}"}, composeOIDCEnv...), s.Env,
+			"the admin key and the single sign-on settings come from the environment")
 
 		// The container listens on every interface, so keys are needed
 		// (here on loopback: --auth on); the key from the environment is
@@ -431,8 +442,8 @@ func TestComposeCluster(t *testing.T) {
 	// Every node gets the same cluster secret from the environment.
 	const secret = "compose-test-cluster-secret-0123456789"
 	for name, s := range cf.Services {
-		require.Equal(t, []string{"CORVO_CLUSTER_SECRET=${CORVO_CLUSTER_SECRET:?set CORVO_CLUSTER_SECRET, the same for every node (openssl rand -hex 32)}",
-			"CORVO_ADMIN_KEY=${CORVO_ADMIN_KEY:-}"}, s.Env, name)
+		require.Equal(t, append([]string{"CORVO_CLUSTER_SECRET=${CORVO_CLUSTER_SECRET:?set CORVO_CLUSTER_SECRET, the same for every node (openssl rand -hex 32)}",
+			"CORVO_ADMIN_KEY=${CORVO_ADMIN_KEY:-}"}, composeOIDCEnv...), s.Env, name)
 	}
 	nodes := newNodes(t, names...)
 	for _, n := range nodes {
