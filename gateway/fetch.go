@@ -43,26 +43,35 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 		s.fetchElsewhere(ctx, &req, queues, timeout, count)
 		return
 	}
-	deadline := time.Now().Add(timeout)
+	jobs, aerr, _ := s.pollLocal(queues, &req, count, time.Now().Add(timeout))
+	switch {
+	case aerr != nil:
+		writeError(ctx, aerr)
+	case len(jobs) > 0:
+		s.writeFetched(ctx, jobs, req.Count != nil)
+	default:
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+	}
+}
+
+// pollLocal long-polls queues, whose shards this node hosts, until it
+// claims jobs, the deadline passes (no jobs, no error) or the server shuts
+// down (alive false): wait on the queues' signals or parked at their
+// proposers, never spinning proposals on empty queues.
+func (s *Server) pollLocal(queues []string, req *fetchRequest, count int, deadline time.Time) ([]statemachine.JobView, *apiError, bool) {
 	for {
 		// Watch before checking, so a job arriving in between still wakes us.
 		watches := make([]<-chan struct{}, len(queues))
 		for i, q := range queues {
 			watches[i] = s.eng.Watch(q)
 		}
-		jobs, aerr := s.tryFetch(queues, &req, count)
-		if aerr != nil {
-			writeError(ctx, aerr)
-			return
-		}
-		if len(jobs) > 0 {
-			s.writeFetched(ctx, jobs, req.Count != nil)
-			return
+		jobs, aerr := s.tryFetch(queues, req, count)
+		if aerr != nil || len(jobs) > 0 {
+			return jobs, aerr, true
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			ctx.SetStatusCode(fasthttp.StatusNoContent)
-			return
+			return nil, nil, true
 		}
 		fetchable := s.anyFetchable(queues)
 		if fetchable && wait > retryEmptyFetch {
@@ -75,24 +84,14 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 			}
 		}
 		if !fetchable {
-			jobs, aerr, alive := s.waitParked(queues, &req, count, watches, wait)
-			if aerr != nil {
-				writeError(ctx, aerr)
-				return
-			}
-			if len(jobs) > 0 {
-				s.writeFetched(ctx, jobs, req.Count != nil)
-				return
-			}
-			if !alive {
-				ctx.SetStatusCode(fasthttp.StatusNoContent)
-				return
+			jobs, aerr, alive := s.waitParked(queues, req, count, watches, wait)
+			if aerr != nil || len(jobs) > 0 || !alive {
+				return jobs, aerr, alive
 			}
 			continue
 		}
 		if !s.waitAny(watches, wait) {
-			ctx.SetStatusCode(fasthttp.StatusNoContent)
-			return
+			return nil, nil, false
 		}
 	}
 }

@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -14,9 +16,12 @@ import (
 // their request types (the lease a call speaks for: worker_id, attempt;
 // --strict-leases).
 
-// POST /api/v1/ack/{id}
+// POST /api/v1/ack/{id} — with "fetch", the worker's next fetch rides
+// along: answered in the same response, and, when the fetch's queues live
+// on the acked job's shard, claimed in the same Raft entry as the ack (a
+// refused ack claims nothing).
 func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
-	var req ackRequest
+	var req ackOneRequest
 	if err := decodeBody(ctx.PostBody(), &req, true); err != nil {
 		writeError(ctx, err)
 		return
@@ -25,15 +30,105 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	next, aerr := s.nextFetch(ctx, req.Fetch, req.WorkerID)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
 	var r *statemachine.Result
+	combined := false
 	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
-		r, aerr = s.proposeJob(sh, &statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()})
+		ack := statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()}
+		if combined = next != nil && next.onShard(s, sh); combined {
+			r, aerr = s.proposeJob(sh, &statemachine.AckFetchOp{Ack: ack, Fetch: next.op()})
+		} else {
+			r, aerr = s.proposeJob(sh, &ack)
+		}
 		return aerr
 	}); !ok {
 		return
 	}
 	s.counters(r.Queue).completed.Inc()
-	writeJSON(ctx, 200, []byte(`{"status":"completed"}`))
+	if next == nil {
+		writeJSON(ctx, 200, []byte(`{"status":"completed"}`))
+		return
+	}
+	jobs := r.Jobs
+	if len(jobs) == 0 && (!combined || next.timeout > 0) && s.allHosted(next.queues) {
+		jobs, aerr, _ = s.pollLocal(next.queues, next.req, next.count, time.Now().Add(next.timeout))
+		if aerr != nil {
+			// The ack is done: say so, and why the fetch failed.
+			b := append([]byte(`{"status":"completed","jobs":[],"fetch_error":`), appendString(nil, aerr.msg)...)
+			writeJSON(ctx, 200, append(b, '}'))
+			return
+		}
+	}
+	for i := range jobs {
+		s.counters(jobs[i].Job.Queue).fetched.Inc()
+	}
+	b := append(make([]byte, 0, 256*len(jobs)+64), `{"status":"completed","jobs":[`...)
+	for i := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendFetchedJob(b, &jobs[i])
+	}
+	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+// ackOneRequest is POST /ack/{id}'s body: the ack, and optionally the
+// worker's next fetch.
+type ackOneRequest struct {
+	ackRequest
+	Fetch *fetchRequest `json:"fetch"`
+}
+
+// nextFetch is a fetch that rides along an ack.
+type nextFetch struct {
+	req     *fetchRequest
+	queues  []string // stored names, deduplicated
+	timeout time.Duration
+	count   int
+}
+
+// nextFetch validates the fetch an ack carries (nil: none) like a fetch
+// of its own; its worker is the ack's unless it names one.
+func (s *Server) nextFetch(ctx *fasthttp.RequestCtx, f *fetchRequest, worker string) (*nextFetch, *apiError) {
+	if f == nil {
+		return nil, nil
+	}
+	if f.WorkerID == "" {
+		f.WorkerID = worker
+	}
+	timeout, count, aerr := f.validate()
+	if aerr != nil {
+		aerr.msg = "fetch: " + aerr.msg
+		return nil, aerr
+	}
+	if !principal(ctx).Can(auth.PermJobsWork) {
+		return nil, codeForbidden.err("fetch: the key may not fetch jobs")
+	}
+	for i, q := range f.Queues {
+		if !principal(ctx).AllowsQueue(q) {
+			return nil, codeForbidden.errf("fetch: the key may not use queue %q", q)
+		}
+		f.Queues[i] = storedQueue(ctx, q)
+	}
+	return &nextFetch{req: f, queues: dedupe(f.Queues), timeout: timeout, count: count}, nil
+}
+
+// onShard reports whether every queue of the fetch lives on shard sh.
+func (n *nextFetch) onShard(s *Server, sh int) bool {
+	for _, q := range n.queues {
+		if s.rt.ShardForQueue(q) != sh {
+			return false
+		}
+	}
+	return true
+}
+
+func (n *nextFetch) op() statemachine.FetchOp {
+	return statemachine.FetchOp{Queues: n.queues, WorkerID: n.req.WorkerID, Hostname: n.req.Hostname, Count: uint32(n.count)}
 }
 
 // POST /api/v1/ack/batch

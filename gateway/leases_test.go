@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // TestAPIHeartbeatAttempt: a heartbeat job that names another attempt
@@ -80,4 +82,56 @@ func TestAPIStrictLeases(t *testing.T) {
 	require.True(t, ok)
 	code, body = call(t, "POST", "/api/v1/ack/"+id2, map[string]any{})
 	require.Equal(t, 200, code, string(body))
+}
+
+// TestAckCarriesTheNextFetch: an ack with "fetch" answers the worker's next
+// job; a refused ack (409) claims nothing; a bad fetch is a 400 that does
+// not ack; queues on another shard are served too; an empty queue answers
+// at once with no jobs when the timeout is 0.
+func TestAckCarriesTheNextFetch(t *testing.T) {
+	t.Parallel()
+	q := uq("ackfetch")
+	a, b := enqueue(t, map[string]any{"queue": q}), enqueue(t, map[string]any{"queue": q})
+	first, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	require.Equal(t, a, first.JobID)
+
+	// A bad fetch: 400, and the job stays active.
+	code, body := call(t, "POST", "/api/v1/ack/"+a, map[string]any{"fetch": map[string]any{"queues": []string{}}})
+	require.Equal(t, 400, code, string(body))
+	require.Equal(t, "active", getJob(t, a).State)
+
+	// Another worker's ack with a fetch: 409, and b is not claimed.
+	code, body = call(t, "POST", "/api/v1/ack/"+a, map[string]any{"worker_id": "someone-else", "fetch": map[string]any{"queues": []string{q}}})
+	require.Equal(t, 409, code, string(body))
+	require.Equal(t, "pending", getJob(t, b).State, "a refused ack claimed the next job")
+
+	code, body = call(t, "POST", "/api/v1/ack/"+a, map[string]any{"worker_id": "w-" + t.Name(), "attempt": first.Attempt,
+		"result": map[string]int{"ok": 1}, "fetch": map[string]any{"queues": []string{q}, "count": 5}})
+	require.Equal(t, 200, code, string(body))
+	got := strictDecode[corvo.AckFetched](t, "ack and fetch", body)
+	require.Equal(t, "completed", got.Status)
+	require.Len(t, got.Jobs, 1)
+	require.Equal(t, b, got.Jobs[0].JobID)
+	require.Equal(t, q, got.Jobs[0].Queue)
+	require.Equal(t, "completed", getJob(t, a).State)
+	require.Equal(t, "active", getJob(t, b).State)
+
+	// Nothing left: at once, no jobs.
+	code, body = call(t, "POST", "/api/v1/ack/"+b, map[string]any{"fetch": map[string]any{"queues": []string{q}, "timeout": 0}})
+	require.Equal(t, 200, code, string(body))
+	require.Empty(t, strictDecode[corvo.AckFetched](t, "ack and fetch", body).Jobs)
+
+	// The next job on another shard than the acked one's.
+	qs := queuesOnDistinctShards(t, "ackfetch-x", 2)
+	x := enqueue(t, map[string]any{"queue": qs[0]})
+	y := enqueue(t, map[string]any{"queue": qs[1]})
+	fx, ok := fetchOne(t, 1, qs[0])
+	require.True(t, ok)
+	require.Equal(t, x, fx.JobID)
+	code, body = call(t, "POST", "/api/v1/ack/"+x, map[string]any{"fetch": map[string]any{"queues": []string{qs[1]}, "timeout": 1}})
+	require.Equal(t, 200, code, string(body))
+	got = strictDecode[corvo.AckFetched](t, "ack and fetch", body)
+	require.Len(t, got.Jobs, 1)
+	require.Equal(t, y, got.Jobs[0].JobID)
 }

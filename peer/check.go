@@ -66,6 +66,11 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 			return fmt.Errorf("unknown step status %q", o.StepStatus)
 		}
 		return v.job(sh, o.JobID)
+	case *statemachine.AckFetchOp:
+		if err := v.op(sh, &o.Ack); err != nil {
+			return err
+		}
+		return v.op(sh, &o.Fetch)
 	case *statemachine.FailOp:
 		return v.job(sh, o.JobID)
 	case *statemachine.HeartbeatOp:

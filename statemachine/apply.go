@@ -157,6 +157,13 @@ func (a *applier) apply(op Op) Result {
 		return a.fetch(o)
 	case *AckOp:
 		return a.ack(o)
+	case *AckFetchOp:
+		r := a.ack(&o.Ack)
+		if r.Status != StatusOK {
+			return r
+		}
+		r.Jobs = a.fetch(&o.Fetch).Jobs
+		return r
 	case *FailOp:
 		return a.failJob(o)
 	case *HeartbeatOp:

@@ -12,6 +12,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		&EnqueueOp{Job: Job{ID: "job_0_x", Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{Priority: PriorityHigh, Backoff: BackoffFixed}}},
 		&FetchOp{Queues: []string{"a", "b"}, WorkerID: "w", Count: 5},
 		&AckOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}, Result: []byte(`1`)},
+		&AckFetchOp{Ack: AckOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}}, Fetch: FetchOp{Queues: []string{"a"}, WorkerID: "w", Count: 2}},
 		&FailOp{JobID: "j", Error: "e", Backtrace: "b"},
 		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Progress: []byte(`{}`)}}},
 		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Attempt: 2}, {JobID: "k"}}},

@@ -46,6 +46,7 @@ const (
 	OpAudit       OpCode = 30
 	OpPruneAudit  OpCode = 31
 	OpImport      OpCode = 32
+	OpAckFetch    OpCode = 33
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -226,6 +227,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &PruneAuditOp{}
 	case OpImport:
 		op = &ImportOp{}
+	case OpAckFetch:
+		op = &AckFetchOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -349,6 +352,24 @@ func (o *AckOp) decode(d *dec) {
 	o.Holder.decode(d)
 	o.Result = d.bytes()
 	o.StepStatus = d.str()
+}
+
+// AckFetchOp is an ack and the worker's next fetch in one op: the fetch
+// runs only when the ack succeeds, so a refused ack (a lease lost, a job
+// gone) claims nothing. Its result is the ack's, with the fetch's jobs.
+type AckFetchOp struct {
+	Ack   AckOp
+	Fetch FetchOp
+}
+
+// Code implements Op.
+func (*AckFetchOp) Code() OpCode { return OpAckFetch }
+func (o *AckFetchOp) appendBody(b []byte) []byte {
+	return o.Fetch.appendBody(o.Ack.appendBody(b))
+}
+func (o *AckFetchOp) decode(d *dec) {
+	o.Ack.decode(d)
+	o.Fetch.decode(d)
 }
 
 // FailOp records a failed attempt of an active job.

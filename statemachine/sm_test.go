@@ -402,8 +402,10 @@ func randomLog(tb *testBundle, n int) {
 			op = &EnqueueOp{Job: j}
 		case k < 6:
 			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
-		case k == 6:
+		case k == 6 && tb.rnd.IntN(2) == 0:
 			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))], StepStatus: []string{"", "continue", "exit"}[tb.rnd.IntN(3)]}
+		case k == 6:
+			op = &AckFetchOp{Ack: AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}, Fetch: FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(2))}}
 		case k == 7:
 			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e"}
 		case k == 8:
@@ -1046,4 +1048,29 @@ func TestStateMachineRequeueAndPriority(t *testing.T) {
 	jobs := tb.fetch(1, "p")
 	require.Equal(t, low, jobs[0].Job.ID, "now critical, fetched first")
 	require.Equal(t, StatusConflict, tb.one(&PriorityOp{JobID: low, Priority: PriorityHigh}).Status, "active jobs keep their tier")
+}
+
+// TestAckFetch: the ack and the next fetch in one op; a refused ack claims
+// nothing, and the job it would have claimed stays pending.
+func TestAckFetch(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	first := tb.enqueue("q", PriorityNormal)
+	next := tb.enqueue("q", PriorityNormal)
+	r := tb.one(&FetchOp{Queues: []string{"q"}, WorkerID: "w1", Count: 1})
+	require.Len(t, r.Jobs, 1)
+	require.Equal(t, first, r.Jobs[0].Job.ID)
+
+	r = tb.one(&AckFetchOp{Ack: AckOp{JobID: first, Holder: Holder{WorkerID: "other"}}, Fetch: FetchOp{Queues: []string{"q"}, WorkerID: "other", Count: 1}})
+	require.Equal(t, StatusConflict, r.Status)
+	require.Empty(t, r.Jobs, "a refused ack claimed a job")
+	v := tb.get(next)
+	require.Equal(t, StatePending, v.State.State)
+
+	r = tb.one(&AckFetchOp{Ack: AckOp{JobID: first, Holder: Holder{WorkerID: "w1", Attempt: 1}}, Fetch: FetchOp{Queues: []string{"q"}, WorkerID: "w1", Count: 5}})
+	require.Equal(t, StatusOK, r.Status)
+	require.Len(t, r.Jobs, 1, "the fetch claims what is pending, no more")
+	require.Equal(t, next, r.Jobs[0].Job.ID)
+	require.Equal(t, StateCompleted, tb.get(first).State.State)
+	require.Equal(t, StateActive, tb.get(next).State.State)
 }

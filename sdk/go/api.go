@@ -68,6 +68,20 @@ func (c *Client) Ack(ctx context.Context, a Ack) error {
 	return err
 }
 
+// AckAndFetch completes a job and fetches the worker's next jobs in one
+// request (and, when the fetch's queues live on the job's shard, one Raft
+// entry): a worker's steady state is one request per job. A refused ack
+// (an *Error) claims nothing.
+func (c *Client) AckAndFetch(ctx context.Context, a Ack, f FetchBody) (*AckFetched, error) {
+	id := a.JobID
+	a.JobID = ""
+	var out AckFetched
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/ack/"+url.PathEscape(id), AckFetchRequest{Ack: a, Fetch: &f}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // AckBatch completes many jobs in one request; the answer lists the ones
 // that failed.
 func (c *Client) AckBatch(ctx context.Context, acks []Ack) (acked int, failed map[string]*Error, err error) {

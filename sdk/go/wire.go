@@ -33,6 +33,22 @@ type FetchBody struct {
 	Count    int      `json:"count,omitempty"`
 }
 
+// AckFetchRequest is POST /api/v1/ack/{id} with the worker's next fetch:
+// the ack's fields and "fetch".
+type AckFetchRequest struct {
+	Ack
+	Fetch *FetchBody `json:"fetch"`
+}
+
+// AckFetched is the answer of an ack that carried a fetch: the jobs it
+// claimed (none: the queues had none within the fetch's timeout), and
+// FetchError when the ack went through but the fetch failed.
+type AckFetched struct {
+	Status     string       `json:"status"`
+	Jobs       []FetchedJob `json:"jobs"`
+	FetchError string       `json:"fetch_error,omitempty"`
+}
+
 // StatusAnswer is the answer of ack, cancel, retry, approve, reject and
 // rebuild-mirror: the job's (or operation's) status after the call.
 type StatusAnswer struct {
