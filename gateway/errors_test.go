@@ -21,15 +21,15 @@ func (busyEngine) Shards() int { return 4 }
 func (b busyEngine) Propose(context.Context, int, ...statemachine.Op) ([]statemachine.Result, error) {
 	return nil, b.err
 }
-func (busyEngine) Read(int, interface{}) (interface{}, error)    { return nil, nil }
-func (busyEngine) Fetchable(string) bool                         { return true }
-func (busyEngine) ThrottledUntil(string) int64                   { return 0 }
-func (busyEngine) Watch(string) <-chan struct{}                  { return make(chan struct{}) }
-func (busyEngine) Head(q string) statemachine.QueueHead          { return statemachine.QueueHead{Queue: q} }
-func (busyEngine) IsLeader(int) bool                             { return true }
-func (busyEngine) Hosts(int) bool                                { return true }
+func (busyEngine) Read(int, interface{}) (interface{}, error)                      { return nil, nil }
+func (busyEngine) Fetchable(string) bool                                           { return true }
+func (busyEngine) ThrottledUntil(string) int64                                     { return 0 }
+func (busyEngine) Watch(string) <-chan struct{}                                    { return make(chan struct{}) }
+func (busyEngine) Head(q string) statemachine.QueueHead                            { return statemachine.QueueHead{Queue: q} }
+func (busyEngine) IsLeader(int) bool                                               { return true }
+func (busyEngine) Hosts(int) bool                                                  { return true }
 func (busyEngine) Park(int, *statemachine.FetchOp, *shard.ParkGroup) *shard.Parked { return nil }
-func (busyEngine) Unpark(int, *shard.Parked) bool                { return true }
+func (busyEngine) Unpark(int, *shard.Parked) bool                                  { return true }
 
 func TestOverloadAndUnavailableCarryRetryAfter(t *testing.T) {
 	t.Parallel()
