@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -37,6 +39,13 @@ type Worker struct {
 	mu       sync.Mutex
 	inflight map[string]*JobContext
 	slots    chan struct{}
+
+	// queues are the ones Run fetches from; draining is set when Run's
+	// context ends (acks then fetch nothing more); plainAcks when the
+	// server took no fetch with an ack (an older server).
+	queues    []string
+	draining  atomic.Bool
+	plainAcks atomic.Bool
 }
 
 // NewWorker returns a worker using client c.
@@ -138,6 +147,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	for q := range w.handlers {
 		queues = append(queues, q)
 	}
+	w.queues = queues
+	stopWatch := context.AfterFunc(ctx, func() { w.draining.Store(true) })
+	defer stopWatch()
 	w.slots = make(chan struct{}, w.opt.Concurrency)
 	base, cancelAll := context.WithCancelCause(context.Background())
 	defer cancelAll(nil)
@@ -181,7 +193,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			go func() {
 				defer wg.Done()
 				defer func() { <-w.slots }()
-				w.handle(jc)
+				// Each ack fetches the next job for this slot when one
+				// is pending (one request per job in the steady state).
+				for jc != nil {
+					next := w.handle(jc)
+					jc = nil
+					if next != nil {
+						jc = w.start(base, *next)
+					}
+				}
 			}()
 		}
 	}
@@ -217,14 +237,16 @@ func (w *Worker) finish(jc *JobContext) bool {
 	return ok
 }
 
-func (w *Worker) handle(jc *JobContext) {
+// handle runs a job and reports its outcome; an ack also fetches the
+// slot's next job, returned (nil: none).
+func (w *Worker) handle(jc *JobContext) *FetchedJob {
 	h := w.handlers[jc.Queue]
 	result, err := w.safeCall(h, jc)
 	if !w.finish(jc) {
-		return // failed by the drain already
+		return nil // failed by the drain already
 	}
 	if cause := context.Cause(jc.ctx); errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrLeaseLost) {
-		return // the server has moved on: nothing to report
+		return nil // the server has moved on: nothing to report
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -233,7 +255,7 @@ func (w *Worker) handle(jc *JobContext) {
 		cp := jc.checkpoint
 		jc.mu.Unlock()
 		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt})
-		return
+		return nil
 	}
 	a := Ack{JobID: jc.JobID, Result: result, WorkerID: w.opt.ID, Attempt: jc.Attempt}
 	jc.mu.Lock()
@@ -241,7 +263,29 @@ func (w *Worker) handle(jc *JobContext) {
 		a.StepStatus = "exit"
 	}
 	jc.mu.Unlock()
-	_ = w.c.Ack(ctx, a)
+	if w.draining.Load() || w.plainAcks.Load() {
+		_ = w.c.Ack(ctx, a)
+		return nil
+	}
+	out, err := w.c.AckAndFetch(ctx, a, FetchBody{Queues: w.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: 1})
+	var apiErr *Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest {
+		// A server without ack-and-fetch refuses the field, and acked
+		// nothing: ack plainly, from now on.
+		w.plainAcks.Store(true)
+		_ = w.c.Ack(ctx, a)
+		return nil
+	}
+	if err != nil || len(out.Jobs) == 0 || w.draining.Load() {
+		if err == nil && len(out.Jobs) > 0 {
+			// Claimed as the worker began to drain: hand it back.
+			for _, j := range out.Jobs {
+				_, _ = w.c.Fail(ctx, j.JobID, Failure{Error: "worker_shutdown", WorkerID: w.opt.ID, Attempt: j.Attempt})
+			}
+		}
+		return nil
+	}
+	return &out.Jobs[0]
 }
 
 // safeCall runs a handler, turning a panic into a failure with its stack.

@@ -1,16 +1,22 @@
 package corvo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -371,5 +377,86 @@ func TestClientEveryEndpoint(t *testing.T) {
 	}
 	if err := c.Reject(ctx, e.JobID); !IsConflict(err) {
 		t.Fatalf("want 409, got %v", err)
+	}
+}
+
+// countingProxy forwards to url, counting requests by path prefix; when
+// refuseAckFetch is set it answers an ack that carries a fetch as a server
+// without ack-and-fetch would (400, nothing acked).
+func countingProxy(t *testing.T, url string, refuseAckFetch bool) (string, *sync.Map) {
+	t.Helper()
+	counts := &sync.Map{}
+	target, _ := neturl.Parse(url)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Path
+		if strings.HasPrefix(key, "/api/v1/ack/") {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			key = "ack"
+			if bytes.Contains(body, []byte(`"fetch"`)) {
+				key = "ack+fetch"
+				if refuseAckFetch {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(400)
+					_, _ = w.Write([]byte(`{"error":"unknown field \"fetch\"","code":"invalid_request"}`))
+					return
+				}
+			}
+		}
+		n, _ := counts.LoadOrStore(key, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, counts
+}
+
+func count(m *sync.Map, key string) int64 {
+	if n, ok := m.Load(key); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// TestWorkerAcksFetchTheNextJob: with a backlog, each ack brings the
+// slot's next job (one request per job), so the worker seldom fetches on
+// its own; against a server that refuses the combined call it falls back
+// to plain acks and still completes everything.
+func TestWorkerAcksFetchTheNextJob(t *testing.T) {
+	t.Parallel()
+	base := startServer(t)
+	for _, old := range []bool{false, true} {
+		url, counts := countingProxy(t, base, old)
+		c := New(url)
+		ctx := context.Background()
+		queue := fmt.Sprintf("sdk.ackfetch.%v", old)
+		var ids []string
+		for i := 0; i < 60; i++ {
+			e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, e.JobID)
+		}
+		w := NewWorker(c, WorkerOptions{Concurrency: 2, FetchTimeout: time.Second})
+		w.Register(queue, func(context.Context, *JobContext) (any, error) { return nil, nil })
+		runCtx, stop := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- w.Run(runCtx) }()
+		for _, id := range ids {
+			waitState(t, c, id, "completed")
+		}
+		stop()
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		fetches, combined, plain := count(counts, "/api/v1/fetch"), count(counts, "ack+fetch"), count(counts, "ack")
+		if !old && (combined < 50 || fetches > 10) {
+			t.Fatalf("acks carrying a fetch: %d, fetches: %d (want most jobs to come with an ack)", combined, fetches)
+		}
+		if old && plain != 60 {
+			t.Fatalf("against an older server: %d plain acks, want 60", plain)
+		}
 	}
 }
