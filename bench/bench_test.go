@@ -332,6 +332,9 @@ func TestValidate(t *testing.T) {
 		{"negative payload", func(c *Config) { c.PayloadSize = -1 }, "payload size must not be negative"},
 		{"negative rate", func(c *Config) { c.Rate = -5 }, "rate must not be negative"},
 		{"negative fetch timeout", func(c *Config) { c.FetchTimeout = -1 }, "fetch timeout must not be negative"},
+		{"negative senders", func(c *Config) { c.Senders = -1 }, "senders must not be negative"},
+		{"fixed-rate without rate", func(c *Config) { c.Mode = ModeFixedRate }, "fixed-rate mode needs a rate"},
+		{"fixed-rate with batches", func(c *Config) { c.Mode, c.Rate, c.EnqueueBatch = " Fixed-Rate", 10, 5 }, "one job per request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -350,7 +353,7 @@ func TestWithDefaults(t *testing.T) {
 	got := Config{Mode: " E2E ", Producers: 3}.WithDefaults()
 	require.Equal(t, Config{
 		Mode: ModeE2E, Producers: 3, Workers: 16, EnqueueBatch: 1, FetchBatch: 1, AckBatch: 1,
-		Queues: 1, QueuePrefix: "bench", PayloadSize: 64, FetchTimeout: 1,
+		Queues: 1, QueuePrefix: "bench", PayloadSize: 64, FetchTimeout: 1, Senders: 32,
 	}, got)
 }
 

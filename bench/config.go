@@ -2,13 +2,22 @@
 //
 // It is a pure HTTP client: it talks to a running Corvo server through the
 // public JSON API (enqueue, fetch, ack) and measures throughput and latency.
-// Three modes are supported:
+// Four modes are supported:
 //
 //   - "enqueue": producers only; measures enqueue throughput and latency.
 //   - "lifecycle": enqueue everything first, then fetch+ack until drained,
 //     reporting both phases separately and the combined lifecycle rate.
 //   - "e2e": producers and workers run concurrently; measures completed jobs/s
 //     and enqueue-to-start / enqueue-to-ack latency.
+//   - "fixed-rate": open loop: Senders send jobs on a fixed schedule of Rate
+//     jobs/s (job i is due at start+i/Rate, sent then whatever the answers
+//     to earlier jobs), while workers fetch and ack them; measures the
+//     enqueue-to-delivery latency under a load below saturation.
+//
+// Every worker fetches from all Queues, rotating the list by one queue per
+// fetch (each worker starting at a different queue), so no queue is
+// favoured by its position; producers spread jobs over the queues
+// round-robin.
 package bench
 
 import (
@@ -26,6 +35,7 @@ const (
 	ModeEnqueue   = "enqueue"
 	ModeLifecycle = "lifecycle"
 	ModeE2E       = "e2e"
+	ModeFixedRate = "fixed-rate"
 )
 
 // Defaults applied by Config.WithDefaults for zero-valued fields.
@@ -39,6 +49,7 @@ const (
 	DefaultQueuePrefix  = "bench"
 	DefaultPayloadSize  = 64
 	DefaultFetchTimeout = 1
+	DefaultSenders      = 32
 )
 
 // MaxEnqueueBatch is the largest batch accepted by POST /api/v1/enqueue/batch.
@@ -58,14 +69,16 @@ type Config struct {
 	// TLSConfig, when set, is the TLS configuration of https:// URLs (a
 	// CA to trust: corvo.TLSConfigFromCA); nil: the system's roots.
 	TLSConfig *tls.Config
-	// Mode is one of "enqueue", "lifecycle" or "e2e".
+	// Mode is one of "enqueue", "lifecycle", "e2e" or "fixed-rate".
 	Mode string
 	// Duration is how long to produce jobs; it is only used when Jobs == 0.
+	// In fixed-rate mode it means Rate*Duration jobs.
 	Duration time.Duration
 	// Jobs stops the run after this many jobs: enqueued for "enqueue" mode,
 	// completed (acked) for the other modes.
 	Jobs int
-	// Producers is the number of concurrent producer goroutines (default 16).
+	// Producers is the number of concurrent producer goroutines (default
+	// 16); fixed-rate mode uses Senders instead.
 	Producers int
 	// Workers is the number of concurrent worker goroutines (default 16).
 	Workers int
@@ -79,7 +92,8 @@ type Config struct {
 	// uses POST /ack/batch (default 1).
 	AckBatch int
 	// Queues is the number of queues, named <QueuePrefix>.q0 ... (default 1).
-	// Producers spread jobs over them round-robin.
+	// Producers spread jobs over them round-robin; every worker fetches
+	// from all of them, in an order rotated by one queue per fetch.
 	Queues int
 	// QueuePrefix prefixes the queue names (default "bench").
 	QueuePrefix string
@@ -87,8 +101,20 @@ type Config struct {
 	// (default 64).
 	PayloadSize int
 	// Rate, if > 0, is the combined steady enqueue rate of all producers in
-	// jobs/s. Useful for latency measurements below saturation.
+	// jobs/s. Useful for latency measurements below saturation. In modes
+	// other than fixed-rate the producers are paced by tokens that are
+	// dropped when they fall behind (closed loop); fixed-rate mode requires
+	// it and sends on schedule (open loop).
 	Rate int
+	// Senders is the number of concurrent sender goroutines of fixed-rate
+	// mode (default 32): each sends the next due job, so up to Senders
+	// enqueue requests may be outstanding before the schedule slips.
+	Senders int
+	// SkipServerCPU disables reading process_cpu_seconds_total from the
+	// servers' /api/v1/metrics before and after the run (set it when the
+	// server runs in the benchmark's own process, whose CPU time would
+	// include the load generator's).
+	SkipServerCPU bool
 	// FetchTimeout is the long-poll timeout of fetch requests in seconds
 	// (default 1).
 	FetchTimeout int
@@ -107,6 +133,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Queues, DefaultQueues)
 	setDefault(&c.PayloadSize, DefaultPayloadSize)
 	setDefault(&c.FetchTimeout, DefaultFetchTimeout)
+	setDefault(&c.Senders, DefaultSenders)
 	if c.QueuePrefix == "" {
 		c.QueuePrefix = DefaultQueuePrefix
 	}
@@ -126,12 +153,17 @@ func (c Config) Validate() error {
 	if err := validateURLs(c.URL); err != nil {
 		return err
 	}
-	switch strings.ToLower(strings.TrimSpace(c.Mode)) {
+	mode := strings.ToLower(strings.TrimSpace(c.Mode))
+	switch mode {
 	case ModeEnqueue, ModeLifecycle, ModeE2E:
+	case ModeFixedRate:
+		if c.Rate <= 0 {
+			return errors.New("bench: fixed-rate mode needs a rate > 0 (jobs/s)")
+		}
 	case "":
-		return errors.New("bench: mode is required (enqueue, lifecycle or e2e)")
+		return errors.New("bench: mode is required (enqueue, lifecycle, e2e or fixed-rate)")
 	default:
-		return fmt.Errorf("bench: unknown mode %q (want enqueue, lifecycle or e2e)", c.Mode)
+		return fmt.Errorf("bench: unknown mode %q (want enqueue, lifecycle, e2e or fixed-rate)", c.Mode)
 	}
 	if c.Duration < 0 {
 		return fmt.Errorf("bench: duration must not be negative, got %s", c.Duration)
@@ -154,11 +186,15 @@ func (c Config) Validate() error {
 		{"queues", c.Queues},
 		{"payload size", c.PayloadSize},
 		{"rate", c.Rate},
+		{"senders", c.Senders},
 		{"fetch timeout", c.FetchTimeout},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("bench: %s must not be negative, got %d", f.name, f.v)
 		}
+	}
+	if mode == ModeFixedRate && c.EnqueueBatch > 1 {
+		return errors.New("bench: fixed-rate mode sends one job per request (no enqueue batch)")
 	}
 	if c.EnqueueBatch > MaxEnqueueBatch {
 		return fmt.Errorf("bench: enqueue batch must be at most %d, got %d", MaxEnqueueBatch, c.EnqueueBatch)

@@ -37,6 +37,11 @@ type fakeServer struct {
 	apiKey string
 	// onEnqueue, if set, is called with the total of enqueued jobs.
 	onEnqueue func(total int64)
+	// enqueueDelay delays every enqueue answer (a slow server).
+	enqueueDelay time.Duration
+	// cpuMetrics makes GET /api/v1/metrics answer a
+	// process_cpu_seconds_total that grows by cpuStep per request.
+	cpuMetrics bool
 
 	requests  atomic.Int64
 	refused   atomic.Int64 // answered 401
@@ -52,7 +57,13 @@ type fakeServer struct {
 	perQueue map[string]int // jobs enqueued per queue
 	payloads []int          // payload sizes seen
 	notify   chan struct{}  // closed and replaced on every enqueue
+	// fetchOrders holds, per worker_id, the queue list of each fetch.
+	fetchOrders map[string][][]string
+	cpuReads    int // GET /api/v1/metrics answered
 }
+
+// cpuStep is how much the fake's CPU seconds grow per metrics read.
+const cpuStep = 0.25
 
 type fakeJob struct {
 	ID         string          `json:"job_id"`
@@ -77,6 +88,8 @@ func newFakeServer(t *testing.T, opts ...func(*fakeServer)) *fakeServer {
 		acked:    map[string]int{},
 		perQueue: map[string]int{},
 		notify:   make(chan struct{}),
+
+		fetchOrders: map[string][][]string{},
 	}
 	for _, ep := range []string{epEnqueue, epEnqueueBatch, epFetch, epFetchBatch, epAck, epAckBatch} {
 		f.counts[ep] = new(atomic.Int64)
@@ -133,7 +146,28 @@ func (f *fakeServer) payloadSizes() []int {
 	return append([]int(nil), f.payloads...)
 }
 
+// orders returns the queue lists of the fetches, per worker_id.
+func (f *fakeServer) orders() map[string][][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string][][]string, len(f.fetchOrders))
+	for w, l := range f.fetchOrders {
+		out[w] = append([][]string(nil), l...)
+	}
+	return out
+}
+
 func (f *fakeServer) handle(ctx *fasthttp.RequestCtx) {
+	if f.cpuMetrics && ctx.IsGet() && string(ctx.Path()) == "/api/v1/metrics" {
+		f.mu.Lock()
+		f.cpuReads++
+		cpu := 1 + cpuStep*float64(f.cpuReads)
+		f.mu.Unlock()
+		ctx.SetContentType("text/plain; version=0.0.4")
+		fmt.Fprintf(ctx, "# HELP process_cpu_seconds_total x\n# TYPE process_cpu_seconds_total counter\n"+
+			"process_cpu_seconds_total_other 99\nprocess_cpu_seconds_total %g\ngo_goroutines 7\n", cpu)
+		return
+	}
 	if !ctx.IsPost() {
 		fakeError(ctx, fasthttp.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "POST only")
 		return
@@ -185,6 +219,7 @@ type fakeEnqueueReq struct {
 
 func (f *fakeServer) handleEnqueue(ctx *fasthttp.RequestCtx) {
 	f.counts[epEnqueue].Add(1)
+	time.Sleep(f.enqueueDelay)
 	var req fakeEnqueueReq
 	if !decodeBody(ctx, &req) {
 		return
@@ -273,6 +308,9 @@ func (f *fakeServer) handleFetch(ctx *fasthttp.RequestCtx) {
 		fakeError(ctx, fasthttp.StatusBadRequest, "INVALID_FETCH", "queues, worker_id and count >= 1 required")
 		return
 	}
+	f.mu.Lock()
+	f.fetchOrders[req.WorkerID] = append(f.fetchOrders[req.WorkerID], req.Queues)
+	f.mu.Unlock()
 	jobs := f.waitForJobs(req.Queues, n, time.Duration(req.Timeout)*time.Second)
 	switch {
 	case len(jobs) == 0:

@@ -45,6 +45,46 @@ type Report struct {
 	LifecycleRate float64 `json:"lifecycle_rate,omitempty"`
 	// Latency holds the latency distributions that were measured.
 	Latency Latencies `json:"latency_ms"`
+	// ServerCPUS is the CPU time (user+system) the servers' processes
+	// used during the run, from process_cpu_seconds_total of
+	// /api/v1/metrics before and after; 0 when it was not measured.
+	ServerCPUS float64 `json:"server_cpu_s,omitempty"`
+	// ServerCPUPer1kJobs is ServerCPUS per 1,000 jobs (enqueued in enqueue
+	// mode, completed in the others).
+	ServerCPUPer1kJobs float64 `json:"server_cpu_s_per_1k_jobs,omitempty"`
+
+	// The figures below are named as in the JSON line of the peers'
+	// harness (shared/peers/redis: BullMQ, Asynq, Faktory), so that a
+	// script can divide them; each is set by the modes that measure it.
+	//
+	// EnqueueSingleJobsS is EnqueueRate of a run with one job per enqueue
+	// request (modes enqueue and lifecycle).
+	EnqueueSingleJobsS float64 `json:"enqueue_single_jobs_s,omitempty"`
+	// EnqueueBulkJobsS is EnqueueRate of a run with batched enqueues
+	// (modes enqueue and lifecycle).
+	EnqueueBulkJobsS float64 `json:"enqueue_bulk_jobs_s,omitempty"`
+	// ProcessJobsS (lifecycle) is CompleteRate: the backlog worked off.
+	ProcessJobsS float64 `json:"process_jobs_s,omitempty"`
+	// E2EJobsS (e2e) is CompleteRate, E2EProducerJobsS the producers' own
+	// EnqueueRate, and the E2E*Ms the enqueue-to-start latency.
+	E2EJobsS         float64 `json:"e2e_jobs_s,omitempty"`
+	E2EProducerJobsS float64 `json:"e2e_producer_jobs_s,omitempty"`
+	E2EP50Ms         float64 `json:"e2e_p50_ms,omitempty"`
+	E2EP99Ms         float64 `json:"e2e_p99_ms,omitempty"`
+	E2EMaxMs         float64 `json:"e2e_max_ms,omitempty"`
+	// FixedRateOfferedJobsS and FixedRateJobs (fixed-rate) are the
+	// schedule; FixedRateAchievedJobsS is the senders' EnqueueRate (below
+	// the offered rate: the senders or the server could not keep up); the
+	// FixedRate*Ms are the enqueue-to-delivery latency (from the enqueue
+	// request being sent to the fetch answer carrying the job arriving).
+	FixedRateOfferedJobsS  int     `json:"fixed_rate_offered_jobs_s,omitempty"`
+	FixedRateJobs          int     `json:"fixed_rate_jobs,omitempty"`
+	FixedRateAchievedJobsS float64 `json:"fixed_rate_achieved_jobs_s,omitempty"`
+	FixedRateP50Ms         float64 `json:"fixed_rate_p50_ms,omitempty"`
+	FixedRateP90Ms         float64 `json:"fixed_rate_p90_ms,omitempty"`
+	FixedRateP99Ms         float64 `json:"fixed_rate_p99_ms,omitempty"`
+	FixedRateMaxMs         float64 `json:"fixed_rate_max_ms,omitempty"`
+
 	// LastError is the last error seen, if any.
 	LastError string `json:"last_error,omitempty"`
 	// Interrupted is set when the caller's context ended the run early.
@@ -65,6 +105,7 @@ type ConfigSummary struct {
 	QueuePrefix  string  `json:"queue_prefix"`
 	PayloadSize  int     `json:"payload_size"`
 	Rate         int     `json:"rate,omitempty"`
+	Senders      int     `json:"senders,omitempty"`
 	FetchTimeout int     `json:"fetch_timeout"`
 }
 
@@ -84,6 +125,10 @@ type Latencies struct {
 	// EnqueueToAck is from the producer sending the enqueue to the ack
 	// answer arriving.
 	EnqueueToAck *LatencySummary `json:"enqueue_to_ack,omitempty"`
+	// SendLag (fixed-rate) is how late the senders sent jobs after their
+	// scheduled time: large values mean the schedule slipped (all senders
+	// were waiting for answers) and the latencies above are understated.
+	SendLag *LatencySummary `json:"send_lag,omitempty"`
 }
 
 // LatencySummary describes one latency distribution in milliseconds.
@@ -120,13 +165,17 @@ func (r *runner) buildReport(tl timeline, st *stats, interrupted bool) *Report {
 			AckReq:         st.summary(kindAckReq),
 			EnqueueToStart: st.summary(kindToStart),
 			EnqueueToAck:   st.summary(kindToAck),
+			SendLag:        st.summary(kindSendLag),
 		},
 	}
 	if c.Jobs == 0 {
 		rep.Config.DurationS = c.Duration.Seconds()
 	}
-	if c.Mode == ModeEnqueue {
+	switch c.Mode {
+	case ModeEnqueue:
 		rep.Config.Workers, rep.Config.FetchBatch, rep.Config.AckBatch = 0, 0, 0
+	case ModeFixedRate:
+		rep.Config.Producers, rep.Config.Senders = 0, c.Senders
 	}
 	if st.lastErr != nil {
 		rep.LastError = st.lastErr.Error()
@@ -139,7 +188,48 @@ func (r *runner) buildReport(tl timeline, st *stats, interrupted bool) *Report {
 	if c.Mode == ModeLifecycle {
 		rep.LifecycleRate = rate(rep.Completed, rep.EnqueueS+rep.ProcessS)
 	}
+	rep.setPeerFigures(c)
 	return rep
+}
+
+// setPeerFigures fills the figures named as in the peers' harness.
+func (rep *Report) setPeerFigures(c Config) {
+	round := func(v float64) float64 { return math.Round(v*10) / 10 }
+	switch c.Mode {
+	case ModeEnqueue, ModeLifecycle:
+		if c.EnqueueBatch == 1 {
+			rep.EnqueueSingleJobsS = round(rep.EnqueueRate)
+		} else {
+			rep.EnqueueBulkJobsS = round(rep.EnqueueRate)
+		}
+		if c.Mode == ModeLifecycle {
+			rep.ProcessJobsS = round(rep.CompleteRate)
+		}
+	case ModeE2E:
+		rep.E2EJobsS = round(rep.CompleteRate)
+		rep.E2EProducerJobsS = round(rep.EnqueueRate)
+		if l := rep.Latency.EnqueueToStart; l != nil {
+			rep.E2EP50Ms, rep.E2EP99Ms, rep.E2EMaxMs = l.P50, l.P99, l.Max
+		}
+	case ModeFixedRate:
+		rep.FixedRateOfferedJobsS, rep.FixedRateJobs = c.Rate, c.Jobs
+		rep.FixedRateAchievedJobsS = round(rep.EnqueueRate)
+		if l := rep.Latency.EnqueueToStart; l != nil {
+			rep.FixedRateP50Ms, rep.FixedRateP90Ms, rep.FixedRateP99Ms, rep.FixedRateMaxMs = l.P50, l.P90, l.P99, l.Max
+		}
+	}
+}
+
+// setServerCPU records the servers' CPU seconds spent during the run.
+func (rep *Report) setServerCPU(secs float64) {
+	rep.ServerCPUS = math.Round(secs*1000) / 1000
+	jobs := rep.Completed
+	if rep.Mode == ModeEnqueue {
+		jobs = rep.Enqueued
+	}
+	if jobs > 0 {
+		rep.ServerCPUPer1kJobs = math.Round(secs/float64(jobs)*1000*10000) / 10000
+	}
 }
 
 // activeEnd is when the last producer finished or the last ack arrived.
@@ -157,10 +247,10 @@ func rate(n int64, secs float64) float64 {
 	return float64(n) / secs
 }
 
-// WriteJSON writes the report as indented JSON.
+// WriteJSON writes the report as one line of JSON (a script can read the
+// last line of the output).
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
 	if err := enc.Encode(r); err != nil {
 		return fmt.Errorf("bench: write json report: %w", err)
 	}
@@ -181,7 +271,11 @@ func (r *Report) WriteText(w io.Writer) error {
 
 func (r *Report) writeHeader(b *strings.Builder) {
 	c := r.Config
-	fmt.Fprintf(b, "mode=%s producers=%d", r.Mode, c.Producers)
+	if r.Mode == ModeFixedRate {
+		fmt.Fprintf(b, "mode=%s senders=%d", r.Mode, c.Senders)
+	} else {
+		fmt.Fprintf(b, "mode=%s producers=%d", r.Mode, c.Producers)
+	}
 	if r.Mode != ModeEnqueue {
 		fmt.Fprintf(b, " workers=%d", c.Workers)
 	}
@@ -209,9 +303,15 @@ func (r *Report) writeCounts(b *strings.Builder) {
 		row("process phase", fmt.Sprintf("%-10s", fmtSeconds(r.ProcessS)), fmt.Sprintf("(%s jobs/s)", commaInt(int64(math.Round(r.CompleteRate)))))
 		row("full lifecycle", commaInt(int64(math.Round(r.LifecycleRate))), " jobs/s")
 	}
+	if r.Mode == ModeFixedRate {
+		row("offered", commaInt(int64(r.FixedRateOfferedJobsS)), " jobs/s")
+	}
 	row("enqueued", withRate(r.Enqueued, r.EnqueueRate), "")
 	if r.Mode != ModeEnqueue {
 		row("completed", withRate(r.Completed, r.CompleteRate), "")
+	}
+	if r.ServerCPUS > 0 {
+		row("server cpu", fmtSeconds(r.ServerCPUS), fmt.Sprintf(" (%.3fs per 1,000 jobs)", r.ServerCPUPer1kJobs))
 	}
 	row("errors", commaInt(r.Errors), "")
 	row("throttled", commaInt(r.Throttled), "")
@@ -236,6 +336,7 @@ func (r *Report) writeLatencies(b *strings.Builder) {
 		{"ack req", r.Latency.AckReq},
 		{"enqueue->start", r.Latency.EnqueueToStart},
 		{"enqueue->ack", r.Latency.EnqueueToAck},
+		{"send lag", r.Latency.SendLag},
 	}
 	header := false
 	for _, row := range rows {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"sync"
@@ -52,13 +53,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Mode == ModeFixedRate && cfg.Jobs == 0 {
+		// The schedule is fixed: a duration is a number of jobs.
+		cfg.Jobs = max(1, int(math.Round(float64(cfg.Rate)*cfg.Duration.Seconds())))
+	}
 	r, err := newRunner(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer r.close()
+	var cpu0 float64
+	cpuOK := !cfg.SkipServerCPU
+	if cpuOK {
+		cpu0, cpuOK = r.serverCPU()
+	}
 	tl, st := r.execute()
 	rep := r.buildReport(tl, st, ctx.Err() != nil)
+	if cpuOK {
+		if cpu1, ok := r.serverCPU(); ok {
+			rep.setServerCPU(cpu1 - cpu0)
+		}
+	}
 	return rep, r.finalError(rep)
 }
 
@@ -97,6 +112,9 @@ type timeline struct {
 
 func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 	conns := cfg.Producers + 4
+	if cfg.Mode == ModeFixedRate {
+		conns = cfg.Senders + 4
+	}
 	if cfg.Mode != ModeEnqueue {
 		conns += cfg.Workers
 		if cfg.AckBatch > 1 {
@@ -179,6 +197,13 @@ func (r *runner) execute() (timeline, *stats) {
 		workers := make(chan *stats, 1)
 		go func() { workers <- r.runWorkers(tl.workStart) }()
 		all.merge(r.runProducers(tl.start))
+		tl.prodEnd = time.Now()
+		all.merge(<-workers)
+	case ModeFixedRate:
+		tl.workStart = tl.start
+		workers := make(chan *stats, 1)
+		go func() { workers <- r.runWorkers(tl.workStart) }()
+		all.merge(r.runSenders(tl.start))
 		tl.prodEnd = time.Now()
 		all.merge(<-workers)
 	}

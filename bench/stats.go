@@ -24,6 +24,7 @@ const (
 	kindAckReq
 	kindToStart
 	kindToAck
+	kindSendLag // fixed-rate: actual send time minus the scheduled one
 	numKinds
 )
 

@@ -52,19 +52,27 @@ func (r *runner) appendEnqueue(b []byte, first int64, n int, sentNs int64) []byt
 	return append(b, "]}"...)
 }
 
-// fetchBody builds the (constant) fetch request body for one worker.
-func (r *runner) fetchBody(worker int) []byte {
-	req := corvo.FetchBody{
-		Queues:   r.cfg.queueNames(),
-		WorkerID: "bench-" + r.runID + "-w" + strconv.Itoa(worker),
-		Hostname: r.hostname,
-		Timeout:  float64(r.cfg.FetchTimeout),
+// fetchBodies builds the fetch request bodies of one worker, one per
+// rotation of the queue list: the worker sends them in turn, so that every
+// queue comes first once every len(queues) fetches, and workers start at
+// different queues (worker w starts with queue w mod len(queues)).
+func (r *runner) fetchBodies(worker int) [][]byte {
+	queues := r.cfg.queueNames()
+	bodies := make([][]byte, len(queues))
+	for k := range bodies {
+		start := (worker + k) % len(queues)
+		req := corvo.FetchBody{
+			Queues:   append(append([]string(nil), queues[start:]...), queues[:start]...),
+			WorkerID: "bench-" + r.runID + "-w" + strconv.Itoa(worker),
+			Hostname: r.hostname,
+			Timeout:  float64(r.cfg.FetchTimeout),
+		}
+		if r.cfg.FetchBatch > 1 {
+			req.Count = r.cfg.FetchBatch
+		}
+		bodies[k], _ = json.Marshal(req) // cannot fail: only strings and numbers
 	}
-	if r.cfg.FetchBatch > 1 {
-		req.Count = r.cfg.FetchBatch
-	}
-	b, _ := json.Marshal(req) // cannot fail: only strings and ints
-	return b
+	return bodies
 }
 
 // appendAckBatch appends an /ack/batch body for jobs.

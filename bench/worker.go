@@ -16,7 +16,8 @@ import (
 var emptyObject = []byte("{}")
 
 // worker fetches jobs until every enqueued job has been fetched or ctx
-// ends. With cfg.AckBatch == 1 it acks each job right after fetching it;
+// ends. Each fetch names every queue, the list rotated by one queue from
+// the previous fetch. With cfg.AckBatch == 1 it acks each job right after fetching it;
 // otherwise it hands the jobs to its own acker goroutine, which batches them
 // without holding them across long-poll fetches.
 func (r *runner) worker(ctx context.Context, id int) *stats {
@@ -28,10 +29,10 @@ func (r *runner) worker(ctx context.Context, id int) *stats {
 	if r.cfg.AckBatch > 1 {
 		a = r.startAcker(client)
 	}
-	body := r.fetchBody(id)
+	bodies := r.fetchBodies(id)
 	timeout := time.Duration(r.cfg.FetchTimeout)*time.Second + requestTimeout
-	for !r.fetchingDone(ctx) {
-		status, resp, lat, err := c.post(ctx, pathFetch, body, timeout)
+	for n := 0; !r.fetchingDone(ctx); n++ {
+		status, resp, lat, err := c.post(ctx, pathFetch, bodies[n%len(bodies)], timeout)
 		if err != nil {
 			if isCancel(err) {
 				break

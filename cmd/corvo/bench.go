@@ -27,8 +27,29 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load-test a Corvo server over HTTP (or an embedded one in a temp dir)",
+		Long: `Load-test a Corvo server over HTTP (or an embedded one in a temp dir).
+
+Modes: enqueue (producers only), lifecycle (enqueue everything, then work
+the backlog), e2e (producers and workers at once, as fast as they go) and
+fixed-rate (open loop: --senders send one job per request on a fixed
+schedule of --rate jobs/s, job i due at start+i/rate whatever the answers
+to earlier ones, while --workers fetch and ack; reports the
+enqueue-to-delivery latency, from the enqueue request being sent to the
+fetch answer arriving, as the peers' harness in shared/peers measures it,
+and how late the senders were behind the schedule).
+
+Producers spread jobs over --queues round-robin; every worker fetches from
+all of them, the list rotated by one queue per fetch.
+
+-o json prints one line of JSON: the report, the servers' CPU seconds
+(process_cpu_seconds_total before and after; not with the embedded server,
+whose process is also the load generator's) and the figures named as in
+the peers' harness (enqueue_single_jobs_s, enqueue_bulk_jobs_s,
+process_jobs_s, e2e_jobs_s, e2e_p50_ms, fixed_rate_p99_ms, ...).`,
 		Example: `  corvo bench --mode lifecycle --jobs 100000
   corvo bench --mode e2e --duration 10s --rate 1000
+  corvo bench --mode e2e --jobs 100000 --producers 16 --workers 32 --queues 8 --payload-size 35
+  corvo bench --mode fixed-rate --rate 1000 --senders 32 --workers 8 --queues 8 --duration 20s -o json
   corvo bench --url http://10.0.0.5:8080 --mode enqueue --enqueue-batch 100 --jobs 1000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,6 +65,7 @@ func newBenchCmd() *cobra.Command {
 				}
 				defer shutdown()
 				cfg.URL = url
+				cfg.SkipServerCPU = true // its process is this one
 			} else {
 				// The embedded server is open on loopback and knows no key.
 				cfg.APIKey = apiKey()
@@ -80,19 +102,20 @@ func newBenchCmd() *cobra.Command {
 	fl.BoolVar(&embedded, "embedded", false, "start an embedded server in a temp dir even if --url/CORVO_URL is set")
 	fl.IntVar(&shards, "shards", 0, "shards of the embedded server")
 	fl.StringArrayVar(&serverArgs, "server-arg", nil, "extra flag for the embedded server (repeatable), e.g. --server-arg=--no-mirror")
-	fl.StringVar(&cfg.Mode, "mode", "e2e", "enqueue, lifecycle or e2e")
-	fl.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run (when --jobs is 0)")
+	fl.StringVar(&cfg.Mode, "mode", "e2e", "enqueue, lifecycle, e2e or fixed-rate")
+	fl.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run (when --jobs is 0; fixed-rate: rate x duration jobs)")
 	fl.IntVar(&cfg.Jobs, "jobs", 0, "stop after this many jobs")
-	fl.IntVar(&cfg.Producers, "producers", 16, "concurrent producers")
+	fl.IntVar(&cfg.Producers, "producers", 16, "concurrent producers (not fixed-rate)")
+	fl.IntVar(&cfg.Senders, "senders", bench.DefaultSenders, "fixed-rate: concurrent open-loop senders")
 	fl.IntVar(&cfg.Workers, "workers", 16, "concurrent workers")
 	fl.IntVar(&cfg.EnqueueBatch, "enqueue-batch", 1, "jobs per enqueue request")
 	fl.IntVar(&cfg.FetchBatch, "fetch-batch", 1, "jobs per fetch")
 	fl.IntVar(&cfg.AckBatch, "ack-batch", 1, "acks per request")
-	fl.IntVar(&cfg.Queues, "queues", 1, "number of queues")
+	fl.IntVar(&cfg.Queues, "queues", 1, "number of queues (every worker fetches from all, in rotating order)")
 	fl.IntVar(&cfg.PayloadSize, "payload-size", 64, "approximate payload bytes")
-	fl.IntVar(&cfg.Rate, "rate", 0, "steady enqueue rate in jobs/s (0: as fast as possible)")
+	fl.IntVar(&cfg.Rate, "rate", 0, "steady enqueue rate in jobs/s (0: as fast as possible; required by fixed-rate)")
 	fl.IntVar(&cfg.FetchTimeout, "fetch-timeout", 1, "long-poll seconds")
-	fl.StringVarP(&output, "output", "o", "table", "table or json")
+	fl.StringVarP(&output, "output", "o", "table", "table or json (one line)")
 	return cmd
 }
 

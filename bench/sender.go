@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// runSenders runs the open-loop senders of fixed-rate mode: job i is due at
+// start + i/Rate and is sent by the next free sender as soon as it is due,
+// whether or not the answers to earlier jobs have arrived. With Senders
+// goroutines up to Senders requests can be outstanding; only when all of
+// them are waiting for answers does a job go out late, which the
+// schedule-lag latency shows.
+//
+// As in the peers' harness, each job's payload carries the time its
+// enqueue request was sent (not the time it was due), and the workers
+// measure the delivery latency from it.
+func (r *runner) runSenders(start time.Time) *stats {
+	ctx, cancel := context.WithCancel(r.ctx)
+	results := make([]*stats, r.cfg.Senders)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = r.sender(ctx, start) })
+	}
+	wg.Wait()
+	r.producersDone.Store(true)
+	cancel()
+	return mergeStats(results)
+}
+
+// dueAt is when job i of a fixed-rate run is due.
+func (r *runner) dueAt(start time.Time, i int64) time.Time {
+	return start.Add(time.Duration(float64(i) * float64(time.Second) / float64(r.cfg.Rate)))
+}
+
+func (r *runner) sender(ctx context.Context, start time.Time) *stats {
+	st := &stats{}
+	c := newCaller(r.nextClient(), &r.ctr)
+	defer c.release()
+	var buf []byte
+	for ctx.Err() == nil {
+		i, n := r.claim()
+		if n == 0 {
+			break
+		}
+		due := r.dueAt(start, i)
+		if sleepCtx(ctx, time.Until(due)) != nil {
+			break
+		}
+		sent := time.Now()
+		st.record(kindSendLag, sent.Sub(due))
+		buf = r.appendEnqueue(buf[:0], i, 1, sent.UnixNano())
+		_, _, lat, err := c.post(ctx, pathEnqueue, buf, requestTimeout)
+		if err != nil {
+			if isCancel(err) {
+				break
+			}
+			// The job is lost, not retried later: an open-loop sender
+			// does not resend behind the schedule.
+			r.fail(st, err)
+			continue
+		}
+		r.succeed()
+		st.record(kindEnqueueReq, lat)
+		r.ctr.enqueued.Add(1)
+	}
+	return st
+}
