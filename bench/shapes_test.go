@@ -202,3 +202,20 @@ func TestParseCPUSeconds(t *testing.T) {
 	_, err = parseCPUSeconds([]byte("process_cpu_seconds_total abc\n"))
 	require.ErrorContains(t, err, "process_cpu_seconds_total")
 }
+
+// TestSmallPayload: a payload size below the bench header's sends the
+// header alone (no pad field), which workers still recognise as the run's.
+func TestSmallPayload(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	cfg := testConfig(f, ModeLifecycle)
+	cfg.Jobs, cfg.PayloadSize = 20, 35
+
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 20, rep.Completed)
+	require.EqualValues(t, 20, rep.Latency.EnqueueToStart.Count, "jobs recognised as the run's")
+	for _, n := range f.payloadSizes() {
+		require.Less(t, n, payloadOverhead-len(`,"pad":""`)+1)
+	}
+}

@@ -21,6 +21,10 @@ func (r *runner) appendPayload(b []byte, i, sentNs int64) []byte {
 	b = append(b, r.runIDJSON...)
 	b = append(b, `,"i":`...)
 	b = strconv.AppendInt(b, i, 10)
+	if len(r.pad) == 0 {
+		// A payload size at or below the header's: the smallest payload.
+		return append(b, '}')
+	}
 	b = append(b, `,"pad":"`...)
 	b = append(b, r.pad...)
 	return append(b, `"}`...)
