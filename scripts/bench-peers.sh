@@ -29,7 +29,7 @@
 # BULK_BATCH=1000 E2E_BATCH=100 RATE=1000 RATE_JOBS=10000 RATE_SENDERS=32
 # RATE_WORKERS=8 PEERS="bullmq faktory" PEERS_DIR=../shared/peers/redis
 # BIN=bin/corvo PORT=18120 PHASE_TIMEOUT=300 (s, each Corvo phase)
-# PEER_TIMEOUT=900 (s, each peer script run) OUT=<temp dir: raw JSON lines, logs>
+# PEER_TIMEOUT=600 (s, each peer script run) OUT=<temp dir: raw JSON lines, logs>
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -49,7 +49,7 @@ PEERS_DIR=${PEERS_DIR:-../shared/peers/redis}
 BIN=${BIN:-bin/corvo}
 PORT=${PORT:-18120}
 PHASE_TIMEOUT=${PHASE_TIMEOUT:-300}
-PEER_TIMEOUT=${PEER_TIMEOUT:-900}
+PEER_TIMEOUT=${PEER_TIMEOUT:-600}
 OUT=${OUT:-$(mktemp -d -t bench-peers.XXXXXX)}
 mkdir -p "$OUT"
 

@@ -150,15 +150,19 @@ func TestCLIManagement(t *testing.T) {
 }
 
 // TestCLIBench: corvo bench against a running server (--url) and against
-// an embedded one, each reporting every job it enqueued as completed.
+// an embedded one, each reporting every job it enqueued as completed, on
+// one JSON line; the server's CPU time is read from a separate server
+// only (the embedded one shares the load generator's process).
 func TestCLIBench(t *testing.T) {
 	s := newServer(t)
 	type report struct {
-		Mode      string `json:"mode"`
-		Enqueued  int64  `json:"enqueued"`
-		Completed int64  `json:"completed"`
-		Errors    int64  `json:"errors"`
-		Latency   map[string]struct {
+		Mode       string   `json:"mode"`
+		Enqueued   int64    `json:"enqueued"`
+		Completed  int64    `json:"completed"`
+		Errors     int64    `json:"errors"`
+		ServerCPUS *float64 `json:"server_cpu_s"`
+		FixedP99   *float64 `json:"fixed_rate_p99_ms"`
+		Latency    map[string]struct {
 			P50   float64 `json:"p50"`
 			Count int64   `json:"count"`
 		} `json:"latency_ms"`
@@ -167,11 +171,21 @@ func TestCLIBench(t *testing.T) {
 		{"--url", s.url, "--mode", "e2e", "--jobs", "400", "--producers", "2", "--workers", "2", "--queues", "2", "--enqueue-batch", "10", "--fetch-batch", "10", "--ack-batch", "10"},
 		{"--url", s.url, "--mode", "lifecycle", "--jobs", "200", "--producers", "2", "--workers", "2"},
 		{"--url", s.url, "--mode", "enqueue", "--jobs", "300", "--producers", "3"},
+		{"--url", s.url, "--mode", "fixed-rate", "--rate", "400", "--jobs", "200", "--senders", "4", "--workers", "2", "--queues", "3"},
 		{"--embedded", "--mode", "e2e", "--jobs", "100", "--producers", "2", "--workers", "2"},
 	} {
 		out, code := runCLI(t, s.url, append([]string{"bench", "-o", "json"}, args...)...)
 		require.Equal(t, 0, code, "corvo bench %v:\n%s", args, out)
-		r := decode[report](t, []byte(out[strings.IndexByte(out, '{'):]))
+		line := out[strings.IndexByte(out, '{'):]
+		require.Equal(t, strings.Count(line, "\n"), 1, "one JSON line: %s", out)
+		r := decode[report](t, []byte(line))
+		if args[0] == "--url" {
+			require.NotNil(t, r.ServerCPUS, "%v: %s", args, out)
+			require.Positive(t, *r.ServerCPUS, "%v", args)
+		} else {
+			require.Nil(t, r.ServerCPUS, "%v: %s", args, out)
+		}
+		require.Equal(t, r.Mode == "fixed-rate", r.FixedP99 != nil, "%v: %s", args, out)
 		require.Zero(t, r.Errors, "%v", args)
 		require.Equal(t, r.Enqueued, int64(mustAtoi(t, args[slices.Index(args, "--jobs")+1])), "%v", args)
 		if r.Mode != "enqueue" {
@@ -182,6 +196,15 @@ func TestCLIBench(t *testing.T) {
 	// Bad flags are a usage error.
 	_, code := runCLI(t, s.url, "bench", "--mode", "sideways")
 	require.Equal(t, exitUsage, code)
+	out, code := runCLI(t, s.url, "bench", "--mode", "fixed-rate", "--jobs", "10")
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, "fixed-rate mode needs a rate")
+	// --help documents the shapes.
+	out, code = runCLI(t, s.url, "bench", "--help")
+	require.Equal(t, 0, code, out)
+	for _, want := range []string{"--senders", "fixed-rate", "rotated by one queue per fetch", "one line of JSON", "process_cpu_seconds_total"} {
+		require.Contains(t, out, want)
+	}
 }
 
 func mustAtoi(t *testing.T, s string) int {
