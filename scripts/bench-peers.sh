@@ -136,7 +136,7 @@ peer_run() {
     return 0
   fi
   local why
-  why=$(grep -E 'FATAL|failed|ERR|error' "$OUT/$peer-$tag.log" | tail -2 | tr '\n' ' ')
+  why=$(grep -E 'FATAL|failed|ERR|error' "$OUT/$peer-$tag.log" | tail -2 | tr '\n' ' ' || true)
   if ((rc == 124)); then why="timed out after ${PEER_TIMEOUT}s; $why"; fi
   case "$why" in
   *apt-get*) why="apt-get unreachable or failed (redis-server/jq not installed): $why" ;;
@@ -200,6 +200,8 @@ for label, cp, cf, run, pf, _ in rows:
     print("| " + " | ".join([label, fmt(cv)] + [fmt(v) for v in pv] + ratios + [fmt(cpu)]) + " |")
 print()
 print("ratios: corvo/peer; above 1 is better for Corvo in jobs/s rows, below 1 in latency (ms) rows")
+print("corvo cpu: the server's process_cpu_seconds_total over the whole `corvo bench` run of that row, per 1,000 jobs "
+      "(enqueue bulk and work backlog are one lifecycle run); the peers' harness does not measure CPU")
 for peer in peers:
     sk = os.path.join(out, peer + ".skipped")
     if os.path.exists(sk):
