@@ -44,6 +44,7 @@ type fakeServer struct {
 	cpuMetrics bool
 
 	requests  atomic.Int64
+	health    atomic.Int64 // GET /healthz answered
 	refused   atomic.Int64 // answered 401
 	throttled atomic.Int64
 	enqueued  atomic.Int64
@@ -166,6 +167,11 @@ func (f *fakeServer) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4")
 		fmt.Fprintf(ctx, "# HELP process_cpu_seconds_total x\n# TYPE process_cpu_seconds_total counter\n"+
 			"process_cpu_seconds_total_other 99\nprocess_cpu_seconds_total %g\ngo_goroutines 7\n", cpu)
+		return
+	}
+	if ctx.IsGet() && string(ctx.Path()) == "/healthz" {
+		f.health.Add(1)
+		fakeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
 		return
 	}
 	if !ctx.IsPost() {

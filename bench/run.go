@@ -200,10 +200,13 @@ func (r *runner) execute() (timeline, *stats) {
 		tl.prodEnd = time.Now()
 		all.merge(<-workers)
 	case ModeFixedRate:
-		tl.workStart = tl.start
+		// The workers start polling first; the schedule, and the run's
+		// clock, start once the senders are connected.
 		workers := make(chan *stats, 1)
-		go func() { workers <- r.runWorkers(tl.workStart) }()
-		all.merge(r.runSenders(tl.start))
+		go func() { workers <- r.runWorkers(tl.start) }()
+		start, st := r.runSenders()
+		tl.start, tl.workStart = start, start
+		all.merge(st)
 		tl.prodEnd = time.Now()
 		all.merge(<-workers)
 	}

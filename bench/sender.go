@@ -15,18 +15,28 @@ import (
 //
 // As in the peers' harness, each job's payload carries the time its
 // enqueue request was sent (not the time it was due), and the workers
-// measure the delivery latency from it.
-func (r *runner) runSenders(start time.Time) *stats {
+// measure the delivery latency from it. Every sender opens its connection
+// first (GET /healthz), so that connecting is not part of the first jobs'
+// latency; the schedule starts once all are connected, and runSenders
+// returns that start with the senders' stats.
+func (r *runner) runSenders() (time.Time, *stats) {
 	ctx, cancel := context.WithCancel(r.ctx)
-	results := make([]*stats, r.cfg.Senders)
+	defer cancel()
+	callers := make([]*caller, r.cfg.Senders)
 	var wg sync.WaitGroup
+	for i := range callers {
+		callers[i] = newCaller(r.nextClient(), &r.ctr)
+		wg.Go(callers[i].warmUp)
+	}
+	wg.Wait()
+	start := time.Now()
+	results := make([]*stats, r.cfg.Senders)
 	for i := range results {
-		wg.Go(func() { results[i] = r.sender(ctx, start) })
+		wg.Go(func() { results[i] = r.sender(ctx, callers[i], start) })
 	}
 	wg.Wait()
 	r.producersDone.Store(true)
-	cancel()
-	return mergeStats(results)
+	return start, mergeStats(results)
 }
 
 // dueAt is when job i of a fixed-rate run is due.
@@ -34,9 +44,8 @@ func (r *runner) dueAt(start time.Time, i int64) time.Time {
 	return start.Add(time.Duration(float64(i) * float64(time.Second) / float64(r.cfg.Rate)))
 }
 
-func (r *runner) sender(ctx context.Context, start time.Time) *stats {
+func (r *runner) sender(ctx context.Context, c *caller, start time.Time) *stats {
 	st := &stats{}
-	c := newCaller(r.nextClient(), &r.ctr)
 	defer c.release()
 	var buf []byte
 	for ctx.Err() == nil {

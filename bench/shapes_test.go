@@ -91,6 +91,7 @@ func TestFixedRateSendsOnSchedule(t *testing.T) {
 			require.Positive(t, rep.FixedRateP50Ms)
 			require.Equal(t, 4, rep.Config.Senders)
 			require.Zero(t, rep.Config.Producers)
+			require.EqualValues(t, 4, f.health.Load(), "every sender connected before the schedule")
 			text := renderText(t, rep)
 			require.Contains(t, text, "mode=fixed-rate senders=4 workers=2")
 			require.Contains(t, text, "offered         200 jobs/s")

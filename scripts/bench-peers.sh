@@ -44,7 +44,7 @@ RATE=${RATE:-1000}
 RATE_JOBS=${RATE_JOBS:-10000}
 RATE_SENDERS=${RATE_SENDERS:-32}
 RATE_WORKERS=${RATE_WORKERS:-8}
-PEERS=${PEERS:-bullmq faktory}
+PEERS=${PEERS-bullmq faktory} # PEERS= (empty): Corvo only
 PEERS_DIR=${PEERS_DIR:-../shared/peers/redis}
 BIN=${BIN:-bin/corvo}
 PORT=${PORT:-18120}
@@ -182,6 +182,9 @@ rows = [
     ("fixed rate p99 (ms)", "fixed-rate", "fixed_rate_p99_ms", "rate", "fixed_rate_p99_ms", False),
     ("fixed rate max (ms)", "fixed-rate", "fixed_rate_max_ms", "rate", "fixed_rate_max_ms", False),
 ]
+# Corvo only: how late its senders were behind the schedule (large: the
+# latencies above are understated).
+lag = ((c["fixed-rate"] or {}).get("latency_ms") or {}).get("send_lag") or {}
 p = {peer: {tag: load(peer + "-" + tag) for tag in ["main", "rate"]} for peer in peers}
 
 def fmt(v):
@@ -199,6 +202,8 @@ for label, cp, cf, run, pf, _ in rows:
     cpu = (c[cp] or {}).get("server_cpu_s_per_1k_jobs")
     print("| " + " | ".join([label, fmt(cv)] + [fmt(v) for v in pv] + ratios + [fmt(cpu)]) + " |")
 print()
+if lag:
+    print(f"corvo fixed-rate send lag behind schedule: p99 {lag['p99']:.2f} ms, max {lag['max']:.2f} ms")
 print("ratios: corvo/peer; above 1 is better for Corvo in jobs/s rows, below 1 in latency (ms) rows")
 print("corvo cpu: the server's process_cpu_seconds_total over the whole `corvo bench` run of that row, per 1,000 jobs "
       "(enqueue bulk and work backlog are one lifecycle run); the peers' harness does not measure CPU")
@@ -206,8 +211,9 @@ for peer in peers:
     sk = os.path.join(out, peer + ".skipped")
     if os.path.exists(sk):
         print(f"{peer}: skipped: {open(sk).read().strip()}")
-    elif p[peer]["main"] and p[peer]["main"].get("duplicates_seen"):
-        print(f"{peer}: duplicates seen: {p[peer]['main']['duplicates_seen']}")
+    for tag in ["main", "rate"]:
+        if p[peer][tag] and p[peer][tag].get("duplicates_seen"):
+            print(f"{peer} ({tag}): duplicates seen: {p[peer][tag]['duplicates_seen']}")
 cfg = (c["e2e"] or {}).get("config", {})
 print(f"corvo payload: {cfg.get('payload_size')} B asked, jobs carry a bench header of ~60-70 B; peers' payload ~50 B; "
       "corvo spreads jobs over %s queues polled by every worker in rotating order, the peers use one queue" % cfg.get("queues"))
