@@ -37,6 +37,9 @@ type fakeServer struct {
 	apiKey string
 	// onEnqueue, if set, is called with the total of enqueued jobs.
 	onEnqueue func(total int64)
+	// dupFirst queues the first enqueued job twice (two IDs, one payload):
+	// a redelivery.
+	dupFirst bool
 	// enqueueDelay delays every enqueue answer (a slow server).
 	enqueueDelay time.Duration
 	// cpuMetrics makes GET /api/v1/metrics answer a
@@ -268,6 +271,9 @@ func (f *fakeServer) enqueue(ctx *fasthttp.RequestCtx, jobs []fakeEnqueueReq) ([
 	ids := make([]string, 0, len(jobs))
 	f.mu.Lock()
 	for _, j := range jobs {
+		if f.dupFirst && f.nextID == 0 {
+			f.addLocked(j.Queue, j.Payload)
+		}
 		ids = append(ids, f.addLocked(j.Queue, j.Payload).ID)
 		f.payloads = append(f.payloads, len(j.Payload))
 		f.perQueue[j.Queue]++

@@ -33,6 +33,10 @@ type Report struct {
 	// Stale counts fetched jobs not enqueued by this run (left over in the
 	// queues); they are acked but not counted as completed.
 	Stale int64 `json:"stale,omitempty"`
+	// DuplicatesSeen counts deliveries of this run's jobs that had been
+	// delivered before (as the peers' harness's duplicates_seen; only
+	// counted in runs bound by a job count).
+	DuplicatesSeen int64 `json:"duplicates_seen"`
 	// EnqueueS is the time producers ran.
 	EnqueueS float64 `json:"enqueue_s"`
 	// EnqueueRate is Enqueued / EnqueueS.
@@ -151,14 +155,15 @@ func (r *runner) buildReport(tl timeline, st *stats, interrupted bool) *Report {
 			Queues: c.Queues, QueuePrefix: c.QueuePrefix, PayloadSize: c.PayloadSize,
 			Rate: c.Rate, FetchTimeout: c.FetchTimeout,
 		},
-		DurationS:   activeEnd(tl, st).Sub(tl.start).Seconds(),
-		Enqueued:    r.ctr.enqueued.Load(),
-		Completed:   r.ctr.completed.Load(),
-		Errors:      r.ctr.errors.Load(),
-		Throttled:   r.ctr.throttled.Load(),
-		Stale:       r.ctr.stale.Load(),
-		EnqueueS:    tl.prodEnd.Sub(tl.start).Seconds(),
-		Interrupted: interrupted,
+		DurationS:      activeEnd(tl, st).Sub(tl.start).Seconds(),
+		Enqueued:       r.ctr.enqueued.Load(),
+		Completed:      r.ctr.completed.Load(),
+		Errors:         r.ctr.errors.Load(),
+		Throttled:      r.ctr.throttled.Load(),
+		Stale:          r.ctr.stale.Load(),
+		DuplicatesSeen: r.ctr.dupes.Load(),
+		EnqueueS:       tl.prodEnd.Sub(tl.start).Seconds(),
+		Interrupted:    interrupted,
 		Latency: Latencies{
 			EnqueueReq:     st.summary(kindEnqueueReq),
 			FetchReq:       st.summary(kindFetchReq),
@@ -315,6 +320,9 @@ func (r *Report) writeCounts(b *strings.Builder) {
 	}
 	row("errors", commaInt(r.Errors), "")
 	row("throttled", commaInt(r.Throttled), "")
+	if r.DuplicatesSeen > 0 {
+		row("duplicates", commaInt(r.DuplicatesSeen), "  (jobs delivered again)")
+	}
 	if r.Stale > 0 {
 		row("stale", commaInt(r.Stale), "  (jobs from earlier runs, acked)")
 	}

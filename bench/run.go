@@ -90,9 +90,10 @@ type runner struct {
 	hostname   string
 	out        *syncWriter // nil when cfg.Out is nil
 
-	remaining     atomic.Int64 // jobs left to claim when cfg.Jobs > 0
-	seq           atomic.Int64 // index of the next job
-	producersDone atomic.Bool  // all producers have returned
+	remaining     atomic.Int64    // jobs left to claim when cfg.Jobs > 0
+	delivered     []atomic.Uint64 // bit i: job i was delivered (cfg.Jobs > 0)
+	seq           atomic.Int64    // index of the next job
+	producersDone atomic.Bool     // all producers have returned
 
 	ctx        context.Context // cancelled on abort or by the caller
 	cancel     context.CancelFunc
@@ -148,6 +149,7 @@ func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 		r.out = &syncWriter{w: cfg.Out}
 	}
 	r.remaining.Store(int64(cfg.Jobs))
+	r.delivered = make([]atomic.Uint64, (cfg.Jobs+63)/64)
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(r.ctx)
 	return r, nil

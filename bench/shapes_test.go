@@ -220,3 +220,29 @@ func TestSmallPayload(t *testing.T) {
 		require.Less(t, n, payloadOverhead-len(`,"pad":""`)+1)
 	}
 }
+
+// TestDuplicatesSeen: a job of the run delivered a second time is counted
+// as the peers' harness counts it; none are in a normal run.
+func TestDuplicatesSeen(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t, func(f *fakeServer) { f.dupFirst = true })
+	cfg := testConfig(f, ModeLifecycle)
+	cfg.Workers = 1
+
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.DuplicatesSeen)
+	// The run waited for every distinct job and counts each once.
+	require.EqualValues(t, testJobs, rep.Completed)
+	requireAllAcked(t, f, testJobs+1)
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&buf))
+	require.Contains(t, buf.String(), `"duplicates_seen":1`)
+	require.Contains(t, renderText(t, rep), "duplicates      1")
+
+	g := newFakeServer(t)
+	rep, err = Run(context.Background(), testConfig(g, ModeE2E))
+	require.NoError(t, err)
+	require.EqualValues(t, testJobs, rep.Completed)
+	require.Zero(t, rep.DuplicatesSeen)
+}

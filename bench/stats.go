@@ -36,6 +36,7 @@ type counters struct {
 	errors    atomic.Int64 // failed requests (non-2xx other than 429, transport)
 	throttled atomic.Int64 // 429 answers
 	stale     atomic.Int64 // fetched jobs that were not enqueued by this run
+	dupes     atomic.Int64 // deliveries of a job of this run already delivered
 	consec    atomic.Int64 // consecutive failed requests across all goroutines
 }
 

@@ -126,6 +126,7 @@ func appendJSONString(b []byte, s string) []byte {
 type benchPayload struct {
 	T json.Number `json:"t"`
 	R string      `json:"r"`
+	I *int64      `json:"i"`
 }
 
 // fetchedJob is a job held by a worker until it is acked.
@@ -133,6 +134,8 @@ type fetchedJob struct {
 	id     string
 	sentNs int64 // producer send time, unix ns; 0 if unknown
 	own    bool  // enqueued by this run
+	index  int64 // the job's index in the run; -1 if unknown
+	dup    bool  // delivered before (a redelivery)
 }
 
 // decodeFetch parses a fetch answer into jobs, classifying each as own or
@@ -156,12 +159,15 @@ func (r *runner) decodeFetch(body []byte, dst []fetchedJob) ([]fetchedJob, error
 }
 
 func (r *runner) toFetched(j *corvo.FetchedJob) fetchedJob {
-	fj := fetchedJob{id: j.JobID}
+	fj := fetchedJob{id: j.JobID, index: -1}
 	var p benchPayload
 	if json.Unmarshal(j.Payload, &p) != nil || p.R != r.runID {
 		return fj
 	}
 	fj.own = true
+	if p.I != nil {
+		fj.index = *p.I
+	}
 	if n, err := p.T.Int64(); err == nil {
 		fj.sentNs = n
 	} else if f, err := p.T.Float64(); err == nil {

@@ -64,7 +64,9 @@ func (r *runner) worker(ctx context.Context, id int) *stats {
 }
 
 // received decodes a fetch answer received at recv and records the
-// enqueue-to-start latency of the jobs.
+// enqueue-to-start latency of the jobs. A job of the run delivered again
+// is counted as a duplicate, not as fetched (the run waits for every
+// distinct job) nor, once acked, as completed.
 func (r *runner) received(st *stats, body []byte, recv time.Time) []fetchedJob {
 	jobs, err := r.decodeFetch(body, make([]fetchedJob, 0, r.cfg.FetchBatch))
 	if err != nil {
@@ -72,9 +74,15 @@ func (r *runner) received(st *stats, body []byte, recv time.Time) []fetchedJob {
 		return nil
 	}
 	var own, stale int64
-	for _, j := range jobs {
+	for k := range jobs {
+		j := &jobs[k]
 		if !j.own {
 			stale++
+			continue
+		}
+		if r.deliveredBefore(j.index) {
+			r.ctr.dupes.Add(1)
+			j.dup = true
 			continue
 		}
 		own++
@@ -87,6 +95,17 @@ func (r *runner) received(st *stats, body []byte, recv time.Time) []fetchedJob {
 		r.ctr.stale.Add(stale)
 	}
 	return jobs
+}
+
+// deliveredBefore marks job i as delivered and reports whether it already
+// was (a redelivery: the peers' harness counts these as duplicates_seen).
+// Without a job count (a duration run) nothing is tracked.
+func (r *runner) deliveredBefore(i int64) bool {
+	if i < 0 || i >= int64(len(r.delivered))*64 {
+		return false
+	}
+	bit := uint64(1) << (i % 64)
+	return r.delivered[i/64].Or(bit)&bit != 0
 }
 
 func (r *runner) ackOne(c *caller, st *stats, j fetchedJob) {
@@ -135,7 +154,7 @@ func (r *runner) ackBatch(c *caller, st *stats, jobs []fetchedJob) {
 func (r *runner) completed(st *stats, jobs []fetchedJob, failed map[string]bool, done time.Time) {
 	var own int64
 	for _, j := range jobs {
-		if !j.own || failed[j.id] {
+		if !j.own || j.dup || failed[j.id] {
 			continue
 		}
 		own++

@@ -202,6 +202,9 @@ for label, cp, cf, run, pf, _ in rows:
     cpu = (c[cp] or {}).get("server_cpu_s_per_1k_jobs")
     print("| " + " | ".join([label, fmt(cv)] + [fmt(v) for v in pv] + ratios + [fmt(cpu)]) + " |")
 print()
+dupes = sum((r or {}).get("duplicates_seen") or 0 for r in c.values())
+if dupes:
+    print(f"corvo: duplicates seen: {dupes}")
 if lag:
     print(f"corvo fixed-rate send lag behind schedule: p99 {lag['p99']:.2f} ms, max {lag['max']:.2f} ms")
 print("ratios: corvo/peer; above 1 is better for Corvo in jobs/s rows, below 1 in latency (ms) rows")
