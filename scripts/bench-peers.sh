@@ -218,6 +218,6 @@ for peer in peers:
         if p[peer][tag] and p[peer][tag].get("duplicates_seen"):
             print(f"{peer} ({tag}): duplicates seen: {p[peer][tag]['duplicates_seen']}")
 cfg = (c["e2e"] or {}).get("config", {})
-print(f"corvo payload: {cfg.get('payload_size')} B asked, jobs carry a bench header of ~60-70 B; peers' payload ~50 B; "
+print(f"corvo payload: {cfg.get('payload_size')} B asked, corvo bench jobs are at least their ~55-60 B header (send time, run id, index); peers' payload ~50 B; "
       "corvo spreads jobs over %s queues polled by every worker in rotating order, the peers use one queue" % cfg.get("queues"))
 EOF
