@@ -214,23 +214,27 @@ func (v *validator) newJob(sh int, j *statemachine.Job) error {
 			return fmt.Errorf("depends_on: %w", err)
 		}
 	}
-	if c := j.Chain; c != nil {
-		if c.Step >= uint32(len(c.Steps)) {
-			return fmt.Errorf("chain step %d of %d", c.Step, len(c.Steps))
+	return v.chain(j.Chain)
+}
+
+// chain checks a job's chain (nil: none): its step, and every target's
+// queue on the shard the target names.
+func (v *validator) chain(c *statemachine.Chain) error {
+	if c == nil {
+		return nil
+	}
+	if c.Step >= uint32(len(c.Steps)) {
+		return fmt.Errorf("chain step %d of %d", c.Step, len(c.Steps))
+	}
+	targets := append([]statemachine.ChainTarget(nil), c.Steps...)
+	for _, t := range []*statemachine.ChainTarget{c.OnFailure, c.OnExit} {
+		if t != nil {
+			targets = append(targets, *t)
 		}
-		targets := append([]statemachine.ChainTarget(nil), c.Steps...)
-		for _, t := range []*statemachine.ChainTarget{c.OnFailure, c.OnExit} {
-			if t != nil {
-				targets = append(targets, *t)
-			}
-		}
-		for _, t := range targets {
-			if err := router.ValidateStoredQueue(t.Queue); err != nil {
-				return fmt.Errorf("chain: %w", err)
-			}
-			if int(t.Shard) != v.rt.ShardForQueue(t.Queue) {
-				return fmt.Errorf("chain: queue %q is on shard %d, not %d", t.Queue, v.rt.ShardForQueue(t.Queue), t.Shard)
-			}
+	}
+	for _, t := range targets {
+		if err := v.queue(int(t.Shard), t.Queue); err != nil {
+			return fmt.Errorf("chain: %w", err)
 		}
 	}
 	return nil
@@ -280,7 +284,7 @@ func (v *validator) importOp(sh int, o *statemachine.ImportOp) error {
 		if err := v.job(sh, j.ID); err != nil {
 			return err
 		}
-		if err := v.storedQueue(sh, j.Queue); err != nil {
+		if err := v.queue(sh, j.Queue); err != nil {
 			return err
 		}
 		if j.Priority > statemachine.PriorityNormal {
@@ -304,23 +308,7 @@ func (v *validator) importOp(sh int, o *statemachine.ImportOp) error {
 				return fmt.Errorf("resolved dependency %q: %w", id, err)
 			}
 		}
-		if c := j.Chain; c != nil {
-			if c.Step >= uint32(len(c.Steps)) {
-				return fmt.Errorf("chain step %d of %d", c.Step, len(c.Steps))
-			}
-			targets := append([]statemachine.ChainTarget(nil), c.Steps...)
-			for _, t := range []*statemachine.ChainTarget{c.OnFailure, c.OnExit} {
-				if t != nil {
-					targets = append(targets, *t)
-				}
-			}
-			for _, t := range targets {
-				if err := v.storedQueue(int(t.Shard), t.Queue); err != nil {
-					return fmt.Errorf("chain: %w", err)
-				}
-			}
-		}
-		return nil
+		return v.chain(j.Chain)
 	case o.Batch != nil:
 		b := &o.Batch.Batch
 		if n, ok := v.rt.TaggedShard("batch_", b.ID); !ok || n != sh {
@@ -337,7 +325,7 @@ func (v *validator) importOp(sh int, o *statemachine.ImportOp) error {
 		if int(b.CallbackShard) != sh {
 			return fmt.Errorf("batch callback shard %d is not %d", b.CallbackShard, sh)
 		}
-		if err := v.storedQueue(sh, b.CallbackQueue); err != nil {
+		if err := v.queue(sh, b.CallbackQueue); err != nil {
 			return err
 		}
 		return v.job(sh, b.CallbackJobID)
@@ -349,18 +337,6 @@ func (v *validator) importOp(sh int, o *statemachine.ImportOp) error {
 		if sc.Priority > statemachine.PriorityNormal {
 			return fmt.Errorf("unknown priority tier %d", sc.Priority)
 		}
-		return v.storedQueue(sh, sc.Queue)
+		return v.queue(sh, sc.Queue)
 	}
-}
-
-// storedQueue checks that q is a valid stored queue name (a namespace's
-// queue is "<namespace>/<queue>") owned by shard sh.
-func (v *validator) storedQueue(sh int, q string) error {
-	if err := router.ValidateStoredQueue(q); err != nil {
-		return err
-	}
-	if n := v.rt.ShardForQueue(q); n != sh {
-		return fmt.Errorf("queue %q is on shard %d, not %d", q, n, sh)
-	}
-	return nil
 }
