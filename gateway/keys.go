@@ -387,15 +387,7 @@ func (s *Server) handleLogout(ctx *fasthttp.RequestCtx) {
 			ctx.SetUserValue(principalKey, k.Principal())
 		}
 	}
-	var c fasthttp.Cookie
-	c.SetKey(SessionCookie)
-	c.SetValue("")
-	c.SetPath("/")
-	c.SetHTTPOnly(true)
-	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
-	c.SetSecure(ctx.IsTLS())
-	c.SetExpire(fasthttp.CookieExpireDelete)
-	ctx.Response.Header.SetCookie(&c)
+	setSessionCookie(ctx, "", fasthttp.CookieExpireDelete)
 	clearNamespaceCookie(ctx)
 	writeJSON(ctx, 200, []byte(`{"logged_out":true}`))
 }
