@@ -370,9 +370,9 @@ func (s *Server) allHosted(queues []string) bool {
 // fetchElsewhere serves a fetch naming a queue whose shard this node does
 // not host (peer.Client.PlanFetch). A node hosting every queue's shard
 // gets the whole request (it long-polls with its own signals); failing
-// that, the queues are split between this node and a few others, polled
-// in rounds (peer.Client.FetchRounds, with this node's part served by
-// localFetch).
+// that, the queues are split between this node and a few others, waited
+// on all at once and claimed from as they get work
+// (peer.Client.FetchRounds, with this node's part served by localFetch).
 func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, queues []string, timeout time.Duration, count int) {
 	if peer.Forwarded(ctx) {
 		// Sent here by a node that took this one for a host of them all.
@@ -416,7 +416,7 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	}
 }
 
-// localFetch is this node's part of a fetch polled in rounds
+// localFetch is this node's part of a fetch over several nodes
 // (peer.FetchLocal): its queues, watched and claimed (tryFetch) here; the
 // jobs it claimed.
 type localFetch struct {
@@ -443,7 +443,30 @@ func (l *localFetch) Fetch(want int) (int, error) {
 	return len(got), nil
 }
 
-func (l *localFetch) Wait(d time.Duration) bool { return l.s.waitAny(l.watches, d) }
+// Wait waits on the local queues' signals and on remote (the other
+// nodes' waits, peer.FetchRounds). A local queue that looks fetchable
+// while the last claim took nothing (another worker won, a concurrency
+// cap) is retried after retryEmptyFetch, a throttled one when its window
+// frees up: neither signals.
+func (l *localFetch) Wait(d time.Duration, remote <-chan int) (int, bool) {
+	if l.s.anyFetchable(l.queues) {
+		d = min(d, retryEmptyFetch)
+	}
+	if until := l.s.throttledUntil(l.queues); until > 0 {
+		d = min(d, max(time.Until(time.Unix(0, until)), time.Millisecond))
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	cases := selectCases(l.s.closed, t.C, nil, l.watches)
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(remote)})
+	switch chosen, v, _ := reflect.Select(cases); {
+	case chosen == 0:
+		return -1, false
+	case chosen == len(cases)-1:
+		return int(v.Int()), true
+	}
+	return -1, true
+}
 
 // writeFetchedFrom answers with jobs claimed here and jobs another node
 // claimed and rendered (spliced in as they came, so a worker sees the same

@@ -69,8 +69,20 @@ func TestPeerEndpointsNeedClusterSecret(t *testing.T) {
 		code, out = peerCall(t, "http://"+none+path, body, testClusterSecret)
 		require.Equal(t, 403, code, "a node without a secret refuses everyone: %s", out)
 	}
-	code, out := call(t, "GET", "/api/v1/jobs/"+id, nil)
-	require.Equal(t, 200, code, "the job is still there: %s", out)
+	// The wait route too (it claims nothing, but tells whether a queue
+	// has work).
+	wait := []byte(`{"queues":["` + q + `"]}`)
+	code, out := peerCall(t, baseURL+peer.WaitPath, wait, "")
+	require.Equal(t, 401, code, out)
+	require.Contains(t, out, `"code":"cluster_secret_required"`)
+	code, out = peerCall(t, baseURL+peer.WaitPath, wait, "wrong-secret-wrong-secret-wrong-secret")
+	require.Equal(t, 403, code, out)
+	code, out = peerCall(t, "http://"+none+peer.WaitPath, wait, testClusterSecret)
+	require.Equal(t, 403, code, out)
+	code, out = peerCall(t, baseURL+peer.WaitPath, wait, testClusterSecret)
+	require.Equal(t, 200, code, "with the secret: the queue has a pending job: %s", out)
+	code, job := call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code, "the job is still there: %s", job)
 	var code2 int
 	// With the secret, the same delete is applied.
 	code2, out2 := peerCall(t, baseURL+peer.ShardPath(sh, "propose"), del, testClusterSecret)

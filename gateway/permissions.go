@@ -71,6 +71,7 @@ var permissions = map[string]auth.Permission{
 	"POST /api/v1/cluster/removed":         permCluster,
 	"POST /internal/v1/shards/{n}/propose": permCluster,
 	"POST /internal/v1/shards/{n}/read":    permCluster,
+	"POST /internal/v1/wait":               permCluster,
 
 	"GET /api/v1/audit": auth.PermAuditRead,
 
@@ -168,6 +169,7 @@ var audited = map[string]auditRow{
 	// were made.
 	"POST /internal/v1/shards/{n}/propose": {auditNever, ""},
 	"POST /internal/v1/shards/{n}/read":    {auditNever, ""},
+	"POST /internal/v1/wait":               {auditNever, ""},
 
 	"POST /api/v1/auth/keys":           {auditManage, "create a key"},
 	"PATCH /api/v1/auth/keys/{id}":     {auditManage, "change key {id}"},

@@ -365,6 +365,57 @@ func TestInternalShardEndpointsBadInput(t *testing.T) {
 	require.Equal(t, statemachine.StatusOK, rs[0].Status)
 }
 
+// TestInternalWait: the node-to-node wait answers 200 at once for a queue
+// with a pending job, and claims nothing; for an empty queue it waits
+// (TimeoutHeader) and answers 204, or 200 as soon as a job is enqueued;
+// bad bodies are 400s and a node not hosting a queue's shard answers 503
+// with the not-hosted mark.
+func TestInternalWait(t *testing.T) {
+	t.Parallel()
+	q := uq("iwait")
+	wait := func(addr string, body string, ms int) (int, string) {
+		req, err := http.NewRequest("POST", "http://"+addr+peer.WaitPath, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set(peer.SecretHeader, testClusterSecret)
+		req.Header.Set(peer.TimeoutHeader, itoa(ms))
+		resp, err := httpc.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		if resp.StatusCode == 503 {
+			require.Equal(t, "1", resp.Header.Get(peer.NotHostedHeader))
+		}
+		return resp.StatusCode, string(out)
+	}
+	body := `{"queues":["` + q + `"]}`
+	for _, bad := range []string{`garbage`, `{}`, `{"queues":[]}`, `{"queues":["a b"]}`, `{"queues":["` + q + `"],"count":1}`} {
+		code, out := wait(realAddr(), bad, 10)
+		require.Equal(t, 400, code, "%s: %s", bad, out)
+	}
+	_, none := frontServer(t, Config{Peer: peerTo(toReal)}, newHostsOnly())
+	code, out := wait(none, body, 10)
+	require.Equal(t, 503, code, out)
+
+	code, _ = wait(realAddr(), body, 100)
+	require.Equal(t, 204, code, "empty queue: nothing within the wait")
+	done := make(chan int, 1)
+	go func() {
+		code, _ := wait(realAddr(), body, 30_000)
+		done <- code
+	}()
+	id := enqueue(t, map[string]any{"queue": q, "payload": 1})
+	require.Equal(t, 200, <-done, "woken by the job")
+	code, out = wait(realAddr(), body, 10)
+	require.Equal(t, 200, code, out)
+	require.JSONEq(t, `{"ready":true}`, out)
+	code, job := call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code)
+	require.Equal(t, "pending", mustJSON[struct {
+		State string `json:"state"`
+	}](t, job).State, "waits claim nothing")
+}
+
 // encodeReadQuery writes the body of an internal read: the query's type
 // name, then the query, gob-encoded.
 func encodeReadQuery(q any) (string, []byte, error) {

@@ -326,10 +326,11 @@ func New(cfg Config, eng Engine) *Server {
 		s.route(r, "POST", "/api/v1/cluster/removed", s.peer.Only(s.handleRemoved, s.fail))
 	}
 	internal := peer.NewHandlers(s.peer, eng, peer.Limits{FetchQueues: defaultFetchQueueMax, FetchCount: maxFetchCount,
-		WorkerIDLen: maxWorkerIDLen, HeartbeatJobs: cfg.MaxBatchJobs}, s.fail)
+		WorkerIDLen: maxWorkerIDLen, HeartbeatJobs: cfg.MaxBatchJobs}, s.closed, s.fail)
 	s.route(r, "POST", "/internal/v1/shards/{n}/propose", s.peer.Only(internal.Propose, s.fail))
 	s.route(r, "POST", "/internal/v1/shards/{n}/read", s.peer.Only(internal.Read, s.fail))
 	s.route(r, "GET", "/internal/v1/shards/{n}/export", s.peer.Only(internal.Export, s.fail))
+	s.route(r, "POST", peer.WaitPath, s.peer.Only(internal.Wait, s.fail))
 	s.route(r, "GET", "/api/v1/backup", s.handleBackup)
 	s.route(r, "POST", "/api/v1/restore", s.handleRestore)
 	s.route(r, "GET", "/healthz", s.handleHealth)

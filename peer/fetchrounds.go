@@ -1,6 +1,8 @@
 package peer
 
 import (
+	"context"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -11,13 +13,22 @@ import (
 // A fetch over queues on several nodes: the gateway serves a fetch whose
 // queues' shards are all hosted here itself; otherwise PlanFetch says
 // whether one node hosts them all (the whole request is forwarded there)
-// or how to split them, and FetchRounds polls this node's part (through
-// FetchLocal, the gateway's) and the other nodes' in rounds until a round
-// claims something or the long-poll ends.
+// or how to split them, and FetchRounds claims from every part once, then
+// waits on all of them at once — this node's signals (through FetchLocal,
+// the gateway's) and a wait on each other node (WaitReady, which claims
+// nothing) — and claims from whichever part says it has work, for what is
+// still missing, until something is claimed or the long-poll ends.
 
-// remoteFetchSlice is how long a fetch over queues on several nodes waits
-// on its local queues' signals between rounds of asking the other nodes.
+// remoteFetchSlice is how long a fetch waits before claiming again from
+// another node whose wait failed (an unreachable node, or one that has no
+// wait route): that node is polled at this pace, never spun on.
 const remoteFetchSlice = 250 * time.Millisecond
+
+// retryEmptyClaim is how long a fetch waits before waiting again on a node
+// that said it had work but gave none (another worker took it, or a
+// concurrency cap holds it back); a node's wait answers at once while its
+// queue is fetchable, so this paces the retries.
+const retryEmptyClaim = 50 * time.Millisecond
 
 // FetchGroup is the queues of some shards this node does not host, and
 // the nodes hosting every one of those shards, best first (the others are
@@ -58,24 +69,26 @@ func (c *Client) PlanFetch(shards []int, byShard map[int][]string, hosted func(i
 	return nil, groups
 }
 
-// FetchLocal is this node's half of a fetch polled in rounds.
+// FetchLocal is this node's half of a fetch over several nodes.
 type FetchLocal interface {
 	// Watch starts watching the local queues' signals; FetchRounds calls
-	// it before each round's fetches, so a job arriving during the round
-	// still ends the next Wait.
+	// it before each local claim, so a job arriving after the claim still
+	// ends the next Wait.
 	Watch()
 	// Fetch claims up to want jobs from the local queues (kept by the
 	// implementation) and says how many it claimed.
 	Fetch(want int) (int, error)
-	// Wait waits until a watched signal fires or d passes (true), or the
-	// server shuts down (false).
-	Wait(d time.Duration) bool
+	// Wait waits until a watched signal fires or d passes (from -1), a
+	// value arrives on remote (from: that value), or the server shuts down
+	// (alive false).
+	Wait(d time.Duration, remote <-chan int) (from int, alive bool)
 }
 
-// FetchRounds is a fetch polled in rounds.
+// FetchRounds is a fetch over queues on several nodes.
 type FetchRounds struct {
-	// Local is this node's half: its Wait paces the rounds; its Fetch is
-	// a source when LocalQueues (some queues' shards are hosted here).
+	// Local is this node's half: its Wait is where the fetch waits; its
+	// Fetch is a source when LocalQueues (some queues' shards are hosted
+	// here).
 	Local       FetchLocal
 	LocalQueues bool
 	Groups      []FetchGroup
@@ -87,33 +100,54 @@ type FetchRounds struct {
 	Deadline           time.Time
 }
 
-// FetchRounds polls the local queues and each group's node (a fetch with
-// timeout 0, Fetch) in turn, asking each for what is still missing of
-// r.Count, and returns after the first round that claimed anything: the
-// jobs other nodes claimed, as they rendered them (the local ones are
-// Local's). An empty round waits on the local signals for at most
-// remoteFetchSlice, so jobs on the other nodes are found within that,
-// nothing spins, and no more than r.Count jobs are ever claimed. The
-// round's first source rotates, so no queue starves another. err: every
-// source of a round failed (the first failure, as Local or Fetch gave
-// it). Nothing and no error: the deadline passed, or the server is
-// shutting down.
+// FetchRounds claims from the local queues and from each group's node (a
+// fetch with timeout 0, Fetch), asking each for what is still missing of
+// r.Count, in an order that rotates between fetches so no queue starves
+// another. If that claims nothing it waits on every source at once: the
+// local signals, and one wait (WaitReady) per group, each in its own
+// goroutine; the first source to say it has work is claimed from (and any
+// other that said so meanwhile), and the fetch waits again if that claimed
+// nothing. So a job on any node is claimed as soon as it is there, and
+// only claims take jobs: no more than r.Count are ever claimed, and none
+// is claimed and dropped. It returns after the first claims that took
+// anything: the jobs other nodes claimed, as they rendered them (the
+// local ones are Local's). err: every source failed on the first claims
+// (the first failure, as Local or Fetch gave it). Nothing and no error:
+// the deadline passed, or the server is shutting down. Outstanding waits
+// are cancelled before it returns.
 func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 	sources := len(r.Groups)
 	if r.LocalQueues {
 		sources++
 	}
-	start := int(c.Next() % uint64(sources))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	ready := make(chan int, len(r.Groups)) // one wait per group at a time: never blocks
+	waiting := make([]bool, len(r.Groups))
+	delay := make([]time.Duration, len(r.Groups))
+	due := make([]bool, len(r.Groups)) // claim from this group in the next round
+	for k := range due {
+		due[k] = true
+	}
+	localDue := r.LocalQueues
+	start := int(c.Next() % uint64(max(sources, 1)))
+	local := 0
 	for round := 0; ; round++ {
-		r.Local.Watch()
-		local := 0
+		if localDue {
+			r.Local.Watch()
+		}
+		tried, failed := 0, 0
 		var first error
-		failed := 0
 		for i := 0; i < sources && local+len(raw) < r.Count; i++ {
 			k := (start + round + i) % sources
 			want := r.Count - local - len(raw)
 			var err error
 			if r.LocalQueues && k == 0 {
+				if !localDue {
+					continue
+				}
 				var n int
 				n, err = r.Local.Fetch(want)
 				local += n
@@ -121,10 +155,23 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 				if r.LocalQueues {
 					k--
 				}
+				if !due[k] {
+					continue
+				}
+				due[k] = false
 				var got [][]byte
 				got, err = c.fetchGroup(&r.Groups[k], &r, want)
 				raw = append(raw, got...)
+				switch {
+				case err != nil:
+					delay[k] = remoteFetchSlice
+				case len(got) == 0 && round > 0:
+					delay[k] = retryEmptyClaim
+				default:
+					delay[k] = 0
+				}
 			}
+			tried++
 			if err != nil {
 				failed++
 				if first == nil {
@@ -132,15 +179,81 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 				}
 			}
 		}
+		localDue = false
 		if local+len(raw) > 0 {
 			return raw, nil
 		}
-		if failed == sources {
+		if round == 0 && tried > 0 && failed == tried {
 			return nil, first
 		}
 		wait := time.Until(r.Deadline)
-		if wait <= 0 || !r.Local.Wait(min(wait, remoteFetchSlice)) {
+		if wait <= 0 {
 			return nil, nil
+		}
+		for k := range r.Groups {
+			if !waiting[k] && !due[k] {
+				waiting[k] = true
+				wg.Add(1)
+				go c.waitGroup(ctx, &wg, &r.Groups[k], k, delay[k], r.Deadline, ready)
+			}
+		}
+		from, alive := r.Local.Wait(wait, ready)
+		if !alive {
+			return nil, nil
+		}
+		if from < 0 {
+			localDue = r.LocalQueues
+		} else {
+			waiting[from], due[from] = false, true
+		}
+		for more := true; more; {
+			select {
+			case k := <-ready:
+				waiting[k], due[k] = false, true
+			default:
+				more = false
+			}
+		}
+	}
+}
+
+// waitGroup waits, after delay, until the group's node says one of its
+// queues has work (or, when that node cannot be waited on, until
+// remoteFetchSlice has passed), then sends k on ready. It gives up
+// silently when ctx ends or deadline passes.
+func (c *Client) waitGroup(ctx context.Context, wg *sync.WaitGroup, g *FetchGroup, k int, delay time.Duration, deadline time.Time, ready chan<- int) {
+	defer wg.Done()
+	pause := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	if delay > 0 && !pause(delay) {
+		return
+	}
+	for {
+		d := min(time.Until(deadline), remoteWaitMax)
+		if d <= 0 {
+			return
+		}
+		ok, err := c.WaitReady(ctx, g.Addrs, g.Queues, d)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !pause(remoteFetchSlice) {
+				return
+			}
+			ok = true // claim to learn more: Fetch tries every address
+		}
+		if ok {
+			ready <- k
+			return
 		}
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -39,18 +41,28 @@ func TestPlanFetch(t *testing.T) {
 
 // fetchNode is a fake node answering fetches: each answer is the next of
 // answers (a status, and for 200 how many jobs), the last one repeated;
-// it notes each fetch's count and body.
+// it notes each fetch's count and body. Its waits (WaitPath) answer
+// waitStatus when set; else they block until a value on work (200), the
+// caller's TimeoutHeader passes (204) or the caller goes away; each wait
+// received is noted on waits.
 type fetchNode struct {
-	addr    string
-	mu      sync.Mutex
-	answers [][2]int
-	counts  []int
-	bodies  []map[string]any
+	addr       string
+	mu         sync.Mutex
+	answers    [][2]int
+	counts     []int
+	bodies     []map[string]any
+	waitStatus int
+	work       chan struct{}
+	waits      chan *http.Request
 }
 
 func newFetchNode(t *testing.T, answers ...[2]int) *fetchNode {
-	n := &fetchNode{answers: answers}
+	n := &fetchNode{answers: answers, work: make(chan struct{}, 16), waits: make(chan *http.Request, 1024)}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == WaitPath {
+			n.wait(w, r)
+			return
+		}
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		n.mu.Lock()
@@ -82,6 +94,27 @@ func newFetchNode(t *testing.T, answers ...[2]int) *fetchNode {
 	return n
 }
 
+func (n *fetchNode) wait(w http.ResponseWriter, r *http.Request) {
+	n.waits <- r
+	n.mu.Lock()
+	status := n.waitStatus
+	n.mu.Unlock()
+	if status != 0 {
+		w.WriteHeader(status)
+		return
+	}
+	ms, _ := strconv.Atoi(r.Header.Get(TimeoutHeader))
+	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-n.work:
+		_, _ = io.WriteString(w, `{"ready":true}`)
+	case <-t.C:
+		w.WriteHeader(204)
+	case <-r.Context().Done():
+	}
+}
+
 func (n *fetchNode) asked() []int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -89,7 +122,8 @@ func (n *fetchNode) asked() []int {
 }
 
 // fakeLocal is a local half with avail jobs to claim (err: every fetch
-// fails), noting its calls.
+// fails), noting its calls; its Wait waits for d or a value from the
+// other nodes' waits.
 type fakeLocal struct {
 	avail   int
 	err     error
@@ -110,10 +144,20 @@ func (l *fakeLocal) Fetch(want int) (int, error) {
 	l.claimed += n
 	return n, nil
 }
-func (l *fakeLocal) Wait(d time.Duration) bool {
+func (l *fakeLocal) Wait(d time.Duration, remote <-chan int) (int, bool) {
 	l.calls = append(l.calls, "wait")
 	l.waits = append(l.waits, d)
-	return !l.stop
+	if l.stop {
+		return -1, false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case k := <-remote:
+		return k, true
+	case <-t.C:
+		return -1, true
+	}
 }
 
 // TestFetchRoundsNeverOverclaims: each source is asked only for what is
@@ -150,31 +194,57 @@ func TestFetchRoundsNeverOverclaims(t *testing.T) {
 	require.Len(t, seen, 2, "both orders happened")
 }
 
-// TestFetchRoundsWaitsBetweenRounds: empty rounds wait on the local
-// signals (watched before each round) for at most remoteFetchSlice, and
-// the first round that claims anything ends the fetch.
-func TestFetchRoundsWaitsBetweenRounds(t *testing.T) {
+// TestFetchRoundsWaitsOnEveryNode: after claims that took nothing, the
+// fetch waits on the other node (a wait that claims nothing, with the
+// cluster secret and the group's queues) at the same time as on the local
+// signals, for the whole long-poll, not in slices; when that node says it
+// has work, it is claimed from at once, for what is missing.
+func TestFetchRoundsWaitsOnEveryNode(t *testing.T) {
+	t.Parallel()
+	remote := newFetchNode(t, [2]int{204, 0}, [2]int{200, 1})
+	l := &fakeLocal{}
+	c := New(Config{Secret: "s3cret"})
+	type result struct {
+		raw [][]byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		raw, err := c.FetchRounds(FetchRounds{Local: l, LocalQueues: true, Groups: []FetchGroup{{Addrs: []string{remote.addr}, Queues: []string{"ns/q", "r"}}},
+			Count: 2, Deadline: time.Now().Add(time.Minute)})
+		done <- result{raw, err}
+	}()
+	w := <-remote.waits
+	require.Equal(t, "s3cret", w.Header.Get(SecretHeader))
+	ms, err := strconv.Atoi(w.Header.Get(TimeoutHeader))
+	require.NoError(t, err)
+	require.Greater(t, time.Duration(ms)*time.Millisecond, remoteFetchSlice, "one long wait, not a poll")
+	require.Equal(t, []int{2}, remote.asked(), "one claim before waiting")
+	remote.work <- struct{}{}
+	r := <-done
+	require.NoError(t, r.err)
+	require.Len(t, r.raw, 1)
+	require.Equal(t, []int{2, 2}, remote.asked(), "claimed again once the node said it had work")
+	require.Len(t, l.waits, 1)
+	require.Greater(t, l.waits[0], remoteWaitMax, "the local half waits for the whole long-poll")
+	require.Equal(t, []string{"watch", "fetch 2", "wait"}, l.calls[:3])
+}
+
+// TestFetchRoundsPollsNodesWithoutWaits: a node that cannot be waited on
+// (an older node without the route: 404) is claimed from every
+// remoteFetchSlice instead, and what it then has is handed out.
+func TestFetchRoundsPollsNodesWithoutWaits(t *testing.T) {
 	t.Parallel()
 	remote := newFetchNode(t, [2]int{204, 0}, [2]int{204, 0}, [2]int{200, 1})
-	l := &fakeLocal{}
-	raw, err := New(Config{}).FetchRounds(FetchRounds{Local: l, LocalQueues: true, Groups: []FetchGroup{{Addrs: []string{remote.addr}, Queues: []string{"q"}}},
+	remote.mu.Lock()
+	remote.waitStatus = 404
+	remote.mu.Unlock()
+	raw, err := New(Config{}).FetchRounds(FetchRounds{Local: &fakeLocal{}, Groups: []FetchGroup{{Addrs: []string{remote.addr}, Queues: []string{"q"}}},
 		Count: 1, Deadline: time.Now().Add(time.Minute)})
 	require.NoError(t, err)
 	require.Len(t, raw, 1)
 	require.Equal(t, []int{1, 1, 1}, remote.asked())
-	require.Len(t, l.waits, 2)
-	for _, w := range l.waits {
-		require.LessOrEqual(t, w, remoteFetchSlice)
-		require.Greater(t, w, remoteFetchSlice/2)
-	}
-	var watches int
-	for i, call := range l.calls {
-		if call == "watch" {
-			watches++
-			require.True(t, i == 0 || l.calls[i-1] == "wait", "each round starts watching: %v", l.calls)
-		}
-	}
-	require.Equal(t, 3, watches)
+	require.Len(t, remote.waits, 2, "each failed wait was followed by one claim")
 }
 
 // TestFetchRoundsEnds: a fetch with nothing to claim ends at its deadline

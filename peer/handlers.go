@@ -20,6 +20,7 @@ type Local interface {
 	Hosts(shard int) bool
 	Propose(ctx context.Context, shard int, ops ...statemachine.Op) ([]statemachine.Result, error)
 	Read(shard int, query any) (any, error)
+	Signals
 }
 
 // Handlers serve the internal shard endpoints (remote.go) for the nodes
@@ -29,16 +30,18 @@ type Handlers struct {
 	local   Local
 	check   validator
 	timeout time.Duration
+	closed  <-chan struct{} // closed when the node shuts down: waits end
 	// fail writes an error as the gateway's error table says: an *Error
 	// as it is, an engine error mapped.
 	fail func(*fasthttp.RequestCtx, error)
 }
 
 // NewHandlers serves local's shards to other nodes, refusing ops outside
-// lim; fail writes each error answer (the gateway's writer).
-func NewHandlers(c *Client, local Local, lim Limits, fail func(*fasthttp.RequestCtx, error)) *Handlers {
+// lim; fail writes each error answer (the gateway's writer); waits end
+// when closed is.
+func NewHandlers(c *Client, local Local, lim Limits, closed <-chan struct{}, fail func(*fasthttp.RequestCtx, error)) *Handlers {
 	return &Handlers{local: local, check: validator{rt: router.New(local.Shards()), lim: lim},
-		timeout: c.cfg.RequestTimeout, fail: fail}
+		timeout: c.cfg.RequestTimeout, closed: closed, fail: fail}
 }
 
 func invalid(format string, args ...any) *Error {

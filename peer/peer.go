@@ -107,6 +107,7 @@ type Client struct {
 
 	small  *fasthttp.Client // probes and one-off calls
 	events *http.Client     // event streams
+	waits  *http.Client     // waits on other nodes' queues (wait.go)
 	scheme string           // "http://" or "https://"
 
 	pmu  sync.Mutex
@@ -136,6 +137,7 @@ func New(cfg Config) *Client {
 			TLSConfig:           cfg.TLS,
 		},
 		events: newEventsClient(cfg.TLS),
+		waits:  newWaitClient(cfg.TLS),
 		scheme: "http://",
 		seen:   map[uint64]time.Time{},
 		led:    map[uint64]int{},

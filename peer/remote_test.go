@@ -71,8 +71,11 @@ func FuzzDecodeReadQuery(f *testing.F) {
 // readLocal hosts some shards and answers their reads with "local-<sh>".
 type readLocal struct{ hosts map[int]bool }
 
-func (f readLocal) Shards() int       { return 4 }
-func (f readLocal) Hosts(sh int) bool { return f.hosts[sh] }
+func (f readLocal) Shards() int                { return 4 }
+func (f readLocal) Hosts(sh int) bool          { return f.hosts[sh] }
+func (readLocal) Watch(string) <-chan struct{} { return nil }
+func (readLocal) Fetchable(string) bool        { return false }
+func (readLocal) ThrottledUntil(string) int64  { return 0 }
 func (f readLocal) Read(sh int, _ any) (any, error) {
 	return []statemachine.QueueInfo{{Name: "local-" + strconv.Itoa(sh)}}, nil
 }

@@ -44,6 +44,7 @@ func TestE2ENodeToNodeRoutesNeedTheClusterSecret(t *testing.T) {
 		{"DELETE", "/api/v1/cluster/nodes/1", ``},
 		{"POST", "/internal/v1/shards/0/propose", `garbage`},
 		{"POST", "/internal/v1/shards/0/read", `garbage`},
+		{"POST", "/internal/v1/wait", `{"queues":["doors"]}`},
 	}
 	for _, c := range calls {
 		code, body := do(t, c.method, s.url+c.path, c.body)
