@@ -95,6 +95,10 @@ type Config struct {
 	// Producers spread jobs over them round-robin; every worker fetches
 	// from all of them, in an order rotated by one queue per fetch.
 	Queues int
+	// Placement, for a cluster: read the placement from the first URL's
+	// cluster status and send each request straight to a node hosting its
+	// shard (placement.go); the URLs then only name where to ask.
+	Placement bool
 	// QueuePrefix prefixes the queue names (default "bench").
 	QueuePrefix string
 	// PayloadSize is the approximate size of each job payload in bytes

@@ -28,6 +28,9 @@ func (r *runner) producer(ctx context.Context, p *pacer) *stats {
 			break
 		}
 		buf = r.appendEnqueue(buf[:0], first, n, time.Now().UnixNano())
+		if r.place != nil { // a batch goes where its first job's queue is
+			c.client = r.forJob(first)
+		}
 		_, body, lat, err := c.post(ctx, path, buf, requestTimeout)
 		if err != nil {
 			if isCancel(err) {

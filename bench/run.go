@@ -80,7 +80,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // runner holds the state shared by all goroutines of one run.
 type runner struct {
 	cfg        Config
-	clients    []*httpClient // one per server in cfg.URL
+	clients    []*httpClient // one per server in cfg.URL (Placement: per node of the cluster)
+	place      *placement    // nil unless cfg.Placement
 	nextServer atomic.Int64
 	ctr        counters
 	runID      string
@@ -122,8 +123,21 @@ func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 			conns += cfg.Workers // one acker per worker
 		}
 	}
+	urls := cfg.urls()
+	var shardHost []int
+	if cfg.Placement {
+		first, err := newHTTPClient(urls[0], 1, cfg.APIKey, cfg.TLSConfig)
+		if err != nil {
+			return nil, err
+		}
+		urls, shardHost, err = readPlacement(first)
+		first.close()
+		if err != nil {
+			return nil, err
+		}
+	}
 	var clients []*httpClient
-	for _, u := range cfg.urls() {
+	for _, u := range urls {
 		client, err := newHTTPClient(u, conns, cfg.APIKey, cfg.TLSConfig)
 		if err != nil {
 			return nil, err
@@ -135,6 +149,9 @@ func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, clients: clients, runID: id}
+	if shardHost != nil {
+		r.place = newPlacement(shardHost, cfg.queueNames())
+	}
 	r.runIDJSON, _ = json.Marshal(id)
 	for _, q := range cfg.queueNames() {
 		b, _ := json.Marshal(q) // cannot fail for strings

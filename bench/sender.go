@@ -60,6 +60,9 @@ func (r *runner) sender(ctx context.Context, c *caller, start time.Time) *stats 
 		sent := time.Now()
 		st.record(kindSendLag, sent.Sub(due))
 		buf = r.appendEnqueue(buf[:0], i, 1, sent.UnixNano())
+		if r.place != nil {
+			c.client = r.forJob(i)
+		}
 		_, _, lat, err := c.post(ctx, pathEnqueue, buf, requestTimeout)
 		if err != nil {
 			if isCancel(err) {

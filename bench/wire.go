@@ -62,6 +62,14 @@ func (r *runner) appendEnqueue(b []byte, first int64, n int, sentNs int64) []byt
 // different queues (worker w starts with queue w mod len(queues)).
 func (r *runner) fetchBodies(worker int) [][]byte {
 	queues := r.cfg.queueNames()
+	if r.place != nil {
+		_, own := r.workerQueues(worker)
+		mine := make([]string, len(own))
+		for i, k := range own {
+			mine[i] = queues[k]
+		}
+		queues = mine
+	}
 	bodies := make([][]byte, len(queues))
 	for k := range bodies {
 		start := (worker + k) % len(queues)

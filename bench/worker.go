@@ -23,6 +23,10 @@ var emptyObject = []byte("{}")
 func (r *runner) worker(ctx context.Context, id int) *stats {
 	st := &stats{}
 	client := r.nextClient()
+	if r.place != nil {
+		node, _ := r.workerQueues(id)
+		client = r.clients[node]
+	}
 	c := newCaller(client, &r.ctr)
 	defer c.release()
 	var a *acker
@@ -32,6 +36,7 @@ func (r *runner) worker(ctx context.Context, id int) *stats {
 	bodies := r.fetchBodies(id)
 	timeout := time.Duration(r.cfg.FetchTimeout)*time.Second + requestTimeout
 	for n := 0; !r.fetchingDone(ctx); n++ {
+		c.client = client // an ack may have gone elsewhere
 		status, resp, lat, err := c.post(ctx, pathFetch, bodies[n%len(bodies)], timeout)
 		if err != nil {
 			if isCancel(err) {
@@ -109,6 +114,11 @@ func (r *runner) deliveredBefore(i int64) bool {
 }
 
 func (r *runner) ackOne(c *caller, st *stats, j fetchedJob) {
+	if r.place != nil {
+		if to := r.forJobID(j.id); to != nil {
+			c.client = to
+		}
+	}
 	_, _, lat, err := c.post(r.ctx, pathAck+url.PathEscape(j.id), emptyObject, requestTimeout)
 	if err != nil {
 		if !isCancel(err) {

@@ -112,6 +112,7 @@ process_jobs_s, e2e_jobs_s, e2e_p50_ms, fixed_rate_p99_ms, ...).`,
 	fl.IntVar(&cfg.FetchBatch, "fetch-batch", 1, "jobs per fetch")
 	fl.IntVar(&cfg.AckBatch, "ack-batch", 1, "acks per request")
 	fl.IntVar(&cfg.Queues, "queues", 1, "number of queues (every worker fetches from all, in rotating order)")
+	fl.BoolVar(&cfg.Placement, "placement", false, "cluster: read the placement from the first --url and send each request straight to a node hosting its shard (each worker then fetches from its node's queues)")
 	fl.IntVar(&cfg.PayloadSize, "payload-size", 64, "approximate payload bytes")
 	fl.IntVar(&cfg.Rate, "rate", 0, "steady enqueue rate in jobs/s (0: as fast as possible; required by fixed-rate)")
 	fl.IntVar(&cfg.FetchTimeout, "fetch-timeout", 1, "long-poll seconds")

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// Placement-aware load (Config.Placement): the run reads the cluster's
+// placement once (GET /api/v1/cluster/status through the first URL) and
+// sends every request straight to a node hosting its shard — the leader
+// when known — so that no request costs a forwarding hop: an enqueue to
+// its queue's shard, a fetch only over the queues of its worker's node (a
+// worker is bound to one node, round-robin), an ack to the shard its job
+// ID names. A queue's shard is xxhash64(queue) mod the shard count, as the
+// server's router computes it, and a job ID is job_<shard>_<ULID>.
+
+// placement maps queues and shards to the run's clients.
+type placement struct {
+	shardHost []int // shard → index in runner.clients
+	queueHost []int // queue index (Config.queueNames) → index in runner.clients
+}
+
+// shardForQueue is the server's queue → shard rule (router.ShardForQueue).
+func shardForQueue(queue string, shards int) int {
+	return int(xxhash.Sum64String(queue) % uint64(shards))
+}
+
+// shardOfJobID reads the shard a job ID carries (job_<shard>_<ULID>); -1
+// when it carries none.
+func shardOfJobID(id string) int {
+	rest, ok := strings.CutPrefix(id, "job_")
+	if !ok {
+		return -1
+	}
+	n, _, ok := strings.Cut(rest, "_")
+	sh, err := strconv.Atoi(n)
+	if !ok || err != nil {
+		return -1
+	}
+	return sh
+}
+
+// clusterStatus is the part of GET /api/v1/cluster/status placement needs.
+type clusterStatus struct {
+	Nodes []struct {
+		NodeID uint64 `json:"node_id"`
+		HTTP   string `json:"http_address"`
+		Status string `json:"status"`
+	} `json:"nodes"`
+	ShardCount int `json:"shard_count"`
+	Shards     []struct {
+		ShardID uint64   `json:"shard_id"` // 1-based
+		Leader  uint64   `json:"leader_node"`
+		Placed  []uint64 `json:"placed_nodes"`
+	} `json:"shards"`
+}
+
+// readPlacement asks the node behind c for the cluster's placement and
+// returns the base URLs of its nodes (with c's scheme) and, per shard
+// index, the index of the node to send its requests to.
+func readPlacement(c *httpClient) (urls []string, shardHost []int, err error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(c.base + "/api/v1/cluster/status")
+	req.Header.SetMethod(fasthttp.MethodGet)
+	if c.auth != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, c.auth)
+	}
+	if err := c.hc.DoTimeout(req, resp, requestTimeout); err != nil {
+		return nil, nil, fmt.Errorf("bench: read the placement: %w", err)
+	}
+	if resp.StatusCode() != 200 {
+		return nil, nil, fmt.Errorf("bench: read the placement: %w", newStatusError(resp.StatusCode(), resp.Body()))
+	}
+	var st clusterStatus
+	if err := json.Unmarshal(resp.Body(), &st); err != nil {
+		return nil, nil, fmt.Errorf("bench: read the placement: %w", err)
+	}
+	return planPlacement(&st, c.base[:strings.Index(c.base, "://")+3])
+}
+
+// planPlacement picks, for each shard, its leader, else its first placed
+// node that is up.
+func planPlacement(st *clusterStatus, scheme string) (urls []string, shardHost []int, err error) {
+	if st.ShardCount <= 0 || len(st.Nodes) == 0 {
+		return nil, nil, fmt.Errorf("bench: the cluster status names no shards or nodes")
+	}
+	index := map[uint64]int{}
+	up := map[uint64]bool{}
+	for i, n := range st.Nodes {
+		index[n.NodeID] = i
+		up[n.NodeID] = n.Status == "" || n.Status == "up"
+		urls = append(urls, scheme+n.HTTP)
+	}
+	shardHost = make([]int, st.ShardCount)
+	for i := range shardHost {
+		shardHost[i] = -1
+	}
+	for _, sh := range st.Shards {
+		i := int(sh.ShardID) - 1
+		if i < 0 || i >= st.ShardCount {
+			continue
+		}
+		if k, ok := index[sh.Leader]; ok && up[sh.Leader] {
+			shardHost[i] = k
+			continue
+		}
+		for _, n := range sh.Placed {
+			if k, ok := index[n]; ok && up[n] {
+				shardHost[i] = k
+				break
+			}
+		}
+	}
+	for i, k := range shardHost {
+		if k < 0 {
+			return nil, nil, fmt.Errorf("bench: no node that is up hosts shard %d", i)
+		}
+	}
+	return urls, shardHost, nil
+}
+
+// newPlacement maps the queues to their shards' nodes.
+func newPlacement(shardHost []int, queues []string) *placement {
+	p := &placement{shardHost: shardHost, queueHost: make([]int, len(queues))}
+	for i, q := range queues {
+		p.queueHost[i] = shardHost[shardForQueue(q, len(shardHost))]
+	}
+	return p
+}
+
+// forJob is the client of job i's queue (appendJob: queue i mod queues).
+func (r *runner) forJob(i int64) *httpClient {
+	return r.clients[r.place.queueHost[i%int64(len(r.place.queueHost))]]
+}
+
+// forJobID is the client of the shard a job ID names (nil: it names none
+// this run knows).
+func (r *runner) forJobID(id string) *httpClient {
+	if sh := shardOfJobID(id); sh >= 0 && sh < len(r.place.shardHost) {
+		return r.clients[r.place.shardHost[sh]]
+	}
+	return nil
+}
+
+// workerQueues is the node worker w is bound to and the queues (indexes)
+// its fetches name: those hosted there. A node hosting none of the
+// queues leaves its workers on every queue, through the node.
+func (r *runner) workerQueues(w int) (node int, queues []int) {
+	node = w % len(r.clients)
+	for i, k := range r.place.queueHost {
+		if k == node {
+			queues = append(queues, i)
+		}
+	}
+	if len(queues) == 0 {
+		for i := range r.place.queueHost {
+			queues = append(queues, i)
+		}
+	}
+	return node, queues
+}

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/router"
+)
+
+// TestPlacement: the bench's queue → shard rule and job-ID parsing are the
+// server's router's; each shard goes to its leader when it is up, else to
+// the first placed node that is up; a shard with no node up is an error;
+// a worker fetches from its node's queues, or from all when its node
+// hosts none.
+func TestPlacement(t *testing.T) {
+	t.Parallel()
+	for _, shards := range []int{1, 4, 6, 16} {
+		rt := router.New(shards)
+		for i := range 200 {
+			q := fmt.Sprintf("bench.q%d", i)
+			require.Equal(t, rt.ShardForQueue(q), shardForQueue(q, shards), q)
+		}
+		for sh := range shards {
+			require.Equal(t, sh, shardOfJobID(router.JobID(sh, ulid.Make())))
+		}
+	}
+	require.Equal(t, -1, shardOfJobID("nope"))
+	require.Equal(t, -1, shardOfJobID("job_x_01"))
+
+	st := &clusterStatus{ShardCount: 3}
+	for _, n := range []struct {
+		id     uint64
+		status string
+	}{{1, "up"}, {2, "down"}, {3, "up"}} {
+		st.Nodes = append(st.Nodes, struct {
+			NodeID uint64 `json:"node_id"`
+			HTTP   string `json:"http_address"`
+			Status string `json:"status"`
+		}{n.id, fmt.Sprintf("127.0.0.%d:80", n.id), n.status})
+	}
+	type shard = struct {
+		ShardID uint64   `json:"shard_id"`
+		Leader  uint64   `json:"leader_node"`
+		Placed  []uint64 `json:"placed_nodes"`
+	}
+	st.Shards = []shard{{1, 3, []uint64{1, 3}}, {2, 2, []uint64{2, 3}}, {3, 0, []uint64{2, 1}}}
+	urls, hosts, err := planPlacement(st, "http://")
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://127.0.0.1:80", "http://127.0.0.2:80", "http://127.0.0.3:80"}, urls)
+	require.Equal(t, []int{2, 2, 0}, hosts, "leader; leader down → placed node up; no leader → placed node up")
+	st.Shards[2].Placed = []uint64{2}
+	_, _, err = planPlacement(st, "http://")
+	require.Error(t, err)
+
+	r := &runner{clients: make([]*httpClient, 3)}
+	r.place = &placement{shardHost: hosts, queueHost: []int{0, 2, 2, 0}}
+	node, qs := r.workerQueues(2)
+	require.Equal(t, 2, node)
+	require.Equal(t, []int{1, 2}, qs)
+	node, qs = r.workerQueues(4)
+	require.Equal(t, 1, node)
+	require.Equal(t, []int{0, 1, 2, 3}, qs, "node 1 hosts no queue: its workers fetch from all")
+}
