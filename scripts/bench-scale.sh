@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Scale-out you can see (issue 16, point 5): every node gets the same CPU
+# share (a cgroup v1 child of /sys/fs/cgroup/cpu per node, CPU_SHARE of a
+# core; needs root), so adding nodes adds CPU the way adding machines
+# would, and the same `corvo bench --placement` load runs against each
+# cluster. The load generator runs outside the cgroups.
+#
+#   replicas 1:  1, 2 and 4 nodes (goal: 4 nodes ≥ 3× 1 node)
+#   replicas 3:  3 and 6 nodes    (goal: 6 nodes ≥ 1.6× 3 nodes)
+#   fixed-rate:  4 nodes, replicas 1, 1,000 jobs/s over 8 queues (goal p50 ≤ 2 ms)
+#
+# Each stage is repeated for every shard count in SHARDS. Knobs:
+#   BIN=bin/corvo CPU_SHARE=0.25 DUR=20s SHARDS="4 16" STAGES="r1 r3 fixed"
+#   LOAD="--mode e2e --producers 16 --workers 32 --queues 32"
+set -euo pipefail
+BIN=${BIN:-bin/corvo}
+CPU_SHARE=${CPU_SHARE:-0.25}
+DUR=${DUR:-20s}
+SHARDS=${SHARDS:-4 16}
+STAGES=${STAGES:-r1 r3 fixed}
+LOAD=${LOAD:---mode e2e --producers 16 --workers 32 --queues 32}
+CG_ROOT=/sys/fs/cgroup/cpu
+CG=$CG_ROOT/corvo-bench-scale-$$
+DIR=$(mktemp -d)
+PERIOD=100000
+QUOTA=$(python3 -c "print(int($CPU_SHARE * $PERIOD))")
+
+PIDS=()
+stop_nodes() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+  for d in "$CG"/node*; do [ -d "$d" ] && rmdir "$d" 2>/dev/null || true; done
+}
+cleanup() {
+  stop_nodes
+  [ -d "$CG" ] && rmdir "$CG" 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+
+[ -w "$CG_ROOT" ] || { echo "needs root and cgroup v1 at $CG_ROOT" >&2; exit 1; }
+mkdir "$CG"
+
+# cap PID I: node I's cgroup, CPU_SHARE of a core; PID moves into it.
+cap() {
+  local d=$CG/node$2
+  mkdir -p "$d"
+  echo "$PERIOD" >"$d/cpu.cfs_period_us"
+  echo "$QUOTA" >"$d/cpu.cfs_quota_us"
+  echo "$1" >"$d/cgroup.procs"
+}
+
+wait_healthy() {
+  for _ in $(seq 1 600); do
+    curl -fs "http://$1/healthz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "node $1 did not start" >&2
+  exit 1
+}
+
+# settled URL N R: every shard placed on min(R, N) nodes and settled,
+# placements and leaderships spread to within one per node.
+settled() {
+  curl -fs "$1/api/v1/cluster/status" 2>/dev/null | python3 -c '
+import json, sys
+n, r = int(sys.argv[1]), int(sys.argv[2])
+st = json.load(sys.stdin)
+nodes = [x["node_id"] for x in st["nodes"]]
+if len(nodes) != n or any(x.get("status") != "up" for x in st["nodes"]): sys.exit(1)
+placed = {x: 0 for x in nodes}; led = {x: 0 for x in nodes}
+for s in st["shards"]:
+    if not s.get("settled") or len(s["placed_nodes"]) != min(r, n) or not s.get("leader_node"): sys.exit(1)
+    for x in s["placed_nodes"]: placed[x] += 1
+    led[s["leader_node"]] += 1
+ok = max(placed.values()) - min(placed.values()) <= 1 and max(led.values()) - min(led.values()) <= 1
+sys.exit(0 if ok else 1)' "$2" "$3"
+}
+
+# cluster N R S PORT: N nodes on 127.0.0.1..N, R replicas, S shards, each
+# capped once the placement settled; sets URLS.
+cluster() {
+  local n=$1 r=$2 s=$3 p=$4 urls=() pids=()
+  for i in $(seq 1 "$n"); do
+    local extra=(--replicas "$r" --shards "$s")
+    [ "$i" -gt 1 ] && extra=(--join "127.0.0.1:$p" --cluster-secret-file "$DIR/n$n-r$r-s$s-1/cluster-secret")
+    "$BIN" server --data-dir "$DIR/n$n-r$r-s$s-$i" --bind "127.0.0.$i:$((p + i - 1))" --raft-bind "127.0.0.$i:$((p + 1000 + i - 1))" \
+      --node-id "n$i" --log-level warn "${extra[@]}" &
+    PIDS+=($!)
+    pids+=($!)
+    wait_healthy "127.0.0.$i:$((p + i - 1))"
+    urls+=("http://127.0.0.$i:$((p + i - 1))")
+  done
+  URLS=$(IFS=,; echo "${urls[*]}")
+  local ok=
+  for _ in $(seq 1 240); do
+    if settled "${urls[0]}" "$n" "$r"; then ok=1; break; fi
+    sleep 0.5
+  done
+  [ -n "$ok" ] || { echo "cluster of $n did not settle" >&2; "$BIN" cluster status --url "${urls[0]}" >&2; exit 1; }
+  for i in "${!pids[@]}"; do cap "${pids[$i]}" "$((i + 1))"; done
+}
+
+# run NAME ARGS...: one bench run against URLS, its JSON summary line
+# labelled NAME.
+run() {
+  local name=$1
+  shift
+  echo "### $name: corvo bench --url $URLS --placement $*" >&2
+  # shellcheck disable=SC2068
+  "$BIN" bench --url "$URLS" --placement -o json $@ 2>/dev/null | sed "s/^/$name /"
+}
+
+port=20000
+for shards in $SHARDS; do
+  for stage in $STAGES; do
+    case $stage in
+    r1) sizes="1 2 4" r=1 ;;
+    r3) sizes="3 6" r=3 ;;
+    fixed) sizes="4" r=1 ;;
+    *) echo "unknown stage $stage" >&2; exit 1 ;;
+    esac
+    for n in $sizes; do
+      port=$((port + 10))
+      cluster "$n" "$r" "$shards" "$port"
+      if [ "$stage" = fixed ]; then
+        # shellcheck disable=SC2086
+        run "fixed-n$n-r$r-s$shards" --mode fixed-rate --rate 1000 --senders 32 --workers 8 --queues 8 --duration "$DUR"
+      else
+        # shellcheck disable=SC2086
+        run "$stage-n$n-s$shards" $LOAD --duration "$DUR"
+      fi
+      stop_nodes
+    done
+  done
+done
