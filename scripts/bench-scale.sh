@@ -84,8 +84,8 @@ cluster() {
   local n=$1 r=$2 s=$3 p=$4 urls=() pids=()
   for i in $(seq 1 "$n"); do
     local extra=(--replicas "$r" --shards "$s")
-    [ "$i" -gt 1 ] && extra=(--join "127.0.0.1:$p" --cluster-secret-file "$DIR/n$n-r$r-s$s-1/cluster-secret")
-    "$BIN" server --data-dir "$DIR/n$n-r$r-s$s-$i" --bind "127.0.0.$i:$((p + i - 1))" --raft-bind "127.0.0.$i:$((p + 1000 + i - 1))" \
+    [ "$i" -gt 1 ] && extra=(--join "127.0.0.1:$p" --cluster-secret-file "$DIR/$p-1/cluster-secret")
+    "$BIN" server --data-dir "$DIR/$p-$i" --bind "127.0.0.$i:$((p + i - 1))" --raft-bind "127.0.0.$i:$((p + 1000 + i - 1))" \
       --node-id "n$i" --log-level warn "${extra[@]}" &
     PIDS+=($!)
     pids+=($!)
