@@ -10,19 +10,24 @@
 #   fixed-rate:  4 nodes, replicas 1, 1,000 jobs/s over 8 queues (goal p50 ≤ 2 ms)
 #
 # Each stage is repeated for every shard count in SHARDS. Knobs:
-#   BIN=bin/corvo CPU_SHARE=0.25 DUR=20s SHARDS="4 16" STAGES="r1 r3 fixed"
-#   LOAD="--mode e2e --producers 16 --workers 32 --queues 32"
+#   BIN=bin/corvo CPU_SHARE=0.25 PERIOD_US=10000 DUR=20s SHARDS="4 16"
+#   STAGES="r1 r3 fixed" LOAD="--mode e2e --producers 64 --workers 128 --queues 32"
+# PERIOD_US is the CFS period: a node that used its share waits for the
+# next period, so a long period (the kernel's default is 100 ms) adds up
+# to (1 - CPU_SHARE) of it to a request's latency; 10 ms keeps that small.
+# The load is closed-loop, so it needs enough concurrency to keep every
+# node busy at every cluster size (throughput = concurrency / latency).
 set -euo pipefail
 BIN=${BIN:-bin/corvo}
 CPU_SHARE=${CPU_SHARE:-0.25}
 DUR=${DUR:-20s}
 SHARDS=${SHARDS:-4 16}
 STAGES=${STAGES:-r1 r3 fixed}
-LOAD=${LOAD:---mode e2e --producers 16 --workers 32 --queues 32}
+LOAD=${LOAD:---mode e2e --producers 64 --workers 128 --queues 32}
 CG_ROOT=/sys/fs/cgroup/cpu
 CG=$CG_ROOT/corvo-bench-scale-$$
 DIR=$(mktemp -d)
-PERIOD=100000
+PERIOD=${PERIOD_US:-10000}
 QUOTA=$(python3 -c "print(int($CPU_SHARE * $PERIOD))")
 
 PIDS=()
