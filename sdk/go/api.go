@@ -94,6 +94,20 @@ func (c *Client) AckBatch(ctx context.Context, acks []Ack) (acked int, failed ma
 	return out.Acked, failed, err
 }
 
+// AckBatchAndFetch completes many jobs and fetches the worker's next jobs
+// in one request: the fetch runs after the acks, only if at least one
+// applied, for up to f.Count jobs (when every job and the fetch's queues
+// live on one shard, in one Raft entry). The answer lists the acks that
+// failed (Errors) and the jobs claimed; err is set only when the request
+// failed as a whole (nothing acked).
+func (c *Client) AckBatchAndFetch(ctx context.Context, acks []Ack, f FetchBody) (*AckBatchResult, error) {
+	var out AckBatchResult
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks, Fetch: &f}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Failure reports a failed attempt.
 type Failure struct {
 	Error      string `json:"error"`
