@@ -101,8 +101,12 @@ func (c *Client) AckBatch(ctx context.Context, acks []Ack) (acked int, failed ma
 // failed (Errors) and the jobs claimed; err is set only when the request
 // failed as a whole (nothing acked).
 func (c *Client) AckBatchAndFetch(ctx context.Context, acks []Ack, f FetchBody) (*AckBatchResult, error) {
+	return c.ackBatch(ctx, acks, &f)
+}
+
+func (c *Client) ackBatch(ctx context.Context, acks []Ack, f *FetchBody) (*AckBatchResult, error) {
 	var out AckBatchResult
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks, Fetch: &f}, &out); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks, Fetch: f}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
