@@ -7,11 +7,23 @@ import (
 	"strconv"
 )
 
-// Enqueue adds a job.
+// Enqueue adds a job. Concurrent calls are coalesced (like ioredis'
+// auto-pipelining): when no enqueue of this client is in flight the job
+// goes out at once, alone; calls made while one is in flight are gathered
+// and sent together as the next POST /api/v1/enqueue/batch. Each call
+// still gets its own answer or its own error, as if it had gone alone:
+// a job the batch could not settle (a validation error, a shard that
+// did not commit it, a failed request) is sent again alone, with the
+// usual retries. Jobs with scheduled_at, depends_on or a unique_key always
+// go alone (a batch answer does not carry their status).
+// WithoutEnqueueCoalescing turns this off.
 func (c *Client) Enqueue(ctx context.Context, r EnqueueRequest) (*Enqueued, error) {
-	var out Enqueued
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue", r, &out)
-	return &out, err
+	if c.noCoalesce || !coalescable(&r) {
+		var out Enqueued
+		_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue", r, &out)
+		return &out, err
+	}
+	return c.enq.enqueue(ctx, c, r)
 }
 
 // EnqueueBatch adds up to 10,000 jobs, optionally as a batch with a callback.
