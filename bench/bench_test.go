@@ -353,7 +353,7 @@ func TestWithDefaults(t *testing.T) {
 	got := Config{Mode: " E2E ", Producers: 3}.WithDefaults()
 	require.Equal(t, Config{
 		Mode: ModeE2E, Producers: 3, Workers: 16, EnqueueBatch: 1, FetchBatch: 1, AckBatch: 1,
-		Queues: 1, QueuePrefix: "bench", PayloadSize: 64, FetchTimeout: 1, Senders: 32,
+		Queues: 1, QueuePrefix: "bench", PayloadSize: 64, FetchTimeout: 1, Senders: 32, Client: ClientHTTP,
 	}, got)
 }
 

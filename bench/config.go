@@ -122,6 +122,11 @@ type Config struct {
 	// FetchTimeout is the long-poll timeout of fetch requests in seconds
 	// (default 1).
 	FetchTimeout int
+	// Client is "http" (default: the load generator's own requests, shaped
+	// by the batch settings) or "sdk" (mode e2e only: the Go SDK's
+	// Client.Enqueue from Producers goroutines and one Worker of Workers
+	// slots, untuned; the batch settings do not apply).
+	Client string
 	// Out receives progress lines while the benchmark runs; nil disables them.
 	Out io.Writer
 }
@@ -142,6 +147,9 @@ func (c Config) WithDefaults() Config {
 		c.QueuePrefix = DefaultQueuePrefix
 	}
 	c.Mode = strings.ToLower(strings.TrimSpace(c.Mode))
+	if c.Client == "" {
+		c.Client = ClientHTTP
+	}
 	return c
 }
 
@@ -168,6 +176,18 @@ func (c Config) Validate() error {
 		return errors.New("bench: mode is required (enqueue, lifecycle, e2e or fixed-rate)")
 	default:
 		return fmt.Errorf("bench: unknown mode %q (want enqueue, lifecycle, e2e or fixed-rate)", c.Mode)
+	}
+	switch c.Client {
+	case "", ClientHTTP:
+	case ClientSDK:
+		if mode != ModeE2E {
+			return fmt.Errorf("bench: client sdk runs mode e2e only, not %q", mode)
+		}
+		if strings.Contains(c.URL, ",") {
+			return errors.New("bench: client sdk takes one URL")
+		}
+	default:
+		return fmt.Errorf("bench: unknown client %q (want http or sdk)", c.Client)
 	}
 	if c.Duration < 0 {
 		return fmt.Errorf("bench: duration must not be negative, got %s", c.Duration)

@@ -213,6 +213,11 @@ func (r *runner) execute() (timeline, *stats) {
 		all.merge(r.runWorkers(tl.workStart))
 	case ModeE2E:
 		tl.workStart = tl.start
+		if r.cfg.Client == ClientSDK {
+			all.merge(r.runSDK(tl.start))
+			tl.prodEnd = time.Now()
+			break
+		}
 		workers := make(chan *stats, 1)
 		go func() { workers <- r.runWorkers(tl.workStart) }()
 		all.merge(r.runProducers(tl.start))

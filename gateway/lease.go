@@ -131,7 +131,10 @@ func (n *nextFetch) op() statemachine.FetchOp {
 	return statemachine.FetchOp{Queues: n.queues, WorkerID: n.req.WorkerID, Hostname: n.req.Hostname, Count: uint32(n.count)}
 }
 
-// POST /api/v1/ack/batch
+// POST /api/v1/ack/batch — with "fetch", the worker's next fetch rides
+// along and runs after the batch's acks, only if at least one of them
+// applied; when every ack and the fetch's queues live on one shard, the
+// acks and the claim are one entry (statemachine.AcksFetchOp).
 func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 	var req ackBatchRequest
 	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
@@ -142,7 +145,8 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, invalid("field \"acks\" must hold 1–%d acks", s.cfg.MaxBatchJobs))
 		return
 	}
-	p := newShardOps(s.eng.Shards(), len(req.Acks))
+	p := newShardOps(s.eng.Shards(), len(req.Acks)+1)
+	onShard, proposed := -1, 0 // the one shard of every proposed ack (-2: several)
 	for i := range req.Acks {
 		a := &req.Acks[i]
 		if a.JobID == nil {
@@ -158,14 +162,37 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			p.reject(i, codeNotFound.err("job not found"))
 			continue
 		}
+		if onShard == -1 {
+			onShard = sh
+		} else if onShard != sh {
+			onShard = -2
+		}
+		proposed++
 		p.add(sh, i, &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
 	}
-	out := s.proposeAll(context.Background(), p, func(_ int, _ statemachine.Op, r *statemachine.Result) {
+	next, aerr := s.nextFetch(ctx, req.Fetch, req.Acks[0].WorkerID)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	combined := next != nil && onShard >= 0 && next.onShard(s, onShard)
+	if combined {
+		p.add(onShard, -1, &statemachine.AcksFetchOp{Acks: uint32(proposed), Fetch: next.op()})
+	}
+	var jobs []statemachine.JobView
+	out := s.proposeAll(context.Background(), p, func(_ int, op statemachine.Op, r *statemachine.Result) {
+		if _, ok := op.(*statemachine.AcksFetchOp); ok {
+			jobs = r.Jobs
+			return
+		}
 		s.counters(r.Queue).completed.Inc()
 	})
 	b := append([]byte(`{"acked":`), appendInt(nil, int64(out.applied))...)
 	b = append(b, `,"errors":`...)
 	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
+	if next != nil {
+		b = s.appendNextJobs(b, next, jobs, out.applied > 0, combined)
+	}
 	// Some acks committed: 200, their errors listed. None could be
 	// committed at all (overload, no leader): that entry error's status.
 	var fail *apiError
@@ -173,6 +200,33 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		fail = out.whole
 	}
 	writeMulti(ctx, 200, fail, append(b, '}'))
+}
+
+// appendNextJobs writes an ack batch's fetch: `,"jobs":[…]`, and
+// `,"fetch_error":…` when it failed. It runs only when an ack applied
+// (acked); jobs are what the acks' entry claimed (combined), else the
+// fetch long-polls now over queues this node hosts.
+func (s *Server) appendNextJobs(b []byte, next *nextFetch, jobs []statemachine.JobView, acked, combined bool) []byte {
+	var ferr *apiError
+	if acked && len(jobs) == 0 && (!combined || next.timeout > 0) && s.allHosted(next.queues) {
+		jobs, ferr, _ = s.pollLocal(next.queues, next.req, next.count, time.Now().Add(next.timeout))
+	}
+	for i := range jobs {
+		s.counters(jobs[i].Job.Queue).fetched.Inc()
+	}
+	b = append(b, `,"jobs":[`...)
+	for i := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendFetchedJob(b, &jobs[i])
+	}
+	b = append(b, ']')
+	if ferr != nil {
+		b = append(b, `,"fetch_error":`...)
+		b = appendString(b, ferr.msg)
+	}
+	return b
 }
 
 // POST /api/v1/fail/{id}
@@ -364,7 +418,8 @@ type ackBatchItem struct {
 }
 
 type ackBatchRequest struct {
-	Acks []ackBatchItem `json:"acks"`
+	Acks  []ackBatchItem `json:"acks"`
+	Fetch *fetchRequest  `json:"fetch"` // its worker_id defaults to the first ack's
 }
 
 type failRequest struct {

@@ -135,3 +135,109 @@ func TestAckCarriesTheNextFetch(t *testing.T) {
 	require.Len(t, got.Jobs, 1)
 	require.Equal(t, y, got.Jobs[0].JobID)
 }
+
+// TestAckBatchCarriesTheNextFetch: an ack batch with "fetch" answers the
+// worker's next jobs after its acks — never more than count; a bad fetch
+// is a 400 that acks nothing; a batch whose acks are all refused (409:
+// another worker's lease, a job not active) claims nothing, on one shard
+// (one entry) and across shards; the fetch may name queues on other
+// shards than the acks'.
+func TestAckBatchCarriesTheNextFetch(t *testing.T) {
+	t.Parallel()
+	w := "w-" + t.Name()
+	q := uq("ackbatchfetch")
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, enqueue(t, map[string]any{"queue": q, "payload": map[string]int{"i": i}}))
+	}
+	code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "count": 2, "worker_id": w})
+	require.Equal(t, 200, code, string(body))
+	held := strictDecode[corvo.FetchedJobs](t, "fetch", body).Jobs
+	require.Len(t, held, 2)
+	acks := func(worker string, jobs ...string) []map[string]any {
+		var out []map[string]any
+		for _, id := range jobs {
+			out = append(out, map[string]any{"job_id": id, "worker_id": worker, "result": "ok"})
+		}
+		return out
+	}
+	pending := func(want int, jobs ...string) {
+		t.Helper()
+		n := 0
+		for _, id := range jobs {
+			if getJob(t, id).State == "pending" {
+				n++
+			}
+		}
+		require.Equal(t, want, n)
+	}
+
+	// A bad fetch: 400, nothing acked.
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": acks(w, held[0].JobID), "fetch": map[string]any{"queues": []string{}}})
+	require.Equal(t, 400, code, string(body))
+	require.Equal(t, "active", getJob(t, held[0].JobID).State)
+
+	// Every ack refused: another worker's, and a job that is not active.
+	for _, a := range [][]map[string]any{acks("someone-else", held[0].JobID, held[1].JobID), acks(w, ids[5])} {
+		code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": a, "fetch": map[string]any{"queues": []string{q}, "count": 3}})
+		require.Equal(t, 200, code, string(body))
+		got := strictDecode[corvo.AckBatchResult](t, "ack batch", body)
+		require.Zero(t, got.Acked)
+		require.Len(t, got.Errors, len(a))
+		require.Equal(t, corvo.CodeConflict, got.Errors[0].Code)
+		require.Empty(t, got.Jobs, "refused acks claimed jobs")
+		pending(4, ids[2:]...)
+	}
+
+	// The acks apply; the fetch claims its count, no more.
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": acks(w, held[0].JobID, held[1].JobID),
+		"fetch": map[string]any{"queues": []string{q}, "count": 3}})
+	require.Equal(t, 200, code, string(body))
+	got := strictDecode[corvo.AckBatchResult](t, "ack batch", body)
+	require.Equal(t, 2, got.Acked)
+	require.Empty(t, got.Errors)
+	require.Len(t, got.Jobs, 3)
+	for i, j := range got.Jobs {
+		require.Equal(t, ids[2+i], j.JobID, "FIFO")
+		require.Equal(t, w, getJobWorker(t, j.JobID), "the fetch's worker is the acks'")
+	}
+	require.Equal(t, "completed", getJob(t, held[0].JobID).State)
+	pending(1, ids[2:]...)
+
+	// Acks on two shards, the fetch on a third queue: refused acks claim
+	// nothing; applied ones fetch after them.
+	qs := queuesOnDistinctShards(t, "ackbatchfetch-x", 3)
+	x, y := enqueue(t, map[string]any{"queue": qs[0]}), enqueue(t, map[string]any{"queue": qs[1]})
+	z := enqueue(t, map[string]any{"queue": qs[2]})
+	fx, ok := fetchOne(t, 1, qs[0])
+	require.True(t, ok)
+	fy, ok := fetchOne(t, 1, qs[1])
+	require.True(t, ok)
+	require.Equal(t, []string{x, y}, []string{fx.JobID, fy.JobID})
+	fw := "w-" + t.Name() // fetchOne's worker
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": acks("someone-else", x, y), "fetch": map[string]any{"queues": []string{qs[2]}, "count": 2}})
+	require.Equal(t, 200, code, string(body))
+	got = strictDecode[corvo.AckBatchResult](t, "ack batch", body)
+	require.Zero(t, got.Acked)
+	require.Empty(t, got.Jobs)
+	require.Equal(t, "pending", getJob(t, z).State)
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": acks(fw, x, y), "fetch": map[string]any{"queues": []string{qs[2]}, "count": 2, "timeout": 1}})
+	require.Equal(t, 200, code, string(body))
+	got = strictDecode[corvo.AckBatchResult](t, "ack batch", body)
+	require.Equal(t, 2, got.Acked)
+	require.Len(t, got.Jobs, 1)
+	require.Equal(t, z, got.Jobs[0].JobID)
+
+	// Without "fetch" the answer is as before: no jobs member.
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": acks(w, got.Jobs[0].JobID)})
+	require.Equal(t, 200, code, string(body))
+	require.NotContains(t, string(body), `"jobs"`)
+}
+
+// getJobWorker is the worker a job's lease names.
+func getJobWorker(t *testing.T, id string) string {
+	t.Helper()
+	code, body := call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code, string(body))
+	return strictDecode[corvo.Job](t, "job", body).Worker.ID
+}

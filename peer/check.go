@@ -71,6 +71,8 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 			return err
 		}
 		return v.op(sh, &o.Fetch)
+	case *statemachine.AcksFetchOp:
+		return v.op(sh, &o.Fetch)
 	case *statemachine.FailOp:
 		return v.job(sh, o.JobID)
 	case *statemachine.HeartbeatOp:

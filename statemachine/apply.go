@@ -16,7 +16,11 @@ type applier struct {
 	index uint64
 	pos   int
 	now   int64
-	err   error // first storage error: fatal for the Update
+	// The entry being applied and the results of its ops so far (an
+	// AcksFetchOp reads the acks before it).
+	ops     []Op
+	results []Result
+	err     error // first storage error: fatal for the Update
 
 	dirty map[string]struct{} // queues whose stats changed
 	ready map[string]struct{} // queues that gained fetchable jobs
@@ -120,6 +124,8 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		return a.replayResults(prev), true
 	}
 	results := make([]Result, len(e.Ops))
+	a.ops, a.results = e.Ops, results
+	defer func() { a.ops, a.results = nil, nil }()
 	for i, op := range e.Ops {
 		a.pos = i
 		results[i] = a.apply(op)
@@ -149,6 +155,17 @@ func (a *applier) replayResults(stored []byte) []byte {
 	return encodeResults(nil, rs, false)
 }
 
+// ackedBefore reports whether one of the n ops before the current one in
+// its entry is an ack that applied.
+func (a *applier) ackedBefore(n int) bool {
+	for k := max(0, a.pos-n); k < a.pos && k < len(a.ops); k++ {
+		if _, ok := a.ops[k].(*AckOp); ok && a.results[k].Status == StatusOK {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *applier) apply(op Op) Result {
 	switch o := op.(type) {
 	case *EnqueueOp:
@@ -164,6 +181,11 @@ func (a *applier) apply(op Op) Result {
 		}
 		r.Jobs = a.fetch(&o.Fetch).Jobs
 		return r
+	case *AcksFetchOp:
+		if !a.ackedBefore(int(o.Acks)) {
+			return Result{Status: StatusOK}
+		}
+		return a.fetch(&o.Fetch)
 	case *FailOp:
 		return a.failJob(o)
 	case *HeartbeatOp:

@@ -13,6 +13,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		&FetchOp{Queues: []string{"a", "b"}, WorkerID: "w", Count: 5},
 		&AckOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}, Result: []byte(`1`)},
 		&AckFetchOp{Ack: AckOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}}, Fetch: FetchOp{Queues: []string{"a"}, WorkerID: "w", Count: 2}},
+		&AcksFetchOp{Acks: 3, Fetch: FetchOp{Queues: []string{"a"}, WorkerID: "w", Count: 2}},
 		&FailOp{JobID: "j", Error: "e", Backtrace: "b"},
 		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Progress: []byte(`{}`)}}},
 		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Attempt: 2}, {JobID: "k"}}},

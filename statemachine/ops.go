@@ -47,6 +47,7 @@ const (
 	OpPruneAudit  OpCode = 31
 	OpImport      OpCode = 32
 	OpAckFetch    OpCode = 33
+	OpAcksFetch   OpCode = 34
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -229,6 +230,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &ImportOp{}
 	case OpAckFetch:
 		op = &AckFetchOp{}
+	case OpAcksFetch:
+		op = &AcksFetchOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -369,6 +372,29 @@ func (o *AckFetchOp) appendBody(b []byte) []byte {
 }
 func (o *AckFetchOp) decode(d *dec) {
 	o.Ack.decode(d)
+	o.Fetch.decode(d)
+}
+
+// AcksFetchOp is the fetch of an ack batch: it comes right after the
+// batch's Acks acks in the same request's ops (one request's ops travel in
+// one entry, in order) and claims up to Fetch.Count jobs only when at
+// least one of those acks applied, so a batch whose acks were all refused
+// claims nothing. Ops before it that are not AckOps never count. Its
+// result carries the fetch's jobs (none when no ack applied).
+type AcksFetchOp struct {
+	Acks  uint32
+	Fetch FetchOp
+}
+
+// Code implements Op.
+func (*AcksFetchOp) Code() OpCode { return OpAcksFetch }
+func (o *AcksFetchOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.uvarint(uint64(o.Acks))
+	return o.Fetch.appendBody(e.b)
+}
+func (o *AcksFetchOp) decode(d *dec) {
+	o.Acks = uint32(d.uvarint())
 	o.Fetch.decode(d)
 }
 

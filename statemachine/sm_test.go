@@ -404,8 +404,13 @@ func randomLog(tb *testBundle, n int) {
 			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
 		case k == 6 && tb.rnd.IntN(2) == 0:
 			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))], StepStatus: []string{"", "continue", "exit"}[tb.rnd.IntN(3)]}
-		case k == 6:
+		case k == 6 && tb.rnd.IntN(2) == 0:
 			op = &AckFetchOp{Ack: AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}, Fetch: FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(2))}}
+		case k == 6:
+			// An ack batch with its fetch: two acks, then the fetch.
+			tb.apply(&AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}, &AckOp{JobID: ids[tb.rnd.IntN(len(ids))]},
+				&AcksFetchOp{Acks: 2, Fetch: FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}})
+			continue
 		case k == 7:
 			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e"}
 		case k == 8:
@@ -1073,4 +1078,40 @@ func TestAckFetch(t *testing.T) {
 	require.Equal(t, next, r.Jobs[0].Job.ID)
 	require.Equal(t, StateCompleted, tb.get(first).State.State)
 	require.Equal(t, StateActive, tb.get(next).State.State)
+}
+
+// TestAcksFetch: an ack batch's fetch claims only when one of the acks
+// before it in the entry applied, up to its count; ops that are not acks,
+// or acks outside its reach, never count.
+func TestAcksFetch(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	a, b := tb.enqueue("q", PriorityNormal), tb.enqueue("q", PriorityNormal)
+	rest := []string{tb.enqueue("q", PriorityNormal), tb.enqueue("q", PriorityNormal), tb.enqueue("q", PriorityNormal)}
+	require.Len(t, tb.fetch(2, "q"), 2)
+	fetch := FetchOp{Queues: []string{"q"}, WorkerID: "w1", Count: 2}
+
+	// Every ack refused (another worker's lease): nothing claimed.
+	rs := tb.apply(&AckOp{JobID: a, Holder: Holder{WorkerID: "other"}}, &AckOp{JobID: b, Holder: Holder{WorkerID: "other"}}, &AcksFetchOp{Acks: 2, Fetch: fetch})
+	require.Equal(t, StatusConflict, rs[0].Status)
+	require.Equal(t, StatusConflict, rs[1].Status)
+	require.Equal(t, StatusOK, rs[2].Status)
+	require.Empty(t, rs[2].Jobs, "refused acks claimed jobs")
+	for _, id := range rest {
+		require.Equal(t, StatePending, tb.get(id).State.State)
+	}
+
+	// An applied ack outside the fetch's reach does not count, nor does
+	// another op that applied.
+	rs = tb.apply(&AckOp{JobID: a, Holder: Holder{WorkerID: "w1"}}, &PromoteOp{}, &AcksFetchOp{Acks: 1, Fetch: fetch})
+	require.Equal(t, StatusOK, rs[0].Status)
+	require.Empty(t, rs[2].Jobs)
+
+	// One ack of two applied: the fetch claims up to its count.
+	rs = tb.apply(&AckOp{JobID: a}, &AckOp{JobID: b, Holder: Holder{WorkerID: "w1"}}, &AcksFetchOp{Acks: 2, Fetch: fetch})
+	require.Equal(t, StatusConflict, rs[0].Status, "a is completed already")
+	require.Equal(t, StatusOK, rs[1].Status)
+	require.Len(t, rs[2].Jobs, 2)
+	require.Equal(t, rest[:2], []string{rs[2].Jobs[0].Job.ID, rs[2].Jobs[1].Job.ID})
+	require.Equal(t, StatePending, tb.get(rest[2]).State.State, "never more than count")
 }

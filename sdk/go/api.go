@@ -7,11 +7,23 @@ import (
 	"strconv"
 )
 
-// Enqueue adds a job.
+// Enqueue adds a job. Concurrent calls are coalesced (like ioredis'
+// auto-pipelining): when no enqueue of this client is in flight the job
+// goes out at once, alone; calls made while one is in flight are gathered
+// and sent together as the next POST /api/v1/enqueue/batch. Each call
+// still gets its own answer or its own error, as if it had gone alone:
+// a job the batch could not settle (a validation error, a shard that
+// did not commit it, a failed request) is sent again alone, with the
+// usual retries. Jobs with scheduled_at, depends_on or a unique_key always
+// go alone (a batch answer does not carry their status).
+// WithoutEnqueueCoalescing turns this off.
 func (c *Client) Enqueue(ctx context.Context, r EnqueueRequest) (*Enqueued, error) {
-	var out Enqueued
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue", r, &out)
-	return &out, err
+	if c.noCoalesce || !coalescable(&r) {
+		var out Enqueued
+		_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue", r, &out)
+		return &out, err
+	}
+	return c.enq.enqueue(ctx, c, r)
 }
 
 // EnqueueBatch adds up to 10,000 jobs, optionally as a batch with a callback.
@@ -92,6 +104,24 @@ func (c *Client) AckBatch(ctx context.Context, acks []Ack) (acked int, failed ma
 		failed[e.JobID] = &Error{Code: e.Code, Message: e.Error}
 	}
 	return out.Acked, failed, err
+}
+
+// AckBatchAndFetch completes many jobs and fetches the worker's next jobs
+// in one request: the fetch runs after the acks, only if at least one
+// applied, for up to f.Count jobs (when every job and the fetch's queues
+// live on one shard, in one Raft entry). The answer lists the acks that
+// failed (Errors) and the jobs claimed; err is set only when the request
+// failed as a whole (nothing acked).
+func (c *Client) AckBatchAndFetch(ctx context.Context, acks []Ack, f FetchBody) (*AckBatchResult, error) {
+	return c.ackBatch(ctx, acks, &f)
+}
+
+func (c *Client) ackBatch(ctx context.Context, acks []Ack, f *FetchBody) (*AckBatchResult, error) {
+	var out AckBatchResult
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks, Fetch: f}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // Failure reports a failed attempt.

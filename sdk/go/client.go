@@ -66,6 +66,10 @@ type Client struct {
 	namespace string
 	// tls, when set, is the TLS of https:// servers (WithTLSConfig).
 	tls *tls.Config
+	// enq coalesces concurrent Enqueue calls (coalesce.go) unless
+	// noCoalesce (WithoutEnqueueCoalescing).
+	enq        coalescer
+	noCoalesce bool
 }
 
 // Option configures a Client.
@@ -100,6 +104,11 @@ const NamespaceEnv = "CORVO_NAMESPACE"
 
 // ClusterSecretHeader is the header that carries the cluster secret.
 const ClusterSecretHeader = "X-Corvo-Cluster-Secret"
+
+// WithoutEnqueueCoalescing makes every Enqueue its own request. By
+// default, Enqueue calls made while another is in flight are sent
+// together as the next POST /api/v1/enqueue/batch (see Client.Enqueue).
+func WithoutEnqueueCoalescing() Option { return func(c *Client) { c.noCoalesce = true } }
 
 // WithHTTPClient replaces the default http.Client.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
@@ -256,6 +265,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 			return 0, err
 		}
 	}
+	return c.doBody(ctx, method, path, body, out)
+}
+
+// doBody is do with the request body encoded already (nil: none).
+func (c *Client) doBody(ctx context.Context, method, path string, body []byte, out any) (int, error) {
 	for attempt := 0; ; attempt++ {
 		base, at := c.base()
 		status, err := c.once(ctx, method, base+path, body, out)
@@ -302,13 +316,28 @@ func (c *Client) authorize(req *http.Request) {
 }
 
 func (c *Client) once(ctx context.Context, method, target string, body []byte, out any) (int, error) {
+	status, data, err := c.roundTrip(ctx, method, target, body)
+	if err != nil {
+		return status, err
+	}
+	if out != nil && status != http.StatusNoContent && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return status, fmt.Errorf("corvo: decode %s %s: %w", method, target, err)
+		}
+	}
+	return status, nil
+}
+
+// roundTrip sends one request and reads the answer: an error answer
+// (status >= 400) is an *Error, and data still holds its body.
+func (c *Client) roundTrip(ctx context.Context, method, target string, body []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if body != nil || method == http.MethodPost || method == http.MethodPut {
 		req.Header.Set("Content-Type", "application/json") // the server wants it even without a body
@@ -319,12 +348,12 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, o
 	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, nil, err
 	}
 	if resp.StatusCode >= 400 {
 		e := &Error{Status: resp.StatusCode}
@@ -339,12 +368,7 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, o
 				e.RetryAfter = time.Duration(secs * float64(time.Second))
 			}
 		}
-		return resp.StatusCode, e
+		return resp.StatusCode, data, e
 	}
-	if out != nil && resp.StatusCode != http.StatusNoContent && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("corvo: decode %s %s: %w", method, target, err)
-		}
-	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, data, nil
 }

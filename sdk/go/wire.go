@@ -55,9 +55,12 @@ type StatusAnswer struct {
 	Status string `json:"status"`
 }
 
-// AckBatchRequest is POST /api/v1/ack/batch.
+// AckBatchRequest is POST /api/v1/ack/batch. Fetch, when set, is the
+// worker's next fetch (its worker_id defaults to the first ack's): it runs
+// after the acks, only if at least one applied.
 type AckBatchRequest struct {
-	Acks []Ack `json:"acks"`
+	Acks  []Ack      `json:"acks"`
+	Fetch *FetchBody `json:"fetch,omitempty"`
 }
 
 // JobFailure names one job a many-job call could not apply.
@@ -67,10 +70,14 @@ type JobFailure struct {
 	Error string `json:"error"`
 }
 
-// AckBatchResult is the answer to POST /api/v1/ack/batch.
+// AckBatchResult is the answer to POST /api/v1/ack/batch. Jobs (and
+// FetchError when the acks went through but the fetch failed) answer a
+// request that carried a fetch.
 type AckBatchResult struct {
-	Acked  int          `json:"acked"`
-	Errors []JobFailure `json:"errors"`
+	Acked      int          `json:"acked"`
+	Errors     []JobFailure `json:"errors"`
+	Jobs       []FetchedJob `json:"jobs,omitempty"`
+	FetchError string       `json:"fetch_error,omitempty"`
 }
 
 // HeartbeatRequest is POST /api/v1/heartbeat.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -42,10 +41,13 @@ type Worker struct {
 
 	// queues are the ones Run fetches from; draining is set when Run's
 	// context ends (acks then fetch nothing more); plainAcks when the
-	// server took no fetch with an ack (an older server).
-	queues    []string
-	draining  atomic.Bool
-	plainAcks atomic.Bool
+	// server took no fetch with an ack (an older server), plainBatch when
+	// it took none with an ack batch. comp batches the acks (completer.go).
+	queues     []string
+	draining   atomic.Bool
+	plainAcks  atomic.Bool
+	plainBatch atomic.Bool
+	comp       *completer
 }
 
 // NewWorker returns a worker using client c.
@@ -151,6 +153,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopWatch := context.AfterFunc(ctx, func() { w.draining.Store(true) })
 	defer stopWatch()
 	w.slots = make(chan struct{}, w.opt.Concurrency)
+	w.comp = newCompleter(w)
 	base, cancelAll := context.WithCancelCause(context.Background())
 	defer cancelAll(nil)
 
@@ -215,6 +218,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		cancelAll(errors.New("corvo: worker shutting down"))
 		<-done
 	}
+	w.comp.stop() // every slot has had its ack answered
 	stopHB()
 	<-hbDone
 	return nil
@@ -237,8 +241,9 @@ func (w *Worker) finish(jc *JobContext) bool {
 	return ok
 }
 
-// handle runs a job and reports its outcome; an ack also fetches the
-// slot's next job, returned (nil: none).
+// handle runs a job and reports its outcome; an ack (batched with the
+// acks of other slots that finish at about the same time: completer.go)
+// also fetches the slot's next job, returned (nil: none).
 func (w *Worker) handle(jc *JobContext) *FetchedJob {
 	h := w.handlers[jc.Queue]
 	result, err := w.safeCall(h, jc)
@@ -257,35 +262,29 @@ func (w *Worker) handle(jc *JobContext) *FetchedJob {
 		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt})
 		return nil
 	}
-	a := Ack{JobID: jc.JobID, Result: result, WorkerID: w.opt.ID, Attempt: jc.Attempt}
+	a := Ack{JobID: jc.JobID, WorkerID: w.opt.ID, Attempt: jc.Attempt}
+	if result != nil {
+		// Encoded here, so that a result that cannot be is this job's
+		// failure to ack (as a lone ack's would be), never its batch's.
+		raw, err := json.Marshal(result)
+		if err != nil {
+			return nil
+		}
+		a.Result = json.RawMessage(raw)
+	}
 	jc.mu.Lock()
 	if jc.exit {
 		a.StepStatus = "exit"
 	}
 	jc.mu.Unlock()
-	if w.draining.Load() || w.plainAcks.Load() {
-		_ = w.c.Ack(ctx, a)
-		return nil
-	}
-	out, err := w.c.AckAndFetch(ctx, a, FetchBody{Queues: w.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: 1})
-	var apiErr *Error
-	if errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest {
-		// A server without ack-and-fetch refuses the field, and acked
-		// nothing: ack plainly, from now on.
-		w.plainAcks.Store(true)
-		_ = w.c.Ack(ctx, a)
-		return nil
-	}
-	if err != nil || len(out.Jobs) == 0 || w.draining.Load() {
-		if err == nil && len(out.Jobs) > 0 {
-			// Claimed as the worker began to drain: hand it back.
-			for _, j := range out.Jobs {
-				_, _ = w.c.Fail(ctx, j.JobID, Failure{Error: "worker_shutdown", WorkerID: w.opt.ID, Attempt: j.Attempt})
-			}
-		}
-		return nil
-	}
-	return &out.Jobs[0]
+	return w.comp.ack(a)
+}
+
+// running is how many handlers are running (their acks are still to come).
+func (w *Worker) running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.inflight)
 }
 
 // safeCall runs a handler, turning a panic into a failure with its stack.

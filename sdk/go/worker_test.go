@@ -380,32 +380,60 @@ func TestClientEveryEndpoint(t *testing.T) {
 	}
 }
 
-// countingProxy forwards to url, counting requests by path prefix; when
-// refuseAckFetch is set it answers an ack that carries a fetch as a server
+// countingProxy forwards to url, counting requests by path prefix, and
+// the acks the ack requests carry: "acked" (plain) and "acked+fetch"
+// (with a fetch); "ack/batch" counts batch requests. acked maps each
+// job ID to the number of requests that acked it. When refuseAckFetch is
+// set it answers an ack (or ack batch) that carries a fetch as a server
 // without ack-and-fetch would (400, nothing acked).
 func countingProxy(t *testing.T, url string, refuseAckFetch bool) (string, *sync.Map) {
 	t.Helper()
 	counts := &sync.Map{}
+	add := func(key string, n int64) {
+		c, _ := counts.LoadOrStore(key, new(atomic.Int64))
+		c.(*atomic.Int64).Add(n)
+	}
 	target, _ := neturl.Parse(url)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.URL.Path
-		if strings.HasPrefix(key, "/api/v1/ack/") {
+		if strings.HasPrefix(key, "/api/v1/ack/") || key == "/api/v1/enqueue/batch" {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			key = "ack"
-			if bytes.Contains(body, []byte(`"fetch"`)) {
-				key = "ack+fetch"
-				if refuseAckFetch {
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(400)
-					_, _ = w.Write([]byte(`{"error":"unknown field \"fetch\"","code":"invalid_request"}`))
-					return
+			var req struct {
+				Acks  []Ack           `json:"acks"`
+				Fetch json.RawMessage `json:"fetch"`
+				Jobs  []json.RawMessage
+			}
+			_ = json.Unmarshal(body, &req)
+			if key == "/api/v1/enqueue/batch" {
+				add("enqueued in batches", int64(len(req.Jobs)))
+			} else {
+				ids := []string{strings.TrimPrefix(key, "/api/v1/ack/")}
+				if key == "/api/v1/ack/batch" {
+					add("ack/batch", 1)
+					ids = ids[:0]
+					for _, a := range req.Acks {
+						ids = append(ids, a.JobID)
+					}
+				}
+				key = "ack"
+				if req.Fetch != nil {
+					key = "ack+fetch"
+					if refuseAckFetch {
+						w.Header().Set("Content-Type", "application/json")
+						w.WriteHeader(400)
+						_, _ = w.Write([]byte(`{"error":"unknown field \"fetch\"","code":"invalid_request"}`))
+						return
+					}
+				}
+				add(strings.Replace(key, "ack", "acked", 1), int64(len(ids)))
+				for _, id := range ids {
+					add("job "+id, 1)
 				}
 			}
 		}
-		n, _ := counts.LoadOrStore(key, new(atomic.Int64))
-		n.(*atomic.Int64).Add(1)
+		add(key, 1)
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
@@ -420,9 +448,10 @@ func count(m *sync.Map, key string) int64 {
 }
 
 // TestWorkerAcksFetchTheNextJob: with a backlog, each ack brings the
-// slot's next job (one request per job), so the worker seldom fetches on
-// its own; against a server that refuses the combined call it falls back
-// to plain acks and still completes everything.
+// slot's next job (one request per job at most), so the worker seldom
+// fetches on its own; against a server that refuses the combined call it
+// falls back to plain acks and still completes everything, each job
+// acked once.
 func TestWorkerAcksFetchTheNextJob(t *testing.T) {
 	t.Parallel()
 	base := startServer(t)
@@ -451,12 +480,99 @@ func TestWorkerAcksFetchTheNextJob(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
-		fetches, combined, plain := count(counts, "/api/v1/fetch"), count(counts, "ack+fetch"), count(counts, "ack")
+		fetches, combined, plain := count(counts, "/api/v1/fetch"), count(counts, "acked+fetch"), count(counts, "acked")
 		if !old && (combined < 50 || fetches > 10) {
 			t.Fatalf("acks carrying a fetch: %d, fetches: %d (want most jobs to come with an ack)", combined, fetches)
 		}
 		if old && plain != 60 {
 			t.Fatalf("against an older server: %d plain acks, want 60", plain)
 		}
+		for _, id := range ids {
+			if n := count(counts, "job "+id); n != 1 {
+				t.Fatalf("job %s acked %d times", id, n)
+			}
+		}
+	}
+}
+
+// TestWorkerBatchesAcks: acks that finish together go as one ack batch
+// that fetches for the slots it frees; every job is handled once and
+// acked once, results arrive, and one job whose ack the server refuses
+// (its attempt failed meanwhile) stays as the server left it without
+// holding up the others.
+func TestWorkerBatchesAcks(t *testing.T) {
+	t.Parallel()
+	url, counts := countingProxy(t, startServer(t, "--strict-leases"), false)
+	c := New(url)
+	ctx := context.Background()
+	const jobs, slots = 320, 32
+	reqs := make([]EnqueueRequest, jobs)
+	for i := range reqs {
+		reqs[i] = EnqueueRequest{Queue: "sdk.ackbatch", Payload: map[string]int{"n": i}, MaxRetries: ptr(0)}
+	}
+	b, err := c.EnqueueBatch(ctx, reqs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(c, WorkerOptions{Concurrency: slots, FetchTimeout: time.Second})
+	var handled sync.Map
+	started := make(chan struct{}, slots)
+	startAll := make(chan struct{})
+	var n atomic.Int64
+	w.Register("sdk.ackbatch", func(ctx context.Context, j *JobContext) (any, error) {
+		k, _ := handled.LoadOrStore(j.JobID, new(atomic.Int64))
+		k.(*atomic.Int64).Add(1)
+		if n.Add(1) <= slots { // the first slots finish together
+			started <- struct{}{}
+			<-startAll
+		}
+		var p struct{ N int }
+		if err := j.Decode(&p); err != nil {
+			return nil, err
+		}
+		if p.N == 100 {
+			// The attempt fails under the worker's feet: its ack is refused.
+			if _, err := c.Fail(ctx, j.JobID, Failure{Error: "gone", WorkerID: w.ID(), Attempt: j.Attempt}); err != nil {
+				return nil, err
+			}
+		}
+		return map[string]int{"double": 2 * p.N}, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	for range slots {
+		<-started
+	}
+	close(startAll)
+	for i, id := range b.JobIDs {
+		if i == 100 {
+			waitState(t, c, id, "dead")
+			continue
+		}
+		waitState(t, c, id, "completed")
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range b.JobIDs {
+		if k, ok := handled.Load(id); !ok || k.(*atomic.Int64).Load() != 1 {
+			t.Fatalf("job %d handled %v times", i, k)
+		}
+		if acks := count(counts, "job "+id); acks != 1 {
+			t.Fatalf("job %d acked %d times", i, acks)
+		}
+	}
+	j, err := c.Job(ctx, b.JobIDs[7])
+	if err != nil || string(j.Result) != `{"double":14}` {
+		t.Fatalf("result %s %v", j.Result, err)
+	}
+	batches, requests := count(counts, "ack/batch"), count(counts, "ack")+count(counts, "ack+fetch")
+	if batches == 0 || requests > jobs/2 {
+		t.Fatalf("%d acks took %d requests, %d of them batches", jobs, requests, batches)
+	}
+	if fetched := count(counts, "acked+fetch"); fetched < jobs/2 {
+		t.Fatalf("only %d acks carried a fetch", fetched)
 	}
 }

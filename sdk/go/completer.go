@@ -1,0 +1,231 @@
+package corvo
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// The worker's completer (river's BatchCompleter is the model): a slot
+// whose handler succeeded hands its ack here and waits for the slot's next
+// job. Acks that finish within AckWindow of each other go out as one
+// POST /ack/batch carrying a fetch for the slots they free; a lone ack
+// goes out as the single ack-and-fetch. A batch is sent at once when no
+// handler is left running (nothing more can join it), so an idle worker's
+// ack waits for nothing.
+
+const (
+	// AckWindow is how long the worker's first waiting ack waits for
+	// others to share its request, while handlers are still running.
+	AckWindow = time.Millisecond
+	// maxAckBatch bounds the acks of one request: an ack batch's fetch
+	// claims at most 1,000 jobs (the server's fetch count limit).
+	maxAckBatch = 1000
+	// maxAckRequests bounds the worker's ack requests in flight; acks that
+	// finish while all of them are out wait for the next one
+	// (backpressure: the batches grow instead).
+	maxAckRequests = 4
+)
+
+// pendingAck is a slot's ack; next receives the slot's next job (nil:
+// none, the slot is free).
+type pendingAck struct {
+	a    Ack
+	next chan *FetchedJob
+}
+
+type completer struct {
+	w   *Worker
+	in  chan *pendingAck // at most one per slot
+	sem chan struct{}    // requests in flight
+	max int
+	wg  sync.WaitGroup
+}
+
+func newCompleter(w *Worker) *completer {
+	c := &completer{
+		w:   w,
+		in:  make(chan *pendingAck, w.opt.Concurrency),
+		sem: make(chan struct{}, maxAckRequests),
+		max: min(w.opt.Concurrency, maxAckBatch),
+	}
+	c.wg.Add(1)
+	go c.run()
+	return c
+}
+
+// ack queues a slot's ack and returns the slot's next job (nil: none).
+func (c *completer) ack(a Ack) *FetchedJob {
+	p := &pendingAck{a: a, next: make(chan *FetchedJob, 1)}
+	c.in <- p
+	return <-p.next
+}
+
+// stop ends the completer once every slot has had its answer.
+func (c *completer) stop() {
+	close(c.in)
+	c.wg.Wait()
+}
+
+func (c *completer) run() {
+	defer c.wg.Done()
+	window := time.NewTimer(time.Hour)
+	window.Stop()
+	for {
+		first, ok := <-c.in
+		if !ok {
+			return
+		}
+		batch := []*pendingAck{first}
+		window.Reset(AckWindow)
+		open := true
+	gather:
+		for len(batch) < c.max {
+			select {
+			case p, ok := <-c.in: // already waiting: always joins
+				if !ok {
+					open = false
+					break gather
+				}
+				batch = append(batch, p)
+				continue
+			default:
+			}
+			if c.w.running() == 0 {
+				break // no handler left to finish: go now
+			}
+			select {
+			case p, ok := <-c.in:
+				if !ok {
+					open = false
+					break gather
+				}
+				batch = append(batch, p)
+			case <-window.C:
+				break gather
+			}
+		}
+		window.Stop()
+		c.sem <- struct{}{}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer func() { <-c.sem }()
+			c.send(batch)
+		}()
+		if !open {
+			return
+		}
+	}
+}
+
+// send acks a batch and hands each slot its next job.
+func (c *completer) send(batch []*pendingAck) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := c.w
+	if len(batch) == 1 {
+		batch[0].next <- w.ackOne(ctx, batch[0].a)
+		return
+	}
+	acks := make([]Ack, len(batch))
+	for i, p := range batch {
+		acks[i] = p.a
+	}
+	var out *AckBatchResult
+	var err error
+	if !w.draining.Load() && !w.plainBatch.Load() {
+		out, err = w.c.ackBatch(ctx, acks, &FetchBody{Queues: w.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: len(acks)})
+		if isBadRequest(err) {
+			// A server without the batch's fetch refuses the field, and
+			// acked nothing: ack batches plainly, from now on.
+			w.plainBatch.Store(true)
+		}
+	}
+	if out == nil && (err == nil || isBadRequest(err)) {
+		out, err = w.c.ackBatch(ctx, acks, nil)
+	}
+	var jobs []FetchedJob
+	if err == nil {
+		jobs = out.Jobs
+		// An ack that was not committed for a reason a single ack's
+		// request is retried for (overload, no leader, a node stopping)
+		// goes again alone, with the client's retries. Any other failure
+		// is final, as a single ack's is.
+		byID := make(map[string]Ack, len(acks))
+		for _, a := range acks {
+			byID[a.JobID] = a
+		}
+		for _, f := range out.Errors {
+			if retryableCode(f.Code) {
+				_ = w.c.Ack(ctx, byID[f.JobID])
+			}
+		}
+	}
+	if w.draining.Load() {
+		w.handBack(ctx, jobs) // claimed as the worker began to drain
+		jobs = nil
+	}
+	for i, p := range batch {
+		if i < len(jobs) {
+			p.next <- &jobs[i]
+		} else {
+			p.next <- nil
+		}
+	}
+	if len(jobs) > len(batch) {
+		w.handBack(ctx, jobs[len(batch):]) // more than asked for: not ours to run
+	}
+}
+
+// ackOne acks a lone job, with the slot's next fetch unless the worker
+// drains or the server refuses the field.
+func (w *Worker) ackOne(ctx context.Context, a Ack) *FetchedJob {
+	if w.draining.Load() || w.plainAcks.Load() {
+		_ = w.c.Ack(ctx, a)
+		return nil
+	}
+	out, err := w.c.AckAndFetch(ctx, a, FetchBody{Queues: w.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: 1})
+	if isBadRequest(err) {
+		// A server without ack-and-fetch refuses the field, and acked
+		// nothing: ack plainly, from now on.
+		w.plainAcks.Store(true)
+		_ = w.c.Ack(ctx, a)
+		return nil
+	}
+	if err != nil || len(out.Jobs) == 0 {
+		return nil
+	}
+	if w.draining.Load() {
+		w.handBack(ctx, out.Jobs)
+		return nil
+	}
+	if len(out.Jobs) > 1 {
+		w.handBack(ctx, out.Jobs[1:])
+	}
+	return &out.Jobs[0]
+}
+
+// handBack fails jobs the worker claimed but will not run, so the server
+// retries them at once.
+func (w *Worker) handBack(ctx context.Context, jobs []FetchedJob) {
+	for _, j := range jobs {
+		_, _ = w.c.Fail(ctx, j.JobID, Failure{Error: "worker_shutdown", WorkerID: w.opt.ID, Attempt: j.Attempt})
+	}
+}
+
+func isBadRequest(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusBadRequest
+}
+
+// retryableCode: the codes of the answers Client retries (429, 503).
+func retryableCode(code string) bool {
+	switch code {
+	case CodeOverloaded, CodeRateLimited, CodeUnavailable, CodeShuttingDown:
+		return true
+	}
+	return false
+}
