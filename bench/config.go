@@ -91,6 +91,11 @@ type Config struct {
 	// AckBatch is the number of acks per request; 1 uses POST /ack/{id}, >1
 	// uses POST /ack/batch (default 1).
 	AckBatch int
+	// AckFetch (with FetchBatch and AckBatch 1): each ack carries the
+	// worker's next fetch (count 1, no wait), so while jobs are pending a
+	// worker makes one request per job; an ack that brings no job is
+	// followed by a long-poll fetch as usual.
+	AckFetch bool
 	// Queues is the number of queues, named <QueuePrefix>.q0 ... (default 1).
 	// Producers spread jobs over them round-robin; every worker fetches
 	// from all of them, in an order rotated by one queue per fetch.

@@ -23,6 +23,7 @@ const (
 	epFetchBatch   = "fetch_batch"
 	epAck          = "ack"
 	epAckBatch     = "ack_batch"
+	epAckFetch     = "ack_fetch" // an ack that carried a fetch
 )
 
 // fakeServer is a minimal in-memory stand-in for the Corvo HTTP API.
@@ -95,7 +96,7 @@ func newFakeServer(t *testing.T, opts ...func(*fakeServer)) *fakeServer {
 
 		fetchOrders: map[string][][]string{},
 	}
-	for _, ep := range []string{epEnqueue, epEnqueueBatch, epFetch, epFetchBatch, epAck, epAckBatch} {
+	for _, ep := range []string{epEnqueue, epEnqueueBatch, epFetch, epFetchBatch, epAck, epAckBatch, epAckFetch} {
 		f.counts[ep] = new(atomic.Int64)
 	}
 	for _, o := range opts {
@@ -369,7 +370,14 @@ func (f *fakeServer) takeLocked(queues []string, n int) []*fakeJob {
 
 func (f *fakeServer) handleAck(ctx *fasthttp.RequestCtx, id string) {
 	f.counts[epAck].Add(1)
-	var body map[string]any
+	var body struct {
+		WorkerID string `json:"worker_id"`
+		Fetch    *struct {
+			Queues  []string `json:"queues"`
+			Count   int      `json:"count"`
+			Timeout int      `json:"timeout"`
+		} `json:"fetch"`
+	}
 	if !decodeBody(ctx, &body) {
 		return
 	}
@@ -377,7 +385,19 @@ func (f *fakeServer) handleAck(ctx *fasthttp.RequestCtx, id string) {
 		fakeError(ctx, fasthttp.StatusNotFound, "NOT_FOUND", "job "+id+" is not leased")
 		return
 	}
-	fakeJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "ok"})
+	if body.Fetch == nil {
+		fakeJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "ok"})
+		return
+	}
+	f.counts[epAckFetch].Add(1)
+	if body.WorkerID == "" || body.Fetch.Count != 1 || body.Fetch.Timeout != 0 {
+		fakeError(ctx, fasthttp.StatusBadRequest, "INVALID_FETCH", "the bench's ack fetch names its worker, count 1, timeout 0")
+		return
+	}
+	f.mu.Lock()
+	jobs := f.takeLocked(body.Fetch.Queues, 1)
+	f.mu.Unlock()
+	fakeJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "completed", "jobs": append([]*fakeJob{}, jobs...)})
 }
 
 func (f *fakeServer) handleAckBatch(ctx *fasthttp.RequestCtx) {

@@ -246,3 +246,23 @@ func TestDuplicatesSeen(t *testing.T) {
 	require.EqualValues(t, testJobs, rep.Completed)
 	require.Zero(t, rep.DuplicatesSeen)
 }
+
+// TestAckFetchOneRequestPerJob: with AckFetch a worker working a backlog
+// takes its next job from each ack's answer, so it long-polls only when an
+// ack brings nothing; every job is still acked exactly once.
+func TestAckFetchOneRequestPerJob(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	cfg := testConfig(f, ModeLifecycle)
+	cfg.Jobs, cfg.Queues, cfg.Workers, cfg.EnqueueBatch, cfg.AckFetch = 400, 2, 2, 400, true
+
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 400, rep.Completed)
+	jobs, maxPerJob := f.ackCounts()
+	require.Equal(t, 400, jobs)
+	require.Equal(t, 1, maxPerJob, "no job acked twice")
+	require.EqualValues(t, 400, f.count(epAck))
+	require.Greater(t, f.count(epAckFetch), int64(300), "the acks carried the next fetch")
+	require.Less(t, f.count(epFetch), int64(100), "the workers long-polled only when an ack brought nothing")
+}

@@ -87,6 +87,22 @@ func (r *runner) fetchBodies(worker int) [][]byte {
 	return bodies
 }
 
+// ackFetchBodies turns a worker's fetch bodies into ack bodies carrying
+// the same fetch with count 1 and no wait: {"worker_id": …, "fetch": {…}}.
+func (r *runner) ackFetchBodies(fetches [][]byte) [][]byte {
+	out := make([][]byte, len(fetches))
+	for i, f := range fetches {
+		var req corvo.FetchBody
+		_ = json.Unmarshal(f, &req) // built by fetchBodies
+		req.Count, req.Timeout = 1, 0
+		out[i], _ = json.Marshal(struct {
+			WorkerID string          `json:"worker_id"`
+			Fetch    corvo.FetchBody `json:"fetch"`
+		}{req.WorkerID, req})
+	}
+	return out
+}
+
 // appendAckBatch appends an /ack/batch body for jobs.
 func appendAckBatch(b []byte, jobs []fetchedJob) []byte {
 	b = append(b, `{"acks":[`...)

@@ -34,6 +34,10 @@ func (r *runner) worker(ctx context.Context, id int) *stats {
 		a = r.startAcker(client)
 	}
 	bodies := r.fetchBodies(id)
+	var ackFetch [][]byte
+	if r.cfg.AckFetch && a == nil && r.cfg.FetchBatch <= 1 {
+		ackFetch = r.ackFetchBodies(bodies)
+	}
 	timeout := time.Duration(r.cfg.FetchTimeout)*time.Second + requestTimeout
 	for n := 0; !r.fetchingDone(ctx); n++ {
 		c.client = client // an ack may have gone elsewhere
@@ -58,8 +62,10 @@ func (r *runner) worker(ctx context.Context, id int) *stats {
 			a.in <- jobs
 			continue
 		}
-		for _, j := range jobs {
-			r.ackOne(c, st, j)
+		for k := 0; k < len(jobs); k++ {
+			if next := r.ackOne(c, st, jobs[k], ackFetch, n+k); next != nil {
+				jobs = append(jobs, next...)
+			}
 		}
 	}
 	if a != nil {
@@ -113,22 +119,29 @@ func (r *runner) deliveredBefore(i int64) bool {
 	return r.delivered[i/64].Or(bit)&bit != 0
 }
 
-func (r *runner) ackOne(c *caller, st *stats, j fetchedJob) {
-	if r.place != nil {
-		if to := r.forJobID(j.id); to != nil {
-			c.client = to
-		}
+// ackOne acks job j; with ackFetch (the worker's ack bodies carrying a
+// fetch, one per queue rotation) it uses the n-th of them and returns the
+// next jobs the ack brought.
+func (r *runner) ackOne(c *caller, st *stats, j fetchedJob, ackFetch [][]byte, n int) []fetchedJob {
+	body := emptyObject
+	if ackFetch != nil {
+		body = ackFetch[n%len(ackFetch)]
 	}
-	_, _, lat, err := c.post(r.ctx, pathAck+url.PathEscape(j.id), emptyObject, requestTimeout)
+	_, resp, lat, err := c.post(r.ctx, pathAck+url.PathEscape(j.id), body, requestTimeout)
 	if err != nil {
 		if !isCancel(err) {
 			r.fail(st, err)
 		}
-		return
+		return nil
 	}
 	r.succeed()
 	st.record(kindAckReq, lat)
-	r.completed(st, []fetchedJob{j}, nil, time.Now())
+	done := time.Now()
+	r.completed(st, []fetchedJob{j}, nil, done)
+	if ackFetch == nil {
+		return nil
+	}
+	return r.received(st, resp, done)
 }
 
 func (r *runner) ackBatch(c *caller, st *stats, jobs []fetchedJob) {

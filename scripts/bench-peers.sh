@@ -11,8 +11,10 @@
 # Shapes (the peers' phases a1, a2, b, c, d; one knob set for all):
 #   enqueue 1/req       JOBS jobs, PRODUCERS producers, no workers
 #   enqueue bulk        the same in batches of BULK_BATCH
-#   work backlog        the bulk-enqueued jobs, WORKERS workers, fetch + ack one per request
-#   end to end 1/req    producers and workers at once, one job per request
+#   work backlog        the bulk-enqueued jobs, WORKERS workers, fetch + ack one per request;
+#                       again with --ack-fetch (each ack carries the next fetch, as BullMQ's
+#                       worker takes its next job when it completes one)
+#   end to end 1/req    producers and workers at once, one job per request; again with --ack-fetch
 #   end to end batch    the same in batches of E2E_BATCH (Corvo only: the peers' harness has no batched fetch/ack)
 #   fixed rate          RATE_SENDERS open-loop senders at RATE jobs/s for RATE_JOBS jobs,
 #                       RATE_WORKERS workers; enqueue->delivery latency
@@ -110,7 +112,10 @@ corvo_phase() {
 corvo_phase enqueue-single --mode enqueue --jobs "$JOBS" --producers "$PRODUCERS"
 corvo_phase lifecycle-bulk --mode lifecycle --jobs "$JOBS" --producers "$PRODUCERS" --workers "$WORKERS" \
   --enqueue-batch "$BULK_BATCH"
+corvo_phase lifecycle-bulk-ackfetch --mode lifecycle --jobs "$JOBS" --producers "$PRODUCERS" --workers "$WORKERS" \
+  --enqueue-batch "$BULK_BATCH" --ack-fetch
 corvo_phase e2e --mode e2e --jobs "$JOBS" --producers "$PRODUCERS" --workers "$WORKERS"
+corvo_phase e2e-ackfetch --mode e2e --jobs "$JOBS" --producers "$PRODUCERS" --workers "$WORKERS" --ack-fetch
 corvo_phase e2e-batched --mode e2e --jobs "$JOBS" --producers "$PRODUCERS" --workers "$WORKERS" \
   --enqueue-batch "$E2E_BATCH" --fetch-batch "$E2E_BATCH" --ack-batch "$E2E_BATCH"
 corvo_phase fixed-rate --mode fixed-rate --rate "$RATE" --jobs "$RATE_JOBS" --senders "$RATE_SENDERS" \
@@ -167,13 +172,16 @@ def load(name):
     p = os.path.join(out, name + ".json")
     return json.load(open(p)) if os.path.exists(p) else None
 
-c = {k: load("corvo-" + k) for k in ["enqueue-single", "lifecycle-bulk", "e2e", "e2e-batched", "fixed-rate"]}
+c = {k: load("corvo-" + k) for k in ["enqueue-single", "lifecycle-bulk", "lifecycle-bulk-ackfetch", "e2e", "e2e-ackfetch",
+                                     "e2e-batched", "fixed-rate"]}
 # (label, corvo phase, corvo field, peer run, peer field, higher is better)
 rows = [
     ("enqueue 1/req (jobs/s)", "enqueue-single", "enqueue_single_jobs_s", "main", "enqueue_single_jobs_s", True),
     ("enqueue bulk (jobs/s)", "lifecycle-bulk", "enqueue_bulk_jobs_s", "main", "enqueue_bulk_jobs_s", True),
     ("work backlog 1/req (jobs/s)", "lifecycle-bulk", "process_jobs_s", "main", "process_jobs_s", True),
+    ("work backlog, ack carries the next fetch (jobs/s)", "lifecycle-bulk-ackfetch", "process_jobs_s", "main", "process_jobs_s", True),
     ("end to end 1/req (jobs/s)", "e2e", "e2e_jobs_s", "main", "e2e_jobs_s", True),
+    ("end to end, ack carries the next fetch (jobs/s)", "e2e-ackfetch", "e2e_jobs_s", "main", "e2e_jobs_s", True),
     ("end to end 1/req p50 (ms)", "e2e", "e2e_p50_ms", "main", "e2e_p50_ms", False),
     ("end to end batched (jobs/s)", "e2e-batched", "e2e_jobs_s", None, None, True),
     ("fixed rate achieved (jobs/s)", "fixed-rate", "fixed_rate_achieved_jobs_s", "rate", "fixed_rate_achieved_jobs_s", True),
