@@ -123,6 +123,11 @@ func (r *runner) deliveredBefore(i int64) bool {
 // fetch, one per queue rotation) it uses the n-th of them and returns the
 // next jobs the ack brought.
 func (r *runner) ackOne(c *caller, st *stats, j fetchedJob, ackFetch [][]byte, n int) []fetchedJob {
+	if r.place != nil {
+		if to := r.forJobID(j.id); to != nil {
+			c.client = to
+		}
+	}
 	body := emptyObject
 	if ackFetch != nil {
 		body = ackFetch[n%len(ackFetch)]
