@@ -308,8 +308,10 @@ func dialFailed(err error) bool {
 // doRouted sends a request to the first of hosts that answers (hosts: a
 // route, nil for none), then, if none does, the usual way (do's node list,
 // retries and failover). A host that cannot be dialed is left out for a
-// while; that, a 503 or an answer saying it was forwarded makes the client
-// read the placement again.
+// while and the next one tried; a connection that fails once the request
+// was sent leaves the host out too, and the request goes the usual way
+// (which retries it, as before). Those, a 503 or an answer saying it was
+// forwarded make the client read the placement again.
 func (c *Client) doRouted(ctx context.Context, hosts []string, method, path string, body []byte, out any) (int, error) {
 	for _, h := range hosts {
 		status, err := c.once(ctx, method, h+path, body, out)
@@ -334,7 +336,12 @@ func (c *Client) doRouted(ctx context.Context, hosts []string, method, path stri
 		}
 		var ue *url.Error
 		if errors.As(err, &ue) && !ue.Timeout() && ctx.Err() == nil {
-			break // reset or closed: do retries it, as it would have
+			// Reset or closed (a node killed under a kept-alive
+			// connection): left out too, and do retries the request, as
+			// it would have.
+			c.place.markDown(h)
+			c.refreshPlacement()
+			break
 		}
 		return status, err
 	}
