@@ -42,12 +42,15 @@ func (s *Server) forwardIfElsewhere(ctx *fasthttp.RequestCtx, sh int) bool {
 // (peer.Client.Forward), telling the receiver the caller's address
 // (ClientAddrHeader). A request another node answered is recorded in the
 // audit log by that node (it authorizes the caller's key itself), not
-// here.
+// here. Its answer carries peer.HopHeader, so that a client that routes
+// by the placement (the Go SDK) sees it sent the request to the wrong
+// node and reads the placement again.
 func (s *Server) forward(ctx *fasthttp.RequestCtx, targets []string, deadline time.Time) error {
 	ctx.Request.Header.Set(ClientAddrHeader, ctx.RemoteAddr().String())
 	err := s.peer.Forward(ctx, targets, deadline)
 	if err == nil {
 		ctx.SetUserValue(answeredElsewhereKey, true)
+		ctx.Response.Header.Set(peer.HopHeader, "1")
 	}
 	return err
 }

@@ -20,16 +20,21 @@ import (
 func (c *Client) Enqueue(ctx context.Context, r EnqueueRequest) (*Enqueued, error) {
 	if c.noCoalesce || !coalescable(&r) {
 		var out Enqueued
-		_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue", r, &out)
+		_, err := c.doAt(ctx, c.routeQueue(r.Queue), http.MethodPost, "/api/v1/enqueue", r, &out)
 		return &out, err
 	}
 	return c.enq.enqueue(ctx, c, r)
 }
 
-// EnqueueBatch adds up to 10,000 jobs, optionally as a batch with a callback.
+// EnqueueBatch adds up to 10,000 jobs, optionally as a batch with a
+// callback, in one request, sent to the node hosting most of their queues.
 func (c *Client) EnqueueBatch(ctx context.Context, jobs []EnqueueRequest, batch *Batch) (*BatchEnqueued, error) {
 	var out BatchEnqueued
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/enqueue/batch", EnqueueBatchRequest{Jobs: jobs, Batch: batch}, &out)
+	queues := make([]string, len(jobs))
+	for i := range jobs {
+		queues[i] = jobs[i].Queue
+	}
+	_, err := c.doAt(ctx, c.routeMost(queues, false), http.MethodPost, "/api/v1/enqueue/batch", EnqueueBatchRequest{Jobs: jobs, Batch: batch}, &out)
 	return &out, err
 }
 
@@ -43,19 +48,23 @@ type FetchRequest struct {
 }
 
 // Fetch long-polls for jobs; an empty slice means none arrived in time.
+// It goes to the node leading most of the queues' shards (a node hosting
+// them all answers the fetch itself; one that does not waits on the
+// others' too).
 func (c *Client) Fetch(ctx context.Context, r FetchRequest) ([]FetchedJob, error) {
 	body := FetchBody{Queues: r.Queues, WorkerID: r.WorkerID, Hostname: r.Hostname, Timeout: r.Timeout}
+	route := c.routeMost(r.Queues, false)
 	if r.Count > 1 {
 		body.Count = r.Count
 		var out FetchedJobs
-		status, err := c.do(ctx, http.MethodPost, "/api/v1/fetch", body, &out)
+		status, err := c.doAt(ctx, route, http.MethodPost, "/api/v1/fetch", body, &out)
 		if err != nil || status == http.StatusNoContent {
 			return nil, err
 		}
 		return out.Jobs, nil
 	}
 	var j FetchedJob
-	status, err := c.do(ctx, http.MethodPost, "/api/v1/fetch", body, &j)
+	status, err := c.doAt(ctx, route, http.MethodPost, "/api/v1/fetch", body, &j)
 	if err != nil || status == http.StatusNoContent {
 		return nil, err
 	}
@@ -76,7 +85,7 @@ type Ack struct {
 func (c *Client) Ack(ctx context.Context, a Ack) error {
 	id := a.JobID
 	a.JobID = ""
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/ack/"+url.PathEscape(id), a, nil)
+	_, err := c.doAt(ctx, c.routeJob(id), http.MethodPost, "/api/v1/ack/"+url.PathEscape(id), a, nil)
 	return err
 }
 
@@ -88,7 +97,7 @@ func (c *Client) AckAndFetch(ctx context.Context, a Ack, f FetchBody) (*AckFetch
 	id := a.JobID
 	a.JobID = ""
 	var out AckFetched
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/ack/"+url.PathEscape(id), AckFetchRequest{Ack: a, Fetch: &f}, &out); err != nil {
+	if _, err := c.doAt(ctx, c.routeJob(id), http.MethodPost, "/api/v1/ack/"+url.PathEscape(id), AckFetchRequest{Ack: a, Fetch: &f}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -98,7 +107,7 @@ func (c *Client) AckAndFetch(ctx context.Context, a Ack, f FetchBody) (*AckFetch
 // that failed.
 func (c *Client) AckBatch(ctx context.Context, acks []Ack) (acked int, failed map[string]*Error, err error) {
 	var out AckBatchResult
-	_, err = c.do(ctx, http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks}, &out)
+	_, err = c.doAt(ctx, c.routeAcks(acks), http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks}, &out)
 	failed = map[string]*Error{}
 	for _, e := range out.Errors {
 		failed[e.JobID] = &Error{Code: e.Code, Message: e.Error}
@@ -118,7 +127,7 @@ func (c *Client) AckBatchAndFetch(ctx context.Context, acks []Ack, f FetchBody) 
 
 func (c *Client) ackBatch(ctx context.Context, acks []Ack, f *FetchBody) (*AckBatchResult, error) {
 	var out AckBatchResult
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks, Fetch: f}, &out); err != nil {
+	if _, err := c.doAt(ctx, c.routeAcks(acks), http.MethodPost, "/api/v1/ack/batch", AckBatchRequest{Acks: acks, Fetch: f}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -136,7 +145,7 @@ type Failure struct {
 // Fail reports a failed attempt; the server decides what follows.
 func (c *Client) Fail(ctx context.Context, jobID string, f Failure) (*FailResult, error) {
 	var out FailResult
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/fail/"+url.PathEscape(jobID), f, &out)
+	_, err := c.doAt(ctx, c.routeJob(jobID), http.MethodPost, "/api/v1/fail/"+url.PathEscape(jobID), f, &out)
 	return &out, err
 }
 
@@ -144,7 +153,11 @@ func (c *Client) Fail(ctx context.Context, jobID string, f Failure) (*FailResult
 // each job to "ok", "cancel", "lost" or "not_found".
 func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string]HeartbeatJob) (map[string]string, error) {
 	var out HeartbeatResult
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/heartbeat", HeartbeatRequest{WorkerID: workerID, Jobs: jobs}, &out)
+	ids := make([]string, 0, len(jobs))
+	for id := range jobs {
+		ids = append(ids, id)
+	}
+	_, err := c.doAt(ctx, c.routeMost(ids, true), http.MethodPost, "/api/v1/heartbeat", HeartbeatRequest{WorkerID: workerID, Jobs: jobs}, &out)
 	if err != nil && !IsConflict(err) {
 		return nil, err
 	}
@@ -161,18 +174,18 @@ func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string
 // Job reads a job.
 func (c *Client) Job(ctx context.Context, id string) (*Job, error) {
 	var out Job
-	_, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id), nil, &out)
+	_, err := c.doAt(ctx, c.routeJob(id), http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id), nil, &out)
 	return &out, err
 }
 
 // Cancel cancels a job: "cancelled", or "cancelling" for an active one.
 func (c *Client) Cancel(ctx context.Context, id string) (string, error) {
-	return c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/cancel", nil)
+	return c.jobStatus(ctx, id, "/cancel")
 }
 
 // Retry sends a finished job back to pending.
 func (c *Client) Retry(ctx context.Context, id string) error {
-	_, err := c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/retry", nil)
+	_, err := c.jobStatus(ctx, id, "/retry")
 	return err
 }
 
@@ -180,32 +193,44 @@ func (c *Client) Retry(ctx context.Context, id string) error {
 // queue lives on another shard).
 func (c *Client) Move(ctx context.Context, id, queue string, resetAttempt bool) (string, error) {
 	var out Moved
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/move", MoveRequest{Queue: queue, ResetAttempt: resetAttempt}, &out)
+	_, err := c.doAt(ctx, c.routeJob(id), http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/move", MoveRequest{Queue: queue, ResetAttempt: resetAttempt}, &out)
 	return out.JobID, err
 }
 
 // Delete deletes a job.
 func (c *Client) Delete(ctx context.Context, id string) error {
-	_, err := c.do(ctx, http.MethodDelete, "/api/v1/jobs/"+url.PathEscape(id), nil, nil)
+	_, err := c.doAt(ctx, c.routeJob(id), http.MethodDelete, "/api/v1/jobs/"+url.PathEscape(id), nil, nil)
 	return err
 }
 
 // Approve releases a held job; Reject makes it dead.
 func (c *Client) Approve(ctx context.Context, id string) error {
-	_, err := c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/approve", nil)
+	_, err := c.jobStatus(ctx, id, "/approve")
 	return err
 }
 
 // Reject makes a held job dead.
 func (c *Client) Reject(ctx context.Context, id string) error {
-	_, err := c.status(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/reject", nil)
+	_, err := c.jobStatus(ctx, id, "/reject")
 	return err
 }
 
-func (c *Client) status(ctx context.Context, method, path string, in any) (string, error) {
+// jobStatus posts a job action (action: "/cancel", …), routed by the
+// job's shard.
+func (c *Client) jobStatus(ctx context.Context, id, action string) (string, error) {
 	var out StatusAnswer
-	_, err := c.do(ctx, method, path, in, &out)
+	_, err := c.doAt(ctx, c.routeJob(id), http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+action, nil, &out)
 	return out.Status, err
+}
+
+// routeAcks is the route of an ack batch: the node hosting most of its
+// jobs.
+func (c *Client) routeAcks(acks []Ack) []string {
+	ids := make([]string, len(acks))
+	for i := range acks {
+		ids[i] = acks[i].JobID
+	}
+	return c.routeMost(ids, true)
 }
 
 // Queues lists every queue with its counts.
@@ -218,31 +243,32 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 // QueueAction runs pause, resume, clear or drain on a queue.
 func (c *Client) QueueAction(ctx context.Context, queue, action string) (map[string]any, error) {
 	var out map[string]any
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/"+action, nil, &out)
+	_, err := c.doAt(ctx, c.routeQueue(queue), http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/"+action, nil, &out)
 	return out, err
 }
 
 // SetConcurrency caps a queue's active jobs (0: no cap).
 func (c *Client) SetConcurrency(ctx context.Context, queue string, max int) error {
-	_, err := c.do(ctx, http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/concurrency", ConcurrencyRequest{Max: max}, nil)
+	_, err := c.doAt(ctx, c.routeQueue(queue), http.MethodPost, "/api/v1/queues/"+url.PathEscape(queue)+"/concurrency", ConcurrencyRequest{Max: max}, nil)
 	return err
 }
 
 // SetThrottle limits a queue to rate fetches per period (nil: remove).
 func (c *Client) SetThrottle(ctx context.Context, queue string, t *Throttle) error {
 	path := "/api/v1/queues/" + url.PathEscape(queue) + "/throttle"
+	route := c.routeQueue(queue)
 	if t == nil {
-		_, err := c.do(ctx, http.MethodDelete, path, nil, nil)
+		_, err := c.doAt(ctx, route, http.MethodDelete, path, nil, nil)
 		return err
 	}
-	_, err := c.do(ctx, http.MethodPost, path, t, nil)
+	_, err := c.doAt(ctx, route, http.MethodPost, path, t, nil)
 	return err
 }
 
 // DeleteQueue deletes a queue and all its jobs.
 func (c *Client) DeleteQueue(ctx context.Context, queue string) (int, error) {
 	var out QueueDeleted
-	_, err := c.do(ctx, http.MethodDelete, "/api/v1/queues/"+url.PathEscape(queue)+"?confirm=true", nil, &out)
+	_, err := c.doAt(ctx, c.routeQueue(queue), http.MethodDelete, "/api/v1/queues/"+url.PathEscape(queue)+"?confirm=true", nil, &out)
 	return int(out.JobsDeleted), err
 }
 

@@ -2,7 +2,8 @@
 // wrapper around every endpoint (Client) and a worker runtime (Worker) that
 // fetches, heartbeats, checkpoints and drains on SIGTERM.
 //
-// It depends only on the standard library.
+// It depends only on the standard library and xxhash (the server's
+// queue → shard hash, for routing requests: placement.go).
 package corvo
 
 import (
@@ -70,6 +71,9 @@ type Client struct {
 	// noCoalesce (WithoutEnqueueCoalescing).
 	enq        coalescer
 	noCoalesce bool
+	// place routes requests to the nodes hosting their shards
+	// (placement.go) unless WithoutPlacement.
+	place placer
 }
 
 // Option configures a Client.
@@ -230,7 +234,9 @@ func (c *Client) failover(from uint32) {
 
 // Discover asks the cluster for its members (GET /api/v1/cluster/status)
 // and from then on spreads over every node that is up, so the client
-// survives the loss of the node it was given.
+// survives the loss of the node it was given. It also takes the cluster's
+// placement from the same answer (see WithoutPlacement), so that routing
+// starts with the next request.
 func (c *Client) Discover(ctx context.Context) error {
 	var st ClusterStatus
 	if _, err := c.do(ctx, "GET", "/api/v1/cluster/status", nil, &st); err != nil {
@@ -251,21 +257,30 @@ func (c *Client) Discover(ctx context.Context) error {
 	c.nodes = nodes
 	c.cur.Store(0)
 	c.mu.Unlock()
-	return nil
+	if c.place.off.Load() {
+		return nil
+	}
+	c.place.started.Store(true)
+	return c.loadPlacement(ctx, &st)
 }
 
 // do sends a JSON request; out (if not nil) receives a 2xx JSON answer. It
 // retries 429 and 503 answers after their Retry-After delay, and connection
 // failures (a node going away behind a load balancer) with a short backoff.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, error) {
-	var body []byte
-	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return 0, err
-		}
+	body, err := marshalBody(in)
+	if err != nil {
+		return 0, err
 	}
 	return c.doBody(ctx, method, path, body, out)
+}
+
+// marshalBody encodes a request body (nil: none).
+func marshalBody(in any) ([]byte, error) {
+	if in == nil {
+		return nil, nil
+	}
+	return json.Marshal(in)
 }
 
 // doBody is do with the request body encoded already (nil: none).
@@ -351,6 +366,9 @@ func (c *Client) roundTrip(ctx context.Context, method, target string, body []by
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
+	if resp.Header.Get(ForwardedHeader) != "" && c.place.cur.Load() != nil {
+		c.refreshPlacement() // routed to a node that does not host it
+	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return resp.StatusCode, nil, err

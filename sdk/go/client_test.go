@@ -91,6 +91,12 @@ func TestClientDiscoverSurvivesNodeLoss(t *testing.T) {
 	if job.Queue != "sdk.discover" {
 		t.Fatalf("job %+v", job)
 	}
+	// Those two went to the nodes hosting their shard (placement.go); a
+	// request naming no shard goes to the client's current node, and
+	// moves it on.
+	if _, err := c.Queues(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if c.Nodes()[0] == first {
 		t.Fatalf("still on the killed node: %v", c.Nodes())
 	}

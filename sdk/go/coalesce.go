@@ -39,9 +39,10 @@ type enqueueAnswer struct {
 }
 
 type pendingEnqueue struct {
-	ctx  context.Context
-	body []byte // the job's JSON
-	done chan enqueueAnswer
+	ctx   context.Context
+	queue string
+	body  []byte // the job's JSON
+	done  chan enqueueAnswer
 }
 
 type coalescer struct {
@@ -58,7 +59,7 @@ func (q *coalescer) enqueue(ctx context.Context, c *Client, r EnqueueRequest) (*
 	if err != nil {
 		return &Enqueued{}, err
 	}
-	p := &pendingEnqueue{ctx: ctx, body: body, done: make(chan enqueueAnswer, 1)}
+	p := &pendingEnqueue{ctx: ctx, queue: r.Queue, body: body, done: make(chan enqueueAnswer, 1)}
 	q.mu.Lock()
 	if q.busy {
 		q.waiting = append(q.waiting, p)
@@ -106,8 +107,10 @@ func (q *coalescer) next() []*pendingEnqueue {
 	return batch
 }
 
-// sendEnqueues sends a batch (one job: a plain enqueue) and answers each
-// call. Whatever the batch does not settle, each job settles alone.
+// sendEnqueues sends a batch and answers each call. With the placement
+// known, the batch is split by the node its jobs' queues live on (their
+// shards' leader), one request to each node, all at once: no job costs a
+// forwarding hop.
 func (c *Client) sendEnqueues(batch []*pendingEnqueue) {
 	live := batch[:0:0]
 	for _, p := range batch {
@@ -117,11 +120,45 @@ func (c *Client) sendEnqueues(batch []*pendingEnqueue) {
 		}
 		live = append(live, p)
 	}
-	if len(live) == 1 {
-		live[0].alone(c)
+	if len(live) == 0 {
 		return
 	}
-	if len(live) == 0 {
+	if c.placement() == nil {
+		c.sendEnqueuesTo(nil, live)
+		return
+	}
+	var order []string
+	groups := map[string][]*pendingEnqueue{}
+	routes := map[string][]string{}
+	for _, p := range live {
+		route := c.routeQueue(p.queue)
+		key := ""
+		if len(route) > 0 {
+			key = route[0]
+		}
+		if _, ok := groups[key]; !ok {
+			order = append(order, key)
+			routes[key] = route
+		}
+		groups[key] = append(groups[key], p)
+	}
+	if len(order) == 1 {
+		c.sendEnqueuesTo(routes[order[0]], live)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, key := range order {
+		wg.Go(func() { c.sendEnqueuesTo(routes[key], groups[key]) })
+	}
+	wg.Wait()
+}
+
+// sendEnqueuesTo sends jobs to the first node of route (nil: the client's
+// current node), as one batch (one job: a plain enqueue), and answers each
+// call. Whatever the batch does not settle, each job settles alone.
+func (c *Client) sendEnqueuesTo(route []string, live []*pendingEnqueue) {
+	if len(live) == 1 {
+		live[0].alone(c)
 		return
 	}
 	var b bytes.Buffer
@@ -139,7 +176,14 @@ func (c *Client) sendEnqueues(batch []*pendingEnqueue) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), batchTimeout)
 	defer cancel()
 	base, _ := c.base()
+	if len(route) > 0 {
+		base = route[0]
+	}
 	status, data, err := c.roundTrip(ctx, http.MethodPost, base+"/api/v1/enqueue/batch", b.Bytes())
+	if err != nil && len(route) > 0 && dialFailed(err) {
+		c.place.markDown(base) // each job goes alone, to the shard's next node
+		c.refreshPlacement()
+	}
 	var ans batchAnswer
 	var ae *Error
 	switch {
@@ -189,7 +233,7 @@ type batchAnswer struct {
 // alone sends the job as a lone Enqueue (its context, the retries).
 func (p *pendingEnqueue) alone(c *Client) {
 	var out Enqueued
-	_, err := c.doBody(p.ctx, http.MethodPost, "/api/v1/enqueue", p.body, &out)
+	_, err := c.doRouted(p.ctx, c.routeQueue(p.queue), http.MethodPost, "/api/v1/enqueue", p.body, &out)
 	p.done <- enqueueAnswer{&out, err}
 }
 

@@ -1,0 +1,335 @@
+package corvo
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestShardForQueueGolden: the SDK's queue → shard rule is the server's
+// (router.TestShardForQueueGolden pins the same table), namespaced queues
+// hash as the server stores them, and job IDs give their shard.
+func TestShardForQueueGolden(t *testing.T) {
+	got := ""
+	for _, q := range []string{"default", "emails.send", "emails.bulk", "reports", "a", "q0", "q1", "q2"} {
+		got += fmt.Sprintf("%s=%d ", q, shardForQueue(storedQueue("", q), 4))
+	}
+	if want := "default=2 emails.send=0 emails.bulk=0 reports=2 a=3 q0=1 q1=0 q2=2 "; got != want {
+		t.Fatalf("shards %q, want %q", got, want)
+	}
+	if storedQueue("default", "q") != "q" || storedQueue("acme", "q") != "acme/q" {
+		t.Fatal("stored queue names")
+	}
+	for id, want := range map[string]int{"job_3_01HX7Y2K3M0000000000000000": 3, "job_12_01HX": 12, "job_x_1": -1, "batch_1_x": -1, "job_7": -1} {
+		if got := shardOfJobID(id); got != want {
+			t.Fatalf("shardOfJobID(%q) = %d, want %d", id, got, want)
+		}
+	}
+}
+
+// planPlacement puts each shard's leader first, then its other placed
+// nodes that are up; one node, or no shards, route nothing.
+func TestPlanPlacement(t *testing.T) {
+	st := &ClusterStatus{ShardCount: 2,
+		Nodes:  []ClusterNode{{NodeID: 1, HTTPAddress: "a:1", Status: "up"}, {NodeID: 2, HTTPAddress: "b:1", Status: "up"}, {NodeID: 3, HTTPAddress: "c:1", Status: "down"}},
+		Shards: []ShardStatus{{ShardID: 1, LeaderNode: 2, PlacedNodes: []uint64{1, 2, 3}}, {ShardID: 2, LeaderNode: 3, PlacedNodes: []uint64{3, 1}}}}
+	p := planPlacement(st, "http://", "acme")
+	if p == nil || p.ns != "acme" || fmt.Sprint(p.hosts) != "[[http://b:1 http://a:1] [http://a:1]]" {
+		t.Fatalf("placement %+v", p)
+	}
+	st.Nodes = st.Nodes[:1]
+	if p := planPlacement(st, "http://", ""); p != nil {
+		t.Fatalf("one node: placement %+v", p)
+	}
+}
+
+// forwardCounter counts, by route, the answers a node gave after
+// forwarding the request to another (ForwardedHeader), and all answers.
+type forwardCounter struct {
+	mu        sync.Mutex
+	forwarded map[string]int
+	total     map[string]int
+}
+
+func (f *forwardCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	route := req.URL.Path
+	if strings.HasPrefix(route, "/api/v1/ack/") && route != "/api/v1/ack/batch" {
+		route = "/api/v1/ack/{id}"
+	}
+	if strings.HasPrefix(route, "/api/v1/jobs/") {
+		route = "/api/v1/jobs/{id}"
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.forwarded == nil {
+		f.forwarded, f.total = map[string]int{}, map[string]int{}
+	}
+	f.total[route]++
+	if resp.Header.Get(ForwardedHeader) != "" {
+		f.forwarded[route]++
+	}
+	return resp, nil
+}
+
+func (f *forwardCounter) counts() (forwarded, total map[string]int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.forwarded), maps.Clone(f.total)
+}
+
+// startSpreadCluster starts 3 nodes whose 6 shards each live on one node
+// (--replicas 1), two led by each node, and returns the nodes' URLs.
+func startSpreadCluster(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	first := startServer(t, "--node-id", "a", "--replicas", "1", "--shards", "6")
+	join := first[len("http://"):]
+	urls := []string{first, startServer(t, "--node-id", "b", "--join", join), startServer(t, "--node-id", "c", "--join", join)}
+	c := New(first, WithoutPlacement())
+	for {
+		st, err := c.ClusterStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spread := len(st.Nodes) == 3 && len(st.Shards) == 6
+		for _, n := range st.Nodes {
+			spread = spread && n.Status == "up" && len(n.LeaderOf) == 2
+		}
+		for _, sh := range st.Shards {
+			spread = spread && sh.LeaderNode != 0 && len(sh.PlacedNodes) == 1 && sh.PlacedNodes[0] == sh.LeaderNode && sh.Settled != nil && *sh.Settled
+		}
+		if spread {
+			return urls
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the shards never spread: %+v", st)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// A client that knows the placement sends enqueues (coalesced or not)
+// and acks straight to the node hosting their shard: on a cluster whose
+// shards each live on one node, none of them is forwarded, while the
+// same load through one node without the placement is. A worker over
+// queues on every node gets every job exactly once.
+func TestPlacementRoutesStraight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	urls := startSpreadCluster(t, ctx)
+	// One queue per shard: every node hosts two of them.
+	queuesOf := func(prefix string) []string {
+		queues := make([]string, 6)
+		for i, found := 0, 0; found < 6; i++ {
+			q := fmt.Sprintf("%s.q%d", prefix, i)
+			if sh := shardForQueue(q, 6); queues[sh] == "" {
+				queues[sh] = q
+				found++
+			}
+		}
+		return queues
+	}
+	const perQueue = 20
+	load := func(c *Client, queues []string) map[string]bool {
+		ids := map[string]bool{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for g := range 8 { // concurrent calls: coalesced into batches
+			wg.Go(func() {
+				for i := g; i < perQueue*len(queues); i += 8 {
+					res, err := c.Enqueue(ctx, EnqueueRequest{Queue: queues[i%len(queues)], Payload: map[string]int{"i": i}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					ids[res.JobID] = true
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return ids
+	}
+
+	// Without the placement, through one node: most enqueues are forwarded.
+	var off forwardCounter
+	plain := New(urls[0], WithoutPlacement(), WithHTTPClient(&http.Client{Transport: &off}))
+	load(plain, queuesOf("plain"))
+	if fwd, _ := off.counts(); fwd["/api/v1/enqueue"]+fwd["/api/v1/enqueue/batch"] == 0 {
+		t.Fatalf("without the placement no enqueue was forwarded: %v", fwd)
+	}
+
+	var on forwardCounter
+	c := New(urls[0], WithHTTPClient(&http.Client{Transport: &on}))
+	if err := c.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := c.place.cur.Load(); p == nil || len(p.hosts) != 6 {
+		t.Fatalf("placement %+v", p)
+	}
+	// Lone enqueues, a coalesced load, then a worker over every queue.
+	queues := queuesOf("place")
+	for _, q := range queues {
+		if _, err := c.Enqueue(ctx, EnqueueRequest{Queue: q, Payload: map[string]int{"alone": 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := load(c, queues)
+	if len(want) != perQueue*len(queues) {
+		t.Fatalf("%d job ids", len(want))
+	}
+	seen := map[string]int{}
+	var mu sync.Mutex
+	allSeen := make(chan struct{})
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w := NewWorker(c, WorkerOptions{Concurrency: 8, FetchTimeout: 2 * time.Second})
+	for _, q := range queues {
+		w.Register(q, func(_ context.Context, j *JobContext) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[j.JobID]++
+			if len(seen) == len(want)+len(queues) {
+				close(allSeen)
+			}
+			return nil, nil
+		})
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- w.Run(wctx) }()
+	select {
+	case <-allSeen:
+	case <-ctx.Done():
+		t.Fatalf("the worker saw %d of %d jobs", len(seen), len(want)+len(queues))
+	}
+	stop()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("job %s handled %d times", id, n)
+		}
+	}
+	for id := range want {
+		if seen[id] == 0 {
+			t.Errorf("job %s never handled", id)
+		}
+	}
+	mu.Unlock()
+	for id := range want {
+		if j := waitState(t, c, id, "completed"); j.Attempt != 1 {
+			t.Fatalf("job %+v", j)
+		}
+	}
+	fwd, total := on.counts()
+	t.Logf("with the placement: requests %v, forwarded %v", total, fwd)
+	for _, route := range []string{"/api/v1/enqueue", "/api/v1/enqueue/batch", "/api/v1/ack/{id}", "/api/v1/jobs/{id}"} {
+		if fwd[route] != 0 {
+			t.Errorf("%d %s forwarded", fwd[route], route)
+		}
+	}
+	if total["/api/v1/enqueue/batch"] == 0 || total["/api/v1/ack/{id}"]+total["/api/v1/ack/batch"] == 0 {
+		t.Fatalf("the load made no batch or no ack: %v", total)
+	}
+}
+
+// When the node leading a queue's shard is killed, the client that routed
+// to it moves on (the shard's other nodes, then its node list): enqueues,
+// reads and a worker keep working.
+func TestPlacementFailsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	first, firstCmd := startNode(t, "--node-id", "a", "--shards", "4")
+	join := first[len("http://"):]
+	second, secondCmd := startNode(t, "--node-id", "b", "--join", join)
+	third, thirdCmd := startNode(t, "--node-id", "c", "--join", join)
+	cmds := map[string]*exec.Cmd{first: firstCmd, second: secondCmd, third: thirdCmd}
+	c := New(first)
+	for {
+		st, err := c.ClusterStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed := len(st.Nodes) == 3 && len(st.Shards) == st.ShardCount
+		for _, sh := range st.Shards {
+			voters := 0
+			for _, r := range sh.Replicas {
+				if r.Role != "learner" {
+					voters++
+				}
+			}
+			placed = placed && sh.LeaderNode != 0 && voters == 3 && sh.Settled != nil && *sh.Settled
+		}
+		if placed {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("shards never reached every node: %+v", st.Shards)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := c.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const queue = "place.failover"
+	route := c.routeQueue(queue)
+	if len(route) != 3 {
+		t.Fatalf("route %v", route)
+	}
+	killed := cmds[route[0]]
+	_ = killed.Process.Kill()
+	_ = killed.Wait()
+	res, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.place.live(route); len(got) != 2 || got[0] == route[0] {
+		t.Fatalf("the killed node is still routed to: %v", got)
+	}
+	handled := make(chan string, 1)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w := NewWorker(c, WorkerOptions{Concurrency: 2, FetchTimeout: time.Second})
+	w.Register(queue, func(_ context.Context, j *JobContext) (any, error) {
+		handled <- j.JobID
+		return nil, nil
+	})
+	runDone := make(chan error, 1)
+	go func() { runDone <- w.Run(wctx) }()
+	select {
+	case id := <-handled:
+		if id != res.JobID {
+			t.Fatalf("handled %s, enqueued %s", id, res.JobID)
+		}
+	case <-ctx.Done():
+		t.Fatal("the job was never handled")
+	}
+	waitState(t, c, res.JobID, "completed")
+	stop()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+}
