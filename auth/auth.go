@@ -76,8 +76,8 @@ var Roles = map[string][]Permission{
 	RoleAdmin: Permissions,
 	RoleOperator: append(slices.Clone(readPerms),
 		PermJobsEnqueue, PermJobsManage, PermQueuesManage, PermSchedulesManage, PermAuditRead),
-	RoleProducer: {PermJobsEnqueue, PermJobsRead},
-	RoleWorker:   {PermJobsWork, PermJobsRead},
+	RoleProducer: {PermJobsEnqueue, PermJobsRead, PermClusterRead},
+	RoleWorker:   {PermJobsWork, PermJobsRead, PermClusterRead},
 	RoleReadonly: readPerms,
 }
 
