@@ -1074,3 +1074,31 @@ func TestAckFetch(t *testing.T) {
 	require.Equal(t, StateCompleted, tb.get(first).State.State)
 	require.Equal(t, StateActive, tb.get(next).State.State)
 }
+
+// A fetch picks queues by their cached heads and seeks only the one it
+// picks: heads that are mere lower bounds of the first pending key (the
+// picked queue's seek lands further) give the same jobs as exact ones.
+func TestStateMachineFetchPicksByLowerBoundHeads(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	queues := []string{"a", "b", "c"}
+	for i := range 30 {
+		a.enqueue(queues[i%3], Priority(a.rnd.IntN(3)))
+		if i%4 == 0 {
+			a.advance(time.Millisecond)
+		}
+	}
+	b := setup(t)
+	for _, cmd := range a.log {
+		b.applyRaw(cmd)
+	}
+	for i := 0; i < 15; i++ {
+		qs := []string{queues[i%3], queues[(i+1)%3], queues[(i+2)%3]}
+		cmd := a.entry(&FetchOp{Queues: qs, WorkerID: "w1", Hostname: "h", Count: uint32(1 + i%3)})
+		for _, q := range queues {
+			b.sm.heads[q] = pendingPrefix(q) // below every pending key of q
+		}
+		require.Equal(t, a.applyRaw(cmd), b.applyRaw(cmd))
+	}
+	require.Equal(t, a.dump(), b.dump())
+}
