@@ -37,16 +37,10 @@ type applier struct {
 	ackStep string // the step_status of the ack being applied (chains)
 	outSeq  uint32 // numbers outbox records within one entry
 	jobSeq  uint32 // numbers the jobs created within one entry
-
-	// The greatest entry ID with a dedup record, this Update's included
-	// (StateMachine.dedupMax takes it after the commit).
-	dedupMax   EntryID
-	dedupMaxOK bool
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
 	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
-	a.dedupMax, a.dedupMaxOK = s.dedupMax, s.dedupMaxOK
 	if s.cfg.EmitChanges {
 		a.changed, a.deleted, a.newErrors = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}
 	}
@@ -122,10 +116,8 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	// after the retry), and a first attempt applied after its retry must
 	// not apply its ops again (an enqueue would reset a finished job).
 	dk := dedupKey(e.ID)
-	if a.maybeApplied(e.ID) {
-		if prev, ok := a.get(dk); ok {
-			return a.replayResults(prev), true
-		}
+	if prev, ok := a.get(dk); ok {
+		return a.replayResults(prev), true
 	}
 	results := make([]Result, len(e.Ops))
 	for i, op := range e.Ops {
@@ -136,17 +128,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		}
 	}
 	a.set(dk, encodeResults(nil, results, true))
-	if !a.dedupMaxOK || bytes.Compare(e.ID[:], a.dedupMax[:]) > 0 {
-		a.dedupMax, a.dedupMaxOK = e.ID, true
-	}
 	return encodeResults(nil, results, false), true
-}
-
-// maybeApplied reports whether an entry ID may have a dedup record: false
-// when it is above every recorded ID (the usual case, IDs start with the
-// proposer's clock), which spares a Pebble lookup that would miss.
-func (a *applier) maybeApplied(id EntryID) bool {
-	return a.dedupMaxOK && bytes.Compare(id[:], a.dedupMax[:]) <= 0
 }
 
 // replayResults answers a duplicate proposal with the results of the first

@@ -133,12 +133,6 @@ type StateMachine struct {
 	// heads[queue] is the queue's exact first pending key when known (nil
 	// when not), so the per-Update queue signals rarely need a seek.
 	heads map[string][]byte
-	// dedupMax is the greatest entry ID with a dedup record (ok false:
-	// none), so an entry ID above it is new without a Pebble lookup. It is
-	// rebuilt from the records at Open and recover; it changes costs,
-	// never results.
-	dedupMax   EntryID
-	dedupMaxOK bool
 	// jobs caches the records of live jobs, write-through (see jobcache.go).
 	jobs *jobCache
 	// rates[queue] holds the fetch times of a throttled queue inside its
@@ -237,9 +231,6 @@ func (s *StateMachine) loadMeta() error {
 	if err := s.loadWatched(); err != nil {
 		return err
 	}
-	if err := s.loadDedupMax(); err != nil {
-		return err
-	}
 	v, closer, err := s.db.Get([]byte(keyMeta))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil
@@ -300,9 +291,6 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	}
 	s.applied = last
 	s.appliedAtomic.Store(last)
-	if a.dedupMaxOK {
-		s.dedupMax, s.dedupMaxOK = a.dedupMax, true
-	}
 	if s.cfg.Listener != nil {
 		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
 			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events})
@@ -434,23 +422,6 @@ func (p pebbleLogger) Errorf(format string, args ...interface{}) {
 }
 func (p pebbleLogger) Fatalf(format string, args ...interface{}) {
 	p.l.Fatal().Str("component", "pebble").Msgf(format, args...)
-}
-
-// loadDedupMax finds the greatest entry ID with a dedup record.
-func (s *StateMachine) loadDedupMax() error {
-	s.dedupMax, s.dedupMaxOK = EntryID{}, false
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pfxDedup), UpperBound: prefixEnd([]byte(pfxDedup))})
-	if err != nil {
-		return fmt.Errorf("seek dedup records: %w", err)
-	}
-	if it.Last() && len(it.Key()) == len(pfxDedup)+len(s.dedupMax) {
-		copy(s.dedupMax[:], it.Key()[len(pfxDedup):])
-		s.dedupMaxOK = true
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("seek dedup records: %w", err)
-	}
-	return nil
 }
 
 // cursor returns the fetch lower bound for a queue.

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -1102,48 +1101,4 @@ func TestStateMachineFetchPicksByLowerBoundHeads(t *testing.T) {
 		require.Equal(t, a.applyRaw(cmd), b.applyRaw(cmd))
 	}
 	require.Equal(t, a.dump(), b.dump())
-}
-
-// Entries whose IDs are above every recorded one skip the dedup lookup; a
-// duplicate is still found after a reopen (the bound is rebuilt from the
-// records), inside one Update, and an entry from a clock that lags is
-// still applied.
-func TestStateMachineDedupBound(t *testing.T) {
-	t.Parallel()
-	tb := setup(t)
-	enq := func(now time.Time) []byte {
-		e := Entry{ID: NewEntryID(now.UnixNano(), tb.rnd.Uint64()), Now: now.UnixNano(), Ops: []Op{
-			&EnqueueOp{Job: Job{ID: tb.newID(), Queue: "q", Payload: []byte(`{}`), JobOptions: DefaultJobOptions()}}}}
-		return e.Encode(nil)
-	}
-	first := enq(tb.now)
-	want := tb.applyRaw(first)
-	tb.advance(time.Second)
-	tb.applyRaw(enq(tb.now))
-	tb.reopen()
-	require.True(t, tb.sm.dedupMaxOK)
-	jobKeys := func() []string { // the dump without the applied index
-		var out []string
-		for _, kv := range tb.dump() {
-			if !strings.HasPrefix(kv, `"m|`) {
-				out = append(out, kv)
-			}
-		}
-		return out
-	}
-	before := jobKeys()
-	require.Equal(t, want, tb.applyRaw(first), "a duplicate after reopen")
-	require.Equal(t, before, jobKeys())
-
-	lagging := enq(tb.now.Add(-time.Minute))
-	tb.applyRaw(lagging)
-	require.Len(t, jobKeys(), len(before)+3, "an entry below the bound is applied: job, pending key, dedup record")
-
-	tb.advance(time.Second)
-	twice := enq(tb.now)
-	out, err := tb.sm.Update([]sm.Entry{{Index: tb.index + 1, Cmd: twice}, {Index: tb.index + 2, Cmd: twice}})
-	require.NoError(t, err)
-	tb.index += 2
-	require.Equal(t, out[0].Result.Data, out[1].Result.Data)
-	require.Equal(t, int64(4), tb.sm.stats["q"].Counts[StatePending], "the second copy applied nothing")
 }
