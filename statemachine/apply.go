@@ -37,6 +37,9 @@ type applier struct {
 	ackStep string // the step_status of the ack being applied (chains)
 	outSeq  uint32 // numbers outbox records within one entry
 	jobSeq  uint32 // numbers the jobs created within one entry
+
+	// scratch holds a record being encoded for set (the batch copies it).
+	scratch []byte
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
@@ -294,7 +297,8 @@ func (a *applier) loadState(id string) JobState {
 
 // putState writes a job's state record.
 func (a *applier) putState(j *Job, st *JobState) {
-	a.set(stateKey(j.ID), st.appendTo(nil))
+	a.scratch = st.appendTo(a.scratch[:0])
+	a.set(stateKey(j.ID), a.scratch)
 	a.s.jobs.update(j.ID, st)
 	a.noteChange(j, st)
 }
@@ -405,7 +409,8 @@ func (a *applier) flushStats() []QueueSignal {
 	sigs := make([]QueueSignal, 0, len(a.dirty))
 	for q := range a.dirty {
 		st := a.stats(q)
-		a.set(queueStatsKey(q), st.appendTo(nil))
+		a.scratch = st.appendTo(a.scratch[:0])
+		a.set(queueStatsKey(q), a.scratch)
 		_, ready := a.ready[q]
 		sig := QueueSignal{Queue: q, Pending: st.Counts[StatePending], Paused: a.config(q).Paused, Ready: ready}
 		if sig.Pending > 0 {
@@ -528,7 +533,8 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
 	}
-	a.set(jobKey(j.ID), j.appendTo(nil))
+	a.scratch = j.appendTo(a.scratch[:0])
+	a.set(jobKey(j.ID), a.scratch)
 	st := a.stats(j.Queue)
 	st.Enqueued++
 	a.s.jobs.add(j, JobState{State: StatePending})
@@ -580,7 +586,11 @@ func (a *applier) fetch(o *FetchOp) Result {
 	if want <= 0 {
 		want = 1
 	}
-	var heads []*fetchHead
+	// The heads live in one array that never grows past the queue count,
+	// so pointers into it stay valid; the pointer list starts on the stack.
+	store := make([]fetchHead, 0, len(o.Queues))
+	var ptrs [8]*fetchHead
+	heads := ptrs[:0]
 	defer func() {
 		for _, h := range heads {
 			if h.it != nil {
@@ -604,7 +614,8 @@ func (a *applier) fetch(o *FetchOp) Result {
 		}
 		pfx := pendingPrefix(q)
 		if k := a.s.heads[q]; k != nil {
-			heads = append(heads, &fetchHead{queue: q, prefix: len(pfx), key: k, room: room})
+			store = append(store, fetchHead{queue: q, prefix: len(pfx), key: k, room: room})
+			heads = append(heads, &store[len(store)-1])
 			continue
 		}
 		it, ok := a.pendingIter(a.s.cursor(q), pfx)
@@ -614,7 +625,8 @@ func (a *applier) fetch(o *FetchOp) Result {
 		if !ok {
 			continue
 		}
-		heads = append(heads, &fetchHead{queue: q, prefix: len(pfx), key: it.Key(), it: it, room: room})
+		store = append(store, fetchHead{queue: q, prefix: len(pfx), key: it.Key(), it: it, room: room})
+		heads = append(heads, &store[len(store)-1])
 	}
 	// Whatever the heads stop on is each queue's new head (the batch has
 	// no pending inserts the iterators cannot see: fetch adds none).

@@ -1102,3 +1102,36 @@ func TestStateMachineFetchPicksByLowerBoundHeads(t *testing.T) {
 	}
 	require.Equal(t, a.dump(), b.dump())
 }
+
+// Allocation guard: a one-job fetch over 8 queues allocates no more than
+// one over a single queue plus the array of heads, and encoding the records
+// an enqueue, a claim and the stats flush write reuses the applier's buffer.
+func TestApplierAllocs(t *testing.T) {
+	tb := setup(t)
+	queues := make([]string, 8)
+	for i := range queues {
+		queues[i] = fmt.Sprintf("q%d", i)
+		for range 60 {
+			tb.enqueue(queues[i], PriorityNormal)
+		}
+	}
+	b := tb.sm.db.NewIndexedBatch()
+	defer b.Close()
+	a := newApplier(tb.sm, b)
+	a.now = tb.now.UnixNano()
+	fetchAllocs := func(qs []string) float64 {
+		op := &FetchOp{Queues: qs, WorkerID: "w1", Hostname: "h", Count: 1}
+		return testing.AllocsPerRun(50, func() {
+			require.Len(t, a.fetch(op).Jobs, 1)
+		})
+	}
+	one, eight := fetchAllocs(queues[:1]), fetchAllocs(queues)
+	require.LessOrEqual(t, eight, one+1, "per-queue work in a fetch allocates (1 queue: %v, 8: %v)", one, eight)
+
+	// Writing a state record allocates its key only (the value is
+	// encoded into the applier's reused buffer).
+	j := Job{ID: tb.newID(), Queue: "q0", Payload: []byte(`{"n":1}`), JobOptions: DefaultJobOptions()}
+	st := JobState{State: StateActive, WorkerID: "w1", Hostname: "h", Attempt: 1, LeaseExpiresAt: a.now}
+	a.putState(&j, &st)
+	require.Equal(t, 1.0, testing.AllocsPerRun(50, func() { a.putState(&j, &st) }))
+}
