@@ -41,6 +41,9 @@ type applier struct {
 	ackStep string // the step_status of the ack being applied (chains)
 	outSeq  uint32 // numbers outbox records within one entry
 	jobSeq  uint32 // numbers the jobs created within one entry
+
+	// scratch holds a record being encoded for set (the batch copies it).
+	scratch []byte
 }
 
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
@@ -316,7 +319,8 @@ func (a *applier) loadState(id string) JobState {
 
 // putState writes a job's state record.
 func (a *applier) putState(j *Job, st *JobState) {
-	a.set(stateKey(j.ID), st.appendTo(nil))
+	a.scratch = st.appendTo(a.scratch[:0])
+	a.set(stateKey(j.ID), a.scratch)
 	a.s.jobs.update(j.ID, st)
 	a.noteChange(j, st)
 }
@@ -427,7 +431,8 @@ func (a *applier) flushStats() []QueueSignal {
 	sigs := make([]QueueSignal, 0, len(a.dirty))
 	for q := range a.dirty {
 		st := a.stats(q)
-		a.set(queueStatsKey(q), st.appendTo(nil))
+		a.scratch = st.appendTo(a.scratch[:0])
+		a.set(queueStatsKey(q), a.scratch)
 		_, ready := a.ready[q]
 		sig := QueueSignal{Queue: q, Pending: st.Counts[StatePending], Paused: a.config(q).Paused, Ready: ready}
 		if sig.Pending > 0 {
@@ -550,7 +555,8 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
 	}
-	a.set(jobKey(j.ID), j.appendTo(nil))
+	a.scratch = j.appendTo(a.scratch[:0])
+	a.set(jobKey(j.ID), a.scratch)
 	st := a.stats(j.Queue)
 	st.Enqueued++
 	a.s.jobs.add(j, JobState{State: StatePending})
@@ -582,20 +588,36 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 type fetchHead struct {
 	queue  string
 	prefix int
-	it     *pebble.Iterator
-	room   int // jobs the queue may still hand out (limits)
+	// key is no greater than the queue's first pending key: its cached
+	// head until the queue is picked, then the iterator's position (exact).
+	key  []byte
+	it   *pebble.Iterator // nil until the queue is picked or its head is unknown
+	room int              // jobs the queue may still hand out (limits)
 }
 
+// fetch claims up to Count pending jobs over its queues, lowest (priority,
+// time, seq) first, ties to the earlier queue. A queue whose head is cached
+// opens no iterator unless it is picked: a one-job fetch over 8 queues costs
+// one seek, not 8. Picking by a cached key gives the same jobs as seeking
+// every queue: the key is a lower bound of the queue's first pending key,
+// so a picked queue whose seek lands further is put back and the pick is
+// made again.
 func (a *applier) fetch(o *FetchOp) Result {
 	a.touchWorker(o.WorkerID, o.Hostname, o.Queues)
 	want := int(o.Count)
 	if want <= 0 {
 		want = 1
 	}
-	var heads []*fetchHead
+	// The heads live in one array that never grows past the queue count,
+	// so pointers into it stay valid; the pointer list starts on the stack.
+	store := make([]fetchHead, 0, len(o.Queues))
+	var ptrs [8]*fetchHead
+	heads := ptrs[:0]
 	defer func() {
 		for _, h := range heads {
-			h.it.Close()
+			if h.it != nil {
+				h.it.Close()
+			}
 		}
 	}()
 	seen := make(map[string]struct{}, len(o.Queues))
@@ -613,40 +635,60 @@ func (a *applier) fetch(o *FetchOp) Result {
 			continue
 		}
 		pfx := pendingPrefix(q)
-		lower := a.s.heads[q]
-		if lower == nil {
-			lower = a.s.cursor(q)
-		}
-		it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(pfx)})
-		if err != nil {
-			a.fail(err)
-			return Result{}
-		}
-		if !it.First() {
-			it.Close()
+		if k := a.s.heads[q]; k != nil {
+			store = append(store, fetchHead{queue: q, prefix: len(pfx), key: k, room: room})
+			heads = append(heads, &store[len(store)-1])
 			continue
 		}
-		heads = append(heads, &fetchHead{queue: q, prefix: len(pfx), it: it, room: room})
+		it, ok := a.pendingIter(a.s.cursor(q), pfx)
+		if a.err != nil {
+			return Result{}
+		}
+		if !ok {
+			continue
+		}
+		store = append(store, fetchHead{queue: q, prefix: len(pfx), key: it.Key(), it: it, room: room})
+		heads = append(heads, &store[len(store)-1])
 	}
-	// Whatever the iterators stop on is each queue's new head (the batch
-	// has no pending inserts the iterators cannot see: fetch adds none).
+	// Whatever the heads stop on is each queue's new head (the batch has
+	// no pending inserts the iterators cannot see: fetch adds none).
 	defer func() {
 		for _, h := range heads {
-			a.s.heads[h.queue] = append([]byte(nil), h.it.Key()...)
+			if h.it != nil {
+				a.s.heads[h.queue] = append([]byte(nil), h.key...)
+			}
 		}
 	}()
 	res := Result{}
 	for len(res.Jobs) < want && len(heads) > 0 {
 		best := 0
 		for i := 1; i < len(heads); i++ {
-			if bytes.Compare(heads[i].it.Key()[heads[i].prefix:], heads[best].it.Key()[heads[best].prefix:]) < 0 {
+			if bytes.Compare(heads[i].key[heads[i].prefix:], heads[best].key[heads[best].prefix:]) < 0 {
 				best = i
 			}
 		}
 		h := heads[best]
-		key := append([]byte(nil), h.it.Key()...)
+		if h.it == nil {
+			it, ok := a.pendingIter(h.key, pendingPrefix(h.queue))
+			if a.err != nil {
+				return Result{}
+			}
+			if !ok {
+				heads = append(heads[:best], heads[best+1:]...)
+				delete(a.s.heads, h.queue)
+				continue
+			}
+			moved := !bytes.Equal(it.Key(), h.key)
+			h.it, h.key = it, it.Key()
+			if moved {
+				continue // the cached head was below the first key: pick again
+			}
+		}
+		key := append([]byte(nil), h.key...)
 		id := string(h.it.Value())
-		if !h.it.Next() {
+		if h.it.Next() {
+			h.key = h.it.Key()
+		} else {
 			h.it.Close()
 			heads = append(heads[:best], heads[best+1:]...)
 			delete(a.s.heads, h.queue)
@@ -660,7 +702,7 @@ func (a *applier) fetch(o *FetchOp) Result {
 				// iterator's position still being its head.
 				for i, x := range heads {
 					if x == h {
-						a.s.heads[h.queue] = append([]byte(nil), h.it.Key()...)
+						a.s.heads[h.queue] = append([]byte(nil), h.key...)
 						h.it.Close()
 						heads = append(heads[:i], heads[i+1:]...)
 						break
@@ -673,6 +715,23 @@ func (a *applier) fetch(o *FetchOp) Result {
 		}
 	}
 	return res
+}
+
+// pendingIter opens an iterator over a queue's pending keys from lower and
+// positions it on the first; false (iterator closed) when there is none.
+func (a *applier) pendingIter(lower, pfx []byte) (*pebble.Iterator, bool) {
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(pfx)})
+	if err != nil {
+		a.fail(err)
+		return nil, false
+	}
+	if !it.First() {
+		if err := it.Close(); err != nil {
+			a.fail(err)
+		}
+		return nil, false
+	}
+	return it, true
 }
 
 // claim makes a pending job active for the fetching worker. An expired job

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	sm "github.com/lni/dragonboat/v4/statemachine"
 )
 
 type nopListener struct{}
@@ -95,5 +97,96 @@ func BenchmarkDecodeJobRecord(b *testing.B) {
 		if d.err != nil {
 			b.Fatal(d.err)
 		}
+	}
+}
+
+// BenchmarkLifecycleOneJobOps: the e2e shape of one job per request, as the
+// proposer coalesces it: entries of 8 enqueues (one per queue), 8 fetches
+// of one job each over all 8 queues in rotating order, and 8 acks, over a
+// backlog of a few jobs per queue; each entry a microsecond after the last,
+// as the proposer stamps them. Reported per job. "flushed" first runs
+// 20,000 jobs through and flushes them to SSTs, so reads that miss go past
+// the memtable as in a server that has run a while.
+func BenchmarkLifecycleOneJobOps(b *testing.B) {
+	b.Run("fresh", func(b *testing.B) { benchOneJobOps(b, 0) })
+	b.Run("flushed", func(b *testing.B) { benchOneJobOps(b, 20000) })
+}
+
+func benchOneJobOps(b *testing.B, history int) {
+	const nq, per = 8, 8
+	tb := &testBundle{t: b, dir: b.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
+	tb.sm = New(Config{ShardID: 1, Dir: tb.dir, Listener: nopListener{}, EmitChanges: true})
+	if _, err := tb.sm.Open(nil); err != nil {
+		b.Fatal(err)
+	}
+	defer tb.sm.Close()
+	queues := make([]string, nq)
+	for i := range queues {
+		queues[i] = fmt.Sprintf("queue-%d", i)
+	}
+	apply := func(ops []Op) []Result {
+		tb.index++
+		tb.advance(time.Microsecond)
+		out, err := tb.sm.Update([]sm.Entry{{Index: tb.index, Cmd: tb.entry(ops...)}})
+		if err != nil || out[0].Result.Value != ResultApplied {
+			b.Fatal(err)
+		}
+		rs, err := DecodeResults(out[0].Result.Data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rs
+	}
+	enqueue := func() {
+		ops := make([]Op, per)
+		for k := range ops {
+			ops[k] = &EnqueueOp{Job: Job{ID: tb.newID(), Queue: queues[k%nq], Payload: []byte(`{"n":1}`), JobOptions: DefaultJobOptions()}}
+		}
+		apply(ops)
+	}
+	for range 4 {
+		enqueue()
+	}
+	rot := 0
+	round := func() {
+		enqueue()
+		ops := make([]Op, per)
+		for k := range ops {
+			qs := make([]string, nq)
+			for x := range qs {
+				qs[x] = queues[(rot+x)%nq]
+			}
+			rot++
+			ops[k] = &FetchOp{Queues: qs, WorkerID: fmt.Sprintf("w%d", k), Hostname: "h", Count: 1}
+		}
+		var acks []Op
+		for _, r := range apply(ops) {
+			for _, j := range r.Jobs {
+				acks = append(acks, &AckOp{JobID: j.Job.ID})
+			}
+		}
+		apply(acks)
+		tb.advance(time.Millisecond)
+	}
+	for i := 0; i < history; i += per {
+		round()
+	}
+	if history > 0 {
+		if err := tb.sm.db.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	benchRounds(b.N, per, round)
+}
+
+// benchRounds is the timed loop, a function of its own so that callgrind
+// can count it alone (--toggle-collect='*benchRounds').
+//
+//go:noinline
+func benchRounds(n, per int, round func()) {
+	for i := 0; i < n; i += per {
+		round()
 	}
 }

@@ -1115,3 +1115,64 @@ func TestAcksFetch(t *testing.T) {
 	require.Equal(t, rest[:2], []string{rs[2].Jobs[0].Job.ID, rs[2].Jobs[1].Job.ID})
 	require.Equal(t, StatePending, tb.get(rest[2]).State.State, "never more than count")
 }
+
+// A fetch picks queues by their cached heads and seeks only the one it
+// picks: heads that are mere lower bounds of the first pending key (the
+// picked queue's seek lands further) give the same jobs as exact ones.
+func TestStateMachineFetchPicksByLowerBoundHeads(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	queues := []string{"a", "b", "c"}
+	for i := range 30 {
+		a.enqueue(queues[i%3], Priority(a.rnd.IntN(3)))
+		if i%4 == 0 {
+			a.advance(time.Millisecond)
+		}
+	}
+	b := setup(t)
+	for _, cmd := range a.log {
+		b.applyRaw(cmd)
+	}
+	for i := 0; i < 15; i++ {
+		qs := []string{queues[i%3], queues[(i+1)%3], queues[(i+2)%3]}
+		cmd := a.entry(&FetchOp{Queues: qs, WorkerID: "w1", Hostname: "h", Count: uint32(1 + i%3)})
+		for _, q := range queues {
+			b.sm.heads[q] = pendingPrefix(q) // below every pending key of q
+		}
+		require.Equal(t, a.applyRaw(cmd), b.applyRaw(cmd))
+	}
+	require.Equal(t, a.dump(), b.dump())
+}
+
+// Allocation guard: a one-job fetch over 8 queues allocates no more than
+// one over a single queue plus the array of heads, and encoding the records
+// an enqueue, a claim and the stats flush write reuses the applier's buffer.
+func TestApplierAllocs(t *testing.T) {
+	tb := setup(t)
+	queues := make([]string, 8)
+	for i := range queues {
+		queues[i] = fmt.Sprintf("q%d", i)
+		for range 60 {
+			tb.enqueue(queues[i], PriorityNormal)
+		}
+	}
+	b := tb.sm.db.NewIndexedBatch()
+	defer b.Close()
+	a := newApplier(tb.sm, b)
+	a.now = tb.now.UnixNano()
+	fetchAllocs := func(qs []string) float64 {
+		op := &FetchOp{Queues: qs, WorkerID: "w1", Hostname: "h", Count: 1}
+		return testing.AllocsPerRun(50, func() {
+			require.Len(t, a.fetch(op).Jobs, 1)
+		})
+	}
+	one, eight := fetchAllocs(queues[:1]), fetchAllocs(queues)
+	require.LessOrEqual(t, eight, one+1, "per-queue work in a fetch allocates (1 queue: %v, 8: %v)", one, eight)
+
+	// Writing a state record allocates its key only (the value is
+	// encoded into the applier's reused buffer).
+	j := Job{ID: tb.newID(), Queue: "q0", Payload: []byte(`{"n":1}`), JobOptions: DefaultJobOptions()}
+	st := JobState{State: StateActive, WorkerID: "w1", Hostname: "h", Attempt: 1, LeaseExpiresAt: a.now}
+	a.putState(&j, &st)
+	require.Equal(t, 1.0, testing.AllocsPerRun(50, func() { a.putState(&j, &st) }))
+}
