@@ -10,7 +10,7 @@
 #   OLD=/tmp/corvo-old NEW=bin/corvo ROUNDS=3 DUR=15s scripts/ab-cpu.sh
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
-OLD=${OLD:?}; NEW=${NEW:?}
+OLD=$(realpath "${OLD:?}"); NEW=$(realpath "${NEW:?}") # each server runs in its own directory
 scrape() { curl -sf http://127.0.0.1:18195/api/v1/metrics | grep -E '^(go_memstats_alloc_bytes_total|go_memstats_mallocs_total|go_gc_duration_seconds_count) ' ; }
 run() {
   local bin=$1 label=$2 workload=$3 dir pid out m0 m1
