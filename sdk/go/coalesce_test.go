@@ -85,12 +85,12 @@ func TestEnqueueAloneAtOnceThenBatched(t *testing.T) {
 	t.Parallel()
 	base := startServer(t)
 	url, counts := countingProxy(t, base, false)
-	arrived, release := make(chan struct{}), make(chan struct{})
-	var held atomic.Bool
+	arrived, release := make(chan struct{}, maxEnqueueRequests), make(chan struct{})
+	var held atomic.Int32
 	holding := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/v1/enqueue" {
-			if held.CompareAndSwap(false, true) { // hold the first one in flight
-				close(arrived)
+			if held.Add(1) <= maxEnqueueRequests { // hold the first ones in flight
+				arrived <- struct{}{}
 				<-release
 			}
 		}
@@ -101,12 +101,14 @@ func TestEnqueueAloneAtOnceThenBatched(t *testing.T) {
 	c.enq.testWaiting = make(chan int)
 	ctx := context.Background()
 
-	first := make(chan error, 1)
-	go func() {
-		_, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.lone"})
-		first <- err
-	}()
-	<-arrived // sent with nothing else going on: no waiting for company
+	first := make(chan error, maxEnqueueRequests)
+	for range maxEnqueueRequests {
+		go func() {
+			_, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.lone"})
+			first <- err
+		}()
+		<-arrived // sent while fewer than the maximum were out: no waiting for company
+	}
 
 	type answer struct {
 		e   *Enqueued
@@ -136,8 +138,10 @@ func TestEnqueueAloneAtOnceThenBatched(t *testing.T) {
 		t.Fatalf("unique enqueue: %+v %v", u, err)
 	}
 	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
+	for range maxEnqueueRequests {
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i, r := range reqs {
 		a := <-answers[i]
@@ -157,8 +161,8 @@ func TestEnqueueAloneAtOnceThenBatched(t *testing.T) {
 		}
 	}
 	// The refused batch (one invalid job) stored nothing; its jobs went
-	// alone: 1 + 1 (unique) + 4 lone enqueues, 1 batch.
-	if s, b := count(counts, "/api/v1/enqueue"), count(counts, "/api/v1/enqueue/batch"); s != 6 || b != 1 {
+	// alone: the first ones + 1 (unique) + 4 lone enqueues, 1 batch.
+	if s, b := count(counts, "/api/v1/enqueue"), count(counts, "/api/v1/enqueue/batch"); s != maxEnqueueRequests+5 || b != 1 {
 		t.Fatalf("%d single and %d batch requests", s, b)
 	}
 	// Without coalescing, each call is its own request.
