@@ -3,11 +3,11 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/valyala/fasthttp"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 // Placement-aware load (Config.Placement): the run reads the cluster's
@@ -23,41 +23,6 @@ import (
 type placement struct {
 	shardHost []int // shard → index in runner.clients
 	queueHost []int // queue index (Config.queueNames) → index in runner.clients
-}
-
-// shardForQueue is the server's queue → shard rule (router.ShardForQueue).
-func shardForQueue(queue string, shards int) int {
-	return int(xxhash.Sum64String(queue) % uint64(shards))
-}
-
-// shardOfJobID reads the shard a job ID carries (job_<shard>_<ULID>); -1
-// when it carries none.
-func shardOfJobID(id string) int {
-	rest, ok := strings.CutPrefix(id, "job_")
-	if !ok {
-		return -1
-	}
-	n, _, ok := strings.Cut(rest, "_")
-	sh, err := strconv.Atoi(n)
-	if !ok || err != nil {
-		return -1
-	}
-	return sh
-}
-
-// clusterStatus is the part of GET /api/v1/cluster/status placement needs.
-type clusterStatus struct {
-	Nodes []struct {
-		NodeID uint64 `json:"node_id"`
-		HTTP   string `json:"http_address"`
-		Status string `json:"status"`
-	} `json:"nodes"`
-	ShardCount int `json:"shard_count"`
-	Shards     []struct {
-		ShardID uint64   `json:"shard_id"` // 1-based
-		Leader  uint64   `json:"leader_node"`
-		Placed  []uint64 `json:"placed_nodes"`
-	} `json:"shards"`
 }
 
 // readPlacement asks the node behind c for the cluster's placement and
@@ -78,7 +43,7 @@ func readPlacement(c *httpClient) (urls []string, shardHost []int, err error) {
 	if resp.StatusCode() != 200 {
 		return nil, nil, fmt.Errorf("bench: read the placement: %w", newStatusError(resp.StatusCode(), resp.Body()))
 	}
-	var st clusterStatus
+	var st corvo.ClusterStatus
 	if err := json.Unmarshal(resp.Body(), &st); err != nil {
 		return nil, nil, fmt.Errorf("bench: read the placement: %w", err)
 	}
@@ -87,7 +52,7 @@ func readPlacement(c *httpClient) (urls []string, shardHost []int, err error) {
 
 // planPlacement picks, for each shard, its leader, else its first placed
 // node that is up.
-func planPlacement(st *clusterStatus, scheme string) (urls []string, shardHost []int, err error) {
+func planPlacement(st *corvo.ClusterStatus, scheme string) (urls []string, shardHost []int, err error) {
 	if st.ShardCount <= 0 || len(st.Nodes) == 0 {
 		return nil, nil, fmt.Errorf("bench: the cluster status names no shards or nodes")
 	}
@@ -96,7 +61,7 @@ func planPlacement(st *clusterStatus, scheme string) (urls []string, shardHost [
 	for i, n := range st.Nodes {
 		index[n.NodeID] = i
 		up[n.NodeID] = n.Status == "" || n.Status == "up"
-		urls = append(urls, scheme+n.HTTP)
+		urls = append(urls, scheme+n.HTTPAddress)
 	}
 	shardHost = make([]int, st.ShardCount)
 	for i := range shardHost {
@@ -107,11 +72,11 @@ func planPlacement(st *clusterStatus, scheme string) (urls []string, shardHost [
 		if i < 0 || i >= st.ShardCount {
 			continue
 		}
-		if k, ok := index[sh.Leader]; ok && up[sh.Leader] {
+		if k, ok := index[sh.LeaderNode]; ok && up[sh.LeaderNode] {
 			shardHost[i] = k
 			continue
 		}
-		for _, n := range sh.Placed {
+		for _, n := range sh.PlacedNodes {
 			if k, ok := index[n]; ok && up[n] {
 				shardHost[i] = k
 				break
@@ -130,7 +95,7 @@ func planPlacement(st *clusterStatus, scheme string) (urls []string, shardHost [
 func newPlacement(shardHost []int, queues []string) *placement {
 	p := &placement{shardHost: shardHost, queueHost: make([]int, len(queues))}
 	for i, q := range queues {
-		p.queueHost[i] = shardHost[shardForQueue(q, len(shardHost))]
+		p.queueHost[i] = shardHost[corvo.ShardForQueue(q, len(shardHost))]
 	}
 	return p
 }
@@ -143,7 +108,7 @@ func (r *runner) forJob(i int64) *httpClient {
 // forJobID is the client of the shard a job ID names (nil: it names none
 // this run knows).
 func (r *runner) forJobID(id string) *httpClient {
-	if sh := shardOfJobID(id); sh >= 0 && sh < len(r.place.shardHost) {
+	if sh := corvo.ShardOfJobID(id); sh >= 0 && sh < len(r.place.shardHost) {
 		return r.clients[r.place.shardHost[sh]]
 	}
 	return nil

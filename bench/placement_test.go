@@ -8,10 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
-// TestPlacement: the bench's queue → shard rule and job-ID parsing are the
-// server's router's; each shard goes to its leader when it is up, else to
+// TestPlacement: the queue → shard rule and job-ID parsing the bench takes
+// from the Go SDK are the server's router's; each shard goes to its leader when it is up, else to
 // the first placed node that is up; a shard with no node up is an error;
 // a worker fetches from its node's queues, or from all when its node
 // hosts none.
@@ -21,37 +22,29 @@ func TestPlacement(t *testing.T) {
 		rt := router.New(shards)
 		for i := range 200 {
 			q := fmt.Sprintf("bench.q%d", i)
-			require.Equal(t, rt.ShardForQueue(q), shardForQueue(q, shards), q)
+			require.Equal(t, rt.ShardForQueue(q), corvo.ShardForQueue(q, shards), q)
 		}
 		for sh := range shards {
-			require.Equal(t, sh, shardOfJobID(router.JobID(sh, ulid.Make())))
+			require.Equal(t, sh, corvo.ShardOfJobID(router.JobID(sh, ulid.Make())))
 		}
 	}
-	require.Equal(t, -1, shardOfJobID("nope"))
-	require.Equal(t, -1, shardOfJobID("job_x_01"))
+	require.Equal(t, -1, corvo.ShardOfJobID("nope"))
+	require.Equal(t, -1, corvo.ShardOfJobID("job_x_01"))
 
-	st := &clusterStatus{ShardCount: 3}
+	st := &corvo.ClusterStatus{ShardCount: 3}
 	for _, n := range []struct {
 		id     uint64
 		status string
 	}{{1, "up"}, {2, "down"}, {3, "up"}} {
-		st.Nodes = append(st.Nodes, struct {
-			NodeID uint64 `json:"node_id"`
-			HTTP   string `json:"http_address"`
-			Status string `json:"status"`
-		}{n.id, fmt.Sprintf("127.0.0.%d:80", n.id), n.status})
+		st.Nodes = append(st.Nodes, corvo.ClusterNode{NodeID: n.id, HTTPAddress: fmt.Sprintf("127.0.0.%d:80", n.id), Status: n.status})
 	}
-	type shard = struct {
-		ShardID uint64   `json:"shard_id"`
-		Leader  uint64   `json:"leader_node"`
-		Placed  []uint64 `json:"placed_nodes"`
-	}
-	st.Shards = []shard{{1, 3, []uint64{1, 3}}, {2, 2, []uint64{2, 3}}, {3, 0, []uint64{2, 1}}}
+	st.Shards = []corvo.ShardStatus{{ShardID: 1, LeaderNode: 3, PlacedNodes: []uint64{1, 3}},
+		{ShardID: 2, LeaderNode: 2, PlacedNodes: []uint64{2, 3}}, {ShardID: 3, LeaderNode: 0, PlacedNodes: []uint64{2, 1}}}
 	urls, hosts, err := planPlacement(st, "http://")
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://127.0.0.1:80", "http://127.0.0.2:80", "http://127.0.0.3:80"}, urls)
 	require.Equal(t, []int{2, 2, 0}, hosts, "leader; leader down → placed node up; no leader → placed node up")
-	st.Shards[2].Placed = []uint64{2}
+	st.Shards[2].PlacedNodes = []uint64{2}
 	_, _, err = planPlacement(st, "http://")
 	require.Error(t, err)
 

@@ -52,9 +52,10 @@ const (
 // queue or a job to a node hosting its shard.
 func WithoutPlacement() Option { return func(c *Client) { c.place.off.Store(true) } }
 
-// shardForQueue is the server's queue → shard rule (router.ShardForQueue)
-// over a stored queue name.
-func shardForQueue(stored string, shards int) int {
+// ShardForQueue is the server's queue → shard rule (router.ShardForQueue)
+// over a stored queue name (a non-default namespace's queue q is stored
+// as "ns/q"): the shard index, from 0.
+func ShardForQueue(stored string, shards int) int {
 	return int(xxhash.Sum64String(stored) % uint64(shards))
 }
 
@@ -67,8 +68,9 @@ func storedQueue(ns, q string) string {
 	return ns + "/" + q
 }
 
-// shardOfJobID reads the shard a job ID carries; -1 when it carries none.
-func shardOfJobID(id string) int {
+// ShardOfJobID reads the shard index a job ID carries (job_<shard>_<ULID>);
+// -1 when it carries none.
+func ShardOfJobID(id string) int {
 	rest, ok := strings.CutPrefix(id, "job_")
 	if !ok {
 		return -1
@@ -147,11 +149,11 @@ func (c *Client) routeQueue(q string) []string {
 	if p == nil {
 		return nil
 	}
-	return c.routeShard(shardForQueue(storedQueue(p.ns, q), len(p.hosts)))
+	return c.routeShard(ShardForQueue(storedQueue(p.ns, q), len(p.hosts)))
 }
 
 // routeJob is routeShard for the shard job ID id carries.
-func (c *Client) routeJob(id string) []string { return c.routeShard(shardOfJobID(id)) }
+func (c *Client) routeJob(id string) []string { return c.routeShard(ShardOfJobID(id)) }
 
 // routeMost is the route of the shard most of keys (queues, or job IDs
 // when jobs) map to: a request spanning shards goes to the node that

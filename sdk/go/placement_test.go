@@ -18,7 +18,7 @@ import (
 func TestShardForQueueGolden(t *testing.T) {
 	got := ""
 	for _, q := range []string{"default", "emails.send", "emails.bulk", "reports", "a", "q0", "q1", "q2"} {
-		got += fmt.Sprintf("%s=%d ", q, shardForQueue(storedQueue("", q), 4))
+		got += fmt.Sprintf("%s=%d ", q, ShardForQueue(storedQueue("", q), 4))
 	}
 	if want := "default=2 emails.send=0 emails.bulk=0 reports=2 a=3 q0=1 q1=0 q2=2 "; got != want {
 		t.Fatalf("shards %q, want %q", got, want)
@@ -27,8 +27,8 @@ func TestShardForQueueGolden(t *testing.T) {
 		t.Fatal("stored queue names")
 	}
 	for id, want := range map[string]int{"job_3_01HX7Y2K3M0000000000000000": 3, "job_12_01HX": 12, "job_x_1": -1, "batch_1_x": -1, "job_7": -1} {
-		if got := shardOfJobID(id); got != want {
-			t.Fatalf("shardOfJobID(%q) = %d, want %d", id, got, want)
+		if got := ShardOfJobID(id); got != want {
+			t.Fatalf("ShardOfJobID(%q) = %d, want %d", id, got, want)
 		}
 	}
 }
@@ -135,7 +135,7 @@ func TestPlacementRoutesStraight(t *testing.T) {
 		queues := make([]string, 6)
 		for i, found := 0, 0; found < 6; i++ {
 			q := fmt.Sprintf("%s.q%d", prefix, i)
-			if sh := shardForQueue(q, 6); queues[sh] == "" {
+			if sh := ShardForQueue(q, 6); queues[sh] == "" {
 				queues[sh] = q
 				found++
 			}
