@@ -123,6 +123,31 @@ func waitClusterReplicas(t *testing.T, s *server, n, replicas int) clusterView {
 	}
 }
 
+// newSpreadCluster starts 3 nodes with 6 shards, each shard on one node
+// (--replicas 1), and waits until the shards spread from the founding
+// node so that each node leads two and they have settled there: requests
+// through any node then cross nodes.
+func newSpreadCluster(t *testing.T) ([]*server, clusterView) {
+	t.Helper()
+	n1 := newClusterNode(t, 0, "", "--replicas", "1", "--shards", "6")
+	nodes := []*server{n1, newClusterNode(t, 1, n1.http), newClusterNode(t, 2, n1.http)}
+	deadline := time.Now().Add(60 * time.Second)
+	var v clusterView
+	for spread := false; !spread; {
+		v = waitClusterReplicas(t, n1, 3, 1)
+		spread = true
+		for _, n := range v.Nodes {
+			spread = spread && len(n.LeaderOf) == 2
+		}
+		require.True(t, time.Now().Before(deadline), "the shards never spread: %+v", v)
+		// Also after the last look: answering at once once the view shows
+		// the spread made the first writes answer 503 (a leadership still
+		// moving; seen twice, not explained yet).
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nodes, v
+}
+
 // handout is one fetch of a job by a worker, timed by the client.
 type handout struct {
 	worker     string

@@ -25,21 +25,8 @@ func TestClusterFetchWaitsOnEveryNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	n1 := newClusterNode(t, 0, "", "--replicas", "1", "--shards", "6")
-	n2 := newClusterNode(t, 1, n1.http)
-	n3 := newClusterNode(t, 2, n1.http)
-	nodes := []*server{n1, n2, n3}
-	var v clusterView
-	deadline := time.Now().Add(60 * time.Second)
-	for spread := false; !spread; {
-		v = waitClusterReplicas(t, n1, 3, 1)
-		spread = true
-		for _, n := range v.Nodes {
-			spread = spread && len(n.LeaderOf) == 2
-		}
-		require.True(t, time.Now().Before(deadline), "the shards never spread: %+v", v)
-		time.Sleep(200 * time.Millisecond)
-	}
+	nodes, v := newSpreadCluster(t)
+	n1 := nodes[0]
 	self, ok := clusterStatusOf(t, n1)
 	require.True(t, ok)
 	// One queue per shard, and the shards n1 does not host.

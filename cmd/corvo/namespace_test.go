@@ -21,22 +21,8 @@ func TestClusterNamespacesIsolate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	n1 := newClusterNode(t, 0, "", "--replicas", "1", "--shards", "6")
-	n2 := newClusterNode(t, 1, n1.http)
-	n3 := newClusterNode(t, 2, n1.http)
-	// The shards spread from the founding node to the others: wait until
-	// each node leads two of the six, and they have settled there.
-	deadline := time.Now().Add(60 * time.Second)
-	for spread := false; !spread; {
-		v := waitClusterReplicas(t, n1, 3, 1)
-		spread = true
-		for _, n := range v.Nodes {
-			spread = spread && len(n.LeaderOf) == 2
-		}
-		require.True(t, time.Now().Before(deadline), "the shards never spread: %+v", v)
-		time.Sleep(200 * time.Millisecond)
-	}
-	nodes := []*server{n1, n2, n3}
+	nodes, _ := newSpreadCluster(t)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 
 	admin := map[string]string{"Authorization": "Bearer " + testAdminKey}
 	for _, ns := range []string{"acme", "beta"} {
