@@ -54,30 +54,7 @@ func TestClientDiscoverSurvivesNodeLoss(t *testing.T) {
 	}
 	// Shards reach the joiners through the placement: wait until every
 	// shard has its 3 voting replicas before the founder goes.
-	for {
-		st, err := c.ClusterStatus(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		placed := len(st.Shards) == st.ShardCount
-		for _, sh := range st.Shards {
-			voters := 0
-			for _, r := range sh.Replicas {
-				if r.Role != "learner" {
-					voters++
-				}
-			}
-			placed = placed && voters == 3 && sh.Settled != nil && *sh.Settled
-		}
-		if placed {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("shards never reached every node: %+v", st.Shards)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	waitEveryShardOnEveryNode(t, ctx, c, 3)
 	_ = firstCmd.Process.Kill()
 	_ = firstCmd.Wait()
 	res, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.discover", Payload: map[string]int{"n": 1}})

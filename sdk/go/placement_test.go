@@ -267,30 +267,7 @@ func TestPlacementFailsOver(t *testing.T) {
 	third, thirdCmd := startNode(t, "--node-id", "c", "--join", join)
 	cmds := map[string]*exec.Cmd{first: firstCmd, second: secondCmd, third: thirdCmd}
 	c := New(first)
-	for {
-		st, err := c.ClusterStatus(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		placed := len(st.Nodes) == 3 && len(st.Shards) == st.ShardCount
-		for _, sh := range st.Shards {
-			voters := 0
-			for _, r := range sh.Replicas {
-				if r.Role != "learner" {
-					voters++
-				}
-			}
-			placed = placed && sh.LeaderNode != 0 && voters == 3 && sh.Settled != nil && *sh.Settled
-		}
-		if placed {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("shards never reached every node: %+v", st.Shards)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	waitEveryShardOnEveryNode(t, ctx, c, 3)
 	if err := c.Discover(ctx); err != nil {
 		t.Fatal(err)
 	}

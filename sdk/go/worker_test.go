@@ -59,6 +59,37 @@ func startServer(t *testing.T, extra ...string) string {
 }
 
 // startNode runs a server and returns its URL and process (to kill it).
+// waitEveryShardOnEveryNode waits until each shard of the cluster behind c
+// has a leader and nodes settled voting replicas (every node of a cluster
+// of nodes nodes, with the default 3 replicas).
+func waitEveryShardOnEveryNode(t *testing.T, ctx context.Context, c *Client, nodes int) {
+	t.Helper()
+	for {
+		st, err := c.ClusterStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed := len(st.Nodes) == nodes && len(st.Shards) == st.ShardCount
+		for _, sh := range st.Shards {
+			voters := 0
+			for _, r := range sh.Replicas {
+				if r.Role != "learner" {
+					voters++
+				}
+			}
+			placed = placed && sh.LeaderNode != 0 && voters == nodes && sh.Settled != nil && *sh.Settled
+		}
+		if placed {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("shards never reached every node: %+v", st.Shards)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func startNode(t *testing.T, extra ...string) (string, *exec.Cmd) {
 	t.Helper()
 	httpAddr := freeAddr(t)
