@@ -123,8 +123,10 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	// after the retry), and a first attempt applied after its retry must
 	// not apply its ops again (an enqueue would reset a finished job).
 	dk := dedupKey(e.ID)
-	if prev, ok := a.get(dk); ok {
-		return a.replayResults(prev), true
+	if a.s.dedup.mayContain(e.ID) {
+		if prev, ok := a.get(dk); ok {
+			return a.replayResults(prev), true
+		}
 	}
 	results := make([]Result, len(e.Ops))
 	a.ops, a.results = e.Ops, results
@@ -137,6 +139,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		}
 	}
 	a.set(dk, encodeResults(nil, results, true))
+	a.s.dedup.add(e.ID)
 	return encodeResults(nil, results, false), true
 }
 
@@ -1081,5 +1084,6 @@ func (a *applier) pruneDedup(o *PruneDedupOp) Result {
 	if err := a.b.DeleteRange([]byte(pfxDedup), dedupKey(upper), nil); err != nil {
 		a.fail(err)
 	}
+	a.s.dedup.prune(upper)
 	return Result{}
 }
