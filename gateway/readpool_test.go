@@ -93,7 +93,9 @@ type searchOnly struct {
 	err  error
 }
 
-func (m searchOnly) Search(context.Context, mirror.Filter) (*mirror.Page, error) { return m.page, m.err }
+func (m searchOnly) Search(context.Context, mirror.Filter) (*mirror.Page, error) {
+	return m.page, m.err
+}
 
 // TestSearchLocalDeadline: a page the deadline cut stays partial; a
 // search that found nothing names the criteria without an index (400
