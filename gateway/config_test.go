@@ -22,13 +22,20 @@ MaxBodyBytes=%d
 RequestTimeout=%s
 EventsKeepalive=%s
 SearchWait=%s
-`, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait)
+ReadTimeout=%s
+ReadConcurrency=%d
+ReadQueue=%d
+`, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait,
+		c.ReadTimeout, c.ReadConcurrency, c.ReadQueue)
 	require.Equal(t, `MaxPayloadBytes=1048576
 MaxBatchJobs=10000
 MaxBodyBytes=67108864
 RequestTimeout=15s
 EventsKeepalive=15s
 SearchWait=2s
+ReadTimeout=1s
+ReadConcurrency=8
+ReadQueue=256
 `, got)
 	require.NoError(t, c.Validate())
 
@@ -60,6 +67,9 @@ func TestConfigValidate(t *testing.T) {
 		{Config{MaxPayloadBytes: 2 << 20, MaxBodyBytes: 1 << 20}, "at least max payload bytes"},
 		{Config{RequestTimeout: -time.Second}, "request timeout"},
 		{Config{EventsKeepalive: -time.Second}, "events keepalive"},
+		{Config{ReadTimeout: -time.Second}, "read timeout"},
+		{Config{ReadConcurrency: -1}, "read concurrency"},
+		{Config{ReadQueue: -1}, "read queue"},
 		{Config{CORSOrigins: []string{"example.com"}}, "cors origins"},
 	} {
 		err := c.cfg.WithDefaults().Validate()
