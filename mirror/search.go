@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -527,10 +528,23 @@ func ParseTime(field, s string) (int64, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s: %q is not an RFC 3339 time", ErrBadFilter, field, s)
+		// A date alone is its midnight, UTC.
+		if t, err = time.Parse(time.DateOnly, s); err != nil {
+			return 0, fmt.Errorf("%w: %s: %q is not an RFC 3339 time or a date (2006-01-02)", ErrBadFilter, field, s)
+		}
+	}
+	// Nanoseconds since 1970 span the years 1678 to 2262: a bound beyond
+	// them is the farthest one (UnixNano would wrap around).
+	switch {
+	case t.After(maxTime):
+		return math.MaxInt64, nil
+	case t.Before(minTime):
+		return math.MinInt64 + 1, nil
 	}
 	return t.UnixNano(), nil
 }
+
+var minTime, maxTime = time.Unix(0, math.MinInt64+1), time.Unix(0, math.MaxInt64)
 
 // idPrefixRange turns a job-ID prefix into the key range [lo, hi) holding
 // every ID that starts with it (hi is "" when unbounded). The ULID part of

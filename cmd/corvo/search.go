@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -31,11 +32,11 @@ func newSearchCmd() *cobra.Command {
 	}{
 		{"queue", &body.Queue, "exact queue"}, {"priority", &priority, "critical, high or normal"},
 		{"payload-contains", &body.PayloadContains, "substring of the payload JSON"}, {"payload-jq", &body.PayloadJQ, "jq-style filter, e.g. '.amount > 100'"},
-		{"created-after", &body.CreatedAfter, "RFC 3339"}, {"created-before", &body.CreatedBefore, "RFC 3339"},
-		{"scheduled-after", &body.ScheduledAfter, "RFC 3339"}, {"scheduled-before", &body.ScheduledBefore, "RFC 3339"},
-		{"started-after", &body.StartedAfter, "RFC 3339"}, {"started-before", &body.StartedBefore, "RFC 3339"},
-		{"completed-after", &body.CompletedAfter, "RFC 3339"}, {"completed-before", &body.CompletedBefore, "RFC 3339"},
-		{"expire-after", &body.ExpireAfter, "RFC 3339"}, {"expire-before", &body.ExpireBefore, "RFC 3339"},
+		{"created-after", &body.CreatedAfter, "RFC 3339 time or a date (2026-02-10: its midnight UTC)"}, {"created-before", &body.CreatedBefore, "RFC 3339 time or a date"},
+		{"scheduled-after", &body.ScheduledAfter, "RFC 3339 time or a date"}, {"scheduled-before", &body.ScheduledBefore, "RFC 3339 time or a date"},
+		{"started-after", &body.StartedAfter, "RFC 3339 time or a date"}, {"started-before", &body.StartedBefore, "RFC 3339 time or a date"},
+		{"completed-after", &body.CompletedAfter, "RFC 3339 time or a date"}, {"completed-before", &body.CompletedBefore, "RFC 3339 time or a date"},
+		{"expire-after", &body.ExpireAfter, "RFC 3339 time or a date"}, {"expire-before", &body.ExpireBefore, "RFC 3339 time or a date"},
 		{"worker-id", &body.WorkerID, "processed by this worker"}, {"error-contains", &body.ErrorContains, "substring of any attempt's error"},
 		{"batch-id", &body.BatchID, ""}, {"unique-key", &body.UniqueKey, ""}, {"job-id-prefix", &body.JobIDPrefix, ""},
 		{"sort", &body.Sort, "created_at, scheduled_at, started_at, completed_at, priority, attempt"}, {"order", &body.Order, "asc or desc"},
@@ -55,6 +56,14 @@ func newSearchCmd() *cobra.Command {
 			if priority != "" {
 				p := corvo.Priority(priority)
 				body.Priority = &p
+			}
+			// A date alone (the spec's own example) means its midnight, UTC.
+			for _, f := range strFlags {
+				if strings.HasSuffix(f.flag, "-after") || strings.HasSuffix(f.flag, "-before") {
+					if d, err := time.Parse(time.DateOnly, *f.v); err == nil {
+						*f.v = d.Format(time.RFC3339)
+					}
+				}
 			}
 			body.State = states
 			if len(tags) > 0 {
