@@ -11,7 +11,12 @@ export interface WorkerOptions {
   hostname?: string;
   /** Jobs run at once (default 10). */
   concurrency?: number;
-  /** Long-poll of a fetch, ms (default 30,000). */
+  /**
+   * Long-poll of a fetch, ms (default 5,000). A drain waits for the fetch
+   * in flight to come back (and hands back what it claimed) rather than
+   * abandon it: the server would still claim a job for the abandoned
+   * request. So this bounds how long an idle worker takes to drain.
+   */
   fetchTimeoutMs?: number;
   /** One heartbeat for every running job each interval, ms (default 15,000; keep it well under the jobs' lease). */
   heartbeatIntervalMs?: number;
@@ -96,6 +101,7 @@ export class Worker {
   private queues: string[] = [];
   private draining = false;
   private stopFetch = new AbortController();
+  private drainStarted = 0;
   private wake: (() => void) | null = null;
   private plainAcks = false;
   private plainBatch = false;
@@ -113,7 +119,7 @@ export class Worker {
     this.opt = {
       hostname: host,
       concurrency: opts.concurrency && opts.concurrency > 0 ? opts.concurrency : 10,
-      fetchTimeoutMs: opts.fetchTimeoutMs && opts.fetchTimeoutMs > 0 ? opts.fetchTimeoutMs : 30_000,
+      fetchTimeoutMs: opts.fetchTimeoutMs && opts.fetchTimeoutMs > 0 ? opts.fetchTimeoutMs : 5_000,
       heartbeatIntervalMs: opts.heartbeatIntervalMs && opts.heartbeatIntervalMs > 0 ? opts.heartbeatIntervalMs : 15_000,
       shutdownGraceMs: opts.shutdownGraceMs && opts.shutdownGraceMs > 0 ? opts.shutdownGraceMs : 30_000,
       handleSignals: opts.handleSignals ?? true,
@@ -137,7 +143,9 @@ export class Worker {
    * handleSignals), then drains: stops fetching, lets running handlers
    * finish for up to shutdownGraceMs, and fails the rest with
    * "worker_shutdown" and their last checkpoint, so the server retries them
-   * from there. Resolves once drained.
+   * from there. The fetch in flight is let come back first (at most
+   * fetchTimeoutMs; what it claimed is handed back at once), so no job is
+   * claimed for a request nobody reads. Resolves once drained.
    */
   async run(): Promise<void> {
     if (this.handlers.size === 0) throw new Error("corvo: no handler registered");
@@ -160,7 +168,8 @@ export class Worker {
         let jobs: FetchedJob[] = [];
         this.slotsUsed += free; // lease only as many jobs as there are free slots
         try {
-          jobs = await this.client.fetch(this.fetchBody(free, this.opt.fetchTimeoutMs / 1000), { signal: this.stopFetch.signal });
+          // Not aborted by a drain: see fetchTimeoutMs.
+          jobs = await this.client.fetch(this.fetchBody(free, this.opt.fetchTimeoutMs / 1000));
         } catch (err) {
           if (!this.draining) {
             this.opt.onError?.(err);
@@ -182,7 +191,8 @@ export class Worker {
       // Drain.
       const all = Promise.all(slots);
       let timer: NodeJS.Timeout | undefined;
-      const graceOver = new Promise<"grace">((r) => (timer = setTimeout(() => r("grace"), this.opt.shutdownGraceMs)));
+      const left = this.drainStarted + this.opt.shutdownGraceMs - Date.now();
+      const graceOver = new Promise<"grace">((r) => (timer = setTimeout(() => r("grace"), Math.max(left, 0))));
       const first = await Promise.race([all.then(() => "done" as const), graceOver]);
       clearTimeout(timer);
       if (first === "grace") await this.failRemaining();
@@ -201,7 +211,8 @@ export class Worker {
   stop(): void {
     if (this.draining) return;
     this.draining = true;
-    this.stopFetch.abort(new WorkerShutdownError());
+    this.drainStarted = Date.now();
+    this.stopFetch.abort(new WorkerShutdownError()); // ends a back-off sleep
     this.wake?.();
     this.flushAcks();
   }
