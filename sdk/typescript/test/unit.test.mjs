@@ -239,3 +239,14 @@ test("a handler that throws fails its job with the error, its stack and its chec
     await s.close();
   }
 });
+
+test("ErrorCodes holds exactly the codes of docs/api.md's error table", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { join } = await import("node:path");
+  const { repoRoot } = await import("./server.mjs");
+  const api = readFileSync(join(repoRoot, "docs/api.md"), "utf8");
+  const table = api.slice(api.indexOf("## Errors"), api.indexOf("## Requests from browsers"));
+  const documented = [...table.matchAll(/^\| [0-9 /]+ \| `([a-z_]+)` \|/gm)].map((m) => m[1]).sort();
+  assert.ok(documented.length > 20, `read ${documented.length} codes from docs/api.md`);
+  assert.deepEqual(Object.values(ErrorCodes).sort(), documented);
+});
