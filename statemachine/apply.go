@@ -180,6 +180,8 @@ func (a *applier) apply(op Op) Result {
 		return a.fetch(o)
 	case *AckOp:
 		return a.ack(o)
+	case *UnclaimOp:
+		return a.unclaim(o)
 	case *AckFetchOp:
 		r := a.ack(&o.Ack)
 		if r.Status != StatusOK {
@@ -765,6 +767,38 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 	a.move(j.Queue, StatePending, StateActive)
 	a.event(EventStarted, j, &st)
 	return JobView{Job: *j, State: st}, true
+}
+
+// ReasonUndelivered is the reason of the retrying event of an unclaimed
+// job.
+const ReasonUndelivered = "undelivered"
+
+// unclaim undoes claim for a job whose fetch answer was never delivered:
+// the lease released, the attempt and the worker taken back, pending
+// again. The job record keeps no trace of the claim (no attempt, no
+// error); the event stream has its started event and then a retrying one
+// with reason "undelivered".
+func (a *applier) unclaim(o *UnclaimOp) Result {
+	if o.Holder.WorkerID == "" || o.Holder.Attempt == 0 {
+		return Result{Status: StatusInvalid, Message: "an unclaim names the worker and attempt of the claim"}
+	}
+	j, st, r, ok := a.held(o.JobID, o.Holder)
+	if !ok {
+		return r
+	}
+	a.releaseLease(j.ID, &st)
+	st.State = StatePending
+	st.Attempt--
+	st.WorkerID, st.Hostname = "", ""
+	st.StartedAt = 0
+	st.CancelRequested = false
+	a.addPending(j)
+	if e := a.event(EventRetrying, j, &st); e != nil {
+		e.Reason = ReasonUndelivered
+	}
+	a.putState(j, &st)
+	a.move(j.Queue, StateActive, StatePending)
+	return Result{State: StatePending, Queue: j.Queue}
 }
 
 // held loads an active job and checks that the caller holds its lease.
