@@ -68,7 +68,7 @@ func planPlacement(st *corvo.ClusterStatus, scheme string) (urls []string, shard
 		shardHost[i] = -1
 	}
 	for _, sh := range st.Shards {
-		i := int(sh.ShardID) - 1
+		i := int(sh.ShardID)
 		if i < 0 || i >= st.ShardCount {
 			continue
 		}

@@ -38,8 +38,8 @@ func TestPlacement(t *testing.T) {
 	}{{1, "up"}, {2, "down"}, {3, "up"}} {
 		st.Nodes = append(st.Nodes, corvo.ClusterNode{NodeID: n.id, HTTPAddress: fmt.Sprintf("127.0.0.%d:80", n.id), Status: n.status})
 	}
-	st.Shards = []corvo.ShardStatus{{ShardID: 1, LeaderNode: 3, PlacedNodes: []uint64{1, 3}},
-		{ShardID: 2, LeaderNode: 2, PlacedNodes: []uint64{2, 3}}, {ShardID: 3, LeaderNode: 0, PlacedNodes: []uint64{2, 1}}}
+	st.Shards = []corvo.ShardStatus{{ShardID: 0, LeaderNode: 3, PlacedNodes: []uint64{1, 3}},
+		{ShardID: 1, LeaderNode: 2, PlacedNodes: []uint64{2, 3}}, {ShardID: 2, LeaderNode: 0, PlacedNodes: []uint64{2, 1}}}
 	urls, hosts, err := planPlacement(st, "http://")
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://127.0.0.1:80", "http://127.0.0.2:80", "http://127.0.0.3:80"}, urls)

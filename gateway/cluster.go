@@ -236,7 +236,10 @@ func (s *Server) handleClusterStatus(ctx *fasthttp.RequestCtx) {
 	for _, n := range st.Live() {
 		sn := statusNode{NodeID: n.ID, Name: n.Name, HTTPAddress: n.HTTPAddr, RaftAddress: n.RaftAddr, Status: "down", LeaderOf: []uint64{}}
 		if v, ok := views[n.ID]; ok {
-			sn.Status, sn.LeaderOf, sn.MirrorLag = "up", v.LeaderOf, v.MirrorLag
+			sn.Status, sn.MirrorLag = "up", v.MirrorLag
+			for _, id := range v.LeaderOf {
+				sn.LeaderOf = append(sn.LeaderOf, id-1) // numbered as in job IDs
+			}
 		}
 		out.Nodes = append(out.Nodes, sn)
 	}
@@ -289,6 +292,9 @@ func (s *Server) handleClusterStatus(ctx *fasthttp.RequestCtx) {
 			out.Meta = &m
 			continue
 		}
+		// Shards are numbered from 0 to clients, as in job IDs
+		// (job_<shard>_…) and ?shards=; their Raft groups from 1.
+		g.ShardID--
 		out.Groups = append(out.Groups, g)
 	}
 	b, _ := json.Marshal(out)

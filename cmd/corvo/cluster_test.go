@@ -858,7 +858,7 @@ func TestClusterLaggingFollowerFindsAcknowledgedJobs(t *testing.T) {
 	require.True(t, ok)
 	leaders := map[int]uint64{} // shard index → leader node
 	for _, sh := range v.Shards {
-		leaders[int(sh.ShardID)-1] = sh.Leader
+		leaders[int(sh.ShardID)] = sh.Leader
 	}
 	enqueue := func(queue string) (string, int) {
 		code, body := do(t, "POST", n1.url+"/api/v1/enqueue", map[string]any{"queue": queue, "payload": map[string]int{}})

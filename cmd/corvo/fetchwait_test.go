@@ -52,7 +52,7 @@ func TestClusterFetchWaitsOnEveryNode(t *testing.T) {
 	for _, sh := range v.Shards {
 		require.Len(t, sh.Placed, 1)
 		if sh.Placed[0] != self.NodeID {
-			remote = append(remote, queues[sh.ShardID-1])
+			remote = append(remote, queues[sh.ShardID])
 		}
 	}
 	require.Len(t, remote, 4, "n1 hosts two of the six shards")

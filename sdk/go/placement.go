@@ -116,7 +116,7 @@ func planPlacement(st *ClusterStatus, scheme, ns string) *placement {
 	}
 	p := &placement{ns: ns, hosts: make([][]string, st.ShardCount)}
 	for _, sh := range st.Shards {
-		i := int(sh.ShardID) - 1 // shard IDs are 1-based
+		i := int(sh.ShardID) // numbered from 0, as in job IDs
 		if i < 0 || i >= st.ShardCount {
 			continue
 		}

@@ -38,7 +38,7 @@ func TestShardForQueueGolden(t *testing.T) {
 func TestPlanPlacement(t *testing.T) {
 	st := &ClusterStatus{ShardCount: 2,
 		Nodes:  []ClusterNode{{NodeID: 1, HTTPAddress: "a:1", Status: "up"}, {NodeID: 2, HTTPAddress: "b:1", Status: "up"}, {NodeID: 3, HTTPAddress: "c:1", Status: "down"}},
-		Shards: []ShardStatus{{ShardID: 1, LeaderNode: 2, PlacedNodes: []uint64{1, 2, 3}}, {ShardID: 2, LeaderNode: 3, PlacedNodes: []uint64{3, 1}}}}
+		Shards: []ShardStatus{{ShardID: 0, LeaderNode: 2, PlacedNodes: []uint64{1, 2, 3}}, {ShardID: 1, LeaderNode: 3, PlacedNodes: []uint64{3, 1}}}}
 	p := planPlacement(st, "http://", "acme")
 	if p == nil || p.ns != "acme" || fmt.Sprint(p.hosts) != "[[http://b:1 http://a:1] [http://a:1]]" {
 		t.Fatalf("placement %+v", p)

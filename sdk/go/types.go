@@ -257,12 +257,14 @@ type ClusterNode struct {
 	HTTPAddress string   `json:"http_address"`
 	RaftAddress string   `json:"raft_address"`
 	Status      string   `json:"status"` // up | down
-	LeaderOf    []uint64 `json:"leader_of"`
+	LeaderOf    []uint64 `json:"leader_of"` // shards, numbered as ShardStatus.ShardID
 	MirrorLag   *int64   `json:"mirror_lag_entries"`
 }
 
 // ShardStatus is one shard's leader and replicas.
 type ShardStatus struct {
+	// ShardID is the shard's number from 0, as in its job IDs
+	// (job_<shard>_…) and ShardForQueue.
 	ShardID    uint64         `json:"shard_id"`
 	LeaderNode uint64         `json:"leader_node"`
 	Term       uint64         `json:"term"`
