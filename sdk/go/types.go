@@ -256,7 +256,7 @@ type ClusterNode struct {
 	Name        string   `json:"name"`
 	HTTPAddress string   `json:"http_address"`
 	RaftAddress string   `json:"raft_address"`
-	Status      string   `json:"status"` // up | down
+	Status      string   `json:"status"`    // up | down
 	LeaderOf    []uint64 `json:"leader_of"` // shards, numbered as ShardStatus.ShardID
 	MirrorLag   *int64   `json:"mirror_lag_entries"`
 }
