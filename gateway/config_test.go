@@ -22,13 +22,15 @@ MaxBodyBytes=%d
 RequestTimeout=%s
 EventsKeepalive=%s
 SearchWait=%s
-`, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait)
+DiskCheckInterval=%s MinFreeDisk=%s
+`, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait, c.DiskCheckInterval, c.MinFreeDisk)
 	require.Equal(t, `MaxPayloadBytes=1048576
 MaxBatchJobs=10000
 MaxBodyBytes=67108864
 RequestTimeout=15s
 EventsKeepalive=15s
 SearchWait=2s
+DiskCheckInterval=250ms MinFreeDisk=0
 `, got)
 	require.NoError(t, c.Validate())
 
@@ -61,6 +63,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{RequestTimeout: -time.Second}, "request timeout"},
 		{Config{EventsKeepalive: -time.Second}, "events keepalive"},
 		{Config{CORSOrigins: []string{"example.com"}}, "cors origins"},
+		{Config{MinFreeDisk: DiskFloor{Percent: 100}}, "min free disk percentage"},
 	} {
 		err := c.cfg.WithDefaults().Validate()
 		require.Error(t, err, "%+v", c.cfg)

@@ -69,6 +69,8 @@ var (
 		Meaning: "the API key is over its request rate on this node (default 2,000 reads and 1,000 writes a second; see [Authentication](#authentication)); `Retry-After` is set"}
 	codeBulkBusy = &errorCode{Code: "bulk_busy", Status: 429,
 		Meaning: "4 background bulk operations already run on this node"}
+	codeInsufficientStorage = &errorCode{Code: "insufficient_storage", Status: 507,
+		Meaning: "this node's data volume has less free space than `--min-free-disk`: enqueue, batch enqueue, schedule creation and update, move and restore are refused until space is freed (acks, fails, fetches, deletes, cancels, bulk actions and reads still work); `Retry-After` is set"}
 	codeInternal = &errorCode{Code: "internal", Status: 500,
 		Meaning: "an unexpected server error (a bug, or an unreadable answer from another node)"}
 	codeJoinFailed = &errorCode{Code: "join_failed", Status: 500, Also: []int{503},
@@ -90,6 +92,7 @@ var errorCodes = []*errorCode{
 	codeOverloaded, codeRateLimited, codeBulkBusy,
 	codeInternal, codeJoinFailed,
 	codeUnavailable, codeShuttingDown,
+	codeInsufficientStorage,
 }
 
 // apiError is a client error: an HTTP status, a stable code and a message.

@@ -117,6 +117,16 @@ type Config struct {
 	// OIDC is single sign-on for the web UI (oidc.go); an empty Issuer
 	// turns it off.
 	OIDC OIDCConfig
+	// FreeDisk reports the free space of the volume holding the node's
+	// data (the node gives a statfs of its data dir; tests their own).
+	// nil, or a zero MinFreeDisk: no free-disk guard (disk.go).
+	FreeDisk DiskProbe
+	// MinFreeDisk is the free space below which writes that add data
+	// answer 507 insufficient_storage (disk.go).
+	MinFreeDisk DiskFloor
+	// DiskCheckInterval is how often FreeDisk is asked at most; default
+	// DiskCheckIntervalDefault; negative: on every write that adds data.
+	DiskCheckInterval time.Duration
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -165,6 +175,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.KeyTouchInterval, KeyTouchIntervalDefault)
 	setDefault(&c.RateRead, RateReadDefault)
 	setDefault(&c.RateWrite, RateWriteDefault)
+	setDefault(&c.DiskCheckInterval, DiskCheckIntervalDefault)
 	return c
 }
 
@@ -193,6 +204,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("unknown auth mode %d", c.Auth)
 	case c.KeyTouchInterval <= 0:
 		return fmt.Errorf("key touch interval must be positive, got %s", c.KeyTouchInterval)
+	case c.MinFreeDisk.Percent < 0 || c.MinFreeDisk.Percent >= 100:
+		return fmt.Errorf("min free disk percentage must be 0 to below 100, got %g", c.MinFreeDisk.Percent)
 	}
 	if err := CheckCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("cors origins: %w", err)
@@ -225,6 +238,7 @@ type Server struct {
 	touched     keyUse     // keys seen since the last touch (authn.go)
 	sso         *sso       // single sign-on; nil when off (oidc.go)
 	limits      rateLimits // per-key token buckets (ratelimit.go)
+	disk        *diskGuard // the free-disk guard; nil: none (disk.go)
 
 	sessionOnce   sync.Once
 	sessionSecret []byte
@@ -250,6 +264,7 @@ func New(cfg Config, eng Engine) *Server {
 		bulk:   newBulkRunner(),
 		cors:   newCORSPolicy(cfg.CORSOrigins),
 		peer:   cfg.Peer,
+		disk:   newDiskGuard(cfg),
 	}
 	if s.peer == nil {
 		s.peer = peer.New(peer.Config{RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger})
@@ -404,9 +419,10 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
 	var codes sync.Map // status → *metrics.Counter
 	guard := routeGuard(method, path)
+	grows := growsData[method+" "+path]
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		ran := (guard == nil || s.admit(ctx, guard)) && s.authorize(ctx, perm)
+		ran := (guard == nil || s.admit(ctx, guard)) && s.authorize(ctx, perm) && (!grows || s.diskRoom(ctx))
 		if ran {
 			h(ctx)
 		}
@@ -695,6 +711,9 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	shardsLed.Set(float64(led))
+	if s.disk != nil {
+		s.refreshDisk(true)
+	}
 	ctx.SetContentType("text/plain; version=0.0.4")
 	metrics.WritePrometheus(ctx, true)
 }

@@ -168,6 +168,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 
 	gcfg := cfg.gatewayConfig() // checked by Validate
+	if gcfg.FreeDisk == nil {
+		gcfg.FreeDisk = volumeSpace(cfg.DataDir) // --min-free-disk
+	}
 	gcfg.OnRemoved = func() { n.removedOnce.Do(func() { close(n.removed) }) }
 	if n.hub != nil {
 		if err := n.hub.StartFrom(n.host); err != nil {

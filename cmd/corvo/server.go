@@ -45,6 +45,9 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.DiscoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
 	fl.IntVar(&c.Shards, "shards", 0, fmt.Sprintf("number of shards, fixed at first start (default %d)", node.ShardsDefault))
 	fl.IntVar(&c.MaxPayloadBytes, "max-payload", node.MaxPayloadDefault, "largest job payload in bytes (413 above)")
+	c.Gateway.MinFreeDisk = gateway.MinFreeDiskDefault
+	fl.Var(diskFloorFlag{&c.Gateway.MinFreeDisk}, "min-free-disk",
+		`free space of the data volume below which writes that add data (enqueue, batch enqueue, schedules, move, restore) answer 507 while acks, fails, deletes and reads go on: a size (2GiB, 500MB), a percentage of the volume (5%), both (the smaller wins), or 0 for no floor`)
 	fl.IntVar(&c.MaxRestoreBytes, "max-restore", gateway.MaxRestoreBytesDefault, "largest backup file corvo restore may send, in bytes (held in memory while restored)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", node.ShutdownTimeoutDefault, "how long SIGTERM waits for in-flight requests")
@@ -141,6 +144,26 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		}
 		return &exitError{exitError_, err}
 	}
+	return nil
+}
+
+// diskFloorFlag is --min-free-disk: a gateway.DiskFloor as
+// gateway.ParseDiskFloor reads it.
+type diskFloorFlag struct{ f *gateway.DiskFloor }
+
+func (d diskFloorFlag) String() string {
+	if d.f == nil {
+		return ""
+	}
+	return d.f.String()
+}
+func (d diskFloorFlag) Type() string { return "floor" }
+func (d diskFloorFlag) Set(s string) error {
+	f, err := gateway.ParseDiskFloor(s)
+	if err != nil {
+		return err
+	}
+	*d.f = f
 	return nil
 }
 
