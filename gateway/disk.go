@@ -195,8 +195,10 @@ type diskGuard struct {
 	state string     // the last logged state, under mu
 }
 
+// newDiskGuard is the guard of cfg; without a floor it only keeps the
+// gauges; nil without a probe.
 func newDiskGuard(cfg Config) *diskGuard {
-	if cfg.FreeDisk == nil || cfg.MinFreeDisk == (DiskFloor{}) {
+	if cfg.FreeDisk == nil {
 		return nil
 	}
 	return &diskGuard{probe: cfg.FreeDisk, floor: cfg.MinFreeDisk, interval: cfg.DiskCheckInterval}
@@ -228,7 +230,7 @@ func (s *Server) refreshDisk(force bool) {
 		return
 	}
 	floor := g.floor.Of(total)
-	low := free < floor
+	low := floor > 0 && free < floor
 	g.free.Store(free)
 	g.min.Store(floor)
 	g.low.Store(low)

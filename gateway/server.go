@@ -118,11 +118,11 @@ type Config struct {
 	// turns it off.
 	OIDC OIDCConfig
 	// FreeDisk reports the free space of the volume holding the node's
-	// data (the node gives a statfs of its data dir; tests their own).
-	// nil, or a zero MinFreeDisk: no free-disk guard (disk.go).
+	// data (the node gives a statfs of its data dir; tests their own) for
+	// the free-disk guard and /metrics (disk.go). nil: neither.
 	FreeDisk DiskProbe
 	// MinFreeDisk is the free space below which writes that add data
-	// answer 507 insufficient_storage (disk.go).
+	// answer 507 insufficient_storage (disk.go); zero: no floor.
 	MinFreeDisk DiskFloor
 	// DiskCheckInterval is how often FreeDisk is asked at most; default
 	// DiskCheckIntervalDefault; negative: on every write that adds data.
