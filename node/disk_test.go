@@ -53,7 +53,9 @@ func TestNodeFreeDiskGuard(t *testing.T) {
 		t.Helper()
 		code, body, _ := do("POST", "/api/v1/enqueue", `{"queue":"diskq","payload":{"n":1}}`)
 		require.Equal(t, 201, code, body)
-		var e struct{ JobID string `json:"job_id"` }
+		var e struct {
+			JobID string `json:"job_id"`
+		}
 		require.NoError(t, json.Unmarshal([]byte(body), &e))
 		return e.JobID
 	}
@@ -61,7 +63,9 @@ func TestNodeFreeDiskGuard(t *testing.T) {
 		t.Helper()
 		code, body, _ := do("POST", "/api/v1/fetch", `{"queues":["diskq"],"worker_id":"w","timeout":0}`)
 		require.Equal(t, 200, code, body)
-		var f struct{ JobID string `json:"job_id"` }
+		var f struct {
+			JobID string `json:"job_id"`
+		}
 		require.NoError(t, json.Unmarshal([]byte(body), &f))
 		return f.JobID
 	}
