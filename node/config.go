@@ -28,6 +28,7 @@ const (
 	// The shard host's defaults, for flags.
 	ShardsDefault          = shard.ShardsDefault
 	SnapshotEntriesDefault = shard.SnapshotEntriesDefault
+	SnapshotBytesDefault   = shard.SnapshotBytesDefault
 	RetentionDefault       = shard.RetentionDefault
 	AuditRetentionDefault  = shard.AuditRetentionDefault
 	CacheBytesDefault      = shard.CacheBytesDefault
@@ -60,6 +61,7 @@ type Config struct {
 	Discover        string // "" or "dns" (a Kubernetes headless service)
 	DiscoverService string
 	SnapshotEntries uint64
+	SnapshotBytes   int64 // 0: shard.SnapshotBytesDefault; negative: by entry count only
 	// ClusterSecret is the credential of node-to-node calls; when empty,
 	// ClusterSecretFile is read, else the one stored in DataDir, else a
 	// founding node generates one (see LoadClusterSecret).

@@ -108,8 +108,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	hcfg := shard.Config{DataDir: cfg.DataDir, RaftAddress: m.RaftAddr, RaftListen: cfg.RaftBind, Shards: m.Shards, Logger: log,
 		CacheBytes: cfg.CacheBytes, Retention: cfg.Retention, AuditRetention: cfg.AuditRetention,
 		NodeID: m.ReplicaID, NodeName: cfg.NodeName, HTTPAddress: cfg.HTTPAdvertise, Join: m.Joined, Learner: m.Learner, Replicas: cfg.Replicas,
-		SnapshotEntries: cfg.SnapshotEntries,
-		RTTMillisecond:  cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,
+		SnapshotEntries: cfg.SnapshotEntries, SnapshotBytes: cfg.SnapshotBytes,
+		RTTMillisecond: cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,
 		HoldOutbox: cfg.Test.HoldOutbox,
 		TLSCAFile:  cfg.PeerTLSCA, TLSCertFile: cfg.PeerTLSCert, TLSKeyFile: cfg.PeerTLSKey}
 	// The peer client first: the shard host's outbox relay reaches shards

@@ -71,6 +71,10 @@ type AppliedInfo struct {
 	Reset bool
 	// From is the Update's first entry index (Index is its last).
 	From uint64
+	// Bytes is the size of the Update's entries as the Raft log holds
+	// them (their commands): the shard host snapshots and compacts the
+	// log by it.
+	Bytes uint64
 	// Events lists every lifecycle transition of the Update in apply
 	// order (Config.EmitEvents only): the feed of GET /api/v1/events.
 	Events []JobEvent
@@ -256,8 +260,10 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
 	a := newApplier(s, b)
+	var size uint64
 	for i := range entries {
 		ent := &entries[i]
+		size += uint64(len(ent.Cmd))
 		if ent.Index <= s.applied {
 			// Already applied (can only happen if dragonboat replays what
 			// Open reported as applied); keep the state untouched.
@@ -293,7 +299,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	s.appliedAtomic.Store(last)
 	if s.cfg.Listener != nil {
 		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
-			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events})
+			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events, Bytes: size})
 	}
 	return entries, nil
 }

@@ -39,6 +39,7 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.RaftAdvertise, "raft-advertise", "", "Raft address other nodes reach this node on (default: --raft-bind)")
 	fl.StringVar(&c.HTTPAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node on (default: --bind, with the Raft host when --bind has none)")
 	fl.Uint64Var(&c.SnapshotEntries, "snapshot-entries", node.SnapshotEntriesDefault, "Raft entries each shard applies between snapshots (a replica further behind than a fifth of that catches up from a snapshot)")
+	fl.Int64Var(&c.SnapshotBytes, "snapshot-bytes", node.SnapshotBytesDefault, "bytes of Raft entries each shard applies between snapshots, whatever their count: the Raft log keeps a quarter to a half of it (negative: by --snapshot-entries only)")
 	fl.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret that node-to-node calls carry (env CORVO_CLUSTER_SECRET); a founding node without one generates it into <data-dir>/cluster-secret, a joining node must be given it")
 	fl.IntVar(&c.Replicas, "replicas", node.ReplicasDefault, "replicas per shard (set at bootstrap): each shard is placed on this many nodes, or on every node while there are fewer")
 	fl.StringVar(&c.Discover, "discover", "", `find peers automatically: "dns" (a Kubernetes headless service; the pod with ordinal 0 bootstraps, the rest join)`)
