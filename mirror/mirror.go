@@ -353,7 +353,11 @@ func (m *Mirror) Start(src Source) error {
 			m.markDirty(sh)
 			continue
 		}
-		if opened := v.(uint64); opened != m.mirrored[sh].Load() {
+		// A mirror ahead of Pebble is normal after a crash (Pebble keeps
+		// what it flushed; dragonboat replays the entries after it, and
+		// their changes, each row carrying its index, rewrite the rows
+		// they already wrote). One behind missed changes: rebuild.
+		if opened := v.(uint64); opened > m.mirrored[sh].Load() {
 			m.log.Info().Int("shard", sh).Uint64("mirror_index", m.mirrored[sh].Load()).Uint64("pebble_index", opened).Msg("mirror behind Pebble: rebuilding the shard")
 			m.markDirty(sh)
 		}
