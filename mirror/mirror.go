@@ -38,6 +38,12 @@ type Source interface {
 const (
 	QueueSizeDefault   = 8192
 	FlushWindowDefault = 50 * time.Millisecond
+	// PayloadMaxDefault is the most of a payload the mirror keeps: whole
+	// below it (every search filter sees it all), its first bytes above
+	// it. Typical job payloads are well below it; for large ones the
+	// mirror, which would otherwise hold a second full copy of every
+	// payload beside Pebble, costs at most this much per job.
+	PayloadMaxDefault = 16 << 10
 )
 
 // Config configures a Mirror.
@@ -50,7 +56,13 @@ type Config struct {
 	// FlushWindow is how long changes coalesce before a write; default
 	// FlushWindowDefault.
 	FlushWindow time.Duration
-	Logger      zerolog.Logger
+	// PayloadMax is how many bytes of a payload the mirror keeps: a
+	// longer payload is kept as its first PayloadMax bytes, and a search
+	// page reads the whole payload from Pebble for it (payload_contains
+	// sees the prefix; payload_jq never matches it). Default
+	// PayloadMaxDefault; negative: whole payloads, whatever their size.
+	PayloadMax int
+	Logger     zerolog.Logger
 }
 
 // WithDefaults fills unset fields.
@@ -60,6 +72,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.FlushWindow == 0 {
 		c.FlushWindow = FlushWindowDefault
+	}
+	if c.PayloadMax == 0 {
+		c.PayloadMax = PayloadMaxDefault
 	}
 	return c
 }
@@ -182,6 +197,7 @@ func (m *Mirror) openDB() error {
 	if m.w, err = openWriter(m.cfg.Path); err != nil {
 		return err
 	}
+	m.w.payloadMax = m.cfg.PayloadMax
 	rdb, err := sql.Open("sqlite3", dsn+"&mode=ro")
 	if err != nil {
 		return err
@@ -223,13 +239,22 @@ func (m *Mirror) closeDB() {
 	}
 }
 
-// schemaVersion changes whenever the tables do: an older file is rebuilt.
-const schemaVersion = 3
+// schemaVersion changes whenever the tables do: an older file is rebuilt,
+// unless a migration below brings it up to date in place.
+const schemaVersion = 4
 
 func (m *Mirror) migrate() error {
 	var v int
 	if err := m.db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
 		return err
+	}
+	if v == 3 {
+		// 4 added payload_size: every row of a version 3 file holds its
+		// whole payload (NULL).
+		if _, err := m.db.Exec(`ALTER TABLE jobs ADD COLUMN payload_size INTEGER; PRAGMA user_version = 4;`); err != nil {
+			return fmt.Errorf("mirror: add payload_size: %w", err)
+		}
+		return nil
 	}
 	if v == schemaVersion {
 		return nil
@@ -242,7 +267,8 @@ func (m *Mirror) migrate() error {
 }
 
 // Times are Unix nanoseconds (NULL when unset); payload, tags, progress,
-// checkpoint and result are JSON text.
+// checkpoint and result are JSON text (payload only a prefix of it when
+// payload_size is set: Config.PayloadMax).
 const schema = `
 CREATE TABLE jobs (
     id               TEXT PRIMARY KEY,
@@ -273,7 +299,8 @@ CREATE TABLE jobs (
     completed_at     INTEGER,
     failed_at        INTEGER,
     expire_at        INTEGER,
-    lease_expires_at INTEGER
+    lease_expires_at INTEGER,
+    payload_size     INTEGER            -- NULL: payload is whole; else its full size, payload its first bytes
 ) WITHOUT ROWID;
 CREATE INDEX idx_jobs_queue_state ON jobs(queue, state, created_at);
 CREATE INDEX idx_jobs_created ON jobs(created_at);

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
 )
 
 // Filter is a job search (spec 000 "Search and filter"). Every field is
@@ -166,7 +167,9 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%w: %v", ErrBadFilter, err)
 		}
-		add(c)
+		// A payload kept as a prefix (payload_size set) is not JSON: it
+		// never matches, and CASE keeps SQLite from parsing it.
+		add("CASE WHEN payload_size IS NULL THEN (" + c + ") END")
 	}
 	for _, r := range []struct {
 		col           string
@@ -364,7 +367,7 @@ func (f *Filter) compile(shards int) (*query, error) {
 	if f.Desc {
 		dir = "DESC"
 	}
-	q.sql = "SELECT " + rowColumns + ", " + sortExpr + " FROM jobs WHERE " + page + " ORDER BY " + sortExpr + " " + dir + ", id " + dir + " LIMIT " + ps.Add(q.limit+1)
+	q.sql = "SELECT " + rowColumns + ", shard, payload_size, " + sortExpr + " FROM jobs WHERE " + page + " ORDER BY " + sortExpr + " " + dir + ", id " + dir + " LIMIT " + ps.Add(q.limit+1)
 	q.args = ps.Args
 	return q, nil
 }
@@ -382,16 +385,22 @@ func (m *Mirror) Search(ctx context.Context, f Filter) (*Page, error) {
 	}
 	defer rows.Close()
 	out := &Page{}
+	var cuts []cutRow // rows whose payload the mirror keeps a prefix of
 	for rows.Next() {
 		var r Row
 		var payload, tags, progress, result sql.NullString
 		var sortV int64
+		var shard int
+		var cut sql.NullInt64
 		if err := rows.Scan(&r.ID, &r.Queue, &r.State, &r.Priority, &r.Attempt, &r.MaxRetries, &payload, &tags, &r.UniqueKey,
 			&r.BatchID, &r.ChainID, &r.WorkerID, &r.Hostname, &progress, &result, &r.Reason, &r.LastError, &r.ErrorCount,
-			&r.CreatedAt, &r.ScheduledAt, &r.StartedAt, &r.CompletedAt, &r.FailedAt, &r.ExpireAt, &sortV); err != nil {
+			&r.CreatedAt, &r.ScheduledAt, &r.StartedAt, &r.CompletedAt, &r.FailedAt, &r.ExpireAt, &shard, &cut, &sortV); err != nil {
 			return nil, err
 		}
 		r.Payload, r.Tags, r.Progress, r.Result = rawJSON(payload), rawJSON(tags), rawJSON(progress), rawJSON(result)
+		if cut.Valid {
+			cuts = append(cuts, cutRow{row: len(out.Jobs), shard: shard})
+		}
 		out.Jobs = append(out.Jobs, r)
 		out.SortValues = append(out.SortValues, sortV)
 	}
@@ -401,6 +410,9 @@ func (m *Mirror) Search(ctx context.Context, f Filter) (*Page, error) {
 	if len(out.Jobs) > q.limit {
 		out.Jobs, out.SortValues, out.HasMore = out.Jobs[:q.limit], out.SortValues[:q.limit], true
 		out.Cursor = CursorAfter(out.SortValues[q.limit-1], out.Jobs[q.limit-1].ID)
+	}
+	if err := m.wholePayloads(out.Jobs, cuts); err != nil {
+		return nil, err
 	}
 	// A first page that holds every match is its own total: skip the
 	// count, which for unindexed filters is a second full scan. A caller
@@ -415,6 +427,35 @@ func (m *Mirror) Search(ctx context.Context, f Filter) (*Page, error) {
 	}
 	out.Duration = time.Since(start)
 	return out, nil
+}
+
+// cutRow is a page's row whose payload the mirror keeps only a prefix of.
+type cutRow struct {
+	row, shard int
+}
+
+// wholePayloads reads from Pebble the whole payload of each row the mirror
+// keeps a prefix of (Config.PayloadMax). A job deleted since the row was
+// written (its deletion not applied here yet) gets a null payload.
+func (m *Mirror) wholePayloads(rows []Row, cuts []cutRow) error {
+	for _, c := range cuts {
+		if c.row >= len(rows) {
+			break // past the page's limit
+		}
+		r := &rows[c.row]
+		if m.src == nil {
+			return fmt.Errorf("mirror: the payload of %s is kept in part, and no shard is readable yet", r.ID)
+		}
+		v, err := m.src.Read(c.shard, statemachine.GetJobQuery{ID: r.ID})
+		if err != nil {
+			return fmt.Errorf("mirror: read the payload of %s: %w", r.ID, err)
+		}
+		r.Payload = nil
+		if jv, ok := v.(*statemachine.JobView); ok && jv != nil {
+			r.Payload = json.RawMessage(jv.Job.Payload)
+		}
+	}
+	return nil
 }
 
 func rawJSON(s sql.NullString) json.RawMessage {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -26,12 +27,13 @@ const (
 	// leaderships to move (an election timeout or two).
 	HandOffTimeout = 5 * time.Second
 	// The shard host's defaults, for flags.
-	ShardsDefault          = shard.ShardsDefault
-	SnapshotEntriesDefault = shard.SnapshotEntriesDefault
-	SnapshotBytesDefault   = shard.SnapshotBytesDefault
-	RetentionDefault       = shard.RetentionDefault
-	AuditRetentionDefault  = shard.AuditRetentionDefault
-	CacheBytesDefault      = shard.CacheBytesDefault
+	ShardsDefault           = shard.ShardsDefault
+	SnapshotEntriesDefault  = shard.SnapshotEntriesDefault
+	SnapshotBytesDefault    = shard.SnapshotBytesDefault
+	MirrorPayloadMaxDefault = mirror.PayloadMaxDefault
+	RetentionDefault        = shard.RetentionDefault
+	AuditRetentionDefault   = shard.AuditRetentionDefault
+	CacheBytesDefault       = shard.CacheBytesDefault
 	// MaxPayloadDefault is the largest job payload by default.
 	MaxPayloadDefault = gateway.MaxPayloadDefault
 	// OpenTimeoutDefault bounds opening the shards (and catching up, for a
@@ -84,7 +86,11 @@ type Config struct {
 	Retention       time.Duration // finished jobs are kept this long; negative: forever
 	AuditRetention  time.Duration // audit records are kept this long; negative: forever
 	NoMirror        bool          // no SQLite mirror: no search, no async bulk
-	NoEvents        bool          // no event stream
+	// MirrorPayloadMax is how many bytes of a payload the mirror keeps
+	// (a longer one: its first bytes; search pages read it whole from
+	// Pebble). 0: mirror.PayloadMaxDefault; negative: whole payloads.
+	MirrorPayloadMax int
+	NoEvents         bool // no event stream
 	// PprofBind, when set, serves the Go profiler on its own loopback
 	// listener (Run).
 	PprofBind string

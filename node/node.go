@@ -122,7 +122,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.peer = peer.New(pcfg)
 	hcfg.Remote = n.peer.Propose
 	if !cfg.NoMirror {
-		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow}
+		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow,
+			PayloadMax: cfg.MirrorPayloadMax}
 		if n.mir, err = mirror.Open(mcfg); err != nil {
 			return nil, fmt.Errorf("open the mirror: %w", err)
 		}

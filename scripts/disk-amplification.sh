@@ -20,14 +20,18 @@ start() {
   for _ in $(seq 1 600); do curl -fs "$URL/healthz" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "the server on $URL did not start" >&2; exit 1
 }
+# report prints the data dir's size on disk (allocated blocks: what fills
+# the volume, preallocated files included) against the accepted payload
+# bytes, then each part's, and the apparent size (du -b) of the whole.
 report() {
-  local total
-  total=$(du -sb "$DIR/data" | cut -f1)
-  printf '%-24s data dir %6d MiB = %.2f x accepted (' "$1" $((total >> 20)) "$(awk -v t="$total" -v a="$accepted" 'BEGIN{print t/a}')"
+  local disk apparent
+  disk=$(du -s -B1 "$DIR/data" | cut -f1)
+  apparent=$(du -sb "$DIR/data" | cut -f1)
+  printf '%-24s data dir %6d MiB on disk = %.2f x accepted (' "$1" $((disk >> 20)) "$(awk -v t="$disk" -v a="$accepted" 'BEGIN{print t/a}')"
   for part in raft shards mirror.db mirror.db-wal; do
-    [ -e "$DIR/data/$part" ] && printf ' %s %d MiB' "$part" $(($(du -sb "$DIR/data/$part" | cut -f1) >> 20))
+    [ -e "$DIR/data/$part" ] && printf ' %s %d' "$part" $(($(du -s -B1 "$DIR/data/$part" | cut -f1) >> 20))
   done
-  echo " )"
+  printf ' MiB; apparent %d MiB)\n' $((apparent >> 20))
 }
 go build -o "$DIR/diskprobe" ./scripts/diskprobe
 start "$@"

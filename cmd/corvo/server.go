@@ -23,7 +23,9 @@ type serverFlags struct {
 	cfg      node.Config
 	logLevel string
 	cacheMB  int
-	roleMap  []string // --oidc-role-map entries
+	// mirrorPayloadMax is --mirror-payload-max (0: whole payloads).
+	mirrorPayloadMax int
+	roleMap          []string // --oidc-role-map entries
 }
 
 // register defines the server's flags on fl.
@@ -56,6 +58,7 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&c.AuditRetention, "audit-retention", node.AuditRetentionDefault, "how long audit records are kept (e.g. 2160h); negative: forever")
 	fl.BoolVar(&c.Gateway.AuditAll, "audit-all", false, "also audit the hot path: enqueue, fetch, ack, fail and heartbeat (one more Raft write per call)")
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
+	fl.IntVar(&f.mirrorPayloadMax, "mirror-payload-max", node.MirrorPayloadMaxDefault, "bytes of each payload the search mirror keeps: a longer one is kept as its first bytes (search pages still show it whole, read from the shard; payload_contains sees the prefix, payload_jq never matches it); 0: whole payloads")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", node.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&c.PprofBind, "pprof-bind", "", "serve Go pprof profiles on their own loopback listener (e.g. 127.0.0.1:6060); off when empty")
@@ -97,6 +100,10 @@ func (f *serverFlags) config() (node.Config, error) {
 	c := f.cfg
 	c.Logger = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", c.NodeName).Logger()
 	c.CacheBytes = int64(f.cacheMB) << 20
+	c.MirrorPayloadMax = f.mirrorPayloadMax
+	if f.mirrorPayloadMax <= 0 {
+		c.MirrorPayloadMax = -1 // whole payloads
+	}
 	if c.ClusterSecretFile == "" {
 		c.ClusterSecret = os.Getenv("CORVO_CLUSTER_SECRET")
 	}
