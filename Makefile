@@ -8,7 +8,7 @@ DATA_DIR  ?= ./corvo-data
 BIND      ?= 127.0.0.1:8080
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev
+.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test
 
 all: build ## Build the corvo binary
 
@@ -18,11 +18,11 @@ build: ## Build bin/corvo
 run: build ## Build and start a single-node server on 127.0.0.1:8080 (BIND to change; data in ./corvo-data)
 	./$(BIN) server --data-dir $(DATA_DIR) --bind $(BIND)
 
-test: tools lint ## Run every test (race detector on), after go vet, staticcheck and gofmt; then the UI's
+test: tools lint ## Run every test (race detector on), after go vet, staticcheck and gofmt; then the UI's and the TypeScript SDK's
 	$(GO) test -race -count=1 -timeout 30m ./...
 	cd sdk/go && $(GO) test -race -count=1 -timeout 10m ./...
 	cd deploy && $(GO) test -race -count=1 -timeout 10m ./...
-	$(MAKE) ui-test ui-check ui-e2e
+	$(MAKE) ui-test ui-check ui-e2e sdk-ts-test
 
 test-short: ## Unit tests only, no race detector
 	$(GO) test -short -count=1 ./...
@@ -89,6 +89,19 @@ ui-e2e: build ui-deps ## Browser tests of the UI (headless chromium) against a r
 
 ui-dev: ui-deps ## Vite dev server on :5173 with hot reload, proxying the API to CORVO_URL (default http://127.0.0.1:8080)
 	cd ui && npm run dev
+
+# The TypeScript SDK (sdk/typescript): Node 20+ and npm, like the UI. Its
+# tests (the conformance suite among them) run against bin/corvo.
+SDK_TS_STAMP := sdk/typescript/node_modules/.package-lock.json
+
+$(SDK_TS_STAMP): sdk/typescript/package.json sdk/typescript/package-lock.json
+	cd sdk/typescript && npm ci --no-audit --no-fund
+	@touch $@
+
+sdk-ts-deps: $(SDK_TS_STAMP) ## Install the TypeScript SDK's pinned dev dependencies (npm ci)
+
+sdk-ts-test: build sdk-ts-deps ## The TypeScript SDK's tests: unit, conformance suite, npm pack, SIGTERM drain (against bin/corvo)
+	cd sdk/typescript && CORVO_BIN=$(CURDIR)/$(BIN) npm test
 
 clean: ## Remove build output (not the data dir)
 	rm -rf bin

@@ -22,14 +22,21 @@ MaxBodyBytes=%d
 RequestTimeout=%s
 EventsKeepalive=%s
 SearchWait=%s
+ReadTimeout=%s
+ReadConcurrency=%d
+ReadQueue=%d
 DiskCheckInterval=%s MinFreeDisk=%s
-`, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait, c.DiskCheckInterval, c.MinFreeDisk)
+`, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait,
+		c.ReadTimeout, c.ReadConcurrency, c.ReadQueue, c.DiskCheckInterval, c.MinFreeDisk)
 	require.Equal(t, `MaxPayloadBytes=1048576
 MaxBatchJobs=10000
 MaxBodyBytes=67108864
 RequestTimeout=15s
 EventsKeepalive=15s
 SearchWait=2s
+ReadTimeout=1s
+ReadConcurrency=8
+ReadQueue=256
 DiskCheckInterval=250ms MinFreeDisk=0
 `, got)
 	require.NoError(t, c.Validate())
@@ -62,6 +69,9 @@ func TestConfigValidate(t *testing.T) {
 		{Config{MaxPayloadBytes: 2 << 20, MaxBodyBytes: 1 << 20}, "at least max payload bytes"},
 		{Config{RequestTimeout: -time.Second}, "request timeout"},
 		{Config{EventsKeepalive: -time.Second}, "events keepalive"},
+		{Config{ReadTimeout: -time.Second}, "read timeout"},
+		{Config{ReadConcurrency: -1}, "read concurrency"},
+		{Config{ReadQueue: -1}, "read queue"},
 		{Config{CORSOrigins: []string{"example.com"}}, "cors origins"},
 		{Config{MinFreeDisk: DiskFloor{Percent: 100}}, "min free disk percentage"},
 	} {

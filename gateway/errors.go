@@ -27,6 +27,8 @@ var (
 		Meaning: "a missing or invalid field, a wrong JSON type, an unknown field, an unknown value (`priority`, `retry_backoff`, …), an unparseable duration or timestamp, an invalid query parameter"}
 	codeBadRequest = &errorCode{Code: "bad_request", Status: 400,
 		Meaning: "the request cannot be read at all (broken HTTP framing), or a node-to-node entry cannot be decoded"}
+	codeFilterNeedsIndex = &errorCode{Code: "filter_needs_index", Status: 400,
+		Meaning: "a search found no match before its deadline (`--read-timeout`, 1 s by default) because the criteria the message names have no index and were tested job by job; narrow it with `queue`, `state`, `created_after`/`created_before`, `batch_id` or `job_id_prefix`"}
 	codeConfirmationRequired = &errorCode{Code: "confirmation_required", Status: 400,
 		Meaning: "a bulk action whose filter selects every job of a queue or of the cluster, without `\"confirm\": true`; `would_affect` says how many jobs it would touch"}
 	codeLeaseRequired = &errorCode{Code: "lease_required", Status: 400,
@@ -69,6 +71,8 @@ var (
 		Meaning: "the API key is over its request rate on this node (default 2,000 reads and 1,000 writes a second; see [Authentication](#authentication)); `Retry-After` is set"}
 	codeBulkBusy = &errorCode{Code: "bulk_busy", Status: 429,
 		Meaning: "4 background bulk operations already run on this node"}
+	codeReadsBusy = &errorCode{Code: "reads_busy", Status: 429,
+		Meaning: "a search, list or job read found every read slot of the node taken (`--read-concurrency`) and its queue full, or waited for a slot until its deadline (`--read-timeout`); a search that found nothing before its deadline while every criterion has an index; `Retry-After` is set"}
 	codeInsufficientStorage = &errorCode{Code: "insufficient_storage", Status: 507,
 		Meaning: "this node's data volume has less free space than `--min-free-disk`: enqueue, batch enqueue, schedule creation and update, move and restore are refused until space is freed (acks, fails, fetches, deletes, cancels, bulk actions and reads still work); `Retry-After` is set"}
 	codeInternal = &errorCode{Code: "internal", Status: 500,
@@ -83,13 +87,13 @@ var (
 
 // errorCodes is the table, in the order docs/api.md lists it.
 var errorCodes = []*errorCode{
-	codeInvalidJSON, codeInvalidRequest, codeBadRequest, codeConfirmationRequired, codeLeaseRequired,
+	codeInvalidJSON, codeInvalidRequest, codeBadRequest, codeFilterNeedsIndex, codeConfirmationRequired, codeLeaseRequired,
 	codeUnauthorized, codeClusterSecretRequired, codePeerCertificateRequired, codeForbidden, codeClusterSecretInvalid, codeCrossOrigin,
 	codeNotFound, codeMethodNotAllowed,
 	codeConflict, codeRemoveFailed, codeWrongNode,
 	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,
 	codeHeadersTooLarge,
-	codeOverloaded, codeRateLimited, codeBulkBusy,
+	codeOverloaded, codeRateLimited, codeBulkBusy, codeReadsBusy,
 	codeInternal, codeJoinFailed,
 	codeUnavailable, codeShuttingDown,
 	codeInsufficientStorage,

@@ -47,6 +47,8 @@ func (s *Server) handleFetch(ctx *fasthttp.RequestCtx) {
 	switch {
 	case aerr != nil:
 		writeError(ctx, aerr)
+	case s.handBack(ctx, req.WorkerID, jobs, nil):
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	case len(jobs) > 0:
 		s.writeFetched(ctx, jobs, req.Count != nil)
 	default:
@@ -409,6 +411,8 @@ func (s *Server) fetchElsewhere(ctx *fasthttp.RequestCtx, req *fetchRequest, que
 	switch {
 	case err != nil:
 		writeError(ctx, engineError(err))
+	case s.handBack(ctx, req.WorkerID, lf.jobs, raw):
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	case len(lf.jobs)+len(raw) > 0:
 		s.writeFetchedFrom(ctx, lf.jobs, raw, req.Count != nil)
 	default:

@@ -63,6 +63,9 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	if s.handBack(ctx, next.req.WorkerID, jobs, nil) {
+		jobs = nil
+	}
 	for i := range jobs {
 		s.counters(jobs[i].Job.Queue).fetched.Inc()
 	}
@@ -191,7 +194,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 	b = append(b, `,"errors":`...)
 	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
 	if next != nil {
-		b = s.appendNextJobs(b, next, jobs, out.applied > 0, combined)
+		b = s.appendNextJobs(ctx, b, next, jobs, out.applied > 0, combined)
 	}
 	// Some acks committed: 200, their errors listed. None could be
 	// committed at all (overload, no leader): that entry error's status.
@@ -206,10 +209,13 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 // `,"fetch_error":…` when it failed. It runs only when an ack applied
 // (acked); jobs are what the acks' entry claimed (combined), else the
 // fetch long-polls now over queues this node hosts.
-func (s *Server) appendNextJobs(b []byte, next *nextFetch, jobs []statemachine.JobView, acked, combined bool) []byte {
+func (s *Server) appendNextJobs(ctx *fasthttp.RequestCtx, b []byte, next *nextFetch, jobs []statemachine.JobView, acked, combined bool) []byte {
 	var ferr *apiError
 	if acked && len(jobs) == 0 && (!combined || next.timeout > 0) && s.allHosted(next.queues) {
 		jobs, ferr, _ = s.pollLocal(next.queues, next.req, next.count, time.Now().Add(next.timeout))
+	}
+	if s.handBack(ctx, next.req.WorkerID, jobs, nil) {
+		jobs = nil
 	}
 	for i := range jobs {
 		s.counters(jobs[i].Job.Queue).fetched.Inc()

@@ -84,7 +84,7 @@ func appendQueue(b []byte, q *statemachine.QueueInfo) []byte {
 	b = append(b, `{"name":`...)
 	b = appendQueueName(b, q.Name)
 	for _, st := range []statemachine.State{statemachine.StatePending, statemachine.StateActive, statemachine.StateScheduled,
-		statemachine.StateRetrying, statemachine.StateCompleted, statemachine.StateDead, statemachine.StateCancelled} {
+		statemachine.StateRetrying, statemachine.StateCompleted, statemachine.StateDead, statemachine.StateCancelled, statemachine.StateHeld} {
 		b = append(b, ',', '"')
 		b = append(b, st.String()...)
 		b = append(b, '"', ':')

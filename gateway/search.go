@@ -143,17 +143,22 @@ func (s *Server) countByQueueState(r *searchRequest, ns string, shards []int) *i
 }
 
 // awaitMirror makes a search read its writes: it waits, up to
-// Config.SearchWait, until the mirror holds every change this node's
-// replicas had applied when it was called — every write this node
-// answered. False: it could not (the answer is then marked stale).
-func (s *Server) awaitMirror() bool {
+// Config.SearchWait and until ctx ends, until the mirror holds every
+// change this node's replicas had applied when it was called — every
+// write this node answered. False: it could not (the answer is then
+// marked stale).
+func (s *Server) awaitMirror(ctx context.Context) bool {
 	if s.cfg.SearchWait < 0 {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SearchWait)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SearchWait)
 	defer cancel()
 	return s.cfg.Mirror.WaitFor(ctx, s.cfg.Mirror.Mark()) == nil
 }
+
+// mirrorWaitShare is the share of a search's read deadline it may spend
+// waiting for the mirror to hold its writes: the rest is the search's.
+const mirrorWaitShare = 2
 
 // POST /api/v1/jobs/search — every filter of the spec, newest first by
 // default, with keyset cursors: over this node's mirror for the shards it
@@ -180,15 +185,23 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	rctx, cancel := s.readContext(ctx)
+	defer cancel()
 	forwarded := peer.Forwarded(ctx)
 	stale := false
 	if only == nil && !forwarded {
-		stale = !s.awaitMirror()
+		deadline, _ := rctx.Deadline()
+		wctx, cancel := context.WithDeadline(rctx, deadline.Add(-s.cfg.ReadTimeout/mirrorWaitShare))
+		stale = !s.awaitMirror(wctx)
+		cancel()
 	}
-	res, aerr := s.search(context.Background(), s.searchNamespace(ctx), &req, only, forwarded)
+	res, aerr := s.search(rctx, s.searchNamespace(ctx), &req, only, forwarded)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
+	}
+	if res.partial {
+		readsPartial.Inc()
 	}
 	b := []byte(`{"jobs":[`)
 	for i := range res.hits {
@@ -207,6 +220,9 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 	b = appendInt(b, time.Since(start).Milliseconds()) // integer ms, as every *_ms field
 	if stale {
 		b = append(b, `,"stale":true`...)
+	}
+	if res.partial {
+		b = append(b, `,"partial":true`...)
 	}
 	if only != nil {
 		b = append(b, `,"keys":[`...)
@@ -254,6 +270,11 @@ func appendRow(b []byte, r *mirror.Row) []byte {
 	b = appendString(b, statemachine.Priority(r.Priority).String())
 	b = append(b, `,"payload":`...)
 	b = appendRaw(b, r.Payload, "null")
+	if r.Payload == nil {
+		b = append(b, `,"payload_omitted":true`...)
+	}
+	b = append(b, `,"payload_bytes":`...)
+	b = appendInt(b, int64(r.PayloadBytes))
 	b = append(b, `,"attempt":`...)
 	b = appendInt(b, int64(r.Attempt))
 	b = append(b, `,"max_retries":`...)
@@ -306,7 +327,9 @@ func (s *Server) handleRebuildMirror(ctx *fasthttp.RequestCtx) {
 // row's position) continues every part. The plan, the parts and their
 // retries are peer.Client.SearchShards': a part that fails is asked of
 // another node holding its shards; when none answers, the search fails
-// (503), never returning a partial page.
+// (503), never returning a page without a shard. A part its read
+// deadline cut (partial) holds its matches up to some position: the
+// merged page stops there too (mergeParts), so its cursor skips nothing.
 
 // searchHit is one job of a search: its keyset position, the fields bulk
 // operations need, and its rendered JSON.
@@ -323,6 +346,9 @@ type searchResult struct {
 	total   int
 	hasMore bool
 	cursor  string // "" when !hasMore
+	// partial: the read deadline cut a part short; hits are the matches
+	// up to its last one, total a lower bound.
+	partial bool
 }
 
 // holder is implemented by mirrors that may not hold every shard
@@ -429,8 +455,12 @@ func (s *Server) searchShards(r *searchRequest, ns string) []int {
 // which must all be held here (a part of another node's search). ns is the
 // namespace the search is limited to (searchNamespace).
 func (s *Server) search(ctx context.Context, ns string, req *searchRequest, only []int, forwarded bool) (*searchResult, *apiError) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		// A bulk operation's pages: not a pooled read.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		defer cancel()
+	}
 	deadline, _ := ctx.Deadline()
 	f, err := req.filter(ns)
 	if err != nil {
@@ -532,13 +562,19 @@ func (s *Server) searchLocal(ctx context.Context, f mirror.Filter) (*searchResul
 	if errors.Is(err, mirror.ErrBadFilter) {
 		return nil, invalid("%v", err)
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return nil, codeUnavailable.err("the search did not finish in time")
+	var de *mirror.DeadlineError
+	if errors.As(err, &de) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		readsDeadline.Inc()
+		if de != nil && len(de.Unindexed) > 0 {
+			return nil, codeFilterNeedsIndex.err(fmt.Sprintf("the search found no match within %s: no index serves %s, tested job by job; narrow it with queue, state, created_after/created_before, batch_id or job_id_prefix",
+				s.cfg.ReadTimeout, strings.Join(de.Unindexed, ", ")))
+		}
+		return nil, codeReadsBusy.err("the search found no match within " + s.cfg.ReadTimeout.String() + " (the node is loaded); retry after the Retry-After delay")
 	}
 	if err != nil {
 		return nil, codeInternal.err(err.Error())
 	}
-	out := &searchResult{total: page.Total, hasMore: page.HasMore, cursor: page.Cursor, hits: make([]searchHit, len(page.Jobs))}
+	out := &searchResult{total: page.Total, hasMore: page.HasMore, cursor: page.Cursor, partial: page.Partial, hits: make([]searchHit, len(page.Jobs))}
 	var buf []byte
 	ends := make([]int, len(page.Jobs))
 	for i := range page.Jobs {
@@ -556,23 +592,40 @@ func (s *Server) searchLocal(ctx context.Context, f mirror.Filter) (*searchResul
 
 // mergeParts merges pages sorted alike into one of at most limit rows,
 // whose cursor is its last row's keyset position.
+//
+// A partial part holds its matches only up to its last hit: rows of the
+// other parts beyond the first such stop are dropped (a page never skips
+// a match), and the page is partial.
 func mergeParts(desc bool, limit int, parts ...*searchResult) *searchResult {
 	out := &searchResult{}
+	order := func(a, b searchHit) int {
+		if desc {
+			a, b = b, a
+		}
+		if c := cmp.Compare(a.v, b.v); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	}
+	var stop *searchHit // the earliest last hit of a partial part
 	for _, p := range parts {
 		out.hits = append(out.hits, p.hits...)
 		out.total += p.total
 		out.hasMore = out.hasMore || p.hasMore
+		if p.partial {
+			out.partial = true
+			if n := len(p.hits); n > 0 && (stop == nil || order(p.hits[n-1], *stop) < 0) {
+				stop = &p.hits[n-1]
+			}
+		}
 	}
 	if len(parts) > 1 {
-		slices.SortFunc(out.hits, func(a, b searchHit) int {
-			if desc {
-				a, b = b, a
-			}
-			if c := cmp.Compare(a.v, b.v); c != 0 {
-				return c
-			}
-			return strings.Compare(a.id, b.id)
-		})
+		slices.SortFunc(out.hits, order)
+	}
+	if stop != nil {
+		cut := *stop
+		out.hits = slices.DeleteFunc(out.hits, func(h searchHit) bool { return order(h, cut) > 0 })
+		out.hasMore = true
 	}
 	if len(out.hits) > limit {
 		out.hits, out.hasMore = out.hits[:limit], true
@@ -594,7 +647,7 @@ func (s *Server) searchRemote(ns string, body []byte, shards []int, deadline tim
 	}
 	out := make([]*searchResult, len(answers))
 	for j, a := range answers {
-		r := &searchResult{total: a.Total, hasMore: a.HasMore, hits: make([]searchHit, len(a.Jobs))}
+		r := &searchResult{total: a.Total, hasMore: a.HasMore, partial: a.Partial, hits: make([]searchHit, len(a.Jobs))}
 		for i := range a.Jobs {
 			k := &a.Keys[i]
 			r.hits[i] = searchHit{v: k.V, id: k.ID, queue: k.Queue, raw: a.Jobs[i]}

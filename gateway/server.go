@@ -94,6 +94,14 @@ type Config struct {
 	// (read your writes); past it the search answers "stale": true.
 	// Default SearchWaitDefault; negative: never wait.
 	SearchWait time.Duration
+	// ReadTimeout is the deadline of a search, list or job read, counted
+	// from its arrival (readpool.go): a search it cuts answers the
+	// matches found so far ("partial": true). Default ReadTimeoutDefault.
+	ReadTimeout time.Duration
+	// ReadConcurrency is how many reads run at once; ReadQueue how many
+	// more wait for one of them (429 reads_busy beyond). Defaults
+	// ReadConcurrencyDefault, ReadQueueDefault.
+	ReadConcurrency, ReadQueue int
 	// Auth says whether the API needs keys (authn.go). AuthRequired
 	// without Keys admits no one.
 	Auth AuthMode
@@ -136,6 +144,9 @@ const (
 	MaxRestoreBytesDefault = 1 << 30
 	RequestTimeoutDefault  = 15 * time.Second
 	SearchWaitDefault      = 2 * time.Second
+	ReadTimeoutDefault     = time.Second
+	ReadConcurrencyDefault = 8
+	ReadQueueDefault       = 256
 	// MaxHeaderBytes bounds a request's line and headers together (431
 	// headers_too_large above).
 	MaxHeaderBytes = 8 << 10
@@ -172,6 +183,9 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.RequestTimeout, RequestTimeoutDefault)
 	setDefault(&c.EventsKeepalive, EventsKeepaliveDefault)
 	setDefault(&c.SearchWait, SearchWaitDefault)
+	setDefault(&c.ReadTimeout, ReadTimeoutDefault)
+	setDefault(&c.ReadConcurrency, ReadConcurrencyDefault)
+	setDefault(&c.ReadQueue, ReadQueueDefault)
 	setDefault(&c.KeyTouchInterval, KeyTouchIntervalDefault)
 	setDefault(&c.RateRead, RateReadDefault)
 	setDefault(&c.RateWrite, RateWriteDefault)
@@ -200,6 +214,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("request timeout must be positive, got %s", c.RequestTimeout)
 	case c.EventsKeepalive <= 0:
 		return fmt.Errorf("events keepalive must be positive, got %s", c.EventsKeepalive)
+	case c.ReadTimeout <= 0:
+		return fmt.Errorf("read timeout must be positive, got %s", c.ReadTimeout)
+	case c.ReadConcurrency < 1:
+		return fmt.Errorf("read concurrency must be positive, got %d", c.ReadConcurrency)
+	case c.ReadQueue < 0:
+		return fmt.Errorf("read queue must not be negative, got %d", c.ReadQueue)
 	case c.Auth < AuthOpen || c.Auth > AuthOff:
 		return fmt.Errorf("unknown auth mode %d", c.Auth)
 	case c.KeyTouchInterval <= 0:
@@ -246,6 +266,9 @@ type Server struct {
 	// unidentified callers (audit.go).
 	unidentified bucket
 	routes       []string // "METHOD pattern" of every route, as registered
+
+	reads *readPool // searches, lists and job reads (readpool.go)
+	clock clock     // the read deadlines' time
 }
 
 // New builds a server over an engine. It panics when cfg.WithDefaults()
@@ -264,6 +287,8 @@ func New(cfg Config, eng Engine) *Server {
 		bulk:   newBulkRunner(),
 		cors:   newCORSPolicy(cfg.CORSOrigins),
 		peer:   cfg.Peer,
+		reads:  newReadPool(cfg.ReadConcurrency, cfg.ReadQueue),
+		clock:  wallClock{},
 		disk:   newDiskGuard(cfg),
 	}
 	if s.peer == nil {
@@ -419,6 +444,9 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 	prefix := `corvo_http_requests_total{route="` + method + ` ` + path + `",code="`
 	var codes sync.Map // status → *metrics.Counter
 	guard := routeGuard(method, path)
+	if pooledReads[method+" "+path] {
+		h = s.pooled(h)
+	}
 	grows := growsData[method+" "+path]
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()

@@ -53,6 +53,8 @@ func (m *Mirror) loop() {
 					m.add(p, info)
 				case <-deadline:
 					break collect
+				case <-m.hurry:
+					break collect
 				case <-m.stop:
 					break collect
 				}

@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -290,4 +291,19 @@ func TestMirrorStartAheadOfPebble(t *testing.T) {
 		require.Equal(t, c.rows, count(m), "Pebble opened at %d, the mirror at 7", c.opened)
 		m.Close()
 	}
+}
+
+func TestParseTimeBounds(t *testing.T) {
+	t.Parallel()
+	v, err := ParseTime("created_after", "2026-02-10")
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2026, 2, 10, 0, 0, 0, 0, time.UTC).UnixNano(), v, "a date is its midnight UTC")
+	v, err = ParseTime("created_after", "2999-02-10T00:00:00Z")
+	require.NoError(t, err)
+	require.Equal(t, int64(math.MaxInt64), v, "past 2262: the farthest bound, not a wrapped one")
+	v, err = ParseTime("created_before", "1066-10-14T00:00:00Z")
+	require.NoError(t, err)
+	require.Equal(t, int64(math.MinInt64+1), v)
+	_, err = ParseTime("created_after", "yesterday")
+	require.ErrorIs(t, err, ErrBadFilter)
 }

@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/corvohq/corvo/router"
-	"github.com/corvohq/corvo/statemachine"
 )
 
 // Filter is a job search (spec 000 "Search and filter"). Every field is
@@ -65,32 +65,40 @@ const (
 	MaxLimit     = 1000
 )
 
+// PagePayloadMax is the largest payload a search page carries: a larger
+// one is left out of the page (Row.Payload nil, Row.PayloadBytes its
+// size) and never read from disk; GET /api/v1/jobs/{id} has it.
+const PagePayloadMax = 8 << 10
+
 // Row is one job as the mirror has it.
 type Row struct {
-	ID          string
-	Queue       string
-	State       string
-	Priority    int
-	Attempt     int
-	MaxRetries  int
-	Payload     json.RawMessage
-	Tags        json.RawMessage
-	UniqueKey   *string
-	BatchID     *string
-	ChainID     *string
-	WorkerID    *string
-	Hostname    *string
-	Progress    json.RawMessage
-	Result      json.RawMessage
-	Reason      *string
-	LastError   *string
-	ErrorCount  int
-	CreatedAt   int64
-	ScheduledAt *int64
-	StartedAt   *int64
-	CompletedAt *int64
-	FailedAt    *int64
-	ExpireAt    *int64
+	ID         string
+	Queue      string
+	State      string
+	Priority   int
+	Attempt    int
+	MaxRetries int
+	// Payload is nil when it is over PagePayloadMax (left out of pages).
+	Payload json.RawMessage
+	// PayloadBytes is the payload's size in bytes (as stored).
+	PayloadBytes int
+	Tags         json.RawMessage
+	UniqueKey    *string
+	BatchID      *string
+	ChainID      *string
+	WorkerID     *string
+	Hostname     *string
+	Progress     json.RawMessage
+	Result       json.RawMessage
+	Reason       *string
+	LastError    *string
+	ErrorCount   int
+	CreatedAt    int64
+	ScheduledAt  *int64
+	StartedAt    *int64
+	CompletedAt  *int64
+	FailedAt     *int64
+	ExpireAt     *int64
 }
 
 // Page is one page of search results.
@@ -104,11 +112,59 @@ type Page struct {
 	Total      int
 	Cursor     string // "" when HasMore is false
 	HasMore    bool
-	Duration   time.Duration
+	// Partial: the context ended before the search finished. Jobs are the
+	// matches found by then, in order (maybe fewer than the limit, at
+	// least one), HasMore is true and Cursor continues after the last of
+	// them; Total is only a lower bound.
+	Partial  bool
+	Duration time.Duration
 }
 
 // ErrBadFilter wraps every invalid-filter error (the gateway answers 400).
 var ErrBadFilter = errors.New("invalid filter")
+
+// DeadlineError is Search's error when its context ended before it found
+// a single match: Unindexed names the filter's criteria that no index
+// serves (the rows were tested one by one), empty when every criterion
+// has one (the search was slow for another reason: load).
+type DeadlineError struct {
+	Unindexed []string
+	Err       error // the context's error
+}
+
+func (e *DeadlineError) Error() string {
+	if len(e.Unindexed) == 0 {
+		return "the search found nothing before its deadline: " + e.Err.Error()
+	}
+	return "the search found nothing before its deadline: " + strings.Join(e.Unindexed, ", ") + " tested job by job: " + e.Err.Error()
+}
+
+func (e *DeadlineError) Unwrap() error { return e.Err }
+
+// Unindexed names the filter's criteria no index of the mirror serves:
+// each is tested on every row the indexed criteria (queue, state,
+// created_at, batch_id, unique_key, job_id_prefix) leave.
+func (f *Filter) Unindexed() []string {
+	var out []string
+	add := func(set bool, name string) {
+		if set {
+			out = append(out, name)
+		}
+	}
+	add(f.PayloadJQ != "", "payload_jq")
+	add(f.PayloadContains != "", "payload_contains")
+	add(len(f.Tags) > 0, "tags")
+	add(f.ErrorContains != "", "error_contains")
+	add(f.WorkerID != "", "worker_id")
+	add(f.HasErrors != nil, "has_errors")
+	add(f.AttemptMin != nil || f.AttemptMax != nil, "attempt_min/attempt_max")
+	add(f.Priority != nil, "priority")
+	add(f.ScheduledAfter != 0 || f.ScheduledBefore != 0, "scheduled_after/scheduled_before")
+	add(f.StartedAfter != 0 || f.StartedBefore != 0, "started_after/started_before")
+	add(f.CompletedAfter != 0 || f.CompletedBefore != 0, "completed_after/completed_before")
+	add(f.ExpireAfter != 0 || f.ExpireBefore != 0, "expire_after/expire_before")
+	return out
+}
 
 var sortColumns = map[string]string{"created_at": "created_at", "scheduled_at": "scheduled_at", "started_at": "started_at",
 	"completed_at": "completed_at", "priority": "priority", "attempt": "attempt"}
@@ -295,7 +351,13 @@ func CursorAfter(v int64, id string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-const rowColumns = `id, queue, state, priority, attempt, max_retries, payload, tags, unique_key, batch_id, chain_id, worker_id,
+// rowColumns are a page's columns; the payload only when it is small
+// (octet_length reads the record header, not the payload), and never a
+// payload the mirror keeps only the first bytes of (payload_size set:
+// that is its whole size).
+var rowColumns = `id, queue, state, priority, attempt, max_retries,
+ CASE WHEN payload_size IS NULL AND octet_length(payload) <= ` + strconv.Itoa(PagePayloadMax) + ` THEN payload END,
+ COALESCE(payload_size, octet_length(payload)), tags, unique_key, batch_id, chain_id, worker_id,
  hostname, progress, result, reason, last_error, error_count, created_at, scheduled_at, started_at, completed_at, failed_at, expire_at`
 
 // query is a checked filter compiled to SQL.
@@ -367,95 +429,94 @@ func (f *Filter) compile(shards int) (*query, error) {
 	if f.Desc {
 		dir = "DESC"
 	}
-	q.sql = "SELECT " + rowColumns + ", shard, payload_size, " + sortExpr + " FROM jobs WHERE " + page + " ORDER BY " + sortExpr + " " + dir + ", id " + dir + " LIMIT " + ps.Add(q.limit+1)
+	q.sql = "SELECT " + rowColumns + ", " + sortExpr + " FROM jobs WHERE " + page + " ORDER BY " + sortExpr + " " + dir + ", id " + dir + " LIMIT " + ps.Add(q.limit+1)
 	q.args = ps.Args
 	return q, nil
 }
 
-// Search runs a filter against the mirror.
+// Search runs a filter against the mirror, until ctx ends: then it
+// answers the matches found so far as a Partial page, or a
+// *DeadlineError when there is none.
 func (m *Mirror) Search(ctx context.Context, f Filter) (*Page, error) {
 	start := time.Now()
 	q, err := f.compile(m.shards)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := m.rdb.QueryContext(ctx, q.sql, q.args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := &Page{}
-	var cuts []cutRow // rows whose payload the mirror keeps a prefix of
-	for rows.Next() {
-		var r Row
-		var payload, tags, progress, result sql.NullString
-		var sortV int64
-		var shard int
-		var cut sql.NullInt64
-		if err := rows.Scan(&r.ID, &r.Queue, &r.State, &r.Priority, &r.Attempt, &r.MaxRetries, &payload, &tags, &r.UniqueKey,
-			&r.BatchID, &r.ChainID, &r.WorkerID, &r.Hostname, &progress, &result, &r.Reason, &r.LastError, &r.ErrorCount,
-			&r.CreatedAt, &r.ScheduledAt, &r.StartedAt, &r.CompletedAt, &r.FailedAt, &r.ExpireAt, &shard, &cut, &sortV); err != nil {
+	if err := m.scan(ctx, q, out); err != nil {
+		if ctx.Err() == nil {
 			return nil, err
 		}
-		r.Payload, r.Tags, r.Progress, r.Result = rawJSON(payload), rawJSON(tags), rawJSON(progress), rawJSON(result)
-		if cut.Valid {
-			cuts = append(cuts, cutRow{row: len(out.Jobs), shard: shard})
+		if len(out.Jobs) == 0 {
+			return nil, &DeadlineError{Unindexed: f.Unindexed(), Err: ctx.Err()}
 		}
-		out.Jobs = append(out.Jobs, r)
-		out.SortValues = append(out.SortValues, sortV)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+		// The matches found so far, in order: the cursor after the last
+		// one continues the search without a gap.
+		if len(out.Jobs) > q.limit {
+			out.Jobs, out.SortValues = out.Jobs[:q.limit], out.SortValues[:q.limit]
+		}
+		last := len(out.Jobs) - 1
+		out.Partial, out.HasMore = true, true
+		out.Cursor = CursorAfter(out.SortValues[last], out.Jobs[last].ID)
+		out.Total = len(out.Jobs)
+		out.Duration = time.Since(start)
+		return out, nil
 	}
 	if len(out.Jobs) > q.limit {
 		out.Jobs, out.SortValues, out.HasMore = out.Jobs[:q.limit], out.SortValues[:q.limit], true
 		out.Cursor = CursorAfter(out.SortValues[q.limit-1], out.Jobs[q.limit-1].ID)
 	}
-	if err := m.wholePayloads(out.Jobs, cuts); err != nil {
-		return nil, err
-	}
 	// A first page that holds every match is its own total: skip the
 	// count, which for unindexed filters is a second full scan. A caller
 	// that knows the total (queue/state counts kept by the state machine)
-	// spares the count too.
+	// spares the count too. A count the deadline cuts leaves the page
+	// whole and its total a lower bound (Partial).
 	if f.Cursor == "" && !out.HasMore {
 		out.Total = len(out.Jobs)
 	} else if f.KnownTotal != nil {
 		out.Total = *f.KnownTotal
 	} else if err := m.rdb.QueryRowContext(ctx, "SELECT count(*) FROM jobs WHERE "+q.where, q.countArgs...).Scan(&out.Total); err != nil {
-		return nil, err
+		if ctx.Err() == nil {
+			return nil, err
+		}
+		out.Total, out.Partial = len(out.Jobs)+1, true // at least one more: HasMore
 	}
 	out.Duration = time.Since(start)
 	return out, nil
 }
 
-// cutRow is a page's row whose payload the mirror keeps only a prefix of.
-type cutRow struct {
-	row, shard int
-}
-
-// wholePayloads reads from Pebble the whole payload of each row the mirror
-// keeps a prefix of (Config.PayloadMax). A job deleted since the row was
-// written (its deletion not applied here yet) gets a null payload.
-func (m *Mirror) wholePayloads(rows []Row, cuts []cutRow) error {
-	for _, c := range cuts {
-		if c.row >= len(rows) {
-			break // past the page's limit
+// scan runs a page's query into out, stopping when ctx ends (checked
+// after each row, so the rows kept are exactly those read before).
+func (m *Mirror) scan(ctx context.Context, q *query, out *Page) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rows, err := m.rdb.QueryContext(ctx, q.sql, q.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Row
+		var payload, tags, progress, result sql.NullString
+		var sortV int64
+		if err := rows.Scan(&r.ID, &r.Queue, &r.State, &r.Priority, &r.Attempt, &r.MaxRetries, &payload, &r.PayloadBytes, &tags, &r.UniqueKey,
+			&r.BatchID, &r.ChainID, &r.WorkerID, &r.Hostname, &progress, &result, &r.Reason, &r.LastError, &r.ErrorCount,
+			&r.CreatedAt, &r.ScheduledAt, &r.StartedAt, &r.CompletedAt, &r.FailedAt, &r.ExpireAt, &sortV); err != nil {
+			return err
 		}
-		r := &rows[c.row]
-		if m.src == nil {
-			return fmt.Errorf("mirror: the payload of %s is kept in part, and no shard is readable yet", r.ID)
+		r.Payload, r.Tags, r.Progress, r.Result = rawJSON(payload), rawJSON(tags), rawJSON(progress), rawJSON(result)
+		out.Jobs = append(out.Jobs, r)
+		out.SortValues = append(out.SortValues, sortV)
+		if m.testRowRead != nil {
+			m.testRowRead(len(out.Jobs))
 		}
-		v, err := m.src.Read(c.shard, statemachine.GetJobQuery{ID: r.ID})
-		if err != nil {
-			return fmt.Errorf("mirror: read the payload of %s: %w", r.ID, err)
-		}
-		r.Payload = nil
-		if jv, ok := v.(*statemachine.JobView); ok && jv != nil {
-			r.Payload = json.RawMessage(jv.Job.Payload)
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
-	return nil
+	return rows.Err()
 }
 
 func rawJSON(s sql.NullString) json.RawMessage {
@@ -472,10 +533,23 @@ func ParseTime(field, s string) (int64, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s: %q is not an RFC 3339 time", ErrBadFilter, field, s)
+		// A date alone is its midnight, UTC.
+		if t, err = time.Parse(time.DateOnly, s); err != nil {
+			return 0, fmt.Errorf("%w: %s: %q is not an RFC 3339 time or a date (2006-01-02)", ErrBadFilter, field, s)
+		}
+	}
+	// Nanoseconds since 1970 span the years 1678 to 2262: a bound beyond
+	// them is the farthest one (UnixNano would wrap around).
+	switch {
+	case t.After(maxTime):
+		return math.MaxInt64, nil
+	case t.Before(minTime):
+		return math.MinInt64 + 1, nil
 	}
 	return t.UnixNano(), nil
 }
+
+var minTime, maxTime = time.Unix(0, math.MinInt64+1), time.Unix(0, math.MaxInt64)
 
 // idPrefixRange turns a job-ID prefix into the key range [lo, hi) holding
 // every ID that starts with it (hi is "" when unbounded). The ULID part of

@@ -82,6 +82,9 @@ type SearchAnswer struct {
 	Total   int              `json:"total"`
 	HasMore bool             `json:"has_more"`
 	Keys    []SearchKey      `json:"keys"`
+	// Partial: the node's read deadline cut its search short (its jobs
+	// are its matches up to the last one).
+	Partial bool `json:"partial"`
 }
 
 // SearchKey is a search row's keyset position.

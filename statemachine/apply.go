@@ -123,8 +123,10 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	// after the retry), and a first attempt applied after its retry must
 	// not apply its ops again (an enqueue would reset a finished job).
 	dk := dedupKey(e.ID)
-	if prev, ok := a.get(dk); ok {
-		return a.replayResults(prev), true
+	if a.s.dedup.mayContain(e.ID) {
+		if prev, ok := a.get(dk); ok {
+			return a.replayResults(prev), true
+		}
 	}
 	results := make([]Result, len(e.Ops))
 	a.ops, a.results = e.Ops, results
@@ -137,6 +139,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		}
 	}
 	a.set(dk, encodeResults(nil, results, true))
+	a.s.dedup.add(e.ID)
 	return encodeResults(nil, results, false), true
 }
 
@@ -177,6 +180,8 @@ func (a *applier) apply(op Op) Result {
 		return a.fetch(o)
 	case *AckOp:
 		return a.ack(o)
+	case *UnclaimOp:
+		return a.unclaim(o)
 	case *AckFetchOp:
 		r := a.ack(&o.Ack)
 		if r.Status != StatusOK {
@@ -764,6 +769,38 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 	return JobView{Job: *j, State: st}, true
 }
 
+// ReasonUndelivered is the reason of the retrying event of an unclaimed
+// job.
+const ReasonUndelivered = "undelivered"
+
+// unclaim undoes claim for a job whose fetch answer was never delivered:
+// the lease released, the attempt and the worker taken back, pending
+// again. The job record keeps no trace of the claim (no attempt, no
+// error); the event stream has its started event and then a retrying one
+// with reason "undelivered".
+func (a *applier) unclaim(o *UnclaimOp) Result {
+	if o.Holder.WorkerID == "" || o.Holder.Attempt == 0 {
+		return Result{Status: StatusInvalid, Message: "an unclaim names the worker and attempt of the claim"}
+	}
+	j, st, r, ok := a.held(o.JobID, o.Holder)
+	if !ok {
+		return r
+	}
+	a.releaseLease(j.ID, &st)
+	st.State = StatePending
+	st.Attempt--
+	st.WorkerID, st.Hostname = "", ""
+	st.StartedAt = 0
+	st.CancelRequested = false
+	a.addPending(j)
+	if e := a.event(EventRetrying, j, &st); e != nil {
+		e.Reason = ReasonUndelivered
+	}
+	a.putState(j, &st)
+	a.move(j.Queue, StateActive, StatePending)
+	return Result{State: StatePending, Queue: j.Queue}
+}
+
 // held loads an active job and checks that the caller holds its lease.
 func (a *applier) held(id string, h Holder) (*Job, JobState, Result, bool) {
 	j, ok := a.loadJob(id)
@@ -1081,5 +1118,6 @@ func (a *applier) pruneDedup(o *PruneDedupOp) Result {
 	if err := a.b.DeleteRange([]byte(pfxDedup), dedupKey(upper), nil); err != nil {
 		a.fail(err)
 	}
+	a.s.dedup.prune(upper)
 	return Result{}
 }

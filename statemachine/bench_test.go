@@ -108,12 +108,15 @@ func BenchmarkDecodeJobRecord(b *testing.B) {
 // 20,000 jobs through and flushes them to SSTs, so reads that miss go past
 // the memtable as in a server that has run a while.
 func BenchmarkLifecycleOneJobOps(b *testing.B) {
-	b.Run("fresh", func(b *testing.B) { benchOneJobOps(b, 0) })
-	b.Run("flushed", func(b *testing.B) { benchOneJobOps(b, 20000) })
+	b.Run("fresh", func(b *testing.B) { benchOneJobOps(b, 0, 8) })
+	b.Run("flushed", func(b *testing.B) { benchOneJobOps(b, 20000, 8) })
+	// One op per entry: the shape at a low, steady rate (the fixed-rate
+	// phase), where every request is an entry of its own.
+	b.Run("single", func(b *testing.B) { benchOneJobOps(b, 20000, 1) })
 }
 
-func benchOneJobOps(b *testing.B, history int) {
-	const nq, per = 8, 8
+func benchOneJobOps(b *testing.B, history, per int) {
+	const nq = 8
 	tb := &testBundle{t: b, dir: b.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
 	tb.sm = New(Config{ShardID: 1, Dir: tb.dir, Listener: nopListener{}, EmitChanges: true})
 	if _, err := tb.sm.Open(nil); err != nil {
@@ -137,14 +140,16 @@ func benchOneJobOps(b *testing.B, history int) {
 		}
 		return rs
 	}
+	enq := 0
 	enqueue := func() {
 		ops := make([]Op, per)
 		for k := range ops {
-			ops[k] = &EnqueueOp{Job: Job{ID: tb.newID(), Queue: queues[k%nq], Payload: []byte(`{"n":1}`), JobOptions: DefaultJobOptions()}}
+			enq++
+			ops[k] = &EnqueueOp{Job: Job{ID: tb.newID(), Queue: queues[enq%nq], Payload: []byte(`{"n":1}`), JobOptions: DefaultJobOptions()}}
 		}
 		apply(ops)
 	}
-	for range 4 {
+	for range 4 * nq / per {
 		enqueue()
 	}
 	rot := 0

@@ -15,6 +15,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		&AckFetchOp{Ack: AckOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}}, Fetch: FetchOp{Queues: []string{"a"}, WorkerID: "w", Count: 2}},
 		&AcksFetchOp{Acks: 3, Fetch: FetchOp{Queues: []string{"a"}, WorkerID: "w", Count: 2}},
 		&FailOp{JobID: "j", Error: "e", Backtrace: "b"},
+		&UnclaimOp{JobID: "job_0_x", Holder: Holder{WorkerID: "w", Attempt: 1}},
 		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Progress: []byte(`{}`)}}},
 		&HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: "j", Attempt: 2}, {JobID: "k"}}},
 		&CancelOp{JobID: "j"}, &PromoteOp{Limit: 3}, &ReclaimOp{}, &PauseQueueOp{Queue: "q"}, &ResumeQueueOp{Queue: "q"}, &PruneDedupOp{Before: 9},

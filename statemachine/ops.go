@@ -48,6 +48,7 @@ const (
 	OpImport      OpCode = 32
 	OpAckFetch    OpCode = 33
 	OpAcksFetch   OpCode = 34
+	OpUnclaim     OpCode = 35
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -232,6 +233,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &AckFetchOp{}
 	case OpAcksFetch:
 		op = &AcksFetchOp{}
+	case OpUnclaim:
+		op = &UnclaimOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -373,6 +376,28 @@ func (o *AckFetchOp) appendBody(b []byte) []byte {
 func (o *AckFetchOp) decode(d *dec) {
 	o.Ack.decode(d)
 	o.Fetch.decode(d)
+}
+
+// UnclaimOp hands back an active job whose fetch answer never reached its
+// worker (the connection closed while the fetch waited): pending again at
+// once, the attempt not counted, no error recorded. Holder names the
+// claim being undone; any other state or holder is a conflict.
+type UnclaimOp struct {
+	JobID  string
+	Holder Holder
+}
+
+// Code implements Op.
+func (*UnclaimOp) Code() OpCode { return OpUnclaim }
+func (o *UnclaimOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.JobID)
+	o.Holder.append(&e)
+	return e.b
+}
+func (o *UnclaimOp) decode(d *dec) {
+	o.JobID = d.str()
+	o.Holder.decode(d)
 }
 
 // AcksFetchOp is the fetch of an ack batch: it comes right after the

@@ -152,7 +152,8 @@ type StateMachine struct {
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
 	closeMu       sync.RWMutex  // lookups hold it shared; Close exclusively
 	closed        bool
-	openedAt      uint64 // the applied index Open found
+	openedAt      uint64       // the applied index Open found
+	dedup         *dedupFilter // which entry IDs may have a dedup record (dedup.go)
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
@@ -241,6 +242,9 @@ func (s *StateMachine) loadMeta() error {
 		return err
 	}
 	if err := s.loadWatched(); err != nil {
+		return err
+	}
+	if err := s.loadDedup(); err != nil {
 		return err
 	}
 	v, closer, err := s.db.Get([]byte(keyMeta))

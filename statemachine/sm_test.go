@@ -413,6 +413,8 @@ func randomLog(tb *testBundle, n int) {
 			tb.apply(&AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}, &AckOp{JobID: ids[tb.rnd.IntN(len(ids))]},
 				&AcksFetchOp{Acks: 2, Fetch: FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}})
 			continue
+		case k == 7 && tb.rnd.IntN(4) == 0:
+			op = &UnclaimOp{JobID: ids[tb.rnd.IntN(len(ids))], Holder: Holder{WorkerID: "w", Attempt: uint32(1 + tb.rnd.IntN(2))}}
 		case k == 7:
 			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e"}
 		case k == 8:
@@ -1211,4 +1213,44 @@ func TestApplierAllocs(t *testing.T) {
 	st := JobState{State: StateActive, WorkerID: "w1", Hostname: "h", Attempt: 1, LeaseExpiresAt: a.now}
 	a.putState(&j, &st)
 	require.Equal(t, 1.0, testing.AllocsPerRun(50, func() { a.putState(&j, &st) }))
+}
+
+// An unclaim hands a claimed job back as if its fetch never happened: no
+// attempt, no error, pending at once; only the claim's own holder may.
+func TestStateMachineUnclaim(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.MaxRetries = 0 })
+	got := tb.fetch(1, "q")
+	require.Len(t, got, 1)
+	require.EqualValues(t, 1, got[0].State.Attempt)
+
+	require.Equal(t, StatusConflict, tb.one(&UnclaimOp{JobID: id, Holder: Holder{WorkerID: "w2", Attempt: 1}}).Status)
+	require.Equal(t, StatusConflict, tb.one(&UnclaimOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 2}}).Status)
+	require.Equal(t, StatusInvalid, tb.one(&UnclaimOp{JobID: id}).Status)
+	require.Equal(t, StateActive, tb.get(id).State.State, "refused unclaims change nothing")
+
+	r := tb.one(&UnclaimOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}})
+	require.Equal(t, StatusOK, r.Status)
+	v := tb.get(id)
+	require.Equal(t, StatePending, v.State.State)
+	require.Zero(t, v.State.Attempt)
+	require.Empty(t, v.State.WorkerID)
+	require.Empty(t, v.State.Errors, "not a failure")
+	qs, err := tb.sm.Lookup(ListQueuesQuery{})
+	require.NoError(t, err)
+	st := qs.([]QueueInfo)[0].Stats
+	require.EqualValues(t, 1, st.Counts[StatePending])
+	require.Zero(t, st.Counts[StateActive])
+	require.Zero(t, st.Failed)
+
+	// The lease is gone: a reclaim long after does not touch the job.
+	tb.advance(time.Hour)
+	require.Zero(t, tb.one(&ReclaimOp{}).Count)
+	// Handed out again as a first attempt, and acked.
+	again := tb.fetch(1, "q")
+	require.Len(t, again, 1)
+	require.EqualValues(t, 1, again[0].State.Attempt)
+	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status)
+	require.Equal(t, StatusConflict, tb.one(&UnclaimOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status, "a finished job stays finished")
 }

@@ -46,6 +46,10 @@ type Model struct {
 	cursor   int    // its index in rows
 	offset   int    // the first queue row shown (the table scrolls to keep the cursor in view)
 	status   string // the outcome of the last pause/resume
+	// confirm is the queue a first p asked to pause: a y pauses it, any
+	// other key lets it run (pausing stops production work; resuming
+	// needs no second key).
+	confirm string
 
 	width, height int
 	keys          keyMap
@@ -69,7 +73,7 @@ func defaultKeys() keyMap {
 		Up:    key.NewBinding(key.WithKeys("up", "k"), key.WithHelp("↑/k", "select up")),
 		Down:  key.NewBinding(key.WithKeys("down", "j"), key.WithHelp("↓/j", "select down")),
 		Sort:  key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "cycle sort")),
-		Pause: key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "pause/resume queue")),
+		Pause: key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "pause (then y)/resume queue")),
 		Help:  key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
 		Quit:  key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
 	}
@@ -161,6 +165,17 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 }
 
 func (m Model) key(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
+	if q := m.confirm; q != "" {
+		m.confirm = ""
+		if msg.String() == "y" && m.cursor < len(m.rows) && m.rows[m.cursor].Name == q {
+			return m.setPaused(q, true)
+		}
+		m.status = q + " not paused"
+		if !key.Matches(msg, m.keys.Pause) {
+			return m.key(msg) // the key does what it does
+		}
+		return m, nil
+	}
 	switch {
 	case key.Matches(msg, m.keys.Quit):
 		return m, tea.Quit
@@ -178,20 +193,29 @@ func (m Model) key(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		if m.cursor >= len(m.rows) {
 			return m, nil
 		}
-		q, pause := m.rows[m.cursor].Name, !m.rows[m.cursor].Paused
-		if pause {
-			m.status = "pausing " + q + "…"
-		} else {
-			m.status = "resuming " + q + "…"
+		q := m.rows[m.cursor].Name
+		if !m.rows[m.cursor].Paused {
+			m.confirm = q
+			m.status = "pause " + q + "? workers get none of its jobs until it is resumed: y to pause, any other key cancels"
+			return m, nil
 		}
-		src := m.src
-		return m, func() tea.Msg {
-			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-			defer cancel()
-			return pausedMsg{queue: q, paused: pause, err: src.SetPaused(ctx, q, pause)}
-		}
+		return m.setPaused(q, false)
 	}
 	return m, nil
+}
+
+func (m Model) setPaused(q string, pause bool) (tea.Model, tea.Cmd) {
+	if pause {
+		m.status = "pausing " + q + "…"
+	} else {
+		m.status = "resuming " + q + "…"
+	}
+	src := m.src
+	return m, func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		return pausedMsg{queue: q, paused: pause, err: src.SetPaused(ctx, q, pause)}
+	}
 }
 
 // observe takes a good snapshot: rates from the oldest kept one, rows

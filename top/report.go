@@ -30,6 +30,7 @@ type ReportTotals struct {
 	Active        int64    `json:"active"`
 	Scheduled     int64    `json:"scheduled"`
 	Retrying      int64    `json:"retrying"`
+	Held          int64    `json:"held"`
 	Dead          int64    `json:"dead"`
 	EnqueuedPerS  *float64 `json:"enqueued_per_s"`
 	CompletedPerS *float64 `json:"completed_per_s"`
@@ -46,6 +47,7 @@ type ReportQueue struct {
 	Active        int64    `json:"active"`
 	Scheduled     int64    `json:"scheduled"`
 	Retrying      int64    `json:"retrying"`
+	Held          int64    `json:"held"`
 	Completed     int64    `json:"completed"`
 	Dead          int64    `json:"dead"`
 	Paused        bool     `json:"paused"`
@@ -89,12 +91,12 @@ func NewReport(url string, s *Snapshot) Report {
 	t := sumRows(rows)
 	rep := Report{URL: url, At: s.At.UTC(), Health: s.Health, Queues: []ReportQueue{}, Workers: []ReportWorker{},
 		Totals: ReportTotals{Queues: t.Queues, PausedQueues: t.Paused, Pending: t.Pending, Active: t.Active,
-			Scheduled: t.Scheduled, Retrying: t.Retrying, Dead: t.Dead,
+			Scheduled: t.Scheduled, Retrying: t.Retrying, Held: t.Held, Dead: t.Dead,
 			EnqueuedPerS: ptr(t.Rate.Known, t.Rate.Enqueued), CompletedPerS: ptr(t.Rate.Known, t.Rate.Completed),
 			FailedPerS: ptr(t.Rate.Known, t.Rate.Failed), OldestPending: ageSeconds(t.Oldest), Workers: len(s.Workers)}}
 	for _, r := range rows {
 		rep.Queues = append(rep.Queues, ReportQueue{Name: r.Name, Pending: r.Pending, Active: r.Active, Scheduled: r.Scheduled,
-			Retrying: r.Retrying, Completed: r.Completed, Dead: r.Dead, Paused: r.Paused,
+			Retrying: r.Retrying, Held: r.Held, Completed: r.Completed, Dead: r.Dead, Paused: r.Paused,
 			EnqueuedPerS: ptr(r.Rate.Known, r.Rate.Enqueued), CompletedPerS: ptr(r.Rate.Known, r.Rate.Completed),
 			FailedPerS: ptr(r.Rate.Known, r.Rate.Failed), OldestPending: ageSeconds(r.Oldest)})
 	}
@@ -138,17 +140,17 @@ func (r Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "corvo top  %s  %s  status %s, %d shards (this node leads %d)\n\n", r.URL, r.At.Format(time.RFC3339),
 		r.Health.Status, r.Health.Shards, r.Health.ShardsLed)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tDEAD\tPAUSED\tENQ/S\tDONE/S\tFAIL/S\tOLDEST")
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tHELD\tDEAD\tPAUSED\tENQ/S\tDONE/S\tFAIL/S\tOLDEST")
 	for _, q := range r.Queues {
 		paused := ""
 		if q.Paused {
 			paused = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Dead,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Held, q.Dead,
 			paused, f(q.EnqueuedPerS), f(q.CompletedPerS), f(q.FailedPerS), age(q.OldestPending))
 	}
 	t := r.Totals
-	fmt.Fprintf(tw, "TOTAL (%d)\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Queues, t.Pending, t.Active, t.Scheduled, t.Retrying, t.Dead,
+	fmt.Fprintf(tw, "TOTAL (%d)\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Queues, t.Pending, t.Active, t.Scheduled, t.Retrying, t.Held, t.Dead,
 		t.PausedQueues, f(t.EnqueuedPerS), f(t.CompletedPerS), f(t.FailedPerS), age(t.OldestPending))
 	if err := tw.Flush(); err != nil {
 		return err

@@ -74,10 +74,10 @@ func buildRows(s *Snapshot, local map[string]Rate) []row {
 
 // totals sums the rows.
 type totals struct {
-	Queues, Paused                             int
-	Pending, Active, Scheduled, Retrying, Dead int64
-	Rate                                       Rate
-	Oldest                                     time.Duration
+	Queues, Paused                                   int
+	Pending, Active, Scheduled, Retrying, Held, Dead int64
+	Rate                                             Rate
+	Oldest                                           time.Duration
 }
 
 func sumRows(rows []row) totals {
@@ -90,6 +90,7 @@ func sumRows(rows []row) totals {
 		t.Active += r.Active
 		t.Scheduled += r.Scheduled
 		t.Retrying += r.Retrying
+		t.Held += r.Held
 		t.Dead += r.Dead
 		if r.Rate.Known {
 			t.Rate.Known = true

@@ -109,13 +109,13 @@ func TestModelRates(t *testing.T) {
 	first := snap(t0, queue("emails", 7, 2, 0, 1000, 900))
 	first.Queues[0].Throughput = &Throughput{EnqueuedPerS: 42, CompletedPerS: 41}
 	m = feed(t, m, snapshotMsg{snap: first})
-	require.Regexp(t, `emails\s+7\s+2\s+0\s+0\s+0\s+42\.0\s+41\.0\s+0\.0`, text(m))
+	require.Regexp(t, `emails\s+7\s+2\s+0\s+0\s+0\s+0\s+42\.0\s+41\.0\s+0\.0`, text(m))
 
 	second := snap(t0.Add(2*time.Second), queue("emails", 3, 2, 0, 1020, 926))
 	second.Queues[0].Throughput = &Throughput{EnqueuedPerS: 42, CompletedPerS: 41}
 	m = feed(t, m, snapshotMsg{snap: second})
 	v := text(m)
-	require.Regexp(t, `emails\s+3\s+2\s+0\s+0\s+0\s+10\.0\s+13\.0\s+0\.0`, v, "(1020-1000)/2s and (926-900)/2s")
+	require.Regexp(t, `emails\s+3\s+2\s+0\s+0\s+0\s+0\s+10\.0\s+13\.0\s+0\.0`, v, "(1020-1000)/2s and (926-900)/2s")
 	require.Contains(t, v, "enq 10.0/s  done 13.0/s")
 
 	// Rates span at most rateSamples snapshots: after 6 more, the first
@@ -123,12 +123,12 @@ func TestModelRates(t *testing.T) {
 	for i := 2; i <= 7; i++ {
 		m = feed(t, m, snapshotMsg{snap: snap(t0.Add(time.Duration(i)*time.Second), queue("emails", 0, 0, 0, 1020+int64(i-1)*4, 926))})
 	}
-	require.Regexp(t, `emails\s+0\s+0\s+0\s+0\s+0\s+4\.0\s+0\.0`, text(m))
+	require.Regexp(t, `emails\s+0\s+0\s+0\s+0\s+0\s+0\s+4\.0\s+0\.0`, text(m))
 
 	// A queue without any measurement shows "-".
 	m = NewModel(&fakeSource{}, "http://x", time.Second)
 	m = feed(t, m, snapshotMsg{snap: snap(t0, queue("quiet", 0, 0, 0, 0, 0))})
-	require.Regexp(t, `quiet\s+0\s+0\s+0\s+0\s+0\s+-\s+-\s+-\s+-`, text(m))
+	require.Regexp(t, `quiet\s+0\s+0\s+0\s+0\s+0\s+0\s+-\s+-\s+-\s+-`, text(m))
 }
 
 func TestModelSortCycling(t *testing.T) {
@@ -211,7 +211,25 @@ func TestModelPauseResume(t *testing.T) {
 	s.Queues[1].Paused = true
 	m := feed(t, NewModel(src, "http://x", time.Second), snapshotMsg{snap: s})
 
+	// Pausing asks first: any key but y lets the queue run.
 	tm, cmd := m.Update(press("p")) // a is selected (most pending)
+	m = tm.(Model)
+	require.Nil(t, cmd)
+	require.Contains(t, text(m), "pause a? ")
+	tm, cmd = m.Update(press("n"))
+	m = tm.(Model)
+	require.Nil(t, cmd)
+	require.Contains(t, text(m), "a not paused")
+	tm, _ = m.Update(press("p"))
+	tm, _ = tm.(Model).Update(press("j")) // moves on: not a y
+	m = tm.(Model)
+	require.Contains(t, text(m), "a not paused")
+	require.Regexp(t, `> b`, text(m), "the other key did its own work")
+	m = feed(t, m, press("k"))
+	require.Empty(t, src.paused)
+
+	tm, _ = m.Update(press("p"))
+	tm, cmd = tm.(Model).Update(press("y"))
 	m = tm.(Model)
 	require.Contains(t, text(m), "pausing a…")
 	require.NotNil(t, cmd)
@@ -229,7 +247,8 @@ func TestModelPauseResume(t *testing.T) {
 	require.Equal(t, []string{"pause a", "resume b"}, src.paused)
 
 	src.err = errors.New("HTTP 500")
-	_, cmd = m.Update(press("p"))
+	tm, _ = m.Update(press("p"))
+	_, cmd = tm.(Model).Update(press("y"))
 	m = feed(t, m, cmd())
 	require.Contains(t, text(m), "could not pause b: HTTP 500")
 
@@ -251,7 +270,7 @@ func TestModelKeys(t *testing.T) {
 	m = feed(t, m, press("?"))
 	full := text(m)
 	require.NotEqual(t, short, full)
-	require.Contains(t, full, "pause/resume queue")
+	require.Contains(t, full, "pause (then y)/resume queue")
 	require.Contains(t, full, "cycle sort")
 	m = feed(t, m, press("?"))
 	require.Equal(t, short, text(m))
@@ -306,7 +325,7 @@ func TestClient(t *testing.T) {
 		case "/healthz":
 			io.WriteString(w, `{"status":"ok","shards":4,"shards_led":2}`)
 		case "/api/v1/queues":
-			io.WriteString(w, `{"queues":[{"name":"a","pending":1,"active":2,"scheduled":3,"retrying":4,"completed":5,"dead":6,"cancelled":0,"paused":true,
+			io.WriteString(w, `{"queues":[{"name":"a","pending":1,"active":2,"scheduled":3,"retrying":4,"completed":5,"dead":6,"cancelled":0,"held":7,"paused":true,
 				"totals":{"enqueued":10,"completed":5,"failed":7,"dead":6},"throughput":{"enqueued_per_s":1.5,"completed_per_s":0.5,"failed_per_s":0}},
 				{"name":"b","pending":9,"active":0,"scheduled":0,"retrying":0,"completed":0,"dead":0,"paused":false,"totals":{"enqueued":9},"throughput":null},
 				{"name":"c","pending":0,"paused":false,"throughput":null}]}`)
@@ -363,6 +382,7 @@ func TestClient(t *testing.T) {
 
 	rep := NewReport(srv.URL, s)
 	require.Equal(t, int64(10), rep.Totals.Pending)
+	require.Equal(t, int64(7), rep.Totals.Held)
 	require.Equal(t, 1, rep.Totals.PausedQueues)
 	require.Equal(t, 2, rep.Totals.WorkerJobs)
 	require.Equal(t, 120.0, *rep.Queues[1].OldestPending)
@@ -373,9 +393,9 @@ func TestClient(t *testing.T) {
 	require.Equal(t, 2.0, rep.Workers[0].IdleS)
 	var tbl strings.Builder
 	require.NoError(t, rep.WriteTable(&tbl))
-	require.Regexp(t, `\ba\s+1\s+2\s+3\s+4\s+6\s+paused\s+1\.5\s+0\.5\s+0\.0\s+-\n`, tbl.String())
-	require.Regexp(t, `\bb\s+9\s+0\s+0\s+0\s+0\s+-\s+-\s+-\s+2m00s\n`, tbl.String())
-	require.Regexp(t, `TOTAL \(3\)\s+10\s+2\s+3\s+4\s+6\s+1\s+1\.5`, tbl.String())
+	require.Regexp(t, `\ba\s+1\s+2\s+3\s+4\s+7\s+6\s+paused\s+1\.5\s+0\.5\s+0\.0\s+-\n`, tbl.String())
+	require.Regexp(t, `\bb\s+9\s+0\s+0\s+0\s+0\s+0\s+-\s+-\s+-\s+2m00s\n`, tbl.String())
+	require.Regexp(t, `TOTAL \(3\)\s+10\s+2\s+3\s+4\s+7\s+6\s+1\s+1\.5`, tbl.String())
 	require.Regexp(t, `w1\s+a\s+2\s+2s ago`, tbl.String())
 
 	require.NoError(t, c.SetPaused(context.Background(), "a:b", true))

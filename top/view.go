@@ -75,8 +75,8 @@ func (m Model) render() string {
 	for _, w := range m.snap.Workers {
 		jobs += w.ActiveJobs
 	}
-	line(fmt.Sprintf("TOTAL  queues %d (%d paused)  pending %d  active %d  scheduled %d  retrying %d  dead %d  oldest %s  │  enq %s/s  done %s/s  fail %s/s  │  workers %d (%d jobs)",
-		t.Queues, t.Paused, t.Pending, t.Active, t.Scheduled, t.Retrying, t.Dead, fmtAge(t.Oldest),
+	line(fmt.Sprintf("TOTAL  queues %d (%d paused)  pending %d  active %d  scheduled %d  retrying %d  held %d  dead %d  oldest %s  │  enq %s/s  done %s/s  fail %s/s  │  workers %d (%d jobs)",
+		t.Queues, t.Paused, t.Pending, t.Active, t.Scheduled, t.Retrying, t.Held, t.Dead, fmtAge(t.Oldest),
 		fmtRate(t.Rate.Known, t.Rate.Enqueued), fmtRate(t.Rate.Known, t.Rate.Completed), fmtRate(t.Rate.Known, t.Rate.Failed),
 		len(m.snap.Workers), jobs))
 	line("")
@@ -87,8 +87,8 @@ func (m Model) render() string {
 		nameW = max(nameW, lipgloss.Width(r.Name))
 	}
 	nameW = min(nameW, 40)
-	cols := func(name, a, b, c, d, e, f, g, h, i, state string) string {
-		return fmt.Sprintf("  %s %8s %8s %8s %8s %8s %9s %9s %9s %8s  %s", pad(name, nameW), a, b, c, d, e, f, g, h, i, state)
+	cols := func(name, a, b, c, d, held, e, f, g, h, i, state string) string {
+		return fmt.Sprintf("  %s %8s %8s %8s %8s %8s %8s %9s %9s %9s %8s  %s", pad(name, nameW), a, b, c, d, held, e, f, g, h, i, state)
 	}
 	start, end := window(len(m.rows), m.offset, qRows)
 	qtitle := fmt.Sprintf("QUEUES %d", len(m.rows))
@@ -96,7 +96,7 @@ func (m Model) render() string {
 		qtitle += fmt.Sprintf(" (%d–%d shown)", start+1, end)
 	}
 	line(styleTitle.Render(qtitle))
-	line(styleHeader.Render(cols("QUEUE", "PENDING", "ACTIVE", "SCHED", "RETRY", "DEAD", "ENQ/S", "DONE/S", "FAIL/S", "OLDEST", "")))
+	line(styleHeader.Render(cols("QUEUE", "PENDING", "ACTIVE", "SCHED", "RETRY", "HELD", "DEAD", "ENQ/S", "DONE/S", "FAIL/S", "OLDEST", "")))
 	if len(m.rows) == 0 {
 		line(styleDim.Render("  no queues yet"))
 	}
@@ -106,7 +106,7 @@ func (m Model) render() string {
 		if r.Paused {
 			state = "paused"
 		}
-		s := cols(r.Name, fmt.Sprint(r.Pending), fmt.Sprint(r.Active), fmt.Sprint(r.Scheduled), fmt.Sprint(r.Retrying), fmt.Sprint(r.Dead),
+		s := cols(r.Name, fmt.Sprint(r.Pending), fmt.Sprint(r.Active), fmt.Sprint(r.Scheduled), fmt.Sprint(r.Retrying), fmt.Sprint(r.Held), fmt.Sprint(r.Dead),
 			fmtRate(r.Rate.Known, r.Rate.Enqueued), fmtRate(r.Rate.Known, r.Rate.Completed), fmtRate(r.Rate.Known, r.Rate.Failed), fmtAge(r.Oldest), state)
 		switch {
 		case i == m.cursor:

@@ -175,25 +175,32 @@ func newBulkStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func newBulkCancelCmd() *cobra.Command {
+// newBulkStopCmd stops a background operation. ('bulk cancel' is the
+// action that cancels jobs; 'bulk cancel <bulk-id>', the older spelling
+// of this command, still stops the operation.)
+func newBulkStopCmd() *cobra.Command {
 	var c clientFlags
 	cmd := &cobra.Command{
-		Use:   "cancel <bulk-id>",
+		Use:   "stop <bulk-id>",
 		Short: "Stop a running background bulk operation before its next chunk",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := c.validate(); err != nil {
 				return err
 			}
-			raw, _, err := c.call("DELETE", "/api/v1/bulk/"+args[0], nil)
-			if err != nil {
-				return err
-			}
-			return printBulk(cmd, &c, raw)
+			return stopBulk(cmd, &c, args[0])
 		},
 	}
 	c.register(cmd)
 	return cmd
+}
+
+func stopBulk(cmd *cobra.Command, c *clientFlags, id string) error {
+	raw, _, err := c.call("DELETE", "/api/v1/bulk/"+id, nil)
+	if err != nil {
+		return err
+	}
+	return printBulk(cmd, c, raw)
 }
 
 func newBulkListCmd() *cobra.Command {

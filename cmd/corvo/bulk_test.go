@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,7 +76,10 @@ func TestCLIBulkAsync(t *testing.T) {
 	out, code = runCLI(t, s.url, "bulk", "list")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, id)
-	out, code = runCLI(t, s.url, "bulk", "cancel", id)
+	out, code = runCLI(t, s.url, "bulk", "stop", id)
+	require.Equal(t, exitError_, code, out)
+	require.Contains(t, out, "conflict")
+	out, code = runCLI(t, s.url, "bulk", "cancel", id) // the older spelling
 	require.Equal(t, exitError_, code, out)
 	require.Contains(t, out, "conflict")
 	_, code = runCLI(t, s.url, "bulk", "status", "bulk_"+ulid.Make().String())
@@ -209,4 +214,134 @@ func TestClusterBulkOnAnotherNode(t *testing.T) {
 	require.Equal(t, 409, code)
 	code, _ = do(t, "GET", n2.url+"/api/v1/bulk/bulk_"+ulid.Make().String(), nil)
 	require.Equal(t, 404, code)
+}
+
+// TestCLISearchPipeReachesEveryJob: 'corvo search | corvo bulk' acts on
+// every match, not the first --limit (1,000) of them, with and without
+// -o json; 'bulk cancel' cancels jobs (by IDs and by filter) and 'bulk
+// stop' stops an operation.
+func TestCLISearchPipeReachesEveryJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t)
+	const n = 5000
+	for b := 0; b < n/1000; b++ {
+		var jobs []map[string]any
+		for i := 0; i < 1000; i++ {
+			jobs = append(jobs, map[string]any{"queue": "pipe.dead", "payload": b*1000 + i, "max_retries": 0})
+		}
+		code, body := do(t, "POST", s.url+"/api/v1/enqueue/batch", map[string]any{"jobs": jobs})
+		require.Equal(t, 201, code, string(body))
+	}
+	// All of them dead: fetched and failed, eight at a time.
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				code, body := do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": []string{"pipe.dead"}, "count": 100, "worker_id": fmt.Sprintf("w%d", w)})
+				if code == 204 {
+					return // none left
+				}
+				if code != 200 {
+					t.Errorf("fetch: %d %s", code, body)
+					return
+				}
+				jobs := decode[struct{ Jobs []fetched }](t, body).Jobs
+				if len(jobs) == 0 {
+					return
+				}
+				for _, j := range jobs {
+					if code, body := do(t, "POST", s.url+"/api/v1/fail/"+j.JobID, map[string]any{"error": "boom"}); code != 200 {
+						t.Errorf("fail: %d %s", code, body)
+						return
+					}
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, n, failed.Load())
+	waitSearchTotal(t, s, map[string]any{"queue": "pipe.dead", "state": []string{"dead"}}, n)
+
+	pipe := func(search, bulk []string) string {
+		t.Helper()
+		sc := exec.Command(corvoBin, search...)
+		sc.Env = append(os.Environ(), "CORVO_URL="+s.url)
+		var stderr strings.Builder
+		sc.Stderr = &stderr
+		ids, err := sc.Output()
+		require.NoError(t, err, stderr.String())
+		require.Empty(t, stderr.String(), "no truncation warning when piped")
+		bc := exec.Command(corvoBin, bulk...)
+		bc.Env = append(os.Environ(), "CORVO_URL="+s.url)
+		bc.Stdin = strings.NewReader(string(ids))
+		out, err := bc.CombinedOutput()
+		require.NoError(t, err, string(out))
+		return string(out)
+	}
+	// -o json into a move: every dead job moves.
+	out := pipe([]string{"search", "--queue", "pipe.dead", "--state", "dead", "-o", "json"}, []string{"bulk", "move", "pipe.moved"})
+	require.Contains(t, out, fmt.Sprintf("%d jobs, 0 errors", n), out)
+	waitSearchTotal(t, s, map[string]any{"queue": "pipe.moved"}, n)
+	// The table, as a person pipes it: every row's ID.
+	out = pipe([]string{"search", "--queue", "pipe.moved"}, []string{"bulk", "retry"})
+	require.Contains(t, out, fmt.Sprintf("%d jobs, 0 errors", n), out)
+	waitSearchTotal(t, s, map[string]any{"queue": "pipe.moved", "state": []string{"pending"}}, n)
+	out = pipe([]string{"search", "--queue", "pipe.moved", "--state", "pending"}, []string{"bulk", "cancel"})
+	require.Contains(t, out, fmt.Sprintf("%d jobs, 0 errors", n), out)
+	waitSearchTotal(t, s, map[string]any{"queue": "pipe.moved", "state": []string{"cancelled"}}, n)
+
+	// On a terminal the default stays 1,000, and a cut short list says so.
+	cmd := exec.Command(corvoBin, "search", "--queue", "pipe.moved", "--limit", "10", "-o", "json")
+	cmd.Env = append(os.Environ(), "CORVO_URL="+s.url)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	res, err := cmd.Output()
+	require.NoError(t, err)
+	var ten []map[string]any
+	require.NoError(t, json.Unmarshal(res, &ten), string(res))
+	require.Len(t, ten, 10)
+	require.Contains(t, stderr.String(), fmt.Sprintf("10 shown of %d matching", n))
+
+	// Not an ID: refused before anything changes.
+	bc := exec.Command(corvoBin, "bulk", "retry")
+	bc.Env = append(os.Environ(), "CORVO_URL="+s.url)
+	bc.Stdin = strings.NewReader("JOB QUEUE\nhello world\n")
+	bout, _ := bc.CombinedOutput()
+	require.Equal(t, exitUsage, bc.ProcessState.ExitCode(), string(bout))
+	require.Contains(t, string(bout), `stdin line 2: "hello" is not a job ID`)
+
+	// bulk cancel by filter.
+	code, body := do(t, "POST", s.url+"/api/v1/enqueue/batch", map[string]any{"jobs": []map[string]any{{"queue": "pipe.f", "payload": 1}, {"queue": "pipe.f", "payload": 2}}})
+	require.Equal(t, 201, code, string(body))
+	waitSearchTotal(t, s, map[string]any{"queue": "pipe.f"}, 2)
+	out, code = runCLI(t, s.url, "bulk", "cancel", "--filter", `{"queue":"pipe.f","state":["pending"]}`, "--confirm")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "cancel: 2 jobs, 0 errors")
+}
+
+// waitSearchTotal waits until a search counts want jobs (the mirror
+// catches up).
+func waitSearchTotal(t *testing.T, s *server, filter map[string]any, want int) {
+	t.Helper()
+	f := map[string]any{"limit": 1}
+	for k, v := range filter {
+		f[k] = v
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := do(t, "POST", s.url+"/api/v1/jobs/search", f)
+		require.Equal(t, 200, code, string(body))
+		got := decode[struct{ Total int }](t, body).Total
+		if got == want {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "search %v: %d jobs, want %d", filter, got, want)
+		time.Sleep(20 * time.Millisecond)
+	}
 }

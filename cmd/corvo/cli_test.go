@@ -111,6 +111,7 @@ func TestCLIManagement(t *testing.T) {
 	run(0, "enqueue", "tmp", `{}`)
 	require.Contains(t, run(0, "clear", "tmp"), `"cleared":1`)
 	require.Contains(t, run(0, "drain", "tmp"), "drained")
+	require.JSONEq(t, `{"queue":"tmp","paused":true,"active":0,"drained":true}`, run(0, "drain", "tmp", "-o", "json"))
 	run(exitUsage, "destroy", "tmp")
 	require.Contains(t, run(0, "destroy", "tmp", "--confirm"), "jobs deleted: 0")
 
@@ -136,12 +137,22 @@ func TestCLIManagement(t *testing.T) {
 	// it, reject makes it dead.
 	parent := strings.Fields(run(0, "enqueue", "gate", `{}`))[0]
 	for _, c := range []struct{ cmd, want string }{{"approve", "pending"}, {"reject", "dead"}} {
-		code, body := do(t, "POST", s.url+"/api/v1/enqueue", map[string]any{"queue": "gated", "depends_on": []string{parent}})
-		require.Equal(t, 201, code, string(body))
-		held := decode[struct {
-			JobID string `json:"job_id"`
-		}](t, body).JobID
+		held := strings.Fields(run(0, "enqueue", "gated", `{}`, "--depends-on", parent))[0]
 		require.Equal(t, "held", s.job(t, held).State)
+		// Counted as held in the queue list and the status.
+		queues := decode[struct {
+			Queues []struct {
+				Name string
+				Held int
+			}
+		}](t, []byte(run(0, "queues", "-o", "json"))).Queues
+		held1 := false
+		for _, q := range queues {
+			held1 = held1 || (q.Name == "gated" && q.Held == 1)
+		}
+		require.True(t, held1, "gated counts its held job: %+v", queues)
+		require.Regexp(t, `(?m)^gated +\d+ +0 +0 +0 +1 `, run(0, "queues"), "the HELD column")
+		require.Regexp(t, `queues: \d+ — .* 1 held,`, run(0, "status"))
 		require.Contains(t, run(0, c.cmd, held), c.want)
 		require.Equal(t, c.want, s.job(t, held).State)
 		run(exitError_, c.cmd, held) // no longer held: a conflict
@@ -149,6 +160,35 @@ func TestCLIManagement(t *testing.T) {
 	run(exitNotFound, "approve", "job_0_01ARZ3NDEKTSV4RRFFQ69G5FAV")
 
 	require.Contains(t, run(0, "status"), "status: ok")
+	st := decode[struct {
+		Health struct{ Status string }
+		Queues []struct{ Name string }
+	}](t, []byte(run(0, "status", "-o", "json")))
+	require.Equal(t, "ok", st.Health.Status)
+	require.NotEmpty(t, st.Queues)
+
+	// Every enqueue option has its flag.
+	opt := strings.Fields(run(0, "enqueue", "opts", `{"n":1}`, "--tag", "tenant=acme", "--tag", "region=eu", "--unique-key", "inv-42",
+		"--unique-period", "1h", "--expire-after", "1h", "--lease-duration", "90s", "--retry-backoff", "fixed",
+		"--retry-base-delay", "2s", "--retry-max-delay", "10s", "--priority", "high", "--max-retries", "5"))[0]
+	code, body = do(t, "GET", s.url+"/api/v1/jobs/"+opt, nil)
+	require.Equal(t, 200, code)
+	doc := decode[map[string]any](t, body)
+	require.Equal(t, map[string]any{"tenant": "acme", "region": "eu"}, doc["tags"])
+	require.Equal(t, "inv-42", doc["unique_key"])
+	require.EqualValues(t, 90, doc["lease_duration"])
+	require.Equal(t, "fixed", doc["retry_backoff"])
+	require.Equal(t, "2s", doc["retry_base_delay"])
+	require.Equal(t, "10s", doc["retry_max_delay"])
+	require.EqualValues(t, 5, doc["max_retries"])
+	require.NotNil(t, doc["expire_at"], string(body))
+	require.Contains(t, run(0, "enqueue", "opts", `{"n":2}`, "--unique-key", "inv-42"), opt+"\tpending (an existing job holds the unique key)")
+	run(exitUsage, "enqueue", "opts", `{}`, "--tag", "novalue")
+	run(exitUsage, "enqueue", "opts", `{}`, "--lease-duration", "1500ms")
+
+	// A date alone is its midnight UTC (the spec's own example).
+	require.Contains(t, run(0, "search", "--queue", "opts", "--created-after", "2020-02-10"), "1 shown of 1 matching")
+	require.Contains(t, run(0, "search", "--queue", "opts", "--created-after", "2999-02-10"), "0 shown of 0 matching")
 }
 
 // TestCLIBench: corvo bench against a running server (--url) and against

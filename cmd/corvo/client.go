@@ -166,11 +166,17 @@ func newEnqueueCmd() *cobra.Command {
 	var c clientFlags
 	var priority, scheduledAt string
 	var maxRetries int
+	var tags, dependsOn []string
+	var uniquePeriod, leaseDuration time.Duration
+	var req corvo.EnqueueRequest
 	cmd := &cobra.Command{
 		Use:   "enqueue <queue> <json-payload>",
-		Short: "Enqueue a job",
+		Short: "Enqueue a job (every option of POST /api/v1/enqueue but chains)",
 		Example: `  corvo enqueue emails.send '{"to":"user@example.com"}'
-  corvo enqueue reports '{"day":"2026-02-11"}' --priority high`,
+  corvo enqueue reports '{"day":"2026-02-11"}' --priority high
+  corvo enqueue invoices '{"id":42}' --unique-key invoice-42 --unique-period 1h --tag tenant=acme
+  corvo enqueue emails.send '{"to":"x"}' --retry-backoff exponential --retry-base-delay 10s --expire-after 1h
+  corvo enqueue notify '{}' --depends-on job_0_01KH…,job_1_01KH…`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := c.validate(); err != nil {
@@ -179,7 +185,7 @@ func newEnqueueCmd() *cobra.Command {
 			if !json.Valid([]byte(args[1])) {
 				return &exitError{exitUsage, fmt.Errorf("payload is not valid JSON: %s", args[1])}
 			}
-			req := corvo.EnqueueRequest{Queue: args[0], Payload: json.RawMessage(args[1]), Priority: priority}
+			req.Queue, req.Payload, req.Priority = args[0], json.RawMessage(args[1]), priority
 			if cmd.Flags().Changed("max-retries") {
 				req.MaxRetries = &maxRetries
 			}
@@ -190,6 +196,23 @@ func newEnqueueCmd() *cobra.Command {
 				}
 				req.ScheduledAt = &at
 			}
+			if len(tags) > 0 {
+				req.Tags = map[string]string{}
+				for _, t := range tags {
+					k, v, ok := strings.Cut(t, "=")
+					if !ok || k == "" {
+						return &exitError{exitUsage, fmt.Errorf("--tag wants key=value, got %q", t)}
+					}
+					req.Tags[k] = v
+				}
+			}
+			for flag, d := range map[string]time.Duration{"unique-period": uniquePeriod, "lease-duration": leaseDuration} {
+				if d < 0 || d%time.Second != 0 {
+					return &exitError{exitUsage, fmt.Errorf("--%s is a whole number of seconds (e.g. 90s, 1h), got %s", flag, d)}
+				}
+			}
+			req.UniquePeriod, req.LeaseDuration = int(uniquePeriod/time.Second), int(leaseDuration/time.Second)
+			req.DependsOn = dependsOn
 			body, _ := json.Marshal(req)
 			out, _, err := c.call("POST", "/api/v1/enqueue", body)
 			if err != nil {
@@ -203,14 +226,27 @@ func newEnqueueCmd() *cobra.Command {
 			if err := json.Unmarshal(out, &r); err != nil {
 				return &exitError{exitError_, err}
 			}
+			if r.UniqueExisting {
+				r.Status += " (an existing job holds the unique key)"
+			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", r.JobID, r.Status)
 			return err
 		},
 	}
 	c.register(cmd)
-	cmd.Flags().StringVar(&priority, "priority", "", "critical, high or normal")
-	cmd.Flags().IntVar(&maxRetries, "max-retries", 3, "attempts before the job is dead")
-	cmd.Flags().StringVar(&scheduledAt, "scheduled-at", "", "RFC 3339 time to run at")
+	fl := cmd.Flags()
+	fl.StringVar(&priority, "priority", "", "critical, high or normal")
+	fl.IntVar(&maxRetries, "max-retries", 3, "attempts before the job is dead")
+	fl.StringVar(&scheduledAt, "scheduled-at", "", "RFC 3339 time to run at")
+	fl.StringArrayVar(&tags, "tag", nil, "tag key=value (repeatable)")
+	fl.StringVar(&req.UniqueKey, "unique-key", "", "refuse a second job with this key while it is taken")
+	fl.DurationVar(&uniquePeriod, "unique-period", 0, "how long the unique key stays taken (default: until the job finishes)")
+	fl.StringVar(&req.ExpireAfter, "expire-after", "", "never hand the job out after created_at + this (e.g. 1h); it goes dead (expired)")
+	fl.DurationVar(&leaseDuration, "lease-duration", 0, "how long a fetched job is leased before it is reclaimed (server default 60s)")
+	fl.StringVar(&req.RetryBackoff, "retry-backoff", "", "none, fixed, linear or exponential (server default exponential)")
+	fl.StringVar(&req.RetryBaseDelay, "retry-base-delay", "", "first retry's delay, e.g. 5s")
+	fl.StringVar(&req.RetryMaxDelay, "retry-max-delay", "", "longest retry delay, e.g. 10m")
+	fl.StringSliceVar(&dependsOn, "depends-on", nil, "job IDs that must complete first (repeat or comma-separate); the job is held until then")
 	return cmd
 }
 

@@ -315,7 +315,7 @@ func TestE2EReadmeExamples(t *testing.T) {
 	var script strings.Builder
 	script.WriteString("set -euo pipefail\n")
 	rest := string(readme)
-	n := 0
+	var want []string // each example's output, as the README shows it
 	for {
 		i := strings.Index(rest, "<!-- example -->")
 		if i < 0 {
@@ -325,17 +325,23 @@ func TestE2EReadmeExamples(t *testing.T) {
 		start := strings.Index(rest, "```bash") + len("```bash")
 		end := start + strings.Index(rest[start:], "```")
 		block := rest[start:end]
-		fmt.Fprintf(&script, "echo '--- example %d'\n%s\n", n, block)
-		rest = rest[end:]
-		n++
+		fmt.Fprintf(&script, "echo '--- example %d'\n%s\n", len(want), block)
+		rest = rest[end+3:]
+		shown, ok := strings.CutPrefix(strings.TrimLeft(rest, "\n"), "<!-- output -->\n```text\n")
+		require.True(t, ok, "README example %d has no output block after it", len(want))
+		want = append(want, shown[:strings.Index(shown, "```")])
 	}
-	require.GreaterOrEqual(t, n, 8, "the README lost its examples")
+	require.GreaterOrEqual(t, len(want), 8, "the README lost its examples")
 	code := strings.ReplaceAll(script.String(), "http://localhost:8080", s.url)
 	cmd := exec.Command("bash", "-c", code)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "a README example failed:\n%s", out)
-	require.Contains(t, string(out), "--- example "+fmt.Sprint(n-1))
-	require.Contains(t, string(out), "true\n--- example 3", "the duplicate unique enqueue answered the existing job")
+	got := strings.Split(string(out), "--- example ")[1:]
+	require.Len(t, got, len(want), "%s", out)
+	for n := range want {
+		_, printed, _ := strings.Cut(got[n], "\n")
+		require.Equal(t, want[n], printed, "README example %d printed something else than the README shows", n)
+	}
 }
 
 // TestE2EOutboxSurvivesKill moves jobs to a queue on another shard while

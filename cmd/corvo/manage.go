@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -197,6 +198,11 @@ func newDrainCmd() *cobra.Command {
 					}
 				}
 				if active == 0 {
+					if c.output == "json" {
+						b, _ := json.Marshal(map[string]any{"queue": a[0], "paused": true, "active": 0, "drained": true})
+						_, err := fmt.Fprintln(cmd.OutOrStdout(), string(b))
+						return err
+					}
 					_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s drained (paused, no active jobs)\n", a[0])
 					return err
 				}
@@ -212,11 +218,69 @@ func newDrainCmd() *cobra.Command {
 	return cmd
 }
 
+// newStatusCmd is the spec's "queue stats + cluster health": /healthz and
+// every queue's counts, with their sums.
+func newStatusCmd() *cobra.Command {
+	var c clientFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Server health and every queue's counts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := c.validate(); err != nil {
+				return err
+			}
+			health, _, err := c.call("GET", "/healthz", nil)
+			if err != nil {
+				return err
+			}
+			queues, _, err := c.call("GET", "/api/v1/queues", nil)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if c.output == "json" {
+				var qs struct {
+					Queues json.RawMessage `json:"queues"`
+				}
+				if err := json.Unmarshal(queues, &qs); err != nil {
+					return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
+				}
+				_, err := fmt.Fprintf(w, "{\"health\":%s,\"queues\":%s}\n", bytes.TrimSpace(health), qs.Queues)
+				return err
+			}
+			var h corvo.Health
+			var qs corvo.QueueList
+			if err := json.Unmarshal(health, &h); err != nil {
+				return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
+			}
+			if err := json.Unmarshal(queues, &qs); err != nil {
+				return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
+			}
+			var sum corvo.Queue
+			for _, q := range qs.Queues {
+				sum.Pending += q.Pending
+				sum.Active += q.Active
+				sum.Scheduled += q.Scheduled
+				sum.Retrying += q.Retrying
+				sum.Held += q.Held
+				sum.Dead += q.Dead
+			}
+			fmt.Fprintf(w, "status: %s\nshards: %d (this node leads %d)\n", h.Status, h.Shards, h.ShardsLed)
+			fmt.Fprintf(w, "queues: %d — %d pending, %d active, %d scheduled, %d retrying, %d held, %d dead\n\n",
+				len(qs.Queues), sum.Pending, sum.Active, sum.Scheduled, sum.Retrying, sum.Held, sum.Dead)
+			return renderQueues(w, queues)
+		},
+	}
+	c.register(cmd)
+	return cmd
+}
+
 var renderQueues = render(func(w io.Writer, qs *corvo.QueueList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tCOMPLETED\tDEAD\tPAUSED")
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tHELD\tCOMPLETED\tDEAD\tPAUSED")
 	for _, q := range qs.Queues {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Completed, q.Dead, q.Paused)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Held, q.Completed, q.Dead, q.Paused)
 	}
 	return tw.Flush()
 })
@@ -271,13 +335,7 @@ func newListCmds() []*cobra.Command {
 		}))
 	dead.Flags().StringVar(&queue, "queue", "", "only this queue")
 	dead.Flags().IntVar(&limit, "limit", 50, "how many")
-	status := apiCommand("status", "Show server health", cobra.NoArgs,
-		func(*cobra.Command, []string) (string, string, any, error) { return "GET", "/healthz", nil, nil },
-		render(func(w io.Writer, h *corvo.Health) error {
-			_, err := fmt.Fprintf(w, "status: %s\nshards: %d (this node leads %d)\n", h.Status, h.Shards, h.ShardsLed)
-			return err
-		}))
-	return []*cobra.Command{workers, dead, status, newSchedulesCmd()}
+	return []*cobra.Command{workers, dead, newStatusCmd(), newSchedulesCmd()}
 }
 
 func newSchedulesCmd() *cobra.Command {

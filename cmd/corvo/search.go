@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	corvo "github.com/corvohq/corvo/sdk/go"
 )
@@ -28,11 +32,11 @@ func newSearchCmd() *cobra.Command {
 	}{
 		{"queue", &body.Queue, "exact queue"}, {"priority", &priority, "critical, high or normal"},
 		{"payload-contains", &body.PayloadContains, "substring of the payload JSON"}, {"payload-jq", &body.PayloadJQ, "jq-style filter, e.g. '.amount > 100'"},
-		{"created-after", &body.CreatedAfter, "RFC 3339"}, {"created-before", &body.CreatedBefore, "RFC 3339"},
-		{"scheduled-after", &body.ScheduledAfter, "RFC 3339"}, {"scheduled-before", &body.ScheduledBefore, "RFC 3339"},
-		{"started-after", &body.StartedAfter, "RFC 3339"}, {"started-before", &body.StartedBefore, "RFC 3339"},
-		{"completed-after", &body.CompletedAfter, "RFC 3339"}, {"completed-before", &body.CompletedBefore, "RFC 3339"},
-		{"expire-after", &body.ExpireAfter, "RFC 3339"}, {"expire-before", &body.ExpireBefore, "RFC 3339"},
+		{"created-after", &body.CreatedAfter, "RFC 3339 time or a date (2026-02-10: its midnight UTC)"}, {"created-before", &body.CreatedBefore, "RFC 3339 time or a date"},
+		{"scheduled-after", &body.ScheduledAfter, "RFC 3339 time or a date"}, {"scheduled-before", &body.ScheduledBefore, "RFC 3339 time or a date"},
+		{"started-after", &body.StartedAfter, "RFC 3339 time or a date"}, {"started-before", &body.StartedBefore, "RFC 3339 time or a date"},
+		{"completed-after", &body.CompletedAfter, "RFC 3339 time or a date"}, {"completed-before", &body.CompletedBefore, "RFC 3339 time or a date"},
+		{"expire-after", &body.ExpireAfter, "RFC 3339 time or a date"}, {"expire-before", &body.ExpireBefore, "RFC 3339 time or a date"},
 		{"worker-id", &body.WorkerID, "processed by this worker"}, {"error-contains", &body.ErrorContains, "substring of any attempt's error"},
 		{"batch-id", &body.BatchID, ""}, {"unique-key", &body.UniqueKey, ""}, {"job-id-prefix", &body.JobIDPrefix, ""},
 		{"sort", &body.Sort, "created_at, scheduled_at, started_at, completed_at, priority, attempt"}, {"order", &body.Order, "asc or desc"},
@@ -52,6 +56,14 @@ func newSearchCmd() *cobra.Command {
 			if priority != "" {
 				p := corvo.Priority(priority)
 				body.Priority = &p
+			}
+			// A date alone (the spec's own example) means its midnight, UTC.
+			for _, f := range strFlags {
+				if strings.HasSuffix(f.flag, "-after") || strings.HasSuffix(f.flag, "-before") {
+					if d, err := time.Parse(time.DateOnly, *f.v); err == nil {
+						*f.v = d.Format(time.RFC3339)
+					}
+				}
 			}
 			body.State = states
 			if len(tags) > 0 {
@@ -79,38 +91,69 @@ func newSearchCmd() *cobra.Command {
 			if cmd.Flags().Changed("attempt-max") {
 				body.AttemptMax = &attemptMax
 			}
-			// Page through the matches up to --limit.
-			var jobs []json.RawMessage
+			// Page through the matches up to --limit; into a pipe (the
+			// input of 'corvo bulk'), every match unless --limit says
+			// otherwise, so that a bulk action never stops short unseen.
+			w := cmd.OutOrStdout()
+			if limit < 0 {
+				return &exitError{exitUsage, fmt.Errorf("--limit is 0 (every match) or more, got %d", limit)}
+			}
+			if limit == 0 || (!cmd.Flags().Changed("limit") && !isTerminal(w)) {
+				limit = math.MaxInt
+			}
 			var hits []corvo.SearchHit
 			var total int64
-			for len(jobs) < limit {
-				body.Limit = min(1000, limit-len(jobs))
+			shown := 0
+			asJSON := c.output == "json"
+			if asJSON {
+				// Written page by page: a pipe of a million jobs never
+				// sits whole in memory.
+				if _, err := io.WriteString(w, "["); err != nil {
+					return err
+				}
+			}
+			for shown < limit {
+				body.Limit = min(1000, limit-shown)
 				raw, _ := json.Marshal(body)
 				out, _, err := c.call("POST", "/api/v1/jobs/search", raw)
 				if err != nil {
 					return err
 				}
 				var page corvo.SearchPage
-				var sent struct{ Jobs []json.RawMessage } // the jobs as sent, for --output json
 				if err := json.Unmarshal(out, &page); err != nil {
 					return &exitError{exitError_, err}
 				}
-				if err := json.Unmarshal(out, &sent); err != nil {
-					return &exitError{exitError_, err}
+				if asJSON {
+					var sent struct{ Jobs []json.RawMessage } // the jobs as sent
+					if err := json.Unmarshal(out, &sent); err != nil {
+						return &exitError{exitError_, err}
+					}
+					for _, j := range sent.Jobs {
+						if shown > 0 {
+							if _, err := io.WriteString(w, ","); err != nil {
+								return err
+							}
+						}
+						if _, err := w.Write(j); err != nil {
+							return err
+						}
+						shown++
+					}
+				} else {
+					hits = append(hits, page.Jobs...)
+					shown += len(page.Jobs)
 				}
-				jobs, hits, total = append(jobs, sent.Jobs...), append(hits, page.Jobs...), page.Total
+				total = page.Total
 				if !page.HasMore || page.Cursor == nil {
 					break
 				}
 				body.Cursor = page.Cursor
 			}
-			w := cmd.OutOrStdout()
-			if c.output == "json" {
-				if jobs == nil {
-					jobs = []json.RawMessage{}
-				}
-				b, _ := json.Marshal(jobs)
-				_, err := fmt.Fprintln(w, string(b))
+			if int64(shown) < total {
+				fmt.Fprintf(cmd.ErrOrStderr(), "corvo: %d shown of %d matching (--limit %d; --limit 0 lists every one)\n", shown, total, limit)
+			}
+			if asJSON {
+				_, err := io.WriteString(w, "]\n")
 				return err
 			}
 			return renderJobs(w, hits, total)
@@ -126,7 +169,7 @@ func newSearchCmd() *cobra.Command {
 	fl.StringVar(&hasErrors, "has-errors", "", "true or false")
 	fl.IntVar(&attemptMin, "attempt-min", 0, "at least this many attempts")
 	fl.IntVar(&attemptMax, "attempt-max", 0, "at most this many attempts")
-	fl.IntVar(&limit, "limit", 1000, "the most jobs to list")
+	fl.IntVar(&limit, "limit", 1000, "the most jobs to list; 0: every match (the default when the output is not a terminal, e.g. piped into 'corvo bulk')")
 	return cmd
 }
 
@@ -197,9 +240,41 @@ func readIDs(r io.Reader) ([]string, error) {
 			}
 		}
 	default:
-		ids = strings.Fields(text)
+		// IDs separated by white space, or the table 'corvo search'
+		// prints: each row's first column, the header and the count
+		// line skipped.
+		for n, line := range strings.Split(text, "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 0:
+			case corvo.ShardOfJobID(f[0]) >= 0:
+				if allJobIDs(f) {
+					ids = append(ids, f...)
+				} else {
+					ids = append(ids, f[0])
+				}
+			case n == 0 && f[0] == "JOB", len(f) >= 4 && f[1] == "shown" && f[2] == "of":
+			default:
+				return nil, fmt.Errorf("stdin line %d: %q is not a job ID (give IDs, 'corvo search' output, or 'corvo search -o json')", n+1, f[0])
+			}
+		}
 	}
 	return ids, nil
+}
+
+func allJobIDs(f []string) bool {
+	for _, s := range f {
+		if corvo.ShardOfJobID(s) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// isTerminal reports whether w is a terminal (not a pipe or a file).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func newBulkCmd() *cobra.Command {
@@ -212,11 +287,17 @@ func newBulkCmd() *cobra.Command {
 		Long: `Apply an action to many jobs. Up to 10,000 jobs are changed at once; larger
 operations (or --async) run in the background on the server: the command then
 follows their progress (a progress bar on a terminal, one line per step
-otherwise) until they finish. 'corvo bulk status <id>', 'corvo bulk cancel <id>'
-and 'corvo bulk list' manage background operations.`,
+otherwise) until they finish. 'corvo bulk status <id>', 'corvo bulk stop <id>'
+and 'corvo bulk list' manage background operations.
+
+Job IDs come from stdin: 'corvo search -o json' output, the table 'corvo
+search' prints (its first column), or IDs separated by white space. Piped,
+'corvo search' lists every match (not only its terminal default of 1,000).`,
 		Example: `  corvo search --queue emails.send --state dead --output json | corvo bulk retry
   corvo search --queue old.queue --state pending -o json | corvo bulk move new.queue
+  corvo search --state dead | corvo bulk retry
   corvo bulk retry --filter '{"queue":"emails.send","state":["dead"]}'
+  corvo bulk cancel --filter '{"queue":"reports","state":["pending"]}'
   corvo bulk delete --filter '{"queue":"tmp"}' --confirm`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -228,7 +309,10 @@ and 'corvo bulk list' manage background operations.`,
 			switch action {
 			case "retry", "delete", "cancel", "requeue", "move", "change_priority":
 			default:
-				return &exitError{exitUsage, fmt.Errorf("unknown action %q (retry, delete, cancel, requeue, move, change-priority; or status, cancel <id>, list)", args[0])}
+				return &exitError{exitUsage, fmt.Errorf("unknown action %q (retry, delete, cancel, requeue, move, change-priority; or status, stop <id>, list)", args[0])}
+			}
+			if action == "cancel" && len(args) == 2 && strings.HasPrefix(args[1], "bulk_") {
+				return stopBulk(cmd, &c, args[1]) // the older spelling of 'bulk stop'
 			}
 			switch action {
 			case "move", "change_priority":
@@ -299,6 +383,6 @@ and 'corvo bulk list' manage background operations.`,
 	cmd.Flags().StringVar(&filter, "filter", "", "a search filter (JSON) instead of stdin")
 	cmd.Flags().BoolVar(&async, "async", false, "run in the background on the server whatever the size, and follow its progress")
 	cmd.Flags().BoolVar(&confirm, "confirm", false, "with --filter: go ahead when the filter selects every job of a queue or of the cluster (refused otherwise, with the count)")
-	cmd.AddCommand(newBulkStatusCmd(), newBulkCancelCmd(), newBulkListCmd())
+	cmd.AddCommand(newBulkStatusCmd(), newBulkStopCmd(), newBulkListCmd())
 	return cmd
 }

@@ -69,6 +69,8 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 		`ack, fail and heartbeat must name the lease's "attempt" (400 lease_required otherwise), so only the holder can complete a job or extend its lease (default $CORVO_STRICT_LEASES)`)
 	fl.StringVar(&c.Auth, "auth", envOr("CORVO_AUTH", node.AuthAuto),
 		`API keys: "auto" (needed unless --bind is loopback only), "on" (always needed) or "off" (never: every caller is an admin; trusted networks only) (default $CORVO_AUTH)`)
+	fl.DurationVar(&c.Gateway.ReadTimeout, "read-timeout", gateway.ReadTimeoutDefault, `deadline of a search, list or job read, from its arrival: a search it cuts answers the matches found so far ("partial": true), or 400 filter_needs_index when it found none`)
+	fl.IntVar(&c.Gateway.ReadConcurrency, "read-concurrency", gateway.ReadConcurrencyDefault, "searches, lists and job reads running at once on this node; up to 256 more wait for a slot until their deadline (429 reads_busy beyond)")
 	fl.IntVar(&c.Gateway.RateRead, "rate-limit-read", 0, "each API key's GETs a second on this node (default 2000; -1: unlimited; a key's own rate_read wins)")
 	fl.IntVar(&c.Gateway.RateWrite, "rate-limit-write", 0, "each API key's POST/PUT/PATCH/DELETEs a second on this node (default 1000; -1: unlimited; a key's own rate_write wins)")
 	fl.StringVar(&c.AdminKeyFile, "admin-key-file", "", "file holding an API key to make an admin key of the cluster (env CORVO_ADMIN_KEY); off loopback without one, the first start writes a new admin key to <data-dir>/admin-key")

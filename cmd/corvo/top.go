@@ -24,9 +24,10 @@ func newTopCmd() *cobra.Command {
 		Use:   "top",
 		Short: "Live dashboard: queues, rates, oldest pending job, workers",
 		Long: `A live terminal dashboard of a Corvo server: every queue's pending, active,
-scheduled, retrying and dead jobs, enqueue/complete/fail rates and the age of
+scheduled, retrying, held and dead jobs, enqueue/complete/fail rates and the age of
 its oldest pending job; every worker; and the totals. Keys: ↑/↓ or j/k select
-a queue, p pauses or resumes it, s cycles the sort, ? help, q quits.
+a queue, p then y pauses it (p resumes a paused one), s cycles the sort, ? help,
+q quits.
 
 When stdout is not a terminal, or with --once or --output json, it prints one
 snapshot and exits; its rates are then the server's (about the last minute).`,

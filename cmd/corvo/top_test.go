@@ -75,9 +75,9 @@ func TestCLITop(t *testing.T) {
 	for _, args := range [][]string{{"top"}, {"top", "--once"}} {
 		out, code := runCLI(t, s.url, args...)
 		require.Equal(t, 0, code, out)
-		require.Regexp(t, `\nemails\s+3\s+1\s+1\s+0\s+1\s+\d`, out)
-		require.Regexp(t, `\nreports\s+2\s+0\s+0\s+0\s+0\s+paused\s`, out)
-		require.Regexp(t, `\nTOTAL \(2\)\s+5\s+1\s+1\s+0\s+1\s+1\s`, out)
+		require.Regexp(t, `\nemails\s+3\s+1\s+1\s+0\s+0\s+1\s+\d`, out)
+		require.Regexp(t, `\nreports\s+2\s+0\s+0\s+0\s+0\s+0\s+paused\s`, out)
+		require.Regexp(t, `\nTOTAL \(2\)\s+5\s+1\s+1\s+0\s+0\s+1\s+1\s`, out)
 		require.Regexp(t, `\ntop-w\s+host-1\s+emails\s+1\s+\d+s ago`, out)
 		require.Contains(t, out, "status ok, 4 shards")
 	}

@@ -2,6 +2,8 @@ package corvo
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -160,6 +162,10 @@ func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string
 	_, err := c.doAt(ctx, c.routeMost(ids, true), http.MethodPost, "/api/v1/heartbeat", HeartbeatRequest{WorkerID: workerID, Jobs: jobs}, &out)
 	if err != nil && !IsConflict(err) {
 		return nil, err
+	}
+	if ae := (*Error)(nil); errors.As(err, &ae) && len(out.Jobs) == 0 {
+		// No job was ok or cancelled: the 409 carries the statuses.
+		_ = json.Unmarshal(ae.body, &out)
 	}
 	st := make(map[string]string, len(out.Jobs))
 	for id, j := range out.Jobs {

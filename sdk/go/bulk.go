@@ -109,7 +109,7 @@ func (c *Client) BulkOperations(ctx context.Context, limit int) ([]BulkOperation
 // progress (if not nil) after every chunk, and returns its final status.
 func (c *Client) WatchBulk(ctx context.Context, id string, progress func(BulkOperation)) (*BulkOperation, error) {
 	var final *BulkOperation
-	err := c.stream(ctx, "/api/v1/bulk/"+url.PathEscape(id)+"/progress", "", func(f sseFrame) error {
+	err := c.stream(ctx, "/api/v1/bulk/"+url.PathEscape(id)+"/progress", "", nil, func(f sseFrame) error {
 		var op BulkOperation
 		if err := json.Unmarshal([]byte(f.data), &op); err != nil {
 			return fmt.Errorf("corvo: bulk progress: %w", err)
@@ -139,6 +139,9 @@ type EventsRequest struct {
 	Queues      []string
 	Types       []string // enqueued, started, completed, failed, retrying, dead, cancelled, progress, …
 	LastEventID string   // resume after this event ("" : live from now)
+	// OnOpen, when set, is called once the server has opened the stream
+	// (its first line arrived): events from then on are delivered.
+	OnOpen func()
 }
 
 // Event is one frame of the event stream: a job event, or a reset (the
@@ -181,7 +184,7 @@ func (c *Client) Events(ctx context.Context, r EventsRequest, fn func(Event) err
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	err := c.stream(ctx, path, r.LastEventID, func(f sseFrame) error {
+	err := c.stream(ctx, path, r.LastEventID, r.OnOpen, func(f sseFrame) error {
 		ev := Event{ID: f.id}
 		switch f.event {
 		case "reset":
@@ -208,8 +211,9 @@ var errStreamDone = errors.New("stream done")
 
 type sseFrame struct{ id, event, data string }
 
-// stream reads a Server-Sent Events response, frame by frame.
-func (c *Client) stream(ctx context.Context, path, lastID string, fn func(sseFrame) error) error {
+// stream reads a Server-Sent Events response, frame by frame; onOpen (if
+// not nil) is called when its first line arrives.
+func (c *Client) stream(ctx context.Context, path, lastID string, onOpen func(), fn func(sseFrame) error) error {
 	base, at := c.base()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
@@ -240,6 +244,10 @@ func (c *Client) stream(ctx context.Context, path, lastID string, fn func(sseFra
 	var f sseFrame
 	for sc.Scan() {
 		line := sc.Text()
+		if onOpen != nil {
+			onOpen()
+			onOpen = nil
+		}
 		switch {
 		case line == "":
 			if f.event != "" || f.data != "" {

@@ -33,6 +33,8 @@ type Error struct {
 	Message string
 	// RetryAfter is the server's Retry-After hint (429, 503), 0 if none.
 	RetryAfter time.Duration
+	// body is the answer's body (a heartbeat's 409 carries the statuses).
+	body []byte
 }
 
 func (e *Error) Error() string {
@@ -374,7 +376,7 @@ func (c *Client) roundTrip(ctx context.Context, method, target string, body []by
 		return resp.StatusCode, nil, err
 	}
 	if resp.StatusCode >= 400 {
-		e := &Error{Status: resp.StatusCode}
+		e := &Error{Status: resp.StatusCode, body: data}
 		var eb ErrorBody
 		if json.Unmarshal(data, &eb) == nil {
 			e.Code, e.Message = eb.Code, eb.Error

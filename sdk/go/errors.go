@@ -8,6 +8,7 @@ const (
 	CodeInvalidJSON             = "invalid_json"              // 400
 	CodeInvalidRequest          = "invalid_request"           // 400
 	CodeBadRequest              = "bad_request"               // 400
+	CodeFilterNeedsIndex        = "filter_needs_index"        // 400
 	CodeConfirmationRequired    = "confirmation_required"     // 400
 	CodeLeaseRequired           = "lease_required"            // 400
 	CodeUnauthorized            = "unauthorized"              // 401
@@ -29,6 +30,7 @@ const (
 	CodeOverloaded              = "overloaded"                // 429
 	CodeRateLimited             = "rate_limited"              // 429
 	CodeBulkBusy                = "bulk_busy"                 // 429
+	CodeReadsBusy               = "reads_busy"                // 429
 	CodeInternal                = "internal"                  // 500
 	CodeJoinFailed              = "join_failed"               // 500, 503
 	CodeUnavailable             = "unavailable"               // 503

@@ -174,6 +174,7 @@ type Queue struct {
 	Completed      int64       `json:"completed"`
 	Dead           int64       `json:"dead"`
 	Cancelled      int64       `json:"cancelled"`
+	Held           int64       `json:"held"` // waiting on depends_on
 	Paused         bool        `json:"paused"`
 	MaxConcurrency *int        `json:"max_concurrency"`
 	Throttle       *Throttle   `json:"throttle"`

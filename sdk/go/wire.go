@@ -181,6 +181,11 @@ type SearchPage struct {
 	Cursor     *string     `json:"cursor"`
 	HasMore    bool        `json:"has_more"`
 	DurationMs float64     `json:"duration_ms"`
+	// Partial: the server's read deadline cut the search short. Jobs are
+	// the matches it found by then, in order (maybe fewer than the
+	// limit), HasMore is true, Cursor continues after them and Total is a
+	// lower bound.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // ScheduleList is GET /api/v1/schedules.
@@ -255,25 +260,29 @@ type ResetEvent struct {
 // SearchHit is a job as search finds it: the search mirror's summary of
 // it (GET /api/v1/jobs/{id} has the full document).
 type SearchHit struct {
-	ID          string            `json:"id"`
-	Queue       string            `json:"queue"`
-	State       string            `json:"state"`
-	Priority    string            `json:"priority"`
-	Payload     json.RawMessage   `json:"payload"`
-	Attempt     int               `json:"attempt"`
-	MaxRetries  int               `json:"max_retries"`
-	CreatedAt   time.Time         `json:"created_at"`
-	ScheduledAt *time.Time        `json:"scheduled_at"`
-	StartedAt   *time.Time        `json:"started_at"`
-	CompletedAt *time.Time        `json:"completed_at"`
-	LastError   *string           `json:"last_error"`
-	ErrorCount  int               `json:"error_count"`
-	Reason      *string           `json:"reason"`
-	Tags        map[string]string `json:"tags"`
-	BatchID     *string           `json:"batch_id"`
-	UniqueKey   *string           `json:"unique_key"`
-	WorkerID    *string           `json:"worker_id"`
-	Progress    json.RawMessage   `json:"progress"`
+	ID       string          `json:"id"`
+	Queue    string          `json:"queue"`
+	State    string          `json:"state"`
+	Priority string          `json:"priority"`
+	Payload  json.RawMessage `json:"payload"`
+	// PayloadOmitted: the payload is over the 8 KiB a search page
+	// carries (Payload is null); GET /api/v1/jobs/{id} has it.
+	PayloadOmitted bool              `json:"payload_omitted,omitempty"`
+	PayloadBytes   int               `json:"payload_bytes"` // the payload's size
+	Attempt        int               `json:"attempt"`
+	MaxRetries     int               `json:"max_retries"`
+	CreatedAt      time.Time         `json:"created_at"`
+	ScheduledAt    *time.Time        `json:"scheduled_at"`
+	StartedAt      *time.Time        `json:"started_at"`
+	CompletedAt    *time.Time        `json:"completed_at"`
+	LastError      *string           `json:"last_error"`
+	ErrorCount     int               `json:"error_count"`
+	Reason         *string           `json:"reason"`
+	Tags           map[string]string `json:"tags"`
+	BatchID        *string           `json:"batch_id"`
+	UniqueKey      *string           `json:"unique_key"`
+	WorkerID       *string           `json:"worker_id"`
+	Progress       json.RawMessage   `json:"progress"`
 }
 
 // SearchRequest is POST /api/v1/jobs/search, and the filter of a bulk

@@ -30,12 +30,16 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	serverBin = filepath.Join(dir, "corvo")
-	build := exec.Command("go", "build", "-o", serverBin, "./cmd/corvo")
-	build.Dir = "../.."
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		panic("building the corvo server: " + err.Error())
+	// CORVO_BIN names a server built already (as the other SDKs' tests
+	// take it); else the tests build this repository's.
+	if serverBin = os.Getenv("CORVO_BIN"); serverBin == "" {
+		serverBin = filepath.Join(dir, "corvo")
+		build := exec.Command("go", "build", "-o", serverBin, "./cmd/corvo")
+		build.Dir = "../.."
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			panic("building the corvo server: " + err.Error())
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 17's overload: a fresh single node (SERVER_FLAGS added to its
+# flags, e.g. SERVER_FLAGS="--max-memory 1GiB") takes 16 connections
+# enqueueing 64 KiB payloads for SMALL_FOR, then 1 MiB payloads for
+# LARGE_FOR, never fetched, while scripts/overloadprobe searches and GETs
+# jobs (see it). Then it prints the server's peak RSS (sampled every
+# 200 ms during the load), its idle RSS IDLE_AFTER after the load, the
+# data dir's bytes per accepted payload byte (then, and after a restart),
+# search and GET latencies during the load and the answers by status.
+# Everything stops by itself (~SMALL_FOR + LARGE_FOR + IDLE_AFTER + a
+# restart).
+#   scripts/overload.sh
+#   SMALL_FOR=20s LARGE_FOR=15s IDLE_AFTER=20 scripts/overload.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SMALL_FOR=${SMALL_FOR:-60s} LARGE_FOR=${LARGE_FOR:-40s} IDLE_AFTER=${IDLE_AFTER:-60}
+SMALL_SIZE=${SMALL_SIZE:-65536} LARGE_SIZE=${LARGE_SIZE:-1048576} CONNS=${CONNS:-16}
+PORT=${PORT:-18680}
+WORK=$(mktemp -d)
+BIN=${BIN:-$WORK/corvo}
+[ -x "$BIN" ] || go build -o "$BIN" ./cmd/corvo
+go build -o "$WORK/overloadprobe" ./scripts/overloadprobe
+. scripts/server-lib.sh
+start_server "$PORT"
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR" "$WORK"' EXIT
+echo "server flags: ${SERVER_FLAGS:-(defaults)}; load: $CONNS connections, $SMALL_SIZE B for $SMALL_FOR, then $LARGE_SIZE B for $LARGE_FOR"
+
+rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+(peak=0; while kill -0 "$SERVER" 2>/dev/null; do
+  r=$(rss_kib "$SERVER"); [ "${r:-0}" -gt "$peak" ] && peak=$r && echo "$peak" > "$WORK/peak"
+  sleep 0.2
+done) &
+SAMPLER=$!
+
+"$WORK/overloadprobe" -conns "$CONNS" "$URL" "$SMALL_SIZE:$SMALL_FOR" "$LARGE_SIZE:$LARGE_FOR" | tee "$WORK/probe.txt"
+peak=$(cat "$WORK/peak")
+sleep "$IDLE_AFTER"
+idle=$(rss_kib "$SERVER")
+kill "$SAMPLER" 2>/dev/null || true
+accepted=$(awk '/^accepted_payload_bytes/{print $2}' "$WORK/probe.txt")
+ratio() { awk -v d="$1" -v a="$accepted" 'BEGIN{ if (a > 0) printf "%.2f", d / a; else print "n/a" }'; }
+bytes=$(du -sb "$DIR/data" | cut -f1)
+kill -TERM "$SERVER"; wait "$SERVER" || true
+run_server "$PORT"
+bytes2=$(du -sb "$DIR/data" | cut -f1)
+echo "peak RSS $((peak / 1024)) MiB; idle RSS ${IDLE_AFTER}s after the load $((idle / 1024)) MiB"
+echo "data dir $((bytes >> 20)) MiB for $((accepted >> 20)) MiB of accepted payloads: $(ratio "$bytes") B/B; after a restart $((bytes2 >> 20)) MiB: $(ratio "$bytes2") B/B"

@@ -1,0 +1,802 @@
+import { CorvoError, ConflictError } from "./errors.js";
+import type {
+  AckBatchResult,
+  AckFetched,
+  AckItem,
+  AckRequest,
+  APIKey,
+  AuditFilter,
+  AuditPage,
+  BatchCallback,
+  BatchEnqueued,
+  BatchStatus,
+  BulkAccepted,
+  BulkOperation,
+  BulkRequest,
+  BulkResult,
+  ClusterStatus,
+  CreateKeyRequest,
+  DeadPage,
+  Enqueued,
+  EnqueueRequest,
+  FailRequest,
+  FailResult,
+  FetchedJob,
+  FetchRequest,
+  Health,
+  HeartbeatJob,
+  HeartbeatStatus,
+  Job,
+  Moved,
+  Namespace,
+  Queue,
+  RestoreResult,
+  Role,
+  Schedule,
+  SearchHit,
+  SearchPage,
+  SearchRequest,
+  StreamEvent,
+  Throttle,
+  UpdateKeyRequest,
+  WhoAmI,
+  WorkerInfo,
+} from "./types.js";
+
+/** Options of a Client. */
+export interface ClientOptions {
+  /** An API key ("corvo_…"), sent as `Authorization: Bearer`. */
+  apiKey?: string;
+  /** The namespace every call acts in (`X-Corvo-Namespace`). */
+  namespace?: string;
+  /**
+   * How often a request answered 429 or 503, or one that could not reach
+   * a server, is tried again (default 5). 429/503 wait the answer's
+   * Retry-After; a node that cannot be reached moves the client to the next URL.
+   */
+  maxRetries?: number;
+  /**
+   * Coalesce concurrent enqueue() calls into POST /api/v1/enqueue/batch
+   * (default true). A call made while fewer than 2 enqueue requests are
+   * in flight goes out at once, alone; calls made meanwhile go together in
+   * the next request.
+   */
+  coalesceEnqueues?: boolean;
+  /** The cluster secret, for removeNode() (a node-to-node route). */
+  clusterSecret?: string;
+  /** The fetch implementation (default: the global fetch). */
+  fetch?: typeof fetch;
+}
+
+/** Options every call takes. */
+export interface CallOptions {
+  /** Aborts the call (and its retries). */
+  signal?: AbortSignal;
+}
+
+interface RequestOptions extends CallOptions {
+  /** Override the client's retries (0: one attempt). */
+  retries?: number;
+  /** Answer the body as text rather than JSON. */
+  text?: boolean;
+  /** A body sent as is (else JSON.stringify of the body argument). */
+  raw?: boolean;
+  /** Extra headers. */
+  headers?: Record<string, string>;
+}
+
+interface Answer<T> {
+  status: number;
+  data: T;
+}
+
+/** The answer of a fetch (`count` jobs at most; none when nothing came in time). */
+export type FetchedJobs = FetchedJob[];
+
+// Coalescing bounds, as the Go SDK's (sdk/go/coalesce.go).
+const maxEnqueueRequests = 2;
+const maxEnqueueBatch = 1000;
+const maxEnqueueBatchBytes = 1 << 20;
+
+interface PendingEnqueue {
+  body: string;
+  resolve: (e: Enqueued) => void;
+  reject: (err: unknown) => void;
+}
+
+/** A job without scheduled_at, depends_on or a unique key: a batch answer says all its lone enqueue's would. */
+function coalescable(r: EnqueueRequest): boolean {
+  return r.scheduled_at === undefined && !(r.depends_on && r.depends_on.length > 0) && !r.unique_key;
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  if (ms <= 0 && !signal) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function retryAfterMs(h: string | null): number {
+  if (!h) return 0;
+  const s = Number(h);
+  return Number.isFinite(s) && s > 0 ? s * 1000 : 0;
+}
+
+const enc = encodeURIComponent;
+
+function query(params: Record<string, string | number | boolean | undefined | null>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== "") q.set(k, String(v));
+  }
+  const s = q.toString();
+  return s ? "?" + s : "";
+}
+
+/**
+ * A client of a Corvo server, of a load balancer in front of a cluster, or
+ * of several nodes of a cluster: when a node cannot be reached (or answers
+ * 503 shutting_down) the client moves to the next URL.
+ *
+ * ```ts
+ * const corvo = new Client("http://localhost:8080");
+ * const { job_id } = await corvo.enqueue({ queue: "emails.send", payload: { to: "a@b.c" } });
+ * ```
+ */
+export class Client {
+  /** How often a 429/503 answer or an unreachable node is retried. */
+  maxRetries: number;
+  private nodes: string[];
+  private cur = 0;
+  private readonly apiKey?: string;
+  private readonly namespace?: string;
+  private readonly clusterSecret?: string;
+  private readonly coalesce: boolean;
+  private readonly fetchImpl: typeof fetch;
+  private senders = 0;
+  private waiting: PendingEnqueue[] = [];
+
+  /** urls: one base URL, several comma-separated, or a list. */
+  constructor(urls: string | string[], opts: ClientOptions = {}) {
+    const list = (Array.isArray(urls) ? urls : urls.split(","))
+      .map((u) => u.trim().replace(/\/+$/, ""))
+      .filter((u) => u !== "");
+    if (list.length === 0) throw new Error("corvo: no server URL");
+    this.nodes = list;
+    this.apiKey = opts.apiKey;
+    this.namespace = opts.namespace;
+    this.clusterSecret = opts.clusterSecret;
+    this.maxRetries = opts.maxRetries ?? 5;
+    this.coalesce = opts.coalesceEnqueues ?? true;
+    this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** The base URLs the client uses, the current one first. */
+  get urls(): string[] {
+    const at = this.cur % this.nodes.length;
+    return [...this.nodes.slice(at), ...this.nodes.slice(0, at)];
+  }
+
+  private base(): [string, number] {
+    const at = this.cur;
+    return [this.nodes[at % this.nodes.length], at];
+  }
+
+  /** Moves to the next node unless another request already did. */
+  private failover(from: number): void {
+    if (this.cur === from) this.cur = from + 1;
+  }
+
+  private headers(extra?: Record<string, string>, body?: boolean, method?: string): Record<string, string> {
+    const h: Record<string, string> = { ...extra };
+    if (body || method === "POST" || method === "PUT" || method === "PATCH") h["Content-Type"] = "application/json";
+    if (this.apiKey) h["Authorization"] = "Bearer " + this.apiKey;
+    if (this.namespace) h["X-Corvo-Namespace"] = this.namespace;
+    return h;
+  }
+
+  /**
+   * Sends a request to the current node; retries 429 and 503 answers after
+   * their Retry-After, and requests that reached no server on the next node.
+   */
+  private async request<T>(method: string, path: string, body?: unknown, o: RequestOptions = {}): Promise<Answer<T>> {
+    const payload = body === undefined ? undefined : o.raw ? (body as string | Uint8Array) : JSON.stringify(body);
+    const retries = o.retries ?? this.maxRetries;
+    const headers = this.headers(o.headers, payload !== undefined, method);
+    for (let attempt = 0; ; attempt++) {
+      const [base, at] = this.base();
+      let res: Response;
+      try {
+        res = await this.fetchImpl(base + path, { method, headers, body: payload, signal: o.signal });
+      } catch (err) {
+        if (o.signal?.aborted) throw o.signal.reason ?? err;
+        // Connection refused or reset: another node may answer.
+        this.failover(at);
+        if (attempt >= retries) throw err;
+        await sleep(this.nodes.length > 1 && attempt < this.nodes.length ? 0 : 50 * 2 ** Math.min(attempt, 5), o.signal);
+        continue;
+      }
+      const text = await res.text();
+      if (res.status < 400) {
+        let data: unknown = undefined;
+        if (o.text) data = text;
+        else if (text !== "") data = JSON.parse(text);
+        return { status: res.status, data: data as T };
+      }
+      const err = CorvoError.from(res.status, text, retryAfterMs(res.headers.get("retry-after")));
+      if ((res.status !== 429 && res.status !== 503) || attempt >= retries) throw err;
+      let wait = err.retryAfterMs || 50 * 2 ** Math.min(attempt, 5);
+      if (err.code === "shutting_down") {
+        this.failover(at); // this node is stopping; another one answers at once
+        wait = this.nodes.length > 1 ? 0 : wait;
+      }
+      await sleep(wait, o.signal);
+    }
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown, o?: RequestOptions): Promise<T> {
+    return (await this.request<T>(method, path, body, o)).data;
+  }
+
+  // ---- producers -------------------------------------------------------
+
+  /**
+   * Enqueues a job. Concurrent calls are coalesced: a call made while
+   * fewer than 2 enqueue requests of this client are in flight goes out at
+   * once, alone (no added latency); calls made meanwhile are sent together
+   * as the next POST /api/v1/enqueue/batch. Each call still gets its own
+   * answer or error; a job the batch did not settle is sent again alone.
+   * Jobs with scheduled_at, depends_on or a unique_key always go alone.
+   */
+  enqueue(job: EnqueueRequest, o?: CallOptions): Promise<Enqueued> {
+    if (!this.coalesce || !coalescable(job) || o?.signal) {
+      return this.call<Enqueued>("POST", "/api/v1/enqueue", job, o);
+    }
+    const body = JSON.stringify(job);
+    return new Promise<Enqueued>((resolve, reject) => {
+      const p: PendingEnqueue = { body, resolve, reject };
+      if (this.senders >= maxEnqueueRequests) {
+        this.waiting.push(p);
+        return;
+      }
+      this.senders++;
+      void this.sendLoop([p]);
+    });
+  }
+
+  private async sendLoop(batch: PendingEnqueue[]): Promise<void> {
+    while (batch.length > 0) {
+      await this.sendEnqueues(batch);
+      batch = this.takeWaiting();
+    }
+    this.senders--;
+  }
+
+  /** The waiting calls that fit in one request. */
+  private takeWaiting(): PendingEnqueue[] {
+    let n = 0;
+    let size = 0;
+    while (n < this.waiting.length && n < maxEnqueueBatch && (n === 0 || size + this.waiting[n].body.length <= maxEnqueueBatchBytes)) {
+      size += this.waiting[n].body.length + 1;
+      n++;
+    }
+    return this.waiting.splice(0, n);
+  }
+
+  private alone(p: PendingEnqueue): Promise<void> {
+    return this.request<Enqueued>("POST", "/api/v1/enqueue", p.body, { raw: true }).then(
+      (a) => p.resolve(a.data),
+      (err) => p.reject(err),
+    );
+  }
+
+  private async sendEnqueues(batch: PendingEnqueue[]): Promise<void> {
+    if (batch.length === 1) return this.alone(batch[0]);
+    const body = '{"jobs":[' + batch.map((p) => p.body).join(",") + "]}";
+    let ids: string[] | undefined;
+    let notApplied: number[] = [];
+    try {
+      // One attempt: a failed batch is not sent again whole (some of its
+      // shards may have committed); its jobs go alone.
+      const a = await this.request<BatchEnqueued>("POST", "/api/v1/enqueue/batch", body, { raw: true, retries: 0 });
+      ids = a.data.job_ids;
+    } catch (err) {
+      // 429/503: a shard did not commit; the answer names what was not applied.
+      if (err instanceof CorvoError && (err.status === 429 || err.status === 503)) {
+        const b = err.body as Partial<BatchEnqueued> | undefined;
+        if (b && Array.isArray(b.job_ids) && b.job_ids.length === batch.length) {
+          ids = b.job_ids;
+          notApplied = b.not_applied ?? [];
+        }
+      }
+    }
+    if (!ids || ids.length !== batch.length) {
+      // A refused batch stored nothing (a validation error): each job
+      // alone gets its own answer. A transport error: each retried alone.
+      await Promise.all(batch.map((p) => this.alone(p)));
+      return;
+    }
+    const again = new Set(notApplied);
+    const retry: Promise<void>[] = [];
+    batch.forEach((p, i) => {
+      if (again.has(i)) retry.push(this.alone(p));
+      else p.resolve({ job_id: ids![i], status: "pending", unique_existing: false });
+    });
+    await Promise.all(retry);
+  }
+
+  /** Enqueues up to 10,000 jobs in one request, optionally as a batch with a callback. */
+  enqueueBatch(jobs: EnqueueRequest[], batch?: BatchCallback, o?: CallOptions): Promise<BatchEnqueued> {
+    return this.call("POST", "/api/v1/enqueue/batch", batch ? { jobs, batch } : { jobs }, o);
+  }
+
+  // ---- workers ---------------------------------------------------------
+
+  /** Long-polls for up to `count` jobs (default 1); an empty list: none came in time. */
+  async fetch(r: FetchRequest, o?: CallOptions): Promise<FetchedJob[]> {
+    const a = await this.request<FetchedJob | { jobs: FetchedJob[] }>("POST", "/api/v1/fetch", r, o);
+    if (a.status === 204 || a.data === undefined) return [];
+    if (r.count !== undefined) return (a.data as { jobs: FetchedJob[] }).jobs;
+    return [a.data as FetchedJob];
+  }
+
+  /** Completes a job. `worker_id` and `attempt` make the server check the lease (409 when lost). */
+  async ack(jobId: string, a: AckRequest = {}, o?: CallOptions): Promise<void> {
+    await this.call("POST", "/api/v1/ack/" + enc(jobId), a, o);
+  }
+
+  /** Completes a job and claims the worker's next jobs in the same request. A refused ack claims nothing. */
+  ackAndFetch(jobId: string, a: AckRequest, fetch: FetchRequest, o?: CallOptions): Promise<AckFetched> {
+    return this.call("POST", "/api/v1/ack/" + enc(jobId), { ...a, fetch }, o);
+  }
+
+  /** Completes many jobs in one request; `errors` lists the ones that failed. */
+  ackBatch(acks: AckItem[], o?: CallOptions): Promise<AckBatchResult> {
+    return this.call("POST", "/api/v1/ack/batch", { acks }, o);
+  }
+
+  /** Completes many jobs and claims up to `fetch.count` next jobs (only if an ack applied). */
+  ackBatchAndFetch(acks: AckItem[], fetch: FetchRequest, o?: CallOptions): Promise<AckBatchResult> {
+    return this.call("POST", "/api/v1/ack/batch", { acks, fetch }, o);
+  }
+
+  /** Reports a failed attempt; the server decides what follows. */
+  fail(jobId: string, f: FailRequest, o?: CallOptions): Promise<FailResult> {
+    return this.call("POST", "/api/v1/fail/" + enc(jobId), f, o);
+  }
+
+  /**
+   * Extends the leases of the jobs a worker holds (and stores progress and
+   * checkpoints); answers each job's status: ok, cancel, lost or not_found.
+   */
+  async heartbeat(workerId: string, jobs: Record<string, HeartbeatJob>, o?: CallOptions): Promise<Record<string, HeartbeatStatus>> {
+    let answer: { jobs: Record<string, { status: HeartbeatStatus }> };
+    try {
+      answer = await this.call("POST", "/api/v1/heartbeat", { worker_id: workerId, jobs }, o);
+    } catch (err) {
+      // No job was ok or cancelled: the 409 carries the statuses.
+      const b = err instanceof ConflictError ? (err.body as typeof answer | undefined) : undefined;
+      if (!b || !b.jobs) throw err;
+      answer = b;
+    }
+    const out: Record<string, HeartbeatStatus> = {};
+    for (const [id, s] of Object.entries(answer.jobs ?? {})) out[id] = s.status;
+    return out;
+  }
+
+  // ---- jobs ------------------------------------------------------------
+
+  /** Reads a job (with its timeline). */
+  job<P = any>(id: string, o?: CallOptions): Promise<Job<P>> {
+    return this.call("GET", "/api/v1/jobs/" + enc(id), undefined, o);
+  }
+
+  /** Cancels a job: "cancelled", or "cancelling" for an active one. */
+  async cancel(id: string, o?: CallOptions): Promise<string> {
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/cancel", undefined, o)).status;
+  }
+
+  /** Sends a completed, dead or cancelled job back to pending. */
+  async retry(id: string, o?: CallOptions): Promise<string> {
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/retry", undefined, o)).status;
+  }
+
+  /** Re-files a job under another queue (a new ID when it lives on another shard). */
+  move(id: string, queue: string, resetAttempt = false, o?: CallOptions): Promise<Moved> {
+    return this.call("POST", "/api/v1/jobs/" + enc(id) + "/move", { queue, reset_attempt: resetAttempt }, o);
+  }
+
+  /** Deletes a job in any state. */
+  async deleteJob(id: string, o?: CallOptions): Promise<void> {
+    await this.call("DELETE", "/api/v1/jobs/" + enc(id), undefined, o);
+  }
+
+  /** Releases a held job (→ pending). */
+  async approve(id: string, o?: CallOptions): Promise<string> {
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/approve", undefined, o)).status;
+  }
+
+  /** Rejects a held job (→ dead). */
+  async reject(id: string, o?: CallOptions): Promise<string> {
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/reject", undefined, o)).status;
+  }
+
+  /** One page of the dead-letter list, most recently dead first. */
+  dead(r: { queue?: string; limit?: number; cursor?: string } = {}, o?: CallOptions): Promise<DeadPage> {
+    return this.call("GET", "/api/v1/dead" + query(r), undefined, o);
+  }
+
+  /** Reads a batch's counts. */
+  batch(id: string, o?: CallOptions): Promise<BatchStatus> {
+    return this.call("GET", "/api/v1/batches/" + enc(id), undefined, o);
+  }
+
+  // ---- search and bulk -------------------------------------------------
+
+  /** One page of a search; pass the page's cursor back for the next one. */
+  search(r: SearchRequest, o?: CallOptions): Promise<SearchPage> {
+    return this.call("POST", "/api/v1/jobs/search", r, o);
+  }
+
+  /** Every page of a search, following the cursors (keyset paging: no duplicates, no gaps). */
+  async *searchPages(r: SearchRequest, o?: CallOptions): AsyncGenerator<SearchPage, void, undefined> {
+    let req = { ...r };
+    for (;;) {
+      const page = await this.search(req, o);
+      yield page;
+      if (!page.has_more || !page.cursor) return;
+      req = { ...req, cursor: page.cursor };
+    }
+  }
+
+  /** Every job a search matches, page after page: `for await (const job of client.searchAll({...}))`. */
+  async *searchAll(r: SearchRequest, o?: CallOptions): AsyncGenerator<SearchHit, void, undefined> {
+    for await (const page of this.searchPages(r, o)) yield* page.jobs;
+  }
+
+  /**
+   * Runs a bulk action: a small one answers its result (`result`), a large
+   * one (over 10,000 jobs, or `async`) is accepted and runs in the
+   * background (`accepted`; follow it with watchBulk or bulkStatus).
+   */
+  async bulk(r: BulkRequest, o?: CallOptions): Promise<{ result?: BulkResult; accepted?: BulkAccepted }> {
+    const a = await this.request<BulkResult | BulkAccepted>("POST", "/api/v1/jobs/bulk", r, o);
+    return a.status === 202 ? { accepted: a.data as BulkAccepted } : { result: a.data as BulkResult };
+  }
+
+  /** Reads a background bulk operation. */
+  bulkStatus(id: string, o?: CallOptions): Promise<BulkOperation> {
+    return this.call("GET", "/api/v1/bulk/" + enc(id), undefined, o);
+  }
+
+  /** Stops a running bulk operation; answers its final record (409 when finished). */
+  cancelBulk(id: string, o?: CallOptions): Promise<BulkOperation> {
+    return this.call("DELETE", "/api/v1/bulk/" + enc(id), undefined, o);
+  }
+
+  /** This node's recent bulk operations, newest first. */
+  async bulkOperations(limit = 50, o?: CallOptions): Promise<BulkOperation[]> {
+    return (await this.call<{ operations: BulkOperation[] }>("GET", "/api/v1/bulk" + query({ limit }), undefined, o)).operations;
+  }
+
+  /** Follows a background bulk operation's progress stream to its end; answers the final record. */
+  async watchBulk(id: string, onProgress?: (op: BulkOperation) => void, o?: CallOptions): Promise<BulkOperation> {
+    for await (const f of this.sse("/api/v1/bulk/" + enc(id) + "/progress", undefined, o?.signal)) {
+      const op = JSON.parse(f.data) as BulkOperation;
+      if (f.event === "done") return op;
+      if (f.event === "progress") onProgress?.(op);
+    }
+    throw new Error("corvo: the progress stream ended before the operation finished");
+  }
+
+  /** Asks the node to rebuild its search mirror in the background. */
+  async rebuildMirror(o?: CallOptions): Promise<string> {
+    return (await this.call<{ status: string }>("POST", "/api/v1/admin/rebuild-mirror", undefined, o)).status;
+  }
+
+  // ---- events ----------------------------------------------------------
+
+  /**
+   * The event stream: `for await (const ev of client.events({queues}))`.
+   * Keep the last `ev.id` and pass it as `lastEventId` to resume exactly
+   * after it. A `reset` frame says events were lost: refetch state. Break
+   * out of the loop (or abort `signal`) to close the stream.
+   */
+  async *events(
+    r: { queues?: string[]; types?: string[]; lastEventId?: string; signal?: AbortSignal; onOpen?: () => void } = {},
+  ): AsyncGenerator<StreamEvent, void, undefined> {
+    const path =
+      "/api/v1/events" + query({ queue: r.queues?.join(","), type: r.types?.join(",") });
+    for await (const f of this.sse(path, r.lastEventId, r.signal, r.onOpen)) {
+      if (f.event === "job") yield { id: f.id, type: "job", job: JSON.parse(f.data) };
+      else if (f.event === "reset") yield { id: f.id, type: "reset", reason: (JSON.parse(f.data) as { reason: string }).reason };
+    }
+  }
+
+  /** Reads a Server-Sent Events answer frame by frame; onOpen runs when its first line arrives. */
+  private async *sse(
+    path: string,
+    lastId?: string,
+    signal?: AbortSignal,
+    onOpen?: () => void,
+  ): AsyncGenerator<{ id: string; event: string; data: string }, void, undefined> {
+    const ac = new AbortController();
+    const stop = () => ac.abort(signal?.reason);
+    if (signal?.aborted) stop();
+    signal?.addEventListener("abort", stop, { once: true });
+    const [base, at] = this.base();
+    const headers = this.headers({ Accept: "text/event-stream" });
+    if (lastId) headers["Last-Event-ID"] = lastId;
+    try {
+      let res: Response;
+      try {
+        res = await this.fetchImpl(base + path, { headers, signal: ac.signal });
+      } catch (err) {
+        if (!ac.signal.aborted) this.failover(at); // the caller reconnects, to the next node
+        throw err;
+      }
+      if (res.status !== 200) {
+        throw CorvoError.from(res.status, await res.text(), retryAfterMs(res.headers.get("retry-after")));
+      }
+      if (!res.body) return;
+      const decoder = new TextDecoder();
+      let buf = "";
+      let f = { id: "", event: "", data: "" };
+      let hasData = false;
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        buf += decoder.decode(chunk, { stream: true });
+        let nl: number;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          let line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          if (line.endsWith("\r")) line = line.slice(0, -1);
+          if (onOpen) {
+            onOpen();
+            onOpen = undefined;
+          }
+          if (line === "") {
+            if (f.event !== "" || hasData) yield f;
+            f = { id: "", event: "", data: "" };
+            hasData = false;
+          } else if (line.startsWith(":")) {
+            // a comment (keepalive)
+          } else {
+            const colon = line.indexOf(":");
+            const field = colon < 0 ? line : line.slice(0, colon);
+            let value = colon < 0 ? "" : line.slice(colon + 1);
+            if (value.startsWith(" ")) value = value.slice(1);
+            if (field === "id") f.id = value;
+            else if (field === "event") f.event = value;
+            else if (field === "data") {
+              f.data = hasData ? f.data + "\n" + value : value;
+              hasData = true;
+            }
+          }
+        }
+      }
+    } finally {
+      signal?.removeEventListener("abort", stop);
+      ac.abort();
+    }
+  }
+
+  // ---- queues ----------------------------------------------------------
+
+  /** Every queue with its counts and settings. */
+  async queues(o?: CallOptions): Promise<Queue[]> {
+    return (await this.call<{ queues: Queue[] }>("GET", "/api/v1/queues", undefined, o)).queues;
+  }
+
+  /** Pauses a queue: fetches skip it. */
+  pauseQueue(queue: string, o?: CallOptions): Promise<{ queue: string; paused: boolean }> {
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/pause", undefined, o);
+  }
+
+  /** Resumes a paused queue. */
+  resumeQueue(queue: string, o?: CallOptions): Promise<{ queue: string; paused: boolean }> {
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/resume", undefined, o);
+  }
+
+  /** Deletes every pending, scheduled and retrying job of a queue. */
+  clearQueue(queue: string, o?: CallOptions): Promise<{ queue: string; cleared: number }> {
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/clear", undefined, o);
+  }
+
+  /** Pauses a queue so active jobs finish and no new ones start. */
+  drainQueue(queue: string, o?: CallOptions): Promise<{ queue: string; paused: boolean; draining: boolean; active: number }> {
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/drain", undefined, o);
+  }
+
+  /** Caps a queue's active jobs across every worker (null or 0: no cap). */
+  setConcurrency(queue: string, max: number | null, o?: CallOptions): Promise<{ queue: string; max_concurrency: number | null }> {
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/concurrency", { max }, o);
+  }
+
+  /** Limits a queue to `rate` fetches per period (null: removes the limit). */
+  setThrottle(queue: string, t: Throttle | null, o?: CallOptions): Promise<{ queue: string; throttle: Throttle | null }> {
+    const path = "/api/v1/queues/" + enc(queue) + "/throttle";
+    return t ? this.call("POST", path, t, o) : this.call("DELETE", path, undefined, o);
+  }
+
+  /** Deletes a queue, its settings and every one of its jobs. */
+  deleteQueue(queue: string, o?: CallOptions): Promise<{ queue: string; deleted: boolean; jobs_deleted: number }> {
+    return this.call("DELETE", "/api/v1/queues/" + enc(queue) + "?confirm=true", undefined, o);
+  }
+
+  // ---- schedules -------------------------------------------------------
+
+  /** Every cron schedule, by name. */
+  async schedules(o?: CallOptions): Promise<Schedule[]> {
+    return (await this.call<{ schedules: Schedule[] }>("GET", "/api/v1/schedules", undefined, o)).schedules;
+  }
+
+  /** Creates a schedule (no `id`) or replaces the one with `id`. */
+  putSchedule(s: Schedule, o?: CallOptions): Promise<Schedule> {
+    const { id, next_run: _n, last_run: _l, created_at: _c, ...body } = s;
+    void _n, _l, _c;
+    return id
+      ? this.call("PUT", "/api/v1/schedules/" + enc(id), body, o)
+      : this.call("POST", "/api/v1/schedules", body, o);
+  }
+
+  /** Deletes a schedule. */
+  async deleteSchedule(id: string, o?: CallOptions): Promise<void> {
+    await this.call("DELETE", "/api/v1/schedules/" + enc(id), undefined, o);
+  }
+
+  // ---- cluster and operations -----------------------------------------
+
+  /** Every worker heard from in the last 24 hours. */
+  async workers(o?: CallOptions): Promise<WorkerInfo[]> {
+    return (await this.call<{ workers: WorkerInfo[] }>("GET", "/api/v1/workers", undefined, o)).workers;
+  }
+
+  /** The cluster's nodes, shards and replicas. */
+  clusterStatus(o?: CallOptions): Promise<ClusterStatus> {
+    return this.call("GET", "/api/v1/cluster/status", undefined, o);
+  }
+
+  /**
+   * Asks the cluster for its members and from then on spreads over every
+   * node that is up, so the client survives the loss of the node it was given.
+   */
+  async discover(o?: CallOptions): Promise<string[]> {
+    const st = await this.clusterStatus(o);
+    const [cur] = this.base();
+    const scheme = cur.startsWith("https://") ? "https://" : "http://";
+    const nodes = [cur];
+    for (const n of st.nodes) {
+      const u = scheme + n.http_address;
+      if (n.http_address && n.status === "up" && u !== cur) nodes.push(u);
+    }
+    this.nodes = nodes;
+    this.cur = 0;
+    return this.urls;
+  }
+
+  /** Takes a node out of the cluster (needs `clusterSecret`). */
+  async removeNode(nodeId: number, o?: CallOptions): Promise<void> {
+    const headers: Record<string, string> = {};
+    if (this.clusterSecret) headers["X-Corvo-Cluster-Secret"] = this.clusterSecret;
+    await this.call("DELETE", "/api/v1/cluster/nodes/" + nodeId, undefined, { ...o, headers });
+  }
+
+  /** GET /healthz. */
+  health(o?: CallOptions): Promise<Health> {
+    return this.call("GET", "/healthz", undefined, o);
+  }
+
+  /** The Prometheus metrics text. */
+  metrics(o?: CallOptions): Promise<string> {
+    return this.call("GET", "/api/v1/metrics", undefined, { ...o, text: true });
+  }
+
+  /** One page of the audit log, newest first. */
+  audit(f: AuditFilter = {}, o?: CallOptions): Promise<AuditPage> {
+    return this.call("GET", "/api/v1/audit" + query({ ...f }), undefined, o);
+  }
+
+  /**
+   * Streams a backup, one record at a time (the header first, the trailer
+   * last): `for await (const rec of client.backup())`.
+   */
+  async *backup(r: { namespace?: string; keys?: "metadata" | "full" } = {}, o?: CallOptions): AsyncGenerator<Record<string, unknown>, void, undefined> {
+    const [base] = this.base();
+    const res = await this.fetchImpl(base + "/api/v1/backup" + query(r), { headers: this.headers(), signal: o?.signal });
+    if (res.status !== 200) throw CorvoError.from(res.status, await res.text(), retryAfterMs(res.headers.get("retry-after")));
+    if (!res.body) return;
+    const decoder = new TextDecoder();
+    let buf = "";
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      buf += decoder.decode(chunk, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (line) yield JSON.parse(line);
+      }
+    }
+    if (buf.trim()) yield JSON.parse(buf);
+  }
+
+  /** Restores a backup (its NDJSON text), optionally into namespace `into`. */
+  async restore(backup: string | Uint8Array, r: { into?: string } = {}, o?: CallOptions): Promise<RestoreResult> {
+    return this.call("POST", "/api/v1/restore" + query(r), backup, { ...o, raw: true, retries: 0 });
+  }
+
+  // ---- auth ------------------------------------------------------------
+
+  /** Who the client's key acts as. */
+  whoami(o?: CallOptions): Promise<WhoAmI> {
+    return this.call("GET", "/api/v1/auth/whoami", undefined, o);
+  }
+
+  /** Creates an API key; the answer holds the key itself, this once. */
+  createKey(r: CreateKeyRequest, o?: CallOptions): Promise<APIKey & { key: string }> {
+    return this.call("POST", "/api/v1/auth/keys", r, o);
+  }
+
+  /** Every API key (never the keys themselves). */
+  async keys(o?: CallOptions): Promise<APIKey[]> {
+    return (await this.call<{ keys: APIKey[] }>("GET", "/api/v1/auth/keys", undefined, o)).keys;
+  }
+
+  /** One API key's record. */
+  key(id: string, o?: CallOptions): Promise<APIKey> {
+    return this.call("GET", "/api/v1/auth/keys/" + enc(id), undefined, o);
+  }
+
+  /** Changes an API key's name, role, scope, state, expiry or rates. */
+  updateKey(id: string, r: UpdateKeyRequest, o?: CallOptions): Promise<APIKey> {
+    return this.call("PATCH", "/api/v1/auth/keys/" + enc(id), r, o);
+  }
+
+  /** Revokes an API key everywhere, for good. */
+  async revokeKey(id: string, o?: CallOptions): Promise<void> {
+    await this.call("DELETE", "/api/v1/auth/keys/" + enc(id), undefined, o);
+  }
+
+  /** The built-in roles, then the custom ones. */
+  async roles(o?: CallOptions): Promise<Role[]> {
+    return (await this.call<{ roles: Role[] }>("GET", "/api/v1/auth/roles", undefined, o)).roles;
+  }
+
+  /** One role. */
+  role(name: string, o?: CallOptions): Promise<Role> {
+    return this.call("GET", "/api/v1/auth/roles/" + enc(name), undefined, o);
+  }
+
+  /** Creates or replaces a custom role. */
+  putRole(name: string, r: { permissions: string[]; queues?: string[] }, o?: CallOptions): Promise<Role> {
+    return this.call("PUT", "/api/v1/auth/roles/" + enc(name), r, o);
+  }
+
+  /** Deletes a custom role (409 while a key has it). */
+  async deleteRole(name: string, o?: CallOptions): Promise<void> {
+    await this.call("DELETE", "/api/v1/auth/roles/" + enc(name), undefined, o);
+  }
+
+  /** Every namespace (admins). */
+  async namespaces(o?: CallOptions): Promise<Namespace[]> {
+    return (await this.call<{ namespaces: Namespace[] }>("GET", "/api/v1/namespaces", undefined, o)).namespaces;
+  }
+
+  /** Creates a namespace (admins). */
+  createNamespace(name: string, description?: string, o?: CallOptions): Promise<Namespace> {
+    return this.call("POST", "/api/v1/namespaces", { name, description }, o);
+  }
+
+  /** Deletes an empty namespace (admins). */
+  async deleteNamespace(name: string, o?: CallOptions): Promise<void> {
+    await this.call("DELETE", "/api/v1/namespaces/" + enc(name), undefined, o);
+  }
+}

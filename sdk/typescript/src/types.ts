@@ -1,0 +1,584 @@
+// The bodies of the server's requests and answers, field for field as they
+// travel (snake_case, as docs/api.md writes them). Timestamps are RFC 3339
+// strings; durations are strings ("5s", "10m").
+
+/** A priority tier. */
+export type Priority = "critical" | "high" | "normal";
+
+/** Job states. */
+export type JobState = "scheduled" | "pending" | "active" | "retrying" | "completed" | "dead" | "cancelled" | "held";
+
+/** A step (or handler) of a chain. */
+export interface ChainStep {
+  queue: string;
+  payload?: unknown;
+}
+
+/** A sequential pipeline; the job itself is its first step. */
+export interface Chain {
+  steps: ChainStep[];
+  on_failure?: ChainStep;
+  on_exit?: ChainStep;
+}
+
+/** POST /api/v1/enqueue: a job and every option. */
+export interface EnqueueRequest {
+  queue: string;
+  payload?: unknown;
+  priority?: Priority | 0 | 1 | 2;
+  /** Attempts in all (default 3); attempts_remaining = max_retries − attempt. */
+  max_retries?: number;
+  retry_backoff?: "none" | "fixed" | "linear" | "exponential";
+  retry_base_delay?: string;
+  retry_max_delay?: string;
+  /** Seconds a fetched job is leased (default 60). */
+  lease_duration?: number;
+  /** RFC 3339 time (or a Date): the job is scheduled until then. */
+  scheduled_at?: string | Date;
+  expire_after?: string;
+  tags?: Record<string, string>;
+  unique_key?: string;
+  /** Seconds the unique key stays taken (absent: until the job finishes). */
+  unique_period?: number;
+  depends_on?: string[];
+  chain?: Chain;
+}
+
+/** The answer to an enqueue. */
+export interface Enqueued {
+  job_id: string;
+  status: "pending" | "scheduled" | "held" | JobState;
+  unique_existing: boolean;
+}
+
+/** A batch's callback, run when every job of the batch has finished. */
+export interface BatchCallback {
+  callback_queue?: string;
+  callback_payload?: unknown;
+}
+
+/** The answer to a batch enqueue. */
+export interface BatchEnqueued {
+  job_ids: string[];
+  batch_id: string | null;
+  unique_existing?: boolean[];
+  /** On a partial failure (the error's body): the indexes not stored. */
+  not_applied?: number[];
+}
+
+/** POST /api/v1/fetch. */
+export interface FetchRequest {
+  queues: string[];
+  worker_id?: string;
+  hostname?: string;
+  /** Long-poll seconds (default 0: answer at once). */
+  timeout?: number;
+  /** 1–1,000 jobs. */
+  count?: number;
+}
+
+/** A job handed to a worker. */
+export interface FetchedJob<P = any> {
+  job_id: string;
+  queue: string;
+  payload: P;
+  priority: Priority;
+  attempt: number;
+  max_retries: number;
+  lease_duration: number;
+  lease_expires_at: string | null;
+  /** The last checkpoint of an earlier attempt (null: none). */
+  checkpoint: any;
+  tags: Record<string, string> | null;
+  created_at: string;
+}
+
+/** An ack's body. `worker_id` and `attempt` make the server check the lease. */
+export interface AckRequest {
+  result?: unknown;
+  step_status?: "continue" | "exit";
+  worker_id?: string;
+  attempt?: number;
+}
+
+/** One ack of an ack batch. */
+export interface AckItem extends AckRequest {
+  job_id: string;
+}
+
+/** The answer to an ack that carried a fetch. */
+export interface AckFetched {
+  status: string;
+  jobs: FetchedJob[];
+  fetch_error?: string;
+}
+
+/** One job a many-job call could not apply. */
+export interface JobFailure {
+  job_id: string;
+  code: string;
+  error: string;
+}
+
+/** The answer to POST /api/v1/ack/batch. */
+export interface AckBatchResult {
+  acked: number;
+  errors: JobFailure[];
+  /** With a fetch: the jobs it claimed. */
+  jobs?: FetchedJob[];
+  fetch_error?: string;
+}
+
+/** POST /api/v1/fail/{id}. */
+export interface FailRequest {
+  error: string;
+  backtrace?: string;
+  checkpoint?: unknown;
+  worker_id?: string;
+  attempt?: number;
+}
+
+/** What the server made of a failure. */
+export interface FailResult {
+  status: "retrying" | "dead" | "cancelled";
+  next_attempt_at?: string;
+  attempts_remaining: number;
+}
+
+/** A held job's part of a heartbeat. */
+export interface HeartbeatJob {
+  attempt?: number;
+  progress?: unknown;
+  checkpoint?: unknown;
+}
+
+/** A job's heartbeat status. */
+export type HeartbeatStatus = "ok" | "cancel" | "lost" | "not_found";
+
+/** One failed attempt. */
+export interface JobErrorEntry {
+  attempt: number;
+  error: string;
+  backtrace: string | null;
+  at: string;
+  started_at: string | null;
+  worker_id: string | null;
+}
+
+/** One step of a job's history. */
+export interface TimelineEntry {
+  at: string;
+  type: string;
+  attempt?: number;
+  worker_id?: string;
+  detail?: string;
+}
+
+/** The whole job (GET /api/v1/jobs/{id}). */
+export interface Job<P = any> {
+  id: string;
+  moved_from?: string;
+  queue: string;
+  payload: P;
+  state: JobState;
+  priority: Priority;
+  attempt: number;
+  max_retries: number;
+  attempts_remaining: number;
+  retry_backoff: string;
+  retry_base_delay: string;
+  retry_max_delay: string;
+  lease_duration: number;
+  created_at: string;
+  scheduled_at: string | null;
+  started_at: string | null;
+  completed_at: string | null;
+  failed_at: string | null;
+  lease_expires_at: string | null;
+  expire_after: string | null;
+  expire_at: string | null;
+  unique_key: string | null;
+  unique_period: number | null;
+  batch_id: string | null;
+  chain_id: string | null;
+  chain_step: number | null;
+  chain_config: unknown;
+  tags: Record<string, string>;
+  progress: any;
+  checkpoint: any;
+  result: any;
+  cancel_requested: boolean;
+  reason: string | null;
+  last_error: string | null;
+  errors: JobErrorEntry[];
+  worker: { id: string; hostname: string | null } | null;
+  timeline?: TimelineEntry[];
+}
+
+/** The answer to a move. */
+export interface Moved {
+  job_id: string;
+  moved_from?: string;
+  queue: string;
+  status: string;
+  in_transit?: boolean;
+}
+
+/** A page of the dead-letter list. */
+export interface DeadPage {
+  jobs: Job[];
+  has_more: boolean;
+  cursor: string | null;
+}
+
+/** POST /api/v1/jobs/search, and a bulk operation's filter. */
+export interface SearchRequest {
+  queue?: string;
+  state?: JobState[];
+  priority?: Priority;
+  tags?: Record<string, string>;
+  payload_contains?: string;
+  payload_jq?: string;
+  created_after?: string;
+  created_before?: string;
+  scheduled_after?: string;
+  scheduled_before?: string;
+  started_after?: string;
+  started_before?: string;
+  completed_after?: string;
+  completed_before?: string;
+  expire_after?: string;
+  expire_before?: string;
+  worker_id?: string;
+  has_errors?: boolean;
+  error_contains?: string;
+  batch_id?: string;
+  unique_key?: string;
+  attempt_min?: number;
+  attempt_max?: number;
+  job_id_prefix?: string;
+  sort?: "created_at" | "scheduled_at" | "started_at" | "completed_at" | "priority" | "attempt";
+  order?: "asc" | "desc";
+  cursor?: string | null;
+  limit?: number;
+}
+
+/** A job as search finds it. */
+export interface SearchHit<P = any> {
+  id: string;
+  queue: string;
+  state: JobState;
+  priority: Priority;
+  payload: P;
+  attempt: number;
+  max_retries: number;
+  created_at: string;
+  scheduled_at: string | null;
+  started_at: string | null;
+  completed_at: string | null;
+  last_error: string | null;
+  error_count: number;
+  reason: string | null;
+  tags: Record<string, string>;
+  batch_id: string | null;
+  unique_key: string | null;
+  worker_id: string | null;
+  progress: any;
+}
+
+/** One page of a search. */
+export interface SearchPage {
+  jobs: SearchHit[];
+  total: number;
+  cursor: string | null;
+  has_more: boolean;
+  duration_ms: number;
+  stale?: boolean;
+}
+
+/** POST /api/v1/jobs/bulk. */
+export interface BulkRequest {
+  job_ids?: string[];
+  filter?: SearchRequest;
+  action: "retry" | "requeue" | "delete" | "cancel" | "move" | "change_priority";
+  move_to_queue?: string;
+  priority?: Priority;
+  /** Run in the background whatever the size. */
+  async?: boolean;
+  /** Needed when the filter selects every job of a queue or of the cluster. */
+  confirm?: boolean;
+}
+
+/** The answer of a bulk operation run at once. */
+export interface BulkResult {
+  affected: number;
+  errors: number;
+  failed: JobFailure[];
+  duration_ms: number;
+}
+
+/** The answer of a bulk operation accepted to run in the background. */
+export interface BulkAccepted {
+  bulk_operation_id: string;
+  status: string;
+  estimated_total: number;
+  progress_url: string;
+}
+
+/** A background bulk operation's record. */
+export interface BulkOperation {
+  id: string;
+  action: string;
+  status: "processing" | "completed" | "cancelled" | "failed" | "interrupted";
+  namespace: string;
+  total: number;
+  processed: number;
+  affected: number;
+  errors: number;
+  created_at: string;
+  finished_at?: string;
+  duration_ms: number;
+  error?: string;
+  failed?: JobFailure[];
+}
+
+/** A queue's rate limit. */
+export interface Throttle {
+  rate: number;
+  period?: string;
+  window_ms?: number;
+}
+
+/** A queue's counts and settings. */
+export interface Queue {
+  name: string;
+  pending: number;
+  active: number;
+  scheduled: number;
+  retrying: number;
+  completed: number;
+  dead: number;
+  cancelled: number;
+  paused: boolean;
+  max_concurrency: number | null;
+  throttle: Throttle | null;
+  totals: { enqueued: number; completed: number; failed: number; dead: number };
+  throughput: { enqueued_per_s: number; completed_per_s: number; failed_per_s: number } | null;
+}
+
+/** A cron schedule. */
+export interface Schedule {
+  id?: string;
+  name: string;
+  queue: string;
+  cron: string;
+  timezone?: string;
+  payload?: unknown;
+  unique_key?: string;
+  max_retries?: number;
+  priority?: Priority;
+  next_run?: string | null;
+  last_run?: string | null;
+  created_at?: string;
+}
+
+/** A worker the server has heard from. */
+export interface WorkerInfo {
+  id: string;
+  hostname: string | null;
+  queues: string[];
+  active_jobs: number;
+  jobs: string[];
+  first_seen: string;
+  last_seen: string;
+}
+
+/** A batch's counts (GET /api/v1/batches/{id}). */
+export interface BatchStatus {
+  id: string;
+  total: number;
+  pending: number;
+  succeeded: number;
+  failed: number;
+  callback_queue: string | null;
+  callback_payload: unknown;
+  callback_job_id: string | null;
+  created_at: string;
+  completed_at: string | null;
+}
+
+/** One job lifecycle transition of the event stream. */
+export interface JobEvent {
+  type: string;
+  job_id: string;
+  queue: string;
+  state: JobState;
+  attempt: number;
+  at: string;
+  worker_id?: string;
+  error?: string;
+  reason?: string;
+  progress?: unknown;
+  next_attempt_at?: string;
+  scheduled_at?: string;
+  from_queue?: string;
+  moved_to?: string;
+}
+
+/** A frame of the event stream: a job event, or a reset (refetch state). */
+export type StreamEvent =
+  | { id: string; type: "job"; job: JobEvent }
+  | { id: string; type: "reset"; reason: string };
+
+/** GET /healthz. */
+export interface Health {
+  status: string;
+  shards: number;
+  shards_led: number;
+  auth?: "keys" | "open" | "off";
+}
+
+/** GET /api/v1/cluster/status. */
+export interface ClusterStatus {
+  node_id: number;
+  shard_count: number;
+  replicas: number;
+  nodes: {
+    node_id: number;
+    name: string;
+    http_address: string;
+    raft_address: string;
+    status: "up" | "down";
+    leader_of: number[];
+    mirror_lag_entries: number | null;
+  }[];
+  shards: ShardStatus[];
+  meta: ShardStatus | null;
+  mirror: { lag_entries: number | null };
+}
+
+/** One shard's leader and replicas. */
+export interface ShardStatus {
+  shard_id: number;
+  leader_node: number;
+  term: number;
+  replicas: { node_id: number; role: "leader" | "follower" | "learner"; applied_index?: number; lag?: number }[];
+  placed_nodes: number[];
+  settled?: boolean;
+  proposal_latency_ms?: { p50: number; p90: number; p99: number; samples: number };
+}
+
+/** An API key's record (never the key itself). */
+export interface APIKey {
+  id: string;
+  name: string;
+  namespace: string;
+  role: string;
+  queues: string[];
+  enabled: boolean;
+  created_at: string;
+  created_by: string;
+  expires_at: string | null;
+  last_used_at: string | null;
+  rate_read: number;
+  rate_write: number;
+}
+
+/** POST /api/v1/auth/keys. */
+export interface CreateKeyRequest {
+  name: string;
+  namespace?: string;
+  role?: string;
+  queues?: string[];
+  expires_at?: string;
+  rate_read?: number;
+  rate_write?: number;
+}
+
+/** PATCH /api/v1/auth/keys/{id}: the fields given change. */
+export interface UpdateKeyRequest {
+  name?: string;
+  role?: string;
+  queues?: string[];
+  enabled?: boolean;
+  expires_at?: string;
+  rate_read?: number;
+  rate_write?: number;
+}
+
+/** GET /api/v1/auth/whoami. */
+export interface WhoAmI {
+  auth: "keys" | "open" | "off";
+  key_id: string;
+  name: string;
+  namespace: string;
+  role: string;
+  queues: string[];
+  role_queues: string[];
+  permissions: string[];
+  sso: boolean;
+  grants: Record<string, string>;
+}
+
+/** A role (built-in or custom). */
+export interface Role {
+  name: string;
+  built_in: boolean;
+  permissions: string[];
+  queues: string[];
+  created_at: string | null;
+  updated_at: string | null;
+}
+
+/** A namespace. */
+export interface Namespace {
+  name: string;
+  description: string;
+  keys: number;
+  created_at: string | null;
+}
+
+/** One audited call. */
+export interface AuditRecord {
+  id: string;
+  at: string;
+  key_id: string;
+  key_name: string;
+  role: string;
+  namespace: string;
+  method: string;
+  path: string;
+  status: number;
+  summary: string;
+  remote: string;
+}
+
+/** GET /api/v1/audit's filter. */
+export interface AuditFilter {
+  namespace?: string;
+  key_id?: string;
+  method?: string;
+  path_prefix?: string;
+  status?: number;
+  since?: string;
+  until?: string;
+  limit?: number;
+  cursor?: string;
+}
+
+/** A page of the audit log, newest first. */
+export interface AuditPage {
+  records: AuditRecord[];
+  has_more: boolean;
+  cursor: string | null;
+}
+
+/** The answer to a restore. */
+export interface RestoreResult {
+  restored: Record<string, number>;
+  exists: Record<string, number>;
+  failed: number;
+  remapped: number;
+  shards: number;
+  errors?: string[];
+}

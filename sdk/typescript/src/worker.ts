@@ -1,0 +1,433 @@
+import { hostname } from "node:os";
+import { Client, sleep } from "./client.js";
+import { CorvoError, JobCancelledError, LeaseLostError, WorkerShutdownError } from "./errors.js";
+import type { AckItem, FetchedJob, FetchRequest, HeartbeatJob, HeartbeatStatus } from "./types.js";
+
+/** Options of a Worker; every one has a default. */
+export interface WorkerOptions {
+  /** The worker's ID as the server sees it (default: hostname-pid). */
+  id?: string;
+  /** Default: os.hostname(). */
+  hostname?: string;
+  /** Jobs run at once (default 10). */
+  concurrency?: number;
+  /**
+   * Long-poll of a fetch, ms (default 5,000). A drain waits for the fetch
+   * in flight to come back (and hands back what it claimed) rather than
+   * abandon it: the server would still claim a job for the abandoned
+   * request. So this bounds how long an idle worker takes to drain.
+   */
+  fetchTimeoutMs?: number;
+  /** One heartbeat for every running job each interval, ms (default 15,000; keep it well under the jobs' lease). */
+  heartbeatIntervalMs?: number;
+  /** How long a drain waits for running handlers, ms (default 30,000). */
+  shutdownGraceMs?: number;
+  /** Drain on SIGTERM and SIGINT while run() runs (default true). */
+  handleSignals?: boolean;
+  /** Called with errors the worker cannot hand to anyone (a failed ack, a server away); default: none. */
+  onError?: (err: unknown) => void;
+}
+
+/** A handler: return a result (any JSON value) to ack the job, throw to fail it. */
+export type Handler<P = any> = (job: FetchedJob<P>, ctx: JobContext) => unknown | Promise<unknown>;
+
+/** A running job's context: progress, checkpoints, cancellation. */
+export class JobContext {
+  /** Aborted when the server cancels the job (reason JobCancelledError), the lease is lost (LeaseLostError) or the drain's grace runs out (WorkerShutdownError). */
+  readonly signal: AbortSignal;
+  /** @internal */ readonly ac = new AbortController();
+  /** @internal */ lastProgress: unknown = undefined;
+  /** @internal */ lastCheckpoint: unknown = undefined;
+  /** @internal */ exit = false;
+
+  /** @internal */
+  constructor(
+    private readonly w: Worker,
+    /** The job. */ readonly job: FetchedJob,
+  ) {
+    this.signal = this.ac.signal;
+    this.lastCheckpoint = job.checkpoint ?? undefined;
+  }
+
+  /** True once the job's signal is aborted: stop, the server has moved on. */
+  get cancelled(): boolean {
+    return this.signal.aborted;
+  }
+
+  /** Records progress; it travels with the next heartbeat. */
+  progress(value: unknown): void {
+    this.lastProgress = value;
+  }
+
+  /** Stores resumable state on the server now (it extends the lease too); a retried job gets it back as `job.checkpoint`. */
+  async checkpoint(value: unknown): Promise<void> {
+    this.lastCheckpoint = value;
+    const st = await this.w.client.heartbeat(this.w.id, { [this.job.job_id]: { attempt: this.job.attempt, checkpoint: value } });
+    this.w.apply(st);
+  }
+
+  /** Makes the ack of a chain step skip the chain's remaining steps (step_status "exit"). */
+  exitChain(): void {
+    this.exit = true;
+  }
+}
+
+interface PendingAck {
+  ack: AckItem;
+  next: (job: FetchedJob | null) => void;
+}
+
+// As the Go SDK's completer (sdk/go/completer.go).
+const ackWindowMs = 1;
+const maxAckBatch = 1000;
+const maxAckRequests = 4;
+
+/**
+ * Fetches jobs of its registered queues and runs their handlers.
+ *
+ * ```ts
+ * const worker = new Worker(new Client("http://localhost:8080"), { concurrency: 10 });
+ * worker.register("emails.send", async (job, ctx) => { … return { sent: true }; });
+ * await worker.run(); // until SIGTERM/SIGINT or worker.stop(): then drains
+ * ```
+ */
+export class Worker {
+  readonly client: Client;
+  /** The worker's ID as the server sees it. */
+  readonly id: string;
+  private readonly opt: Required<Omit<WorkerOptions, "id" | "onError">> & Pick<WorkerOptions, "onError">;
+  private readonly handlers = new Map<string, Handler>();
+  private readonly inflight = new Map<string, JobContext>();
+  private queues: string[] = [];
+  private draining = false;
+  private stopFetch = new AbortController();
+  private drainStarted = 0;
+  private wake: (() => void) | null = null;
+  private plainAcks = false;
+  private plainBatch = false;
+  // The completer: acks gathered while handlers run, sent together.
+  private acks: PendingAck[] = [];
+  private ackTimer: NodeJS.Timeout | null = null;
+  private ackRequests = 0;
+  private ackIdle: (() => void) | null = null;
+  private slotsUsed = 0;
+
+  constructor(client: Client, opts: WorkerOptions = {}) {
+    this.client = client;
+    const host = opts.hostname ?? hostname();
+    this.id = opts.id ?? `${host}-${process.pid}`;
+    this.opt = {
+      hostname: host,
+      concurrency: opts.concurrency && opts.concurrency > 0 ? opts.concurrency : 10,
+      fetchTimeoutMs: opts.fetchTimeoutMs && opts.fetchTimeoutMs > 0 ? opts.fetchTimeoutMs : 5_000,
+      heartbeatIntervalMs: opts.heartbeatIntervalMs && opts.heartbeatIntervalMs > 0 ? opts.heartbeatIntervalMs : 15_000,
+      shutdownGraceMs: opts.shutdownGraceMs && opts.shutdownGraceMs > 0 ? opts.shutdownGraceMs : 30_000,
+      handleSignals: opts.handleSignals ?? true,
+      onError: opts.onError,
+    };
+  }
+
+  /** Sets the handler of a queue (before run). */
+  register<P = any>(queue: string, handler: Handler<P>): this {
+    this.handlers.set(queue, handler as Handler);
+    return this;
+  }
+
+  /** How many handlers are running. */
+  get running(): number {
+    return this.inflight.size;
+  }
+
+  /**
+   * Fetches and runs jobs until stop() (or SIGTERM/SIGINT with
+   * handleSignals), then drains: stops fetching, lets running handlers
+   * finish for up to shutdownGraceMs, and fails the rest with
+   * "worker_shutdown" and their last checkpoint, so the server retries them
+   * from there. The fetch in flight is let come back first (at most
+   * fetchTimeoutMs; what it claimed is handed back at once), so no job is
+   * claimed for a request nobody reads. Resolves once drained.
+   */
+  async run(): Promise<void> {
+    if (this.handlers.size === 0) throw new Error("corvo: no handler registered");
+    this.queues = [...this.handlers.keys()];
+    const onSignal = () => void this.stop();
+    if (this.opt.handleSignals) {
+      process.on("SIGTERM", onSignal);
+      process.on("SIGINT", onSignal);
+    }
+    const hb = this.heartbeatLoop();
+    const slots: Promise<void>[] = [];
+    try {
+      while (!this.draining) {
+        const free = this.opt.concurrency - this.slotsUsed;
+        if (free <= 0) {
+          await new Promise<void>((r) => (this.wake = r));
+          this.wake = null;
+          continue;
+        }
+        let jobs: FetchedJob[] = [];
+        this.slotsUsed += free; // lease only as many jobs as there are free slots
+        try {
+          // Not aborted by a drain: see fetchTimeoutMs.
+          jobs = await this.client.fetch(this.fetchBody(free, this.opt.fetchTimeoutMs / 1000));
+        } catch (err) {
+          if (!this.draining) {
+            this.opt.onError?.(err);
+            await sleep(500, this.stopFetch.signal).catch(() => {}); // the server is away: try again shortly
+          }
+        }
+        this.slotsUsed -= free - jobs.length;
+        if (this.draining) {
+          await this.handBack(jobs);
+          this.slotsUsed -= jobs.length;
+          break;
+        }
+        for (const j of jobs) {
+          const p = this.slot(j);
+          slots.push(p);
+          void p.then(() => slots.splice(slots.indexOf(p), 1));
+        }
+      }
+      // Drain.
+      const all = Promise.all(slots);
+      let timer: NodeJS.Timeout | undefined;
+      const left = this.drainStarted + this.opt.shutdownGraceMs - Date.now();
+      const graceOver = new Promise<"grace">((r) => (timer = setTimeout(() => r("grace"), Math.max(left, 0))));
+      const first = await Promise.race([all.then(() => "done" as const), graceOver]);
+      clearTimeout(timer);
+      if (first === "grace") await this.failRemaining();
+      await this.acksSettled();
+    } finally {
+      if (this.opt.handleSignals) {
+        process.off("SIGTERM", onSignal);
+        process.off("SIGINT", onSignal);
+      }
+      this.hbStop?.();
+      await hb;
+    }
+  }
+
+  /** Starts the drain (as SIGTERM does); run() resolves once it is over. */
+  stop(): void {
+    if (this.draining) return;
+    this.draining = true;
+    this.drainStarted = Date.now();
+    this.stopFetch.abort(new WorkerShutdownError()); // ends a back-off sleep
+    this.wake?.();
+    this.flushAcks();
+  }
+
+  private fetchBody(count: number, timeout: number): FetchRequest {
+    return { queues: this.queues, worker_id: this.id, hostname: this.opt.hostname, timeout, count };
+  }
+
+  /** Runs jobs on one slot: each ack fetches the slot's next job. */
+  private async slot(first: FetchedJob): Promise<void> {
+    let job: FetchedJob | null = first;
+    try {
+      while (job) job = await this.handle(job);
+    } finally {
+      this.slotsUsed--;
+      this.wake?.();
+    }
+  }
+
+  /** Runs a job and reports its outcome; answers the slot's next job (null: none). */
+  private async handle(job: FetchedJob): Promise<FetchedJob | null> {
+    const ctx = new JobContext(this, job);
+    this.inflight.set(job.job_id, ctx);
+    const h = this.handlers.get(job.queue);
+    let result: unknown;
+    let failure: unknown;
+    let failed = false;
+    try {
+      if (!h) throw new Error(`no handler for queue ${job.queue}`);
+      result = await h(job, ctx);
+    } catch (err) {
+      failed = true;
+      failure = err;
+    }
+    if (this.inflight.get(job.job_id) !== ctx) return null; // failed by the drain already
+    this.inflight.delete(job.job_id);
+    const why = ctx.signal.reason;
+    if (ctx.signal.aborted && (why instanceof JobCancelledError || why instanceof LeaseLostError)) {
+      return null; // the server has moved on: nothing to report
+    }
+    if (failed) {
+      const e = failure instanceof Error ? failure : new Error(String(failure));
+      try {
+        await this.client.fail(job.job_id, {
+          error: e.message || String(failure),
+          backtrace: e.stack,
+          checkpoint: ctx.lastCheckpoint,
+          worker_id: this.id,
+          attempt: job.attempt,
+        });
+      } catch (err) {
+        this.opt.onError?.(err);
+      }
+      return null;
+    }
+    const ack: AckItem = { job_id: job.job_id, worker_id: this.id, attempt: job.attempt };
+    if (result !== undefined) ack.result = result;
+    if (ctx.exit) ack.step_status = "exit";
+    return new Promise<FetchedJob | null>((next) => {
+      this.acks.push({ ack, next });
+      this.scheduleAcks();
+    });
+  }
+
+  // ---- the completer: acks of slots that finish together share a request
+
+  private scheduleAcks(): void {
+    if (this.ackRequests >= maxAckRequests) return; // sent when a request comes back
+    if (this.inflight.size === 0 || this.draining || this.acks.length >= maxAckBatch) {
+      this.flushAcks(); // no handler left to finish: go now
+      return;
+    }
+    this.ackTimer ??= setTimeout(() => this.flushAcks(), ackWindowMs);
+  }
+
+  private flushAcks(): void {
+    if (this.ackTimer) {
+      clearTimeout(this.ackTimer);
+      this.ackTimer = null;
+    }
+    while (this.acks.length > 0 && this.ackRequests < maxAckRequests) {
+      const batch = this.acks.splice(0, maxAckBatch);
+      this.ackRequests++;
+      void this.sendAcks(batch).finally(() => {
+        this.ackRequests--;
+        if (this.acks.length > 0) this.scheduleAcks();
+        else if (this.ackRequests === 0) this.ackIdle?.();
+      });
+    }
+  }
+
+  private acksSettled(): Promise<void> {
+    this.flushAcks();
+    if (this.ackRequests === 0 && this.acks.length === 0) return Promise.resolve();
+    return new Promise((r) => (this.ackIdle = r));
+  }
+
+  private async sendAcks(batch: PendingAck[]): Promise<void> {
+    let jobs: FetchedJob[] = [];
+    try {
+      jobs = batch.length === 1 ? await this.ackOne(batch[0].ack) : await this.ackMany(batch.map((p) => p.ack));
+    } catch (err) {
+      this.opt.onError?.(err);
+    }
+    if (this.draining && jobs.length > 0) {
+      await this.handBack(jobs); // claimed as the worker began to drain
+      jobs = [];
+    }
+    if (jobs.length > batch.length) await this.handBack(jobs.slice(batch.length)); // more than asked for
+    batch.forEach((p, i) => p.next(jobs[i] ?? null));
+  }
+
+  /** Acks a lone job with the slot's next fetch, unless draining or the server refuses the field. */
+  private async ackOne(a: AckItem): Promise<FetchedJob[]> {
+    const { job_id, ...body } = a;
+    if (this.draining || this.plainAcks) {
+      await this.client.ack(job_id, body);
+      return [];
+    }
+    try {
+      return (await this.client.ackAndFetch(job_id, body, this.fetchBody(1, 0))).jobs ?? [];
+    } catch (err) {
+      if (!(err instanceof CorvoError && err.status === 400)) throw err;
+      this.plainAcks = true; // a server without ack-and-fetch refused the field, and acked nothing
+      await this.client.ack(job_id, body);
+      return [];
+    }
+  }
+
+  /** Acks many jobs in one request with a fetch for the slots they free. */
+  private async ackMany(acks: AckItem[]): Promise<FetchedJob[]> {
+    let out;
+    if (!this.draining && !this.plainBatch) {
+      try {
+        out = await this.client.ackBatchAndFetch(acks, this.fetchBody(acks.length, 0));
+      } catch (err) {
+        if (!(err instanceof CorvoError && err.status === 400)) throw err;
+        this.plainBatch = true;
+      }
+    }
+    out ??= await this.client.ackBatch(acks);
+    // An ack not committed for a reason a lone ack is retried for goes again alone.
+    const byId = new Map(acks.map((a) => [a.job_id, a]));
+    for (const f of out.errors ?? []) {
+      if (["overloaded", "rate_limited", "unavailable", "shutting_down"].includes(f.code)) {
+        const { job_id, ...body } = byId.get(f.job_id)!;
+        await this.client.ack(job_id, body).catch((err) => this.opt.onError?.(err));
+      }
+    }
+    return out.jobs ?? [];
+  }
+
+  /** Fails jobs the worker claimed but will not run, so the server retries them at once. */
+  private async handBack(jobs: FetchedJob[]): Promise<void> {
+    await Promise.all(
+      jobs.map((j) =>
+        this.client
+          .fail(j.job_id, { error: "worker_shutdown", worker_id: this.id, attempt: j.attempt })
+          .catch((err) => this.opt.onError?.(err)),
+      ),
+    );
+  }
+
+  /** Fails the jobs still running when the grace period ends, with their checkpoints, and aborts their handlers. */
+  private async failRemaining(): Promise<void> {
+    const left = [...this.inflight.values()];
+    this.inflight.clear();
+    await Promise.all(
+      left.map((ctx) =>
+        this.client
+          .fail(ctx.job.job_id, {
+            error: "worker_shutdown",
+            checkpoint: ctx.lastCheckpoint,
+            worker_id: this.id,
+            attempt: ctx.job.attempt,
+          })
+          .catch((err) => this.opt.onError?.(err)),
+      ),
+    );
+    for (const ctx of left) ctx.ac.abort(new WorkerShutdownError());
+  }
+
+  // ---- heartbeats
+
+  private hbStop: (() => void) | null = null;
+
+  private async heartbeatLoop(): Promise<void> {
+    const ac = new AbortController();
+    this.hbStop = () => ac.abort();
+    while (!ac.signal.aborted) {
+      try {
+        await sleep(this.opt.heartbeatIntervalMs, ac.signal);
+      } catch {
+        return;
+      }
+      const jobs: Record<string, HeartbeatJob> = {};
+      for (const [id, ctx] of this.inflight) {
+        jobs[id] = { attempt: ctx.job.attempt, progress: ctx.lastProgress, checkpoint: ctx.lastCheckpoint };
+      }
+      if (Object.keys(jobs).length === 0) continue;
+      try {
+        this.apply(await this.client.heartbeat(this.id, jobs, { signal: ac.signal }));
+      } catch (err) {
+        if (!ac.signal.aborted) this.opt.onError?.(err);
+      }
+    }
+  }
+
+  /** @internal Acts on heartbeat statuses: cancelled or lost jobs get their signal aborted. */
+  apply(st: Record<string, HeartbeatStatus>): void {
+    for (const [id, s] of Object.entries(st)) {
+      const ctx = this.inflight.get(id);
+      if (!ctx || ctx.signal.aborted) continue;
+      if (s === "cancel") ctx.ac.abort(new JobCancelledError());
+      else if (s === "lost" || s === "not_found") ctx.ac.abort(new LeaseLostError());
+    }
+  }
+}

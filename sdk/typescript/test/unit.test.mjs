@@ -1,0 +1,252 @@
+// Unit tests of the client and worker runtime against a scripted HTTP
+// server (node:http): what each request carried and in which order.
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import { test } from "node:test";
+import { Client, CorvoError, ErrorCodes, NotFoundError, TooManyRequestsError, UnavailableError, Worker } from "../dist/index.js";
+import { freeAddr } from "./server.mjs";
+
+/** A server answering with route(req, body) → {status, headers, body} (or a promise of it). */
+async function fake(route) {
+  const seen = [];
+  const srv = createServer(async (req, res) => {
+    let raw = "";
+    for await (const chunk of req) raw += chunk;
+    const body = raw ? JSON.parse(raw) : undefined;
+    const r = { method: req.method, path: req.url, headers: req.headers, body };
+    seen.push(r);
+    const a = (await route(r, seen.length)) ?? { status: 404, body: { error: "no route", code: "not_found" } };
+    res.writeHead(a.status, { "Content-Type": "application/json", ...a.headers });
+    res.end(a.body === undefined ? "" : JSON.stringify(a.body));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${srv.address().port}`;
+  return { url, seen, close: () => new Promise((r) => srv.close(r)) };
+}
+
+test("429 and 503 are retried after their Retry-After; with retries off the typed error surfaces", async () => {
+  const s = await fake((r, n) => {
+    if (n === 1) return { status: 429, headers: { "Retry-After": "0.05" }, body: { error: "overloaded", code: "overloaded" } };
+    if (n === 2) return { status: 503, headers: { "Retry-After": "0" }, body: { error: "no leader", code: "unavailable" } };
+    if (n === 3) return { status: 201, body: { job_id: "job_0_x", status: "pending", unique_existing: false } };
+    return { status: 429, headers: { "Retry-After": "2" }, body: { error: "slow down", code: "rate_limited" } };
+  });
+  try {
+    const c = new Client(s.url);
+    const start = Date.now();
+    assert.equal((await c.enqueue({ queue: "q" })).job_id, "job_0_x");
+    assert.equal(s.seen.length, 3);
+    assert.ok(Date.now() - start >= 50, "Retry-After was not honoured");
+    c.maxRetries = 0;
+    await assert.rejects(c.enqueue({ queue: "q" }), (err) => {
+      assert.ok(err instanceof TooManyRequestsError && err instanceof CorvoError);
+      assert.equal(err.status, 429);
+      assert.equal(err.code, ErrorCodes.RateLimited);
+      assert.equal(err.retryAfterMs, 2000);
+      return true;
+    });
+  } finally {
+    await s.close();
+  }
+});
+
+test("errors are typed by status and carry the server's code and message", async () => {
+  const s = await fake((r) =>
+    r.path.startsWith("/api/v1/jobs/")
+      ? { status: 404, body: { error: "job job_1_x not found", code: "not_found" } }
+      : { status: 503, body: { error: "stopping", code: "shutting_down" } },
+  );
+  try {
+    const c = new Client(s.url, { maxRetries: 0 });
+    await assert.rejects(c.job("job_1_x"), (err) => err instanceof NotFoundError && err.code === "not_found" && /not found/.test(err.message));
+    await assert.rejects(c.queues(), (err) => err instanceof UnavailableError && err.code === "shutting_down");
+  } finally {
+    await s.close();
+  }
+});
+
+test("a node answering 503 shutting_down or refusing connections sends the client to the next URL", async () => {
+  const stopping = await fake(() => ({ status: 503, headers: { "Retry-After": "5" }, body: { error: "stopping", code: "shutting_down" } }));
+  const live = await fake(() => ({ status: 200, body: { queues: [] } }));
+  try {
+    const dead = "http://" + (await freeAddr());
+    const c = new Client([dead, stopping.url, live.url]);
+    const start = Date.now();
+    assert.deepEqual(await c.queues(), []);
+    assert.ok(Date.now() - start < 5000, "waited out the stopping node's Retry-After instead of moving on");
+    assert.equal(c.urls[0], live.url);
+    assert.equal(stopping.seen.length, 1);
+  } finally {
+    await stopping.close();
+    await live.close();
+  }
+});
+
+test("enqueue: a call goes out at once when idle; calls made while 2 are in flight go together as one batch", async () => {
+  const held = [];
+  let n = 0;
+  const s = await fake((r) => {
+    if (r.path === "/api/v1/enqueue") {
+      const id = `job_0_${++n}`;
+      return new Promise((resolve) => held.push(() => resolve({ status: 201, body: { job_id: id, status: "pending", unique_existing: false } })));
+    }
+    if (r.path === "/api/v1/enqueue/batch") {
+      // The second job was not applied (its shard did not commit).
+      const ids = r.body.jobs.map((_, i) => `job_0_b${i}`);
+      return { status: 503, body: { error: "no leader", code: "unavailable", job_ids: ids, not_applied: [1] } };
+    }
+  });
+  try {
+    const c = new Client(s.url);
+    const first = c.enqueue({ queue: "q", payload: 0 });
+    await waitFor(() => held.length === 1); // sent alone, at once
+    const second = c.enqueue({ queue: "q", payload: 1 });
+    await waitFor(() => held.length === 2);
+    const rest = [2, 3, 4, 5].map((i) => c.enqueue({ queue: "q", payload: i }));
+    assert.equal(s.seen.length, 2, "calls made while 2 requests are out must wait");
+    held[0]();
+    held[1]();
+    await waitFor(() => held.length === 3); // the batch's unapplied job, alone
+    held[2]();
+    const answers = await Promise.all([first, second, ...rest]);
+    assert.deepEqual(answers.map((a) => a.job_id), ["job_0_1", "job_0_2", "job_0_b0", "job_0_3", "job_0_b2", "job_0_b3"]);
+    assert.deepEqual(s.seen.map((r) => r.path), ["/api/v1/enqueue", "/api/v1/enqueue", "/api/v1/enqueue/batch", "/api/v1/enqueue"]);
+    assert.deepEqual(s.seen[2].body.jobs.map((j) => j.payload), [2, 3, 4, 5]);
+    assert.equal(s.seen[3].body.payload, 3);
+    // A unique job never joins a batch: its answer says whether it existed.
+    const u = c.enqueue({ queue: "q", unique_key: "k" });
+    await waitFor(() => held.length === 4);
+    held[3]();
+    await u;
+    assert.equal(s.seen.at(-1).path, "/api/v1/enqueue");
+  } finally {
+    await s.close();
+  }
+});
+
+async function waitFor(cond) {
+  const deadline = Date.now() + 10_000;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error("condition never held");
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+const job = (id, attempt = 1) => ({ job_id: id, queue: "q", payload: { id }, priority: "normal", attempt, max_retries: 3,
+  lease_duration: 60, lease_expires_at: null, checkpoint: null, tags: {}, created_at: "2026-01-01T00:00:00.000Z" });
+
+test("the worker fetches as many jobs as it has free slots, and one heartbeat carries every running job", async () => {
+  const fetches = [];
+  const heartbeats = [];
+  const s = await fake((r) => {
+    if (r.path === "/api/v1/fetch") {
+      fetches.push(r.body);
+      if (fetches.length === 1) return { status: 200, body: { jobs: [job("a"), job("b")] } };
+      return new Promise((resolve) => setTimeout(() => resolve({ status: 204 }), 20));
+    }
+    if (r.path === "/api/v1/heartbeat") {
+      heartbeats.push(r.body);
+      return { status: 200, body: { jobs: Object.fromEntries(Object.keys(r.body.jobs).map((id) => [id, { status: "ok" }])) } };
+    }
+    if (r.path.startsWith("/api/v1/ack")) return { status: 200, body: { status: "completed", acked: 2, errors: [], jobs: [] } };
+  });
+  try {
+    const w = new Worker(new Client(s.url), { id: "w1", concurrency: 3, fetchTimeoutMs: 1000, heartbeatIntervalMs: 20, handleSignals: false });
+    let release;
+    const gate = new Promise((r) => (release = r));
+    w.register("q", async (j, ctx) => {
+      ctx.progress({ at: j.payload.id });
+      await gate;
+      return { done: j.payload.id };
+    });
+    const done = w.run();
+    await waitFor(() => fetches.length >= 2 && heartbeats.some((h) => Object.keys(h.jobs).length === 2));
+    assert.equal(fetches[0].count, 3);
+    assert.equal(fetches[1].count, 1, "two slots busy: the next fetch asks for one job");
+    assert.equal(fetches[0].worker_id, "w1");
+    const hb = heartbeats.find((h) => Object.keys(h.jobs).length === 2);
+    assert.deepEqual(hb, { worker_id: "w1", jobs: { a: { attempt: 1, progress: { at: "a" } }, b: { attempt: 1, progress: { at: "b" } } } });
+    release();
+    w.stop();
+    await done;
+    const acks = s.seen.filter((r) => r.path.startsWith("/api/v1/ack"));
+    const acked = acks.flatMap((r) => (r.path === "/api/v1/ack/batch" ? r.body.acks.map((a) => a.job_id) : [r.path.split("/").at(-1)]));
+    assert.deepEqual(acked.sort(), ["a", "b"]);
+  } finally {
+    await s.close();
+  }
+});
+
+test("the worker's ack carries its next fetch and runs the job it brings back without another fetch", async () => {
+  const s = await fake((r, n) => {
+    if (r.path === "/api/v1/fetch") {
+      if (s.seen.filter((x) => x.path === "/api/v1/fetch").length === 1) return { status: 200, body: { jobs: [job("a")] } };
+      return new Promise((resolve) => setTimeout(() => resolve({ status: 204 }), 20));
+    }
+    if (r.path === "/api/v1/ack/a") return { status: 200, body: { status: "completed", jobs: [job("b")] } };
+    if (r.path === "/api/v1/ack/b") return { status: 200, body: { status: "completed", jobs: [] } };
+    void n;
+  });
+  try {
+    const w = new Worker(new Client(s.url), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
+    const ran = [];
+    w.register("q", (j) => {
+      ran.push(j.job_id);
+      return { ok: j.job_id };
+    });
+    const done = w.run();
+    await waitFor(() => ran.length === 2 && s.seen.some((r) => r.path === "/api/v1/ack/b"));
+    w.stop();
+    await done;
+    const ackA = s.seen.find((r) => r.path === "/api/v1/ack/a");
+    assert.deepEqual(ackA.body, { worker_id: "w1", attempt: 1, result: { ok: "a" }, fetch: { queues: ["q"], worker_id: "w1", hostname: ackA.body.fetch.hostname, timeout: 0, count: 1 } });
+    assert.deepEqual(ran, ["a", "b"]);
+    const fetchesBeforeB = s.seen.slice(0, s.seen.findIndex((r) => r.path === "/api/v1/ack/a") + 1).filter((r) => r.path === "/api/v1/fetch");
+    assert.equal(fetchesBeforeB.length, 1, "job b came with the ack, not from a fetch");
+  } finally {
+    await s.close();
+  }
+});
+
+test("a handler that throws fails its job with the error, its stack and its checkpoint", async () => {
+  const s = await fake((r) => {
+    if (r.path === "/api/v1/fetch") {
+      if (s.seen.filter((x) => x.path === "/api/v1/fetch").length === 1) return { status: 200, body: { jobs: [job("a", 2)] } };
+      return new Promise((resolve) => setTimeout(() => resolve({ status: 204 }), 20));
+    }
+    if (r.path === "/api/v1/heartbeat") return { status: 200, body: { jobs: { a: { status: "ok" } } } };
+    if (r.path === "/api/v1/fail/a") return { status: 200, body: { status: "retrying", attempts_remaining: 1 } };
+  });
+  try {
+    const w = new Worker(new Client(s.url), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
+    w.register("q", async (j, ctx) => {
+      await ctx.checkpoint({ offset: 5 });
+      throw new Error("disk full");
+    });
+    const done = w.run();
+    await waitFor(() => s.seen.some((r) => r.path === "/api/v1/fail/a"));
+    w.stop();
+    await done;
+    const hb = s.seen.find((r) => r.path === "/api/v1/heartbeat");
+    assert.deepEqual(hb.body, { worker_id: "w1", jobs: { a: { attempt: 2, checkpoint: { offset: 5 } } } });
+    const f = s.seen.find((r) => r.path === "/api/v1/fail/a").body;
+    assert.equal(f.error, "disk full");
+    assert.match(f.backtrace, /Error: disk full/);
+    assert.deepEqual(f.checkpoint, { offset: 5 });
+    assert.equal(f.attempt, 2);
+    assert.equal(f.worker_id, "w1");
+  } finally {
+    await s.close();
+  }
+});
+
+test("ErrorCodes holds exactly the codes of docs/api.md's error table", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { join } = await import("node:path");
+  const { repoRoot } = await import("./server.mjs");
+  const api = readFileSync(join(repoRoot, "docs/api.md"), "utf8");
+  const table = api.slice(api.indexOf("## Errors"), api.indexOf("## Requests from browsers"));
+  const documented = [...table.matchAll(/^\| [0-9 /]+ \| `([a-z_]+)` \|/gm)].map((m) => m[1]).sort();
+  assert.ok(documented.length > 20, `read ${documented.length} codes from docs/api.md`);
+  assert.deepEqual(Object.values(ErrorCodes).sort(), documented);
+});
