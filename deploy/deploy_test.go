@@ -821,3 +821,58 @@ func TestHelmValuesDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmDiskAlerts: server.minFreeDisk becomes --min-free-disk, and
+// prometheusRule.enabled adds a PrometheusRule whose two alerts compare
+// the free-disk guard's gauges, with the labels given for the operator's
+// rule selector; off by default.
+func TestHelmDiskAlerts(t *testing.T) {
+	r, err := renderChart(t, nil)
+	require.NoError(t, err)
+	require.NotContains(t, keys(r), "PrometheusRule/corvo", "off by default")
+	require.NotContains(t, argFlags(decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo").Spec.Template.Spec.Containers[0].Args), "min-free-disk",
+		"the server's default")
+
+	r, err = renderChart(t, map[string]any{
+		"server":         map[string]any{"minFreeDisk": "10%,4GiB"},
+		"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+	})
+	require.NoError(t, err)
+	sts := decode[appsv1.StatefulSet](t, r, "StatefulSet/corvo")
+	flags := checkPod(t, sts, "corvo-headless", 30)
+	require.Equal(t, "10%,4GiB", flags["min-free-disk"])
+
+	var rule struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name   string            `json:"name"`
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			Groups []struct {
+				Name  string `json:"name"`
+				Rules []struct {
+					Alert       string            `json:"alert"`
+					Expr        string            `json:"expr"`
+					For         string            `json:"for"`
+					Labels      map[string]string `json:"labels"`
+					Annotations map[string]string `json:"annotations"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	require.NoError(t, sigsyaml.UnmarshalStrict(r["PrometheusRule/corvo"], &rule))
+	require.Equal(t, "monitoring.coreos.com/v1", rule.APIVersion)
+	require.Equal(t, "kube-prometheus-stack", rule.Metadata.Labels["release"])
+	require.Len(t, rule.Spec.Groups, 1)
+	alerts := map[string]string{}
+	for _, a := range rule.Spec.Groups[0].Rules {
+		alerts[a.Alert] = a.Labels["severity"]
+		require.Contains(t, a.Expr, "corvo_disk_free_bytes <")
+		require.Contains(t, a.Expr, "corvo_disk_min_free_bytes > 0 and", "no alert on a node without a floor")
+		require.NotEmpty(t, a.For)
+		require.Contains(t, a.Annotations["description"], "{{ $labels.instance }}", "Prometheus's template, not Helm's")
+	}
+	require.Equal(t, map[string]string{"CorvoDiskNearFloor": "warning", "CorvoDiskBelowFloor": "critical"}, alerts)
+}

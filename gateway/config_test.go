@@ -25,8 +25,9 @@ SearchWait=%s
 ReadTimeout=%s
 ReadConcurrency=%d
 ReadQueue=%d
+DiskCheckInterval=%s MinFreeDisk=%s
 `, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait,
-		c.ReadTimeout, c.ReadConcurrency, c.ReadQueue)
+		c.ReadTimeout, c.ReadConcurrency, c.ReadQueue, c.DiskCheckInterval, c.MinFreeDisk)
 	require.Equal(t, `MaxPayloadBytes=1048576
 MaxBatchJobs=10000
 MaxBodyBytes=67108864
@@ -36,6 +37,7 @@ SearchWait=2s
 ReadTimeout=1s
 ReadConcurrency=8
 ReadQueue=256
+DiskCheckInterval=250ms MinFreeDisk=0
 `, got)
 	require.NoError(t, c.Validate())
 
@@ -71,6 +73,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{ReadConcurrency: -1}, "read concurrency"},
 		{Config{ReadQueue: -1}, "read queue"},
 		{Config{CORSOrigins: []string{"example.com"}}, "cors origins"},
+		{Config{MinFreeDisk: DiskFloor{Percent: 100}}, "min free disk percentage"},
 	} {
 		err := c.cfg.WithDefaults().Validate()
 		require.Error(t, err, "%+v", c.cfg)

@@ -73,6 +73,8 @@ var (
 		Meaning: "4 background bulk operations already run on this node"}
 	codeReadsBusy = &errorCode{Code: "reads_busy", Status: 429,
 		Meaning: "a search, list or job read found every read slot of the node taken (`--read-concurrency`) and its queue full, or waited for a slot until its deadline (`--read-timeout`); a search that found nothing before its deadline while every criterion has an index; `Retry-After` is set"}
+	codeInsufficientStorage = &errorCode{Code: "insufficient_storage", Status: 507,
+		Meaning: "this node's data volume has less free space than `--min-free-disk`: enqueue, batch enqueue, schedule creation and update, move and restore are refused until space is freed (acks, fails, fetches, deletes, cancels, bulk actions and reads still work); `Retry-After` is set"}
 	codeInternal = &errorCode{Code: "internal", Status: 500,
 		Meaning: "an unexpected server error (a bug, or an unreadable answer from another node)"}
 	codeJoinFailed = &errorCode{Code: "join_failed", Status: 500, Also: []int{503},
@@ -94,6 +96,7 @@ var errorCodes = []*errorCode{
 	codeOverloaded, codeRateLimited, codeBulkBusy, codeReadsBusy,
 	codeInternal, codeJoinFailed,
 	codeUnavailable, codeShuttingDown,
+	codeInsufficientStorage,
 }
 
 // apiError is a client error: an HTTP status, a stable code and a message.

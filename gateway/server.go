@@ -125,6 +125,16 @@ type Config struct {
 	// OIDC is single sign-on for the web UI (oidc.go); an empty Issuer
 	// turns it off.
 	OIDC OIDCConfig
+	// FreeDisk reports the free space of the volume holding the node's
+	// data (the node gives a statfs of its data dir; tests their own) for
+	// the free-disk guard and /metrics (disk.go). nil: neither.
+	FreeDisk DiskProbe
+	// MinFreeDisk is the free space below which writes that add data
+	// answer 507 insufficient_storage (disk.go); zero: no floor.
+	MinFreeDisk DiskFloor
+	// DiskCheckInterval is how often FreeDisk is asked at most; default
+	// DiskCheckIntervalDefault; negative: on every write that adds data.
+	DiskCheckInterval time.Duration
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -179,6 +189,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.KeyTouchInterval, KeyTouchIntervalDefault)
 	setDefault(&c.RateRead, RateReadDefault)
 	setDefault(&c.RateWrite, RateWriteDefault)
+	setDefault(&c.DiskCheckInterval, DiskCheckIntervalDefault)
 	return c
 }
 
@@ -213,6 +224,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("unknown auth mode %d", c.Auth)
 	case c.KeyTouchInterval <= 0:
 		return fmt.Errorf("key touch interval must be positive, got %s", c.KeyTouchInterval)
+	case c.MinFreeDisk.Percent < 0 || c.MinFreeDisk.Percent >= 100:
+		return fmt.Errorf("min free disk percentage must be 0 to below 100, got %g", c.MinFreeDisk.Percent)
 	}
 	if err := CheckCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("cors origins: %w", err)
@@ -245,6 +258,7 @@ type Server struct {
 	touched     keyUse     // keys seen since the last touch (authn.go)
 	sso         *sso       // single sign-on; nil when off (oidc.go)
 	limits      rateLimits // per-key token buckets (ratelimit.go)
+	disk        *diskGuard // the free-disk guard; nil: none (disk.go)
 
 	sessionOnce   sync.Once
 	sessionSecret []byte
@@ -275,6 +289,7 @@ func New(cfg Config, eng Engine) *Server {
 		peer:   cfg.Peer,
 		reads:  newReadPool(cfg.ReadConcurrency, cfg.ReadQueue),
 		clock:  wallClock{},
+		disk:   newDiskGuard(cfg),
 	}
 	if s.peer == nil {
 		s.peer = peer.New(peer.Config{RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger})
@@ -432,9 +447,10 @@ func (s *Server) route(r *frouter.Router, method, path string, h fasthttp.Reques
 	if pooledReads[method+" "+path] {
 		h = s.pooled(h)
 	}
+	grows := growsData[method+" "+path]
 	r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		ran := (guard == nil || s.admit(ctx, guard)) && s.authorize(ctx, perm)
+		ran := (guard == nil || s.admit(ctx, guard)) && s.authorize(ctx, perm) && (!grows || s.diskRoom(ctx))
 		if ran {
 			h(ctx)
 		}
@@ -723,6 +739,9 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	shardsLed.Set(float64(led))
+	if s.disk != nil {
+		s.refreshDisk(true)
+	}
 	ctx.SetContentType("text/plain; version=0.0.4")
 	metrics.WritePrometheus(ctx, true)
 }

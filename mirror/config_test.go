@@ -10,12 +10,13 @@ import (
 )
 
 // TestConfigDefaultsString pins what a Config with only its required
-// fields becomes: 8,192 buffered updates, a 50 ms flush window.
+// fields becomes: 8,192 buffered updates, a 50 ms flush window, payloads
+// kept whole up to 16 KiB.
 func TestConfigDefaultsString(t *testing.T) {
 	t.Parallel()
 	c := Config{Path: "m.db", Shards: 4}.WithDefaults()
-	got := fmt.Sprintf("Path=%s\nShards=%d\nQueueSize=%d\nFlushWindow=%s\n", c.Path, c.Shards, c.QueueSize, c.FlushWindow)
-	require.Equal(t, "Path=m.db\nShards=4\nQueueSize=8192\nFlushWindow=50ms\n", got)
+	got := fmt.Sprintf("Path=%s\nShards=%d\nQueueSize=%d\nFlushWindow=%s\nPayloadMax=%d\n", c.Path, c.Shards, c.QueueSize, c.FlushWindow, c.PayloadMax)
+	require.Equal(t, "Path=m.db\nShards=4\nQueueSize=8192\nFlushWindow=50ms\nPayloadMax=16384\n", got)
 	require.NoError(t, c.Validate())
 }
 

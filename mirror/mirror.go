@@ -38,6 +38,12 @@ type Source interface {
 const (
 	QueueSizeDefault   = 8192
 	FlushWindowDefault = 50 * time.Millisecond
+	// PayloadMaxDefault is the most of a payload the mirror keeps: whole
+	// below it (every search filter sees it all), its first bytes above
+	// it. Typical job payloads are well below it; for large ones the
+	// mirror, which would otherwise hold a second full copy of every
+	// payload beside Pebble, costs at most this much per job.
+	PayloadMaxDefault = 16 << 10
 )
 
 // Config configures a Mirror.
@@ -50,7 +56,13 @@ type Config struct {
 	// FlushWindow is how long changes coalesce before a write; default
 	// FlushWindowDefault.
 	FlushWindow time.Duration
-	Logger      zerolog.Logger
+	// PayloadMax is how many bytes of a payload the mirror keeps: a
+	// longer payload is kept as its first PayloadMax bytes, and a search
+	// page reads the whole payload from Pebble for it (payload_contains
+	// sees the prefix; payload_jq never matches it). Default
+	// PayloadMaxDefault; negative: whole payloads, whatever their size.
+	PayloadMax int
+	Logger     zerolog.Logger
 }
 
 // WithDefaults fills unset fields.
@@ -60,6 +72,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.FlushWindow == 0 {
 		c.FlushWindow = FlushWindowDefault
+	}
+	if c.PayloadMax == 0 {
+		c.PayloadMax = PayloadMaxDefault
 	}
 	return c
 }
@@ -189,6 +204,7 @@ func (m *Mirror) openDB() error {
 	if m.w, err = openWriter(m.cfg.Path); err != nil {
 		return err
 	}
+	m.w.payloadMax = m.cfg.PayloadMax
 	rdb, err := sql.Open("sqlite3", dsn+"&mode=ro")
 	if err != nil {
 		return err
@@ -231,8 +247,10 @@ func (m *Mirror) closeDB() {
 }
 
 // schemaVersion changes whenever the tables do: an older file is rebuilt.
-// 4: payload is the last column of jobs.
-const schemaVersion = 4
+// 4: payload is the last column of jobs. 5: payload_size (a payload kept
+// as its prefix, Config.PayloadMax), before the payload: a column added
+// in place would go after it.
+const schemaVersion = 5
 
 func (m *Mirror) migrate() error {
 	var v int
@@ -250,7 +268,8 @@ func (m *Mirror) migrate() error {
 }
 
 // Times are Unix nanoseconds (NULL when unset); payload, tags, progress,
-// checkpoint and result are JSON text.
+// checkpoint and result are JSON text (payload only a prefix of it when
+// payload_size is set: Config.PayloadMax).
 //
 // The payload is the row's last column, the free text before it comes
 // after the small columns: a row larger than a page spills onto a chain
@@ -289,6 +308,7 @@ CREATE TABLE jobs (
     last_error       TEXT,
     checkpoint       TEXT,
     result           TEXT,
+    payload_size     INTEGER,           -- NULL: payload is whole; else its full size, payload its first bytes
     payload          TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX idx_jobs_queue_state ON jobs(queue, state, created_at);
@@ -369,7 +389,11 @@ func (m *Mirror) Start(src Source) error {
 			m.markDirty(sh)
 			continue
 		}
-		if opened := v.(uint64); opened != m.mirrored[sh].Load() {
+		// A mirror ahead of Pebble is normal after a crash (Pebble keeps
+		// what it flushed; dragonboat replays the entries after it, and
+		// their changes, each row carrying its index, rewrite the rows
+		// they already wrote). One behind missed changes: rebuild.
+		if opened := v.(uint64); opened > m.mirrored[sh].Load() {
 			m.log.Info().Int("shard", sh).Uint64("mirror_index", m.mirrored[sh].Load()).Uint64("pebble_index", opened).Msg("mirror behind Pebble: rebuilding the shard")
 			m.markDirty(sh)
 		}

@@ -223,7 +223,9 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%w: %v", ErrBadFilter, err)
 		}
-		add(c)
+		// A payload kept as a prefix (payload_size set) is not JSON: it
+		// never matches, and CASE keeps SQLite from parsing it.
+		add("CASE WHEN payload_size IS NULL THEN (" + c + ") END")
 	}
 	for _, r := range []struct {
 		col           string
@@ -350,9 +352,12 @@ func CursorAfter(v int64, id string) string {
 }
 
 // rowColumns are a page's columns; the payload only when it is small
-// (octet_length reads the record header, not the payload).
+// (octet_length reads the record header, not the payload), and never a
+// payload the mirror keeps only the first bytes of (payload_size set:
+// that is its whole size).
 var rowColumns = `id, queue, state, priority, attempt, max_retries,
- CASE WHEN octet_length(payload) <= ` + strconv.Itoa(PagePayloadMax) + ` THEN payload END, octet_length(payload), tags, unique_key, batch_id, chain_id, worker_id,
+ CASE WHEN payload_size IS NULL AND octet_length(payload) <= ` + strconv.Itoa(PagePayloadMax) + ` THEN payload END,
+ COALESCE(payload_size, octet_length(payload)), tags, unique_key, batch_id, chain_id, worker_id,
  hostname, progress, result, reason, last_error, error_count, created_at, scheduled_at, started_at, completed_at, failed_at, expire_at`
 
 // query is a checked filter compiled to SQL.

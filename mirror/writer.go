@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/corvohq/corvo/statemachine"
@@ -22,10 +23,11 @@ import (
 // (binding each value through database/sql or the driver was a third of
 // the mirror's CPU; BENCHMARKS.md). Only the apply goroutine uses it.
 type writer struct {
-	db      *C.sqlite3
-	stmts   []*C.sqlite3_stmt
-	upserts map[uint32]uint16 // upsert statement per set of non-NULL optional columns
-	b       batch             // reused by every transaction
+	payloadMax int // Config.PayloadMax
+	db         *C.sqlite3
+	stmts      []*C.sqlite3_stmt
+	upserts    map[uint32]uint16 // upsert statement per set of non-NULL optional columns
+	b          batch             // reused by every transaction
 }
 
 // The fixed statements, by index.
@@ -208,15 +210,16 @@ func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), l
 var jobCols = [...]string{"id", "shard", "idx", "gen", "queue", "state", "priority", "attempt", "max_retries",
 	"payload", "error_count", "created_at",
 	"tags", "unique_key", "batch_id", "chain_id", "worker_id", "hostname", "progress", "checkpoint", "result",
-	"reason", "last_error", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at", "lease_expires_at"}
+	"reason", "last_error", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at", "lease_expires_at",
+	"payload_size"}
 
 const firstOptional = 12
 
 // optional is a row's optional columns; a column is set when its text is
-// non-empty or its time non-zero.
+// non-empty or its number non-zero.
 type optional struct {
 	text  [11]string // tags … last_error
-	times [6]int64   // scheduled_at … lease_expires_at
+	times [7]int64   // scheduled_at … lease_expires_at, payload_size
 }
 
 func (o *optional) mask() uint32 {
@@ -266,7 +269,8 @@ func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemach
 	if sched == 0 && j.ScheduledAt > j.CreatedAt {
 		sched = j.ScheduledAt
 	}
-	o.times = [6]int64{sched, st.StartedAt, st.CompletedAt, st.FailedAt, j.ExpireAt, st.LeaseExpiresAt}
+	payload, size := keptPayload(j.Payload, w.payloadMax)
+	o.times = [7]int64{sched, st.StartedAt, st.CompletedAt, st.FailedAt, j.ExpireAt, st.LeaseExpiresAt, size}
 	mask := o.mask()
 	si, ok := w.upserts[mask]
 	if !ok {
@@ -290,10 +294,10 @@ func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemach
 	b.int(int64(j.Priority))
 	b.int(int64(st.Attempt))
 	b.int(int64(j.MaxRetries))
-	if len(j.Payload) == 0 {
+	if len(payload) == 0 {
 		b.text("null")
 	} else {
-		b.bytes(j.Payload)
+		b.bytes(payload)
 	}
 	b.int(int64(st.Errors))
 	b.int(j.CreatedAt)
@@ -308,6 +312,20 @@ func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemach
 		}
 	}
 	return nil
+}
+
+// keptPayload is what the mirror keeps of a payload: all of it when it is
+// at most max bytes long (or max is negative), with size 0; else its first
+// max bytes, cut back to a whole UTF-8 character, and its full size.
+func keptPayload(p []byte, max int) (kept []byte, size int64) {
+	if max < 0 || len(p) <= max {
+		return p, 0
+	}
+	n := max
+	for n > 0 && !utf8.RuneStart(p[n]) {
+		n--
+	}
+	return p[:n], int64(len(p))
 }
 
 func (b *batch) deleteJob(id string) {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -26,11 +27,13 @@ const (
 	// leaderships to move (an election timeout or two).
 	HandOffTimeout = 5 * time.Second
 	// The shard host's defaults, for flags.
-	ShardsDefault          = shard.ShardsDefault
-	SnapshotEntriesDefault = shard.SnapshotEntriesDefault
-	RetentionDefault       = shard.RetentionDefault
-	AuditRetentionDefault  = shard.AuditRetentionDefault
-	CacheBytesDefault      = shard.CacheBytesDefault
+	ShardsDefault           = shard.ShardsDefault
+	SnapshotEntriesDefault  = shard.SnapshotEntriesDefault
+	SnapshotBytesDefault    = shard.SnapshotBytesDefault
+	MirrorPayloadMaxDefault = mirror.PayloadMaxDefault
+	RetentionDefault        = shard.RetentionDefault
+	AuditRetentionDefault   = shard.AuditRetentionDefault
+	CacheBytesDefault       = shard.CacheBytesDefault
 	// MaxPayloadDefault is the largest job payload by default.
 	MaxPayloadDefault = gateway.MaxPayloadDefault
 	// OpenTimeoutDefault bounds opening the shards (and catching up, for a
@@ -60,6 +63,7 @@ type Config struct {
 	Discover        string // "" or "dns" (a Kubernetes headless service)
 	DiscoverService string
 	SnapshotEntries uint64
+	SnapshotBytes   int64 // 0: shard.SnapshotBytesDefault; negative: by entry count only
 	// ClusterSecret is the credential of node-to-node calls; when empty,
 	// ClusterSecretFile is read, else the one stored in DataDir, else a
 	// founding node generates one (see LoadClusterSecret).
@@ -82,7 +86,11 @@ type Config struct {
 	Retention       time.Duration // finished jobs are kept this long; negative: forever
 	AuditRetention  time.Duration // audit records are kept this long; negative: forever
 	NoMirror        bool          // no SQLite mirror: no search, no async bulk
-	NoEvents        bool          // no event stream
+	// MirrorPayloadMax is how many bytes of a payload the mirror keeps
+	// (a longer one: its first bytes; search pages read it whole from
+	// Pebble). 0: mirror.PayloadMaxDefault; negative: whole payloads.
+	MirrorPayloadMax int
+	NoEvents         bool // no event stream
 	// PprofBind, when set, serves the Go profiler on its own loopback
 	// listener (Run).
 	PprofBind string

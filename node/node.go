@@ -108,8 +108,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	hcfg := shard.Config{DataDir: cfg.DataDir, RaftAddress: m.RaftAddr, RaftListen: cfg.RaftBind, Shards: m.Shards, Logger: log,
 		CacheBytes: cfg.CacheBytes, Retention: cfg.Retention, AuditRetention: cfg.AuditRetention,
 		NodeID: m.ReplicaID, NodeName: cfg.NodeName, HTTPAddress: cfg.HTTPAdvertise, Join: m.Joined, Learner: m.Learner, Replicas: cfg.Replicas,
-		SnapshotEntries: cfg.SnapshotEntries,
-		RTTMillisecond:  cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,
+		SnapshotEntries: cfg.SnapshotEntries, SnapshotBytes: cfg.SnapshotBytes,
+		RTTMillisecond: cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,
 		HoldOutbox: cfg.Test.HoldOutbox,
 		TLSCAFile:  cfg.PeerTLSCA, TLSCertFile: cfg.PeerTLSCert, TLSKeyFile: cfg.PeerTLSKey}
 	// The peer client first: the shard host's outbox relay reaches shards
@@ -122,7 +122,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.peer = peer.New(pcfg)
 	hcfg.Remote = n.peer.Propose
 	if !cfg.NoMirror {
-		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow}
+		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow,
+			PayloadMax: cfg.MirrorPayloadMax}
 		if n.mir, err = mirror.Open(mcfg); err != nil {
 			return nil, fmt.Errorf("open the mirror: %w", err)
 		}
@@ -168,6 +169,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 
 	gcfg := cfg.gatewayConfig() // checked by Validate
+	if gcfg.FreeDisk == nil {
+		gcfg.FreeDisk = volumeSpace(cfg.DataDir) // --min-free-disk
+	}
 	gcfg.OnRemoved = func() { n.removedOnce.Do(func() { close(n.removed) }) }
 	if n.hub != nil {
 		if err := n.hub.StartFrom(n.host); err != nil {

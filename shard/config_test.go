@@ -18,6 +18,7 @@ func TestShardConfigDefaultsString(t *testing.T) {
 NodeID=%d
 Replicas=%d
 SnapshotEntries=%d
+SnapshotBytes=%d
 RTTMillisecond=%d
 ElectionRTT=%d
 MaxOpsPerEntry=%d
@@ -31,13 +32,14 @@ CacheBytes=%d
 Retention=%s
 SweepInterval=%s
 AuditRetention=%s
-`, c.Shards, c.NodeID, c.Replicas, c.SnapshotEntries, c.RTTMillisecond, c.ElectionRTT, c.MaxOpsPerEntry, c.MaxEntryBytes,
+`, c.Shards, c.NodeID, c.Replicas, c.SnapshotEntries, c.SnapshotBytes, c.RTTMillisecond, c.ElectionRTT, c.MaxOpsPerEntry, c.MaxEntryBytes,
 		c.MaxQueuedRequests, c.ProposalTimeout, c.ProposalDeadline, c.TickInterval, c.DedupRetention, c.CacheBytes, c.Retention,
 		c.SweepInterval, c.AuditRetention)
 	require.Equal(t, `Shards=4
 NodeID=1
 Replicas=3
 SnapshotEntries=100000
+SnapshotBytes=33554432
 RTTMillisecond=50
 ElectionRTT=20
 MaxOpsPerEntry=4096

@@ -44,6 +44,7 @@ const (
 	AuditRetentionDefault    = 90 * 24 * time.Hour
 	SweepIntervalDefault     = time.Second
 	SnapshotEntriesDefault   = 100000
+	SnapshotBytesDefault     = 32 << 20
 )
 
 // Clock is the wall clock; tests inject their own.
@@ -88,8 +89,12 @@ type Config struct {
 	// snapshots; the log is then compacted to the last fifth of that, so
 	// a replica further behind catches up from a streamed snapshot.
 	SnapshotEntries uint64
-	Logger          zerolog.Logger
-	Clock           Clock // nil: the real clock
+	// SnapshotBytes is how many bytes of Raft entries a shard applies
+	// between snapshots, whatever their count (logsize.go): the log then
+	// keeps between a quarter and a half of it. Negative: by count only.
+	SnapshotBytes int64
+	Logger        zerolog.Logger
+	Clock         Clock // nil: the real clock
 
 	RTTMillisecond    uint64
 	ElectionRTT       uint64
@@ -146,6 +151,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.NodeID, 1)
 	setDefault(&c.Replicas, 3)
 	setDefault(&c.SnapshotEntries, SnapshotEntriesDefault)
+	setDefault(&c.SnapshotBytes, SnapshotBytesDefault)
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -202,6 +208,10 @@ type Host struct {
 	leaderChange []atomic.Pointer[chan struct{}]
 	// keys is the meta group's API key table as this replica applied it.
 	keys atomic.Pointer[auth.State]
+	// logSizes counts each shard's applied bytes; snapshotReqs carries
+	// the snapshots by size they ask for (logsize.go).
+	logSizes     []logSize
+	snapshotReqs chan snapshotReq
 
 	closing       chan struct{}
 	stopProposers chan struct{}
@@ -234,6 +244,8 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		closing:       make(chan struct{}),
 		stopProposers: make(chan struct{}),
 		cache:         pebble.NewCache(cfg.CacheBytes),
+		logSizes:      make([]logSize, cfg.Shards),
+		snapshotReqs:  make(chan snapshotReq, cfg.Shards),
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "shards"), 0o755); err != nil {
 		return nil, err
@@ -304,9 +316,10 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		go h.tick(i)
 		go h.relay(i)
 	}
-	h.wg.Add(2)
+	h.wg.Add(3)
 	go h.registerSelf()
 	go h.placementLoop()
+	go h.snapshotLoop()
 	return h, nil
 }
 
@@ -406,6 +419,7 @@ func (h *Host) Applied(info *statemachine.AppliedInfo) {
 		}
 	} else {
 		h.signals.applied(info)
+		h.countLog(int(info.ShardID)-1, info.Index, info.Bytes)
 	}
 	if h.cfg.OnApplied != nil {
 		h.cfg.OnApplied(info)

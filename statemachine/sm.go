@@ -71,6 +71,10 @@ type AppliedInfo struct {
 	Reset bool
 	// From is the Update's first entry index (Index is its last).
 	From uint64
+	// Bytes is the size of the Update's entries as the Raft log holds
+	// them (their commands): the shard host snapshots and compacts the
+	// log by it.
+	Bytes uint64
 	// Events lists every lifecycle transition of the Update in apply
 	// order (Config.EmitEvents only): the feed of GET /api/v1/events.
 	Events []JobEvent
@@ -167,6 +171,14 @@ func (s *StateMachine) pebbleOptions() *pebble.Options {
 		L0CompactionThreshold: 8,
 		L0StopWritesThreshold: 32,
 		Logger:                pebbleLogger{s.cfg.Logger},
+		// No write-ahead log: the Raft log is this DB's log. Update
+		// commits to the memtable only; Sync (before every snapshot and
+		// log compaction) and Close flush it, and after a crash Open
+		// returns the index of the last flush and dragonboat replays
+		// the entries after it. A WAL wrote every payload a second
+		// time, and its preallocated, recycled files held a few times
+		// the memtable size on disk per shard.
+		DisableWAL: true,
 	}
 	// No block compression: decompressing blocks on every point read cost
 	// more CPU than the disk it saves (measured on the batched lifecycle).
@@ -260,8 +272,10 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
 	a := newApplier(s, b)
+	var size uint64
 	for i := range entries {
 		ent := &entries[i]
+		size += uint64(len(ent.Cmd))
 		if ent.Index <= s.applied {
 			// Already applied (can only happen if dragonboat replays what
 			// Open reported as applied); keep the state untouched.
@@ -297,16 +311,20 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	s.appliedAtomic.Store(last)
 	if s.cfg.Listener != nil {
 		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
-			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events})
+			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events, Bytes: size})
 	}
 	return entries, nil
 }
 
-// Sync makes every applied entry durable. Update commits without fsync (the
-// Raft log is the durability anchor and replays from the applied index);
-// dragonboat calls Sync before it snapshots or compacts its log.
+// Sync makes every applied entry durable: it flushes the memtable (the DB
+// has no WAL; the Raft log is the durability anchor and replays from the
+// applied index Open finds). dragonboat calls it before it snapshots or
+// compacts its log.
 func (s *StateMachine) Sync() error {
-	return s.db.LogData(nil, pebble.Sync)
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	return nil
 }
 
 // ErrClosed answers lookups on a closed state machine.
@@ -320,8 +338,14 @@ func (s *StateMachine) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	// What the memtable holds is flushed, so a restart need not replay
+	// it from the Raft log (a crash does).
+	ferr := s.db.Flush()
 	err := s.db.Close()
 	s.db = nil
+	if ferr != nil {
+		return fmt.Errorf("flush at close: %w", ferr)
+	}
 	return err
 }
 
@@ -405,8 +429,11 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 			b = s.db.NewBatch()
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
+	}
+	if err := s.db.Flush(); err != nil { // durable before dragonboat records the snapshot
+		return fmt.Errorf("flush: %w", err)
 	}
 	if err := s.loadMeta(); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
@@ -26,6 +27,7 @@ type testBundle struct {
 	log   [][]byte // every entry applied, for replay
 
 	jobCache int64
+	fs       vfs.FS // nil: the OS's
 }
 
 func setup(t testing.TB) *testBundle { return setupWith(t, 0) }
@@ -40,7 +42,7 @@ func setupWith(t testing.TB, jobCache int64) *testBundle {
 }
 
 func (tb *testBundle) open() {
-	tb.sm = New(Config{ShardID: 1, Dir: tb.dir, JobCacheBytes: tb.jobCache})
+	tb.sm = New(Config{ShardID: 1, Dir: tb.dir, JobCacheBytes: tb.jobCache, FS: tb.fs})
 	idx, err := tb.sm.Open(nil)
 	require.NoError(tb.t, err)
 	tb.index = idx
@@ -532,14 +534,48 @@ func TestStateMachineReopenAndSnapshot(t *testing.T) {
 	require.Equal(t, applied, b.sm.Applied())
 }
 
-func TestStateMachineSyncDurable(t *testing.T) {
+// TestStateMachineCrashKeepsSynced: the Pebble DB has no WAL, so a crash
+// loses what was applied after the last Sync (flush) and nothing before:
+// Open returns the index Sync made durable, with exactly the state of
+// then, and replaying the log after it gives the state the crash lost,
+// byte for byte. A Close flushes: a restart loses nothing.
+func TestStateMachineCrashKeepsSynced(t *testing.T) {
 	t.Parallel()
-	tb := setup(t)
-	tb.enqueue("q", PriorityNormal)
+	mem := vfs.NewCrashableMem()
+	tb := &testBundle{t: t, dir: "sm", now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2)), fs: mem}
+	tb.open()
+	for range 3 {
+		tb.enqueue("q", PriorityNormal)
+	}
 	require.NoError(t, tb.sm.Sync())
-	_, closer, err := tb.sm.db.Get([]byte(keyMeta))
+	synced, syncedAt := tb.dump(), tb.index
+	tb.fetch(2, "q")
+	tb.enqueue("q", PriorityHigh)
+	lost := tb.dump()
+	require.NotEqual(t, synced, lost)
+
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{}) // exactly what was synced
+	require.NoError(t, tb.sm.Close())
+	after := &testBundle{t: t, dir: "sm", now: tb.now, rnd: tb.rnd, fs: crashed}
+	after.open()
+	defer after.sm.Close()
+	require.Equal(t, syncedAt, after.index, "Open returns the synced index")
+	require.Equal(t, synced, after.dump())
+	var ents []sm.Entry
+	for i := syncedAt; i < uint64(len(tb.log)); i++ {
+		ents = append(ents, sm.Entry{Index: i + 1, Cmd: tb.log[i]})
+	}
+	_, err := after.sm.Update(ents)
 	require.NoError(t, err)
-	require.NoError(t, closer.Close())
+	require.Equal(t, lost, after.dump(), "the replayed log rebuilds what the crash lost")
+
+	// Close flushed: a crash after it loses nothing.
+	closed := mem.CrashClone(vfs.CrashCloneCfg{})
+	again := &testBundle{t: t, dir: "sm", now: tb.now, rnd: tb.rnd, fs: closed}
+	again.open()
+	defer again.sm.Close()
+	require.Equal(t, uint64(len(tb.log)), again.index)
+	require.Equal(t, lost, again.dump())
 }
 
 func TestStateMachineConcurrencyCap(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/node"
 )
 
 // runCLI runs the built binary as a user would, with CORVO_URL set.
@@ -403,4 +405,40 @@ func TestServerOIDCFlags(t *testing.T) {
 	require.NoError(t, fl.Parse([]string{"--oidc-role-map", "ops-default-operator"}))
 	_, err = g.config()
 	require.ErrorContains(t, err, "want group=namespace:role")
+}
+
+// TestServerDiskFlags: --min-free-disk, --mirror-payload-max and
+// --snapshot-bytes reach the node's config with their defaults; 0 turns
+// the floor off and keeps whole payloads; a malformed floor is a usage
+// error at parse time.
+func TestServerDiskFlags(t *testing.T) {
+	parse := func(args ...string) (node.Config, error) {
+		var f serverFlags
+		fl := pflag.NewFlagSet("server", pflag.ContinueOnError)
+		fl.SetOutput(io.Discard)
+		f.register(fl)
+		if err := fl.Parse(args); err != nil {
+			return node.Config{}, err
+		}
+		return f.config()
+	}
+	c, err := parse()
+	require.NoError(t, err)
+	require.Equal(t, gateway.DiskFloor{Bytes: 2 << 30, Percent: 5}, c.Gateway.MinFreeDisk)
+	require.Equal(t, 16<<10, c.MirrorPayloadMax)
+	require.Equal(t, int64(32<<20), c.SnapshotBytes)
+
+	c, err = parse("--min-free-disk", "10GiB", "--mirror-payload-max", "1024", "--snapshot-bytes", "1048576")
+	require.NoError(t, err)
+	require.Equal(t, gateway.DiskFloor{Bytes: 10 << 30}, c.Gateway.MinFreeDisk)
+	require.Equal(t, 1024, c.MirrorPayloadMax)
+	require.Equal(t, int64(1<<20), c.SnapshotBytes)
+
+	c, err = parse("--min-free-disk", "0", "--mirror-payload-max", "0")
+	require.NoError(t, err)
+	require.Equal(t, gateway.DiskFloor{}, c.Gateway.MinFreeDisk, "no floor")
+	require.Negative(t, c.MirrorPayloadMax, "whole payloads")
+
+	_, err = parse("--min-free-disk", "lots")
+	require.ErrorContains(t, err, "min-free-disk")
 }

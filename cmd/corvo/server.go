@@ -23,7 +23,9 @@ type serverFlags struct {
 	cfg      node.Config
 	logLevel string
 	cacheMB  int
-	roleMap  []string // --oidc-role-map entries
+	// mirrorPayloadMax is --mirror-payload-max (0: whole payloads).
+	mirrorPayloadMax int
+	roleMap          []string // --oidc-role-map entries
 }
 
 // register defines the server's flags on fl.
@@ -39,12 +41,16 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.RaftAdvertise, "raft-advertise", "", "Raft address other nodes reach this node on (default: --raft-bind)")
 	fl.StringVar(&c.HTTPAdvertise, "http-advertise", "", "HTTP address other nodes and clients reach this node on (default: --bind, with the Raft host when --bind has none)")
 	fl.Uint64Var(&c.SnapshotEntries, "snapshot-entries", node.SnapshotEntriesDefault, "Raft entries each shard applies between snapshots (a replica further behind than a fifth of that catches up from a snapshot)")
+	fl.Int64Var(&c.SnapshotBytes, "snapshot-bytes", node.SnapshotBytesDefault, "bytes of Raft entries each shard applies between snapshots, whatever their count: the Raft log keeps a quarter to a half of it (negative: by --snapshot-entries only)")
 	fl.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret that node-to-node calls carry (env CORVO_CLUSTER_SECRET); a founding node without one generates it into <data-dir>/cluster-secret, a joining node must be given it")
 	fl.IntVar(&c.Replicas, "replicas", node.ReplicasDefault, "replicas per shard (set at bootstrap): each shard is placed on this many nodes, or on every node while there are fewer")
 	fl.StringVar(&c.Discover, "discover", "", `find peers automatically: "dns" (a Kubernetes headless service; the pod with ordinal 0 bootstraps, the rest join)`)
 	fl.StringVar(&c.DiscoverService, "discover-service", "", "with --discover=dns: the headless service's DNS name (e.g. corvo-headless.default.svc.cluster.local)")
 	fl.IntVar(&c.Shards, "shards", 0, fmt.Sprintf("number of shards, fixed at first start (default %d)", node.ShardsDefault))
 	fl.IntVar(&c.MaxPayloadBytes, "max-payload", node.MaxPayloadDefault, "largest job payload in bytes (413 above)")
+	c.Gateway.MinFreeDisk = gateway.MinFreeDiskDefault
+	fl.Var(diskFloorFlag{&c.Gateway.MinFreeDisk}, "min-free-disk",
+		`free space of the data volume below which writes that add data (enqueue, batch enqueue, schedules, move, restore) answer 507 while acks, fails, deletes and reads go on: a size (2GiB, 500MB), a percentage of the volume (5%), both (the smaller wins), or 0 for no floor`)
 	fl.IntVar(&c.MaxRestoreBytes, "max-restore", gateway.MaxRestoreBytesDefault, "largest backup file corvo restore may send, in bytes (held in memory while restored)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", node.ShutdownTimeoutDefault, "how long SIGTERM waits for in-flight requests")
@@ -52,6 +58,7 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&c.AuditRetention, "audit-retention", node.AuditRetentionDefault, "how long audit records are kept (e.g. 2160h); negative: forever")
 	fl.BoolVar(&c.Gateway.AuditAll, "audit-all", false, "also audit the hot path: enqueue, fetch, ack, fail and heartbeat (one more Raft write per call)")
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
+	fl.IntVar(&f.mirrorPayloadMax, "mirror-payload-max", node.MirrorPayloadMaxDefault, "bytes of each payload the search mirror keeps: a longer one is kept as its first bytes (search pages still show it whole, read from the shard; payload_contains sees the prefix, payload_jq never matches it); 0: whole payloads")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", node.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
 	fl.StringVar(&c.PprofBind, "pprof-bind", "", "serve Go pprof profiles on their own loopback listener (e.g. 127.0.0.1:6060); off when empty")
@@ -95,6 +102,10 @@ func (f *serverFlags) config() (node.Config, error) {
 	c := f.cfg
 	c.Logger = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", c.NodeName).Logger()
 	c.CacheBytes = int64(f.cacheMB) << 20
+	c.MirrorPayloadMax = f.mirrorPayloadMax
+	if f.mirrorPayloadMax <= 0 {
+		c.MirrorPayloadMax = -1 // whole payloads
+	}
 	if c.ClusterSecretFile == "" {
 		c.ClusterSecret = os.Getenv("CORVO_CLUSTER_SECRET")
 	}
@@ -143,6 +154,26 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		}
 		return &exitError{exitError_, err}
 	}
+	return nil
+}
+
+// diskFloorFlag is --min-free-disk: a gateway.DiskFloor as
+// gateway.ParseDiskFloor reads it.
+type diskFloorFlag struct{ f *gateway.DiskFloor }
+
+func (d diskFloorFlag) String() string {
+	if d.f == nil {
+		return ""
+	}
+	return d.f.String()
+}
+func (d diskFloorFlag) Type() string { return "floor" }
+func (d diskFloorFlag) Set(s string) error {
+	f, err := gateway.ParseDiskFloor(s)
+	if err != nil {
+		return err
+	}
+	*d.f = f
 	return nil
 }
 

@@ -35,4 +35,5 @@ const (
 	CodeJoinFailed              = "join_failed"               // 500, 503
 	CodeUnavailable             = "unavailable"               // 503
 	CodeShuttingDown            = "shutting_down"             // 503
+	CodeInsufficientStorage     = "insufficient_storage"      // 507
 )

@@ -28,10 +28,12 @@ export const ErrorCodes = {
   Overloaded: "overloaded", // 429
   RateLimited: "rate_limited", // 429
   BulkBusy: "bulk_busy", // 429
+  ReadsBusy: "reads_busy", // 429
   Internal: "internal", // 500
   JoinFailed: "join_failed", // 500, 503
   Unavailable: "unavailable", // 503
   ShuttingDown: "shutting_down", // 503
+  InsufficientStorage: "insufficient_storage", // 507
 } as const;
 
 /** One of ErrorCodes' values (or a code a newer server added). */

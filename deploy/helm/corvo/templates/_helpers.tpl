@@ -69,6 +69,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.server.cacheMB }}
 - --cache-mb={{ .Values.server.cacheMB }}
 {{- end }}
+{{- if .Values.server.minFreeDisk }}
+- --min-free-disk={{ .Values.server.minFreeDisk }}
+{{- end }}
 {{- if .Values.cluster.enabled }}
 - --raft-bind=:{{ .Values.server.raftPort }}
 - --discover=dns
