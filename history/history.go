@@ -20,6 +20,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corvohq/corvo/statemachine"
@@ -87,6 +88,24 @@ type Recorder struct {
 	keep   int64 // buckets
 	window int64 // buckets
 	shards []*shardHistory
+
+	// Applied hands Updates to a goroutine of the recorder's own, so
+	// reading their changes costs the apply path one channel send an
+	// Update; when it falls behind by queueSize Updates, Updates are
+	// dropped (counted in Dropped), never waited for.
+	in      chan item
+	done    chan struct{}
+	dropped atomic.Int64
+	close   sync.Once
+}
+
+// queueSize is how many Updates may wait for the recorder's goroutine.
+const queueSize = 4096
+
+// item is an Update for the goroutine, or a Sync (synced set).
+type item struct {
+	info   *statemachine.AppliedInfo
+	synced chan struct{}
 }
 
 // shardHistory is what the node recorded of one shard.
@@ -133,7 +152,8 @@ func New(cfg Config) (*Recorder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Recorder{cfg: cfg, keep: int64(cfg.Keep / Step), window: int64(cfg.Window / Step), shards: make([]*shardHistory, cfg.Shards)}
+	r := &Recorder{cfg: cfg, keep: int64(cfg.Keep / Step), window: int64(cfg.Window / Step), shards: make([]*shardHistory, cfg.Shards),
+		in: make(chan item, queueSize), done: make(chan struct{})}
 	start := cfg.Now().UnixNano()
 	for i := range r.shards {
 		// Starts and finishes replayed from the log when the node starts
@@ -141,8 +161,36 @@ func New(cfg Config) (*Recorder, error) {
 		// starts now).
 		r.shards[i] = &shardHistory{queues: map[string]*series{}, sampled: make([]int64, r.keep+1), seen: start}
 	}
+	go r.run()
 	return r, nil
 }
+
+func (r *Recorder) run() {
+	defer close(r.done)
+	for it := range r.in {
+		if it.synced != nil {
+			close(it.synced)
+			continue
+		}
+		r.apply(it.info)
+	}
+}
+
+// Sync waits until every Update handed to Applied before it is recorded.
+func (r *Recorder) Sync() {
+	synced := make(chan struct{})
+	r.in <- item{synced: synced}
+	<-synced
+}
+
+// Close stops the recorder's goroutine; Applied must not be called after.
+func (r *Recorder) Close() {
+	r.close.Do(func() { close(r.in) })
+	<-r.done
+}
+
+// Dropped is how many Updates the recorder dropped, behind.
+func (r *Recorder) Dropped() int64 { return r.dropped.Load() }
 
 // Now is the recorder's clock.
 func (r *Recorder) Now() time.Time { return r.cfg.Now() }
@@ -325,7 +373,20 @@ func (s *series) hasLatency(after int64) bool {
 // A start or finish is taken in the Update that made it: one later than
 // any the shard's changes showed before (entry times never go back; a
 // clock standing still to the nanosecond would hide one).
+//
+// Applied only queues the Update for the recorder's goroutine.
 func (r *Recorder) Applied(info *statemachine.AppliedInfo) {
+	if info.Reset || len(info.Changes) == 0 {
+		return
+	}
+	select {
+	case r.in <- item{info: info}:
+	default:
+		r.dropped.Add(1)
+	}
+}
+
+func (r *Recorder) apply(info *statemachine.AppliedInfo) {
 	sh := int(info.ShardID) - 1
 	if sh < 0 || sh >= len(r.shards) || info.Reset || len(info.Changes) == 0 {
 		return
@@ -341,22 +402,23 @@ func (r *Recorder) Applied(info *statemachine.AppliedInfo) {
 			continue
 		}
 		j, st := &c.View.Job, &c.View.State
+		var s *series // looked up once a job, when it has a sample
 		if st.StartedAt > seen {
 			newest = max(newest, st.StartedAt)
 			if from, ok := runnableAt(c.View, c.NewErrors); ok {
-				r.addLatency(h, j.Queue, st.StartedAt, st.StartedAt-from, true)
+				s = r.addLatency(h, s, j.Queue, st.StartedAt, st.StartedAt-from, true)
 			}
 		}
 		for k := range c.NewErrors {
 			e := &c.NewErrors[k]
 			if e.At > seen && e.StartedAt > 0 {
 				newest = max(newest, e.At)
-				r.addLatency(h, j.Queue, e.At, e.At-e.StartedAt, false)
+				s = r.addLatency(h, s, j.Queue, e.At, e.At-e.StartedAt, false)
 			}
 		}
 		if st.State == statemachine.StateCompleted && st.CompletedAt > seen && st.StartedAt > 0 {
 			newest = max(newest, st.CompletedAt)
-			r.addLatency(h, j.Queue, st.CompletedAt, st.CompletedAt-st.StartedAt, false)
+			r.addLatency(h, s, j.Queue, st.CompletedAt, st.CompletedAt-st.StartedAt, false)
 		}
 	}
 	h.seen = newest
@@ -398,14 +460,17 @@ func runnableAt(v *statemachine.JobView, newErrors []statemachine.JobError) (int
 	return max(from, min(due, st.StartedAt)), true
 }
 
-func (r *Recorder) addLatency(h *shardHistory, queue string, at, d int64, wait bool) {
-	s := h.queues[queue]
+// addLatency records a sample of queue (its series s when known) and
+// returns its series (nil: not recorded, past MaxQueues).
+func (r *Recorder) addLatency(h *shardHistory, s *series, queue string, at, d int64, wait bool) *series {
 	if s == nil {
-		if len(h.queues) >= r.cfg.MaxQueues {
-			return
+		if s = h.queues[queue]; s == nil {
+			if len(h.queues) >= r.cfg.MaxQueues {
+				return nil
+			}
+			s = &series{}
+			h.queues[queue] = s
 		}
-		s = &series{}
-		h.queues[queue] = s
 	}
 	b := floorDiv(at, int64(Step))
 	if s.lat == nil {
@@ -414,7 +479,7 @@ func (r *Recorder) addLatency(h *shardHistory, queue string, at, d int64, wait b
 	slot := &s.lat[b%r.window]
 	if slot.b != b {
 		if slot.b > b {
-			return // older than the window
+			return s // older than the window
 		}
 		slot.b = b
 		slot.wait.reset()
@@ -426,6 +491,7 @@ func (r *Recorder) addLatency(h *shardHistory, queue string, at, d int64, wait b
 	} else {
 		slot.run.add(us)
 	}
+	return s
 }
 
 // Quantiles are p50, p95 and p99 in milliseconds.

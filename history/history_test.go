@@ -18,7 +18,7 @@ type clock struct {
 	t  time.Time
 }
 
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -27,6 +27,7 @@ func newRecorder(t *testing.T, c *clock) *Recorder {
 	t.Helper()
 	r, err := New(Config{Shards: 2, Now: c.Now})
 	require.NoError(t, err)
+	t.Cleanup(r.Close)
 	return r
 }
 
@@ -76,28 +77,28 @@ func TestLatencyFromChanges(t *testing.T) {
 	r := newRecorder(t, c)
 	ns := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
 	// Replayed from before the recorder started: not counted.
-	r.Applied(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
+	r.apply(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
 		change("q", statemachine.JobState{State: statemachine.StateCompleted, Attempt: 1, StartedAt: ns(-3 * time.Second), CompletedAt: ns(-time.Second)}, ns(-5*time.Second)),
 	}})
 	// Started 2 s after creation, in one Update; completed 3 s later in another.
-	r.Applied(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
+	r.apply(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
 		change("q", statemachine.JobState{State: statemachine.StateActive, Attempt: 1, StartedAt: ns(2 * time.Second)}, ns(0)),
 	}})
 	// A heartbeat of it: no second wait.
-	r.Applied(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
+	r.apply(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
 		change("q", statemachine.JobState{State: statemachine.StateActive, Attempt: 1, StartedAt: ns(2 * time.Second)}, ns(0)),
 	}})
-	r.Applied(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
+	r.apply(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
 		change("q", statemachine.JobState{State: statemachine.StateCompleted, Attempt: 1, StartedAt: ns(2 * time.Second), CompletedAt: ns(5 * time.Second)}, ns(0)),
 	}})
 	// Started and failed in one Update: a wait and a run.
-	r.Applied(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
+	r.apply(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{
 		change("q", statemachine.JobState{State: statemachine.StateRetrying, Attempt: 1, StartedAt: ns(6 * time.Second), FailedAt: ns(8 * time.Second)}, ns(4*time.Second),
 			statemachine.JobError{Attempt: 1, At: ns(8 * time.Second), StartedAt: ns(6 * time.Second), RetryAt: ns(9 * time.Second)}),
 	}})
 	// Its retry starts 1.5 s after the backoff (5 s by default) ended.
 	v := change("q", statemachine.JobState{State: statemachine.StateActive, Attempt: 2, StartedAt: ns(14500 * time.Millisecond), FailedAt: ns(8 * time.Second)}, ns(4*time.Second))
-	r.Applied(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{v}})
+	r.apply(&statemachine.AppliedInfo{ShardID: 1, Changes: []statemachine.JobChange{v}})
 	c.Set(t0.Add(20 * time.Second))
 	lat := r.Latency([]int{0}, nil)
 	require.Len(t, lat, 1)
@@ -170,6 +171,7 @@ func TestHistoryKeepsADay(t *testing.T) {
 	c := &clock{t: t0}
 	r, err := New(Config{Shards: 1, Now: c.Now, Keep: time.Hour})
 	require.NoError(t, err)
+	t.Cleanup(r.Close)
 	for i := 0; i < 2*360; i++ {
 		r.Sample(0, t0.Add(time.Duration(i)*Step), []QueueSample{{Name: "q", Enqueued: int64(i * i)}})
 	}
@@ -196,6 +198,19 @@ func TestConfigDefaults(t *testing.T) {
 	require.Error(t, bad.Validate())
 }
 
+func TestAppliedQueues(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	r := newRecorder(t, c)
+	at := t0.Add(time.Second).UnixNano()
+	r.Applied(&statemachine.AppliedInfo{ShardID: 2, Changes: []statemachine.JobChange{
+		change("q", statemachine.JobState{State: statemachine.StateActive, Attempt: 1, StartedAt: at}, at-int64(time.Second)),
+	}})
+	r.Sync()
+	require.Equal(t, uint64(1), r.Latency([]int{1}, nil)["q"].Wait.N)
+	require.Equal(t, 1000.0, r.Latency([]int{1}, nil)["q"].Wait.P50)
+}
+
 // BenchmarkApplied is the cost per job of taking latency from an Update's
 // changes: 64 jobs an Update, each started and completed (two samples).
 func BenchmarkApplied(b *testing.B) {
@@ -204,6 +219,7 @@ func BenchmarkApplied(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer r.Close()
 	queues := []string{"a", "b", "c", "d"}
 	info := &statemachine.AppliedInfo{ShardID: 1, Changes: make([]statemachine.JobChange, 64)}
 	for k := range info.Changes {
@@ -213,11 +229,27 @@ func BenchmarkApplied(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += len(info.Changes) {
+		at += int64(time.Second) // later than every start and finish before
 		for k := range info.Changes {
 			at += 1000
 			v := info.Changes[k].View
 			v.Job.CreatedAt, v.State.StartedAt, v.State.CompletedAt = at-int64(k)*int64(time.Millisecond), at, at+int64(k)*int64(time.Millisecond)
 		}
+		r.apply(info)
+	}
+}
+
+// BenchmarkAppliedHandOff is what the apply path pays: one channel send an
+// Update (the goroutine's work is BenchmarkApplied's).
+func BenchmarkAppliedHandOff(b *testing.B) {
+	r, err := New(Config{Shards: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	info := &statemachine.AppliedInfo{ShardID: 1, Changes: make([]statemachine.JobChange, 1)}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
 		r.Applied(info)
 	}
 }
