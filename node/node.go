@@ -37,7 +37,7 @@ type Node struct {
 	host *shard.Host
 	mir  *mirror.Mirror // nil with NoMirror
 	hist *history.Recorder
-	hub  *events.Hub    // nil with NoEvents
+	hub  *events.Hub // nil with NoEvents
 	gw   *gateway.Server
 	peer *peer.Client
 
