@@ -46,6 +46,7 @@ var permissions = map[string]auth.Permission{
 	"DELETE /api/v1/bulk/{id}":               auth.PermJobsManage,
 	"GET /api/v1/bulk/{id}/progress":         auth.PermJobsManage,
 	"GET /api/v1/queues":                     auth.PermQueuesRead,
+	"GET /api/v1/queues/history":             auth.PermQueuesRead,
 	"POST /api/v1/queues/{name}/pause":       auth.PermQueuesManage,
 	"POST /api/v1/queues/{name}/resume":      auth.PermQueuesManage,
 	"POST /api/v1/queues/{name}/concurrency": auth.PermQueuesManage,

@@ -55,6 +55,7 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 		all = kept
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	lat := s.queueLatencies(ctx)
 	b := []byte(`{"queues":[`)
 	for i := range all {
 		if i > 0 {
@@ -75,6 +76,8 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 		} else {
 			b = append(b, "null"...)
 		}
+		b = append(b, `,"latency":`...)
+		b = appendLatency(b, lat[all[i].Name])
 		b = append(b, '}')
 	}
 	writeJSON(ctx, 200, append(b, "]}"...))

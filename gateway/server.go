@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/history"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
@@ -64,6 +65,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	Logger         zerolog.Logger
 	Mirror         Mirror // search; nil: search answers 503
+	// History records the queues' rates, counts and latency on this node
+	// (history.Recorder, fed by the shard host's Updates); the gateway
+	// samples it every 10 s and serves it. nil: no history, latency null.
+	History *history.Recorder
 	// OnRemoved is called when another member says this node was removed
 	// from the cluster; the server should shut down.
 	OnRemoved func()
@@ -315,6 +320,7 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/jobs/{id}/reject", s.handleRelease(false))
 	s.route(r, "DELETE", "/api/v1/jobs/{id}", s.handleDelete)
 	s.route(r, "GET", "/api/v1/queues", s.handleListQueues)
+	s.route(r, "GET", "/api/v1/queues/history", s.handleQueueHistory)
 	s.route(r, "POST", "/api/v1/queues/{name}/pause", s.handlePause(true))
 	s.route(r, "POST", "/api/v1/queues/{name}/resume", s.handlePause(false))
 	s.route(r, "POST", "/api/v1/queues/{name}/concurrency", s.handleConcurrency)
@@ -418,6 +424,9 @@ func New(cfg Config, eng Engine) *Server {
 		},
 	}
 	go s.sampleLoop()
+	if cfg.History != nil {
+		go s.historyLoop()
+	}
 	if cfg.Keys != nil && cfg.Auth != AuthOff {
 		go s.keyTouchLoop()
 	}
@@ -744,6 +753,7 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetContentType("text/plain; version=0.0.4")
 	metrics.WritePrometheus(ctx, true)
+	s.writeLatencyMetrics(ctx)
 }
 
 // The metrics library writes "# HELP" and "# TYPE" before each family only

@@ -127,6 +127,9 @@ type TestConfig struct {
 	EventsCapacity int
 	// OnApplied, when set, also hears every committed Update.
 	OnApplied func(*statemachine.AppliedInfo)
+	// Clock, when set, is the time the node stamps its Raft entries with
+	// and its history keeps (a test steps it to make known delays).
+	Clock shard.Clock
 	// ApplyDelay, when set, holds every replica of this node this long
 	// after each applied Update: a follower that trails its leader.
 	ApplyDelay time.Duration

@@ -22,6 +22,7 @@ import (
 
 	"github.com/corvohq/corvo/gateway"
 	"github.com/corvohq/corvo/gateway/events"
+	"github.com/corvohq/corvo/history"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/shard"
@@ -35,7 +36,8 @@ type Node struct {
 	ln   net.Listener
 	host *shard.Host
 	mir  *mirror.Mirror // nil with NoMirror
-	hub  *events.Hub    // nil with NoEvents
+	hist *history.Recorder
+	hub  *events.Hub // nil with NoEvents
 	gw   *gateway.Server
 	peer *peer.Client
 
@@ -136,7 +138,21 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		hcfg.JobEvents = true
 	}
-	hcfg.OnApplied = fanOut(n.mir, n.hub, cfg.Test.OnApplied)
+	// The queues' history: latency from the Updates' job changes (there
+	// when the mirror runs), counts sampled by the gateway.
+	hist := history.Config{Shards: m.Shards}
+	if c := cfg.Test.Clock; c != nil {
+		hcfg.Clock, hist.Now = c, c.Now
+	}
+	if n.hist, err = history.New(hist); err != nil {
+		return nil, fmt.Errorf("open the history: %w", err)
+	}
+	closers = append(closers, n.hist.Close)
+	hook := cfg.Test.OnApplied
+	if hcfg.JobChanges {
+		hook = chain(n.hist.Applied, hook)
+	}
+	hcfg.OnApplied = fanOut(n.mir, n.hub, hook)
 	if d := cfg.Test.ApplyDelay; d > 0 {
 		inner := hcfg.OnApplied
 		hcfg.OnApplied = func(info *statemachine.AppliedInfo) {
@@ -189,6 +205,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 	gcfg.Peer, gcfg.Cluster, gcfg.Keys = n.peer, n.host, n.host
+	gcfg.History = n.hist
 	gcfg.SessionKey = gateway.SessionKeyFrom(n.clusterSecret) // a UI session holds on every node
 	n.gw = gateway.New(gcfg, n.host)
 	return n, nil
@@ -284,6 +301,17 @@ func fanOut(mir *mirror.Mirror, hub *events.Hub, hook func(*statemachine.Applied
 	}
 }
 
+// chain calls a, then b when there is one.
+func chain(a, b func(*statemachine.AppliedInfo)) func(*statemachine.AppliedInfo) {
+	if b == nil {
+		return a
+	}
+	return func(info *statemachine.AppliedInfo) { a(info); b(info) }
+}
+
+// History is the node's record of its queues' rates, counts and latency.
+func (n *Node) History() *history.Recorder { return n.hist }
+
 // Addr is the address the node's HTTP server listens on.
 func (n *Node) Addr() string { return n.ln.Addr().String() }
 
@@ -347,6 +375,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if n.mir != nil {
 			n.mir.Close()
 		}
+		n.hist.Close()
 	})
 	return n.shutErr
 }

@@ -3,6 +3,7 @@ package top
 import (
 	"encoding/json"
 	"fmt"
+	corvo "github.com/corvohq/corvo/sdk/go"
 	"io"
 	"math"
 	"strings"
@@ -57,6 +58,8 @@ type ReportQueue struct {
 	// OldestPending is the age in seconds of the oldest pending job; null
 	// when nothing is pending or it is unknown.
 	OldestPending *float64 `json:"oldest_pending_s"`
+	// Latency is the server's wait and run quantiles over its window.
+	Latency *corvo.QueueLatency `json:"latency"`
 }
 
 // ReportWorker is one worker.
@@ -98,7 +101,7 @@ func NewReport(url string, s *Snapshot) Report {
 		rep.Queues = append(rep.Queues, ReportQueue{Name: r.Name, Pending: r.Pending, Active: r.Active, Scheduled: r.Scheduled,
 			Retrying: r.Retrying, Held: r.Held, Completed: r.Completed, Dead: r.Dead, Paused: r.Paused,
 			EnqueuedPerS: ptr(r.Rate.Known, r.Rate.Enqueued), CompletedPerS: ptr(r.Rate.Known, r.Rate.Completed),
-			FailedPerS: ptr(r.Rate.Known, r.Rate.Failed), OldestPending: ageSeconds(r.Oldest)})
+			FailedPerS: ptr(r.Rate.Known, r.Rate.Failed), OldestPending: ageSeconds(r.Oldest), Latency: r.Latency})
 	}
 	for _, w := range sortedWorkers(s.Workers) {
 		rep.Totals.WorkerJobs += w.ActiveJobs
@@ -140,17 +143,17 @@ func (r Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "corvo top  %s  %s  status %s, %d shards (this node leads %d)\n\n", r.URL, r.At.Format(time.RFC3339),
 		r.Health.Status, r.Health.Shards, r.Health.ShardsLed)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tHELD\tDEAD\tPAUSED\tENQ/S\tDONE/S\tFAIL/S\tOLDEST")
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tHELD\tDEAD\tPAUSED\tENQ/S\tDONE/S\tFAIL/S\tOLDEST\tWAIT P95\tRUN P95")
 	for _, q := range r.Queues {
 		paused := ""
 		if q.Paused {
 			paused = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Held, q.Dead,
-			paused, f(q.EnqueuedPerS), f(q.CompletedPerS), f(q.FailedPerS), age(q.OldestPending))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Held, q.Dead,
+			paused, f(q.EnqueuedPerS), f(q.CompletedPerS), f(q.FailedPerS), age(q.OldestPending), fmtP95(q.Latency, false), fmtP95(q.Latency, true))
 	}
 	t := r.Totals
-	fmt.Fprintf(tw, "TOTAL (%d)\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Queues, t.Pending, t.Active, t.Scheduled, t.Retrying, t.Held, t.Dead,
+	fmt.Fprintf(tw, "TOTAL (%d)\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\t\n", t.Queues, t.Pending, t.Active, t.Scheduled, t.Retrying, t.Held, t.Dead,
 		t.PausedQueues, f(t.EnqueuedPerS), f(t.CompletedPerS), f(t.FailedPerS), age(t.OldestPending))
 	if err := tw.Flush(); err != nil {
 		return err

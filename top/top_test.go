@@ -393,8 +393,11 @@ func TestClient(t *testing.T) {
 	require.Equal(t, 2.0, rep.Workers[0].IdleS)
 	var tbl strings.Builder
 	require.NoError(t, rep.WriteTable(&tbl))
-	require.Regexp(t, `\ba\s+1\s+2\s+3\s+4\s+7\s+6\s+paused\s+1\.5\s+0\.5\s+0\.0\s+-\n`, tbl.String())
-	require.Regexp(t, `\bb\s+9\s+0\s+0\s+0\s+0\s+0\s+-\s+-\s+-\s+2m00s\n`, tbl.String())
+	require.Equal(t, "1.5s", fmtP95(&corvo.QueueLatency{WaitMs: &corvo.Quantiles{P95: 1500}}, false))
+	require.Equal(t, "250ms", fmtP95(&corvo.QueueLatency{RunMs: &corvo.Quantiles{P95: 250}}, true))
+	require.Equal(t, "-", fmtP95(&corvo.QueueLatency{WaitMs: &corvo.Quantiles{P95: 250}}, true))
+	require.Regexp(t, `\ba\s+1\s+2\s+3\s+4\s+7\s+6\s+paused\s+1\.5\s+0\.5\s+0\.0\s+-\s+-\s+-\n`, tbl.String(), "no latency yet: WAIT P95 and RUN P95 are -")
+	require.Regexp(t, `\bb\s+9\s+0\s+0\s+0\s+0\s+0\s+-\s+-\s+-\s+2m00s\s+-\s+-\n`, tbl.String())
 	require.Regexp(t, `TOTAL \(3\)\s+10\s+2\s+3\s+4\s+7\s+6\s+1\s+1\.5`, tbl.String())
 	require.Regexp(t, `w1\s+a\s+2\s+2s ago`, tbl.String())
 

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
 var (
@@ -87,8 +90,8 @@ func (m Model) render() string {
 		nameW = max(nameW, lipgloss.Width(r.Name))
 	}
 	nameW = min(nameW, 40)
-	cols := func(name, a, b, c, d, held, e, f, g, h, i, state string) string {
-		return fmt.Sprintf("  %s %8s %8s %8s %8s %8s %8s %9s %9s %9s %8s  %s", pad(name, nameW), a, b, c, d, held, e, f, g, h, i, state)
+	cols := func(name, a, b, c, d, held, e, f, g, h, i, wait, run, state string) string {
+		return fmt.Sprintf("  %s %8s %8s %8s %8s %8s %8s %9s %9s %9s %8s %8s %8s  %s", pad(name, nameW), a, b, c, d, held, e, f, g, h, i, wait, run, state)
 	}
 	start, end := window(len(m.rows), m.offset, qRows)
 	qtitle := fmt.Sprintf("QUEUES %d", len(m.rows))
@@ -96,7 +99,7 @@ func (m Model) render() string {
 		qtitle += fmt.Sprintf(" (%d–%d shown)", start+1, end)
 	}
 	line(styleTitle.Render(qtitle))
-	line(styleHeader.Render(cols("QUEUE", "PENDING", "ACTIVE", "SCHED", "RETRY", "HELD", "DEAD", "ENQ/S", "DONE/S", "FAIL/S", "OLDEST", "")))
+	line(styleHeader.Render(cols("QUEUE", "PENDING", "ACTIVE", "SCHED", "RETRY", "HELD", "DEAD", "ENQ/S", "DONE/S", "FAIL/S", "OLDEST", "WAIT95", "RUN95", "")))
 	if len(m.rows) == 0 {
 		line(styleDim.Render("  no queues yet"))
 	}
@@ -107,7 +110,8 @@ func (m Model) render() string {
 			state = "paused"
 		}
 		s := cols(r.Name, fmt.Sprint(r.Pending), fmt.Sprint(r.Active), fmt.Sprint(r.Scheduled), fmt.Sprint(r.Retrying), fmt.Sprint(r.Held), fmt.Sprint(r.Dead),
-			fmtRate(r.Rate.Known, r.Rate.Enqueued), fmtRate(r.Rate.Known, r.Rate.Completed), fmtRate(r.Rate.Known, r.Rate.Failed), fmtAge(r.Oldest), state)
+			fmtRate(r.Rate.Known, r.Rate.Enqueued), fmtRate(r.Rate.Known, r.Rate.Completed), fmtRate(r.Rate.Known, r.Rate.Failed), fmtAge(r.Oldest),
+			fmtP95(r.Latency, false), fmtP95(r.Latency, true), state)
 		switch {
 		case i == m.cursor:
 			s = ">" + s[1:]
@@ -184,4 +188,27 @@ func window(n, offset, size int) (int, int) {
 func pad(s string, w int) string {
 	s = ansi.Truncate(s, w, "…")
 	return s + strings.Repeat(" ", w-lipgloss.Width(s))
+}
+
+// fmtP95 is a queue's p95 wait (or run) time over the server's window, "-"
+// when it has none.
+func fmtP95(l *corvo.QueueLatency, run bool) string {
+	if l == nil {
+		return "-"
+	}
+	q := l.WaitMs
+	if run {
+		q = l.RunMs
+	}
+	if q == nil {
+		return "-"
+	}
+	d := time.Duration(q.P95 * float64(time.Millisecond))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return fmtAge(d)
 }

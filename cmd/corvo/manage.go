@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -278,12 +279,46 @@ func newStatusCmd() *cobra.Command {
 
 var renderQueues = render(func(w io.Writer, qs *corvo.QueueList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tHELD\tCOMPLETED\tDEAD\tPAUSED")
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRYING\tHELD\tCOMPLETED\tDEAD\tPAUSED\tWAIT P95\tRUN P95")
 	for _, q := range qs.Queues {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Held, q.Completed, q.Dead, q.Paused)
+		wait, run := latencyP95(q.Latency)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%s\t%s\n", q.Name, q.Pending, q.Active, q.Scheduled, q.Retrying, q.Held, q.Completed, q.Dead, q.Paused,
+			wait, run)
 	}
 	return tw.Flush()
 })
+
+// latencyP95 renders a queue's p95 wait and run times over the server's
+// window ("-" when there were none).
+func latencyP95(l *corvo.QueueLatency) (wait, run string) {
+	wait, run = "-", "-"
+	if l == nil {
+		return
+	}
+	if l.WaitMs != nil {
+		wait = fmtMs(l.WaitMs.P95)
+	}
+	if l.RunMs != nil {
+		run = fmtMs(l.RunMs.P95)
+	}
+	return
+}
+
+// fmtMs renders milliseconds with three significant digits: 850µs, 12.3ms,
+// 2.02s, 3m5s.
+func fmtMs(ms float64) string {
+	d := time.Duration(ms * float64(time.Millisecond))
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return strconv.FormatFloat(ms, 'f', max(0, 2-int(math.Log10(ms))), 64) + "ms"
+	case d < time.Minute:
+		s := ms / 1e3
+		return strconv.FormatFloat(s, 'f', max(0, 2-int(math.Log10(s))), 64) + "s"
+	}
+	return d.Round(time.Second).String()
+}
 
 // stamp renders a time as the server does.
 func stamp(t time.Time) string { return t.UTC().Format(gateway.TimeFormat) }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // Enqueue adds a job. Concurrent calls are coalesced (like ioredis'
@@ -244,6 +245,38 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	var out QueueList
 	_, err := c.do(ctx, http.MethodGet, "/api/v1/queues", nil, &out)
 	return out.Queues, err
+}
+
+// QueueHistoryParams asks GET /api/v1/queues/history for the queues named
+// (none: every queue) over the last Since (default one hour) in points of
+// Step (a multiple of 10 s; default 10 s).
+type QueueHistoryParams struct {
+	Queues []string
+	Since  time.Duration
+	Step   time.Duration
+}
+
+// QueueHistory reads the server's history of the queues' rates and counts.
+func (c *Client) QueueHistory(ctx context.Context, p QueueHistoryParams) (*QueueHistory, error) {
+	q := url.Values{}
+	for _, name := range p.Queues {
+		q.Add("queue", name)
+	}
+	if p.Since > 0 {
+		q.Set("since", p.Since.String())
+	}
+	if p.Step > 0 {
+		q.Set("step", p.Step.String())
+	}
+	path := "/api/v1/queues/history"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out QueueHistory
+	if _, err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // QueueAction runs pause, resume, clear or drain on a queue.

@@ -182,6 +182,64 @@ type Queue struct {
 	// Throughput is the server's measure over about a minute; nil until it
 	// has one.
 	Throughput *QueueThroughput `json:"throughput"`
+	// Latency is the queue's wait and run times over the last 5 minutes;
+	// nil when no job of it started or finished then.
+	Latency *QueueLatency `json:"latency"`
+}
+
+// QueueLatency is a queue's wait time (from when an attempt could run —
+// created, scheduled_at, or the end of a retry's backoff — to its start)
+// and run time (start to completion or failure), over the last WindowS
+// seconds. Each is nil when there was no sample of it.
+type QueueLatency struct {
+	WaitMs  *Quantiles `json:"wait_ms"`
+	RunMs   *Quantiles `json:"run_ms"`
+	WindowS int        `json:"window_s"`
+}
+
+// Quantiles are p50, p95 and p99 in milliseconds (within 1.6% of a
+// sample; the largest and smallest sample exact), and the number of
+// samples they were taken from.
+type Quantiles struct {
+	P50     float64 `json:"p50"`
+	P95     float64 `json:"p95"`
+	P99     float64 `json:"p99"`
+	Samples uint64  `json:"samples"`
+}
+
+// QueueHistory is GET /api/v1/queues/history: per StepS-second point
+// (T holds each point's start, Unix seconds), the rates and counts of the
+// queues asked for and of all of them together. A value is null where the
+// server holds no record (the node hosting the shard was not running, or
+// for rates the bucket before that).
+type QueueHistory struct {
+	StepS  int                  `json:"step_s"`
+	T      []int64              `json:"t"`
+	Total  HistorySeries        `json:"total"`
+	Queues []QueueHistorySeries `json:"queues"`
+	// Sampled is set in a part of a history another node asked for
+	// (?shards=): whether each point was recorded on one of them.
+	Sampled []bool `json:"sampled,omitempty"`
+}
+
+// HistorySeries is one line of each chart: jobs per second and counts.
+type HistorySeries struct {
+	EnqueuedPerS  []*float64 `json:"enqueued_per_s"`
+	CompletedPerS []*float64 `json:"completed_per_s"`
+	FailedPerS    []*float64 `json:"failed_per_s"`
+	Pending       []*int64   `json:"pending"`
+	Active        []*int64   `json:"active"`
+	Waiting       []*int64   `json:"waiting"` // scheduled + retrying
+	// OldestPendingS is how long the next job to fetch had waited, in
+	// seconds (for the total: the longest of any queue).
+	OldestPendingS []*int64 `json:"oldest_pending_s"`
+}
+
+// QueueHistorySeries is one queue's history and its latency now.
+type QueueHistorySeries struct {
+	Name string `json:"name"`
+	HistorySeries
+	Latency *QueueLatency `json:"latency"`
 }
 
 // QueueTotals are a queue's running counters.

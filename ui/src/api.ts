@@ -19,6 +19,23 @@ export interface Queue {
   throttle: Throttle | null
   totals?: { enqueued: number; completed: number; failed: number; dead: number }
   throughput: { enqueued_per_s: number; completed_per_s: number; failed_per_s: number } | null
+  // Wait (runnable → started) and run (started → finished) times over the
+  // last window_s seconds; null when nothing started or finished then.
+  latency?: QueueLatency | null
+}
+
+export interface Quantiles { p50: number; p95: number; p99: number; samples: number }
+export interface QueueLatency { wait_ms: Quantiles | null; run_ms: Quantiles | null; window_s: number }
+
+export interface HistorySeries {
+  enqueued_per_s: (number | null)[]; completed_per_s: (number | null)[]; failed_per_s: (number | null)[]
+  pending: (number | null)[]; active: (number | null)[]; waiting: (number | null)[]; oldest_pending_s: (number | null)[]
+}
+export interface QueueHistory {
+  step_s: number
+  t: number[]
+  total: HistorySeries
+  queues: (HistorySeries & { name: string; latency: QueueLatency | null })[]
 }
 
 export interface Progress { current?: number; total?: number; message?: string }
@@ -211,6 +228,7 @@ const A = '/api/v1'
 export const api = {
   health: (s?: AbortSignal) => call<Health>('GET', '/healthz', undefined, s),
   queues: (s?: AbortSignal) => call<{ queues: Queue[] }>('GET', `${A}/queues`, undefined, s).then((r) => r.queues),
+  queueHistory: (since: string, s?: AbortSignal) => call<QueueHistory>('GET', `${A}/queues/history?since=${enc(since)}`, undefined, s),
   pause: (q: string) => call('POST', `${A}/queues/${enc(q)}/pause`),
   resume: (q: string) => call('POST', `${A}/queues/${enc(q)}/resume`),
   clear: (q: string) => call<{ cleared: number }>('POST', `${A}/queues/${enc(q)}/clear`),

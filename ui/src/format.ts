@@ -94,3 +94,10 @@ export function shortId(id: string): string {
   const head = m ? m[1] : id.slice(0, 6)
   return head + '…' + id.slice(-8)
 }
+
+// fmtQuantiles renders p50 / p95 / p99 (milliseconds) as durations; "—"
+// when there were no samples.
+export function fmtQuantiles(q: { p50: number; p95: number; p99: number } | null | undefined): string {
+  if (!q) return '—'
+  return `${fmtDuration(q.p50)} / ${fmtDuration(q.p95)} / ${fmtDuration(q.p99)}`
+}

@@ -23,6 +23,11 @@ export class Series {
 
   get length() { return this.t.length }
 
+  clear() {
+    this.t.length = 0
+    this.cols.clear()
+  }
+
   // data gives uPlot's columns for the named series (in order).
   data(names: string[]): [number[], ...(number | null)[][]] {
     return [this.t.slice(), ...names.map((n) => (this.cols.get(n) ?? new Array(this.t.length).fill(null)).slice())]

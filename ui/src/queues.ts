@@ -1,13 +1,60 @@
-// Queue history: every time the UI loads the queue list it records a sample
-// here, so the charts show throughput and depth over the time the tab has
-// been open (up to the last 30 minutes at one sample per 5 s).
-import type { Queue } from './api'
+// Queue history behind the charts: on the first load of a tab the server's
+// history of the last 30 minutes (GET /queues/history, 10 s points kept by
+// the server), then a sample every time the UI loads the queue list, so
+// the charts show the recent past at once and move while the tab is open.
+import { api, type Queue, type QueueHistory } from './api'
 import { Series } from './history'
 
 export const history = new Series(360)
 const prev = new Map<string, { t: number; enq: number; done: number; fail: number }>()
 
 export const ALL = '*'
+
+// HISTORY_SINCE is how far back the charts start (the server keeps 24 h).
+export const HISTORY_SINCE = '30m'
+
+let loading: Promise<void> | null = null
+
+// loadHistory fills the series from the server's history, once per tab
+// (the first page with a chart asks; later ones reuse it). A failure
+// leaves the charts to the tab's own samples and is tried again next time.
+export function loadHistory(signal?: AbortSignal): Promise<void> {
+  if (!loading) {
+    loading = api.queueHistory(HISTORY_SINCE, signal).then(addHistory, () => { loading = null })
+  }
+  return loading
+}
+
+// addHistory adds the server's points (each at its bucket's end) before
+// any sample the tab took.
+export function addHistory(h: QueueHistory) {
+  if (history.length) return
+  const cols: [string, (number | null)[]][] = [
+    [`${ALL}|enq`, h.total.enqueued_per_s], [`${ALL}|done`, h.total.completed_per_s], [`${ALL}|fail`, h.total.failed_per_s],
+    [`${ALL}|pending`, h.total.pending], [`${ALL}|active`, h.total.active], [`${ALL}|waiting`, h.total.waiting],
+    [`${ALL}|oldest`, h.total.oldest_pending_s],
+  ]
+  for (const q of h.queues) {
+    cols.push([`${q.name}|enq`, q.enqueued_per_s], [`${q.name}|done`, q.completed_per_s], [`${q.name}|fail`, q.failed_per_s],
+      [`${q.name}|pending`, q.pending], [`${q.name}|active`, q.active], [`${q.name}|waiting`, q.waiting])
+  }
+  h.t.forEach((t, i) => {
+    const v: Record<string, number | null> = {}
+    let any = false
+    for (const [k, col] of cols) {
+      v[k] = col[i] ?? null
+      if (v[k] !== null) any = true
+    }
+    if (any) history.add(t + h.step_s, v)
+  })
+}
+
+// resetHistory forgets everything (tests).
+export function resetHistory() {
+  loading = null
+  prev.clear()
+  history.clear()
+}
 
 // rates computes per-second rates from the change in the queue's totals
 // since the previous sample; before there is one (or without totals) it

@@ -25,6 +25,13 @@ function gridColor() {
   return getComputedStyle(document.documentElement).getPropertyValue('--grid').trim() || 'rgba(128,128,128,.15)'
 }
 
+// xRange is the time axis: the data's span, at least a minute, and the five
+// minutes before now when there is no data yet.
+export function xRange(min: number | null, max: number | null, now: number): [number, number] {
+  if (min == null || max == null || !Number.isFinite(min) || !Number.isFinite(max)) return [now - 300, now]
+  return [Math.min(min, max - 60), max]
+}
+
 export function Chart({ title, series, data, height = 180, unit, summary }: Props) {
   const box = useRef<HTMLDivElement>(null)
   const plot = useRef<uPlot | null>(null)
@@ -40,8 +47,9 @@ export function Chart({ title, series, data, height = 180, unit, summary }: Prop
       legend: { show: true, live: false },
       cursor: { drag: { x: false, y: false } },
       // At least the last minute, so a chart with few samples still reads
-      // as "recent" rather than spanning years.
-      scales: { x: { time: true, range: (_u, min, max) => [Math.min(min, max - 60), max] }, y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      // as "recent" rather than spanning years; before the first sample
+      // (min and max null) the last five minutes, not uPlot's guess.
+      scales: { x: { time: true, range: (_u, min, max) => xRange(min, max, Date.now() / 1000) }, y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] } },
       axes: [
         { stroke: axisColor(), grid: { stroke: gridColor(), width: 1 }, ticks: { stroke: gridColor() } },
         { stroke: axisColor(), grid: { stroke: gridColor(), width: 1 }, ticks: { stroke: gridColor() }, size: 56, values: (_u, vals) => vals.map((v) => fmt(v)) },

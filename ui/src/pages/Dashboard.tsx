@@ -2,7 +2,7 @@ import { api, type ClusterStatus, type JobRow, type Queue, type Worker } from '.
 import { useLive } from '../live'
 import { href } from '../router'
 import { fmtAgo, fmtDuration, fmtNum, fmtRate, shortId } from '../format'
-import { history, recordQueues, totals, ALL } from '../queues'
+import { history, loadHistory, recordQueues, totals, ALL } from '../queues'
 import { Chart, PALETTE } from '../components/Chart'
 import { Empty, ErrorNote, Stat, StateBadge } from '../components/ui'
 import { QueueTable } from './Queues'
@@ -25,6 +25,7 @@ async function loadDash(signal: AbortSignal): Promise<DashData> {
     api.search({ state: ['retrying', 'dead'], has_errors: true, limit: 8 }, signal).then((p) => p.jobs, () => []),
     api.workers(signal).catch(() => []),
     api.cluster(signal).catch(() => null),
+    loadHistory(signal),
   ])
   const now = Date.now()
   const oldestAge = oldest ? Math.max(0, now - Date.parse(oldest.created_at)) / 1000 : 0

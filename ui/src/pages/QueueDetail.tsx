@@ -2,8 +2,8 @@ import { useState } from 'preact/hooks'
 import { api } from '../api'
 import { useLive } from '../live'
 import { navigate } from '../router'
-import { fmtNum, fmtRate } from '../format'
-import { history, recordQueues } from '../queues'
+import { fmtNum, fmtRate, fmtQuantiles } from '../format'
+import { history, loadHistory, recordQueues } from '../queues'
 import { Chart, PALETTE } from '../components/Chart'
 import { JobSearch } from '../components/JobSearch'
 import { EnqueueDialog } from '../components/EnqueueDialog'
@@ -11,7 +11,7 @@ import { act, Dialog, ErrorNote, Stat } from '../components/ui'
 import { PauseButton, QueueSettingsDialog } from './Queues'
 
 export function QueueDetail({ name, query }: { name: string; query: URLSearchParams }) {
-  const { data: queues, error, reload } = useLive(async (s) => { const qs = await api.queues(s); recordQueues(qs); return qs }, 'queues', { pollLiveMs: 5000, pollOfflineMs: 2000 })
+  const { data: queues, error, reload } = useLive(async (s) => { const [qs] = await Promise.all([api.queues(s), loadHistory(s)]); recordQueues(qs); return qs }, 'queues', { pollLiveMs: 5000, pollOfflineMs: 2000 })
   const [confirm, setConfirm] = useState<'clear' | 'drain' | 'delete' | null>(null)
   const [limits, setLimits] = useState(false)
   const [enqueue, setEnqueue] = useState(false)
@@ -51,6 +51,8 @@ export function QueueDetail({ name, query }: { name: string; query: URLSearchPar
             <span>Throughput: {fmtRate(last(`${name}|done`))}</span>
             <span>Concurrency: {q.max_concurrency ?? 'no cap'}</span>
             <span>Throttle: {q.throttle ? `${q.throttle.rate} per ${q.throttle.period}` : 'none'}</span>
+            <span data-testid="q-wait" title="From runnable to started, over the last 5 minutes">Wait p50/p95/p99: {fmtQuantiles(q.latency?.wait_ms)}</span>
+            <span data-testid="q-run" title="From started to finished, over the last 5 minutes">Run p50/p95/p99: {fmtQuantiles(q.latency?.run_ms)}</span>
           </p>
           <div class="stats">
             <Stat label="Pending" value={fmtNum(q.pending)} testid="q-pending" />

@@ -2,8 +2,8 @@ import { useState } from 'preact/hooks'
 import { api, type Queue } from '../api'
 import { useLive } from '../live'
 import { href } from '../router'
-import { fmtNum, fmtRate } from '../format'
-import { recordQueues, rates } from '../queues'
+import { fmtNum, fmtQuantiles, fmtRate } from '../format'
+import { loadHistory, recordQueues, rates } from '../queues'
 import { act, Dialog, Empty, ErrorNote } from '../components/ui'
 
 export function PauseButton({ q, onDone }: { q: Queue; onDone?: () => void }) {
@@ -35,6 +35,8 @@ export function QueueTable({ queues, compact, onChange }: { queues: Queue[]; com
             <th scope="col" class="num">Done</th>
             <th scope="col" class="num">Dead</th>
             <th scope="col" class="num hide-sm">Rate</th>
+            <th scope="col" class="num hide-sm" title="From runnable to started, over the last 5 minutes">Wait p50/p95/p99</th>
+            <th scope="col" class="num hide-sm" title="From started to finished, over the last 5 minutes">Run p50/p95/p99</th>
             {!compact && <th scope="col" class="hide-sm">Limits</th>}
             <th scope="col"><span class="sr-only">Actions</span></th>
           </tr>
@@ -53,6 +55,8 @@ export function QueueTable({ queues, compact, onChange }: { queues: Queue[]; com
               <td class="num">{fmtNum(q.completed)}</td>
               <td class="num">{q.dead ? <a href={href('/dead', `queue=${encodeURIComponent(q.name)}`)} class="bad">{fmtNum(q.dead)}</a> : '0'}</td>
               <td class="num hide-sm">{q.paused ? '—' : fmtRate(rates(q, 0, undefined).done)}</td>
+              <td class="num hide-sm" data-testid="q-wait">{fmtQuantiles(q.latency?.wait_ms)}</td>
+              <td class="num hide-sm" data-testid="q-run">{fmtQuantiles(q.latency?.run_ms)}</td>
               {!compact && (
                 <td class="hide-sm small">
                   {q.max_concurrency ? `≤${q.max_concurrency} active` : ''}
@@ -72,7 +76,7 @@ export function QueueTable({ queues, compact, onChange }: { queues: Queue[]; com
 
 export function QueuesPage() {
   const [filter, setFilter] = useState('')
-  const { data, error, reload } = useLive(async (s) => { const qs = await api.queues(s); recordQueues(qs); return qs }, 'queues', { pollLiveMs: 5000, pollOfflineMs: 2000 })
+  const { data, error, reload } = useLive(async (s) => { const [qs] = await Promise.all([api.queues(s), loadHistory(s)]); recordQueues(qs); return qs }, 'queues', { pollLiveMs: 5000, pollOfflineMs: 2000 })
   const list = (data ?? []).filter((q) => q.name.toLowerCase().includes(filter.toLowerCase()))
   return (
     <section aria-labelledby="h-queues">
