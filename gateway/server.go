@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
@@ -117,6 +118,11 @@ type Config struct {
 	// OIDC is single sign-on for the web UI (oidc.go); an empty Issuer
 	// turns it off.
 	OIDC OIDCConfig
+	// Memory accounts request bodies against the node's memory budget
+	// (memory.go): a write whose body does not fit is answered 429
+	// overloaded with Retry-After before its body is read. nil: bodies are
+	// bounded only by MaxBodyBytes each.
+	Memory *membudget.Account
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -225,6 +231,7 @@ type Server struct {
 	touched     keyUse     // keys seen since the last touch (authn.go)
 	sso         *sso       // single sign-on; nil when off (oidc.go)
 	limits      rateLimits // per-key token buckets (ratelimit.go)
+	bodies      *bodyLedger // request bodies against the memory budget; nil: none
 
 	sessionOnce   sync.Once
 	sessionSecret []byte
@@ -351,11 +358,16 @@ func New(cfg Config, eng Engine) *Server {
 		s.log.Error().Interface("panic", v).Str("path", string(ctx.Path())).Msg("handler panicked")
 		writeError(ctx, codeInternal.err("internal error"))
 	}
+	handler, headerReceived := r.Handler, restoreBodyLimit(cfg.MaxRestoreBytes)
+	if cfg.Memory != nil {
+		s.bodies = newBodyLedger(cfg.Memory, cfg.MaxBodyBytes)
+		handler, headerReceived = s.bodies.handler(r.Handler), s.admitBody(headerReceived)
+	}
 	s.srv = &fasthttp.Server{
-		Handler:                       r.Handler,
+		Handler:                       handler,
 		Name:                          "corvo",
 		MaxRequestBodySize:            cfg.MaxBodyBytes,
-		HeaderReceived:                restoreBodyLimit(cfg.MaxRestoreBytes),
+		HeaderReceived:                headerReceived,
 		ReadTimeout:                   5 * time.Minute,
 		IdleTimeout:                   2 * time.Minute,
 		NoDefaultContentType:          true,
@@ -365,6 +377,15 @@ func New(cfg Config, eng Engine) *Server {
 		ReadBufferSize:                MaxHeaderBytes,
 		SecureErrorLogMessage:         true, // never echo a request's headers (its key) into an answer or a log
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if s.bodies != nil {
+				if r, ok := s.bodies.take(&ctx.Request.Header); ok {
+					s.bodies.acct.Release(r.n)
+					if r.refused != nil {
+						writeError(ctx, r.refused)
+						return
+					}
+				}
+			}
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 				writeError(ctx, codePayloadTooLarge.err("request body is over the size limit"))
 				return
@@ -376,6 +397,9 @@ func New(cfg Config, eng Engine) *Server {
 			}
 			writeError(ctx, codeBadRequest.errf("cannot read the request: %v", err))
 		},
+	}
+	if s.bodies != nil {
+		s.srv.ExpectHandler, s.srv.ConnState = s.bodies.expect, s.bodies.connState
 	}
 	go s.sampleLoop()
 	if cfg.Keys != nil && cfg.Auth != AuthOff {
