@@ -228,9 +228,9 @@ type Server struct {
 	subscribers atomic.Int64 // open event streams
 	bulk        *bulkRunner
 	cors        corsPolicy
-	touched     keyUse     // keys seen since the last touch (authn.go)
-	sso         *sso       // single sign-on; nil when off (oidc.go)
-	limits      rateLimits // per-key token buckets (ratelimit.go)
+	touched     keyUse      // keys seen since the last touch (authn.go)
+	sso         *sso        // single sign-on; nil when off (oidc.go)
+	limits      rateLimits  // per-key token buckets (ratelimit.go)
 	bodies      *bodyLedger // request bodies against the memory budget; nil: none
 
 	sessionOnce   sync.Once
