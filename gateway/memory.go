@@ -17,6 +17,11 @@ import (
 // burst.
 const ReadBodyExemptBytes = 64 << 10
 
+// OverBudgetBodyBytes: while the process's measured memory is over the
+// budget, writes with larger bodies are refused; smaller ones (a fetch, an
+// ack, a heartbeat: what drains the queues) still go through.
+const OverBudgetBodyBytes = 4 << 10
+
 // bodyLedger accounts request bodies against the memory budget before
 // fasthttp reads them: HeaderReceived reserves a request's Content-Length
 // (its body limit when chunked) or marks it refused, the handler (or the
@@ -101,6 +106,9 @@ func (l *bodyLedger) admit(h *fasthttp.RequestHeader, limit int) int {
 	switch {
 	case isRead(h) && n <= ReadBodyExemptBytes:
 		l.acct.Acquire(n)
+	case n > OverBudgetBodyBytes && l.acct.Over():
+		l.acct.Refused()
+		refused, n = overBudget(), 0
 	case !l.acct.Fits(n) && !chunked:
 		refused = codePayloadTooLarge.errf("a request body of %d bytes is more than the memory budget (--max-memory) lets requests hold at once (%d bytes)",
 			n, l.acct.Max())

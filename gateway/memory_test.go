@@ -55,7 +55,8 @@ func enqueueBody(payload int) string {
 // comes back before the body is sent); a body the budget could never hold
 // is a 413; reads still work; every way a request ends (answered, body cut
 // off, refused after asking for 100 Continue) gives its bytes back, and
-// the same write then succeeds.
+// the same write then succeeds. While the process is measured over its
+// budget, larger writes are refused too.
 func TestBodiesWithinMemoryBudget(t *testing.T) {
 	const pool = 256 << 10
 	b := membudget.New(membudget.Plan{Total: 1 << 30, Pool: pool})
@@ -140,5 +141,27 @@ func TestBodiesWithinMemoryBudget(t *testing.T) {
 	resp, body = readAnswer(t, r)
 	require.Equal(t, 413, resp.StatusCode, body)
 	c.Close()
+	held(0)
+
+	// While the process's measured memory is over the budget, a write
+	// with a body over OverBudgetBodyBytes is refused; a small one (what
+	// drains queues) still goes through; once under, both do.
+	measure := func(resident int64) {
+		stop := make(chan struct{})
+		close(stop) // one measure, then return
+		b.Watch(membudget.WatchConfig{Resident: func() int64 { return resident }, HeapIdle: func() int64 { return 0 }, Release: func() {}}, stop)
+	}
+	post := func(body string) int {
+		_, r := rawRequest(t, addr, "/api/v1/enqueue", len(body), "", body)
+		resp, _ := readAnswer(t, r)
+		return resp.StatusCode
+	}
+	measure(2 << 30)
+	require.True(t, acct.Over())
+	require.Equal(t, 429, post(enqueueBody(OverBudgetBodyBytes)))
+	require.Equal(t, 201, post(enqueueBody(100)))
+	measure(100 << 20)
+	require.False(t, acct.Over())
+	require.Equal(t, 201, post(enqueueBody(OverBudgetBodyBytes)))
 	held(0)
 }

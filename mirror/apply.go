@@ -10,6 +10,7 @@ import (
 type pending struct {
 	changes map[string]*change
 	index   []uint64 // highest index seen, per shard
+	bytes   int64    // what the Updates taken from m.in hold (Config.Buffer)
 }
 
 type change struct {
@@ -84,6 +85,7 @@ func (m *Mirror) flushAll() {
 // add collects an Update's changes, unless its shard is not kept here
 // (an event queued before the shard was dropped).
 func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
+	p.bytes += infoBytes(info)
 	sh := int(info.ShardID) - 1
 	if !m.hosted[sh].Load() {
 		return
@@ -104,6 +106,7 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 
 // write applies one flush in a transaction.
 func (m *Mirror) write(p *pending) error {
+	defer m.cfg.Buffer.Release(p.bytes)
 	if len(p.changes) == 0 && !anyIndex(p.index) {
 		return nil
 	}

@@ -21,6 +21,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the SQLite driver (cgo)
 	"github.com/rs/zerolog"
 
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -51,6 +52,11 @@ type Config struct {
 	// FlushWindowDefault.
 	FlushWindow time.Duration
 	Logger      zerolog.Logger
+	// Buffer accounts the Updates waiting to be written against the
+	// node's memory budget: an Update that does not fit is dropped like
+	// one that finds the queue full (the shard is rebuilt from Pebble).
+	// nil: bounded only by QueueSize.
+	Buffer *membudget.Account
 }
 
 // WithDefaults fills unset fields.
@@ -316,12 +322,33 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 		m.markDirty(sh)
 		return
 	}
+	n := infoBytes(info)
+	if !m.cfg.Buffer.TryAcquire(n) {
+		m.dropped.Inc()
+		m.markDirty(sh)
+		return
+	}
 	select {
 	case m.in <- info:
 	default:
+		m.cfg.Buffer.Release(n)
 		m.dropped.Inc()
 		m.markDirty(sh)
 	}
+}
+
+// infoBytes estimates what an Update's changes hold in memory.
+func infoBytes(info *statemachine.AppliedInfo) int64 {
+	n := int64(256)
+	for i := range info.Changes {
+		c := &info.Changes[i]
+		n += 128 + int64(len(c.ID))
+		if v := c.View; v != nil {
+			n += int64(len(v.Job.Payload) + len(v.Job.Tags) + len(v.State.Result) + len(v.State.Progress) +
+				len(v.State.Checkpoint) + len(v.State.LastError) + 256)
+		}
+	}
+	return n
 }
 
 // markDirty records that changes of shard sh were lost and queues one

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/node"
 )
 
@@ -23,6 +24,7 @@ type serverFlags struct {
 	cfg      node.Config
 	logLevel string
 	cacheMB  int
+	maxMem   string   // --max-memory, a size
 	roleMap  []string // --oidc-role-map entries
 }
 
@@ -53,7 +55,9 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&c.Gateway.AuditAll, "audit-all", false, "also audit the hot path: enqueue, fetch, ack, fail and heartbeat (one more Raft write per call)")
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
-	fl.IntVar(&f.cacheMB, "cache-mb", node.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
+	fl.IntVar(&f.cacheMB, "cache-mb", 0, fmt.Sprintf("Pebble block cache in MiB, shared by every shard (default: an eighth of --max-memory, at most %d)", node.CacheBytesDefault>>20))
+	fl.StringVar(&f.maxMem, "max-memory", os.Getenv("CORVO_MAX_MEMORY"),
+		`memory budget (e.g. 1GiB, 512MiB): caches are sized from it, and past it new writes get 429 with Retry-After while reads keep working (default $CORVO_MAX_MEMORY, else half the container's cgroup memory limit, or of the RAM)`)
 	fl.StringVar(&c.PprofBind, "pprof-bind", "", "serve Go pprof profiles on their own loopback listener (e.g. 127.0.0.1:6060); off when empty")
 	fl.StringSliceVar(&c.Gateway.CORSOrigins, "cors-origin", envList("CORVO_CORS_ORIGINS"),
 		`browser origin (scheme://host[:port], or "*") allowed to call the API from its pages; repeatable or comma-separated (default $CORVO_CORS_ORIGINS). Other origins cannot change anything`)
@@ -93,6 +97,11 @@ func (f *serverFlags) config() (node.Config, error) {
 	c := f.cfg
 	c.Logger = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", c.NodeName).Logger()
 	c.CacheBytes = int64(f.cacheMB) << 20
+	if f.maxMem != "" {
+		if c.MaxMemory, err = membudget.ParseBytes(f.maxMem); err != nil {
+			return node.Config{}, fmt.Errorf("--max-memory: %w", err)
+		}
+	}
 	if c.ClusterSecretFile == "" {
 		c.ClusterSecret = os.Getenv("CORVO_CLUSTER_SECRET")
 	}

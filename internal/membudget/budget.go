@@ -25,8 +25,10 @@ type Budget struct {
 	over atomic.Bool
 	// resident is the last measured process memory (Watch).
 	resident atomic.Int64
-	released atomic.Uint64 // times memory was handed back to the OS
 }
+
+// releasedTotal counts the times memory was handed back to the OS.
+var releasedTotal = metrics.NewCounter(`corvo_memory_released_total`)
 
 // Account is one consumer's share of the pool. A nil *Account bounds
 // nothing: TryAcquire always succeeds.
@@ -65,16 +67,22 @@ func (b *Budget) Used() int64 {
 // Over reports whether the process's measured memory is above the budget.
 func (b *Budget) Over() bool { return b != nil && b.over.Load() }
 
+// Over reports whether the process's measured memory is above the budget
+// (false for a nil account).
+func (a *Account) Over() bool { return a != nil && a.b.Over() }
+
+// Refused counts a refusal decided by the caller (Over).
+func (a *Account) Refused() {
+	if a != nil {
+		a.refused.Inc()
+	}
+}
+
 // TryAcquire takes n bytes if both the account's cap and the pool allow
-// them (and the process is not over its budget); false leaves nothing
-// taken. A nil account always succeeds.
+// them; false leaves nothing taken. A nil account always succeeds.
 func (a *Account) TryAcquire(n int64) bool {
 	if a == nil || n <= 0 {
 		return true
-	}
-	if a.b.over.Load() {
-		a.refused.Inc()
-		return false
 	}
 	if a.used.Add(n) > a.max {
 		a.used.Add(-n)
@@ -133,11 +141,11 @@ func (a *Account) Fits(n int64) bool {
 
 // RegisterGauges exposes the budget in /metrics:
 // corvo_memory_budget_bytes, corvo_memory_resident_bytes,
-// corvo_memory_over_budget, corvo_memory_released_total and, per consumer,
-// corvo_memory_used_bytes{consumer} and corvo_memory_limit_bytes{consumer}
-// for the accounts given and for the caches sized from the plan (whose
-// "used" is what the plan sets aside for them). extra adds consumers
-// measured elsewhere (name → bytes now). Gauges are process-wide: the last
+// corvo_memory_over_budget, corvo_memory_pool_used_bytes and, per
+// consumer, corvo_memory_used_bytes{consumer} and
+// corvo_memory_limit_bytes{consumer}: for the accounts given, and the
+// limits of the caches sized from the plan (node-wide totals). extra adds
+// what consumers measured elsewhere use (name → bytes now). Gauges are process-wide: the last
 // budget registered is the one shown.
 func (b *Budget) RegisterGauges(accounts []*Account, extra map[string]func() int64) {
 	set(`corvo_memory_budget_bytes`, func() float64 { return float64(b.plan.Total) })
@@ -149,7 +157,6 @@ func (b *Budget) RegisterGauges(accounts []*Account, extra map[string]func() int
 		}
 		return 0
 	})
-	set(`corvo_memory_released_total`, func() float64 { return float64(b.released.Load()) })
 	for _, a := range accounts {
 		a := a
 		set(consumer("used", a.name), func() float64 { return float64(a.used.Load()) })

@@ -77,12 +77,12 @@ func TestNewPlan(t *testing.T) {
 	t.Parallel()
 	// A large budget keeps the caches at their old sizes.
 	p := NewPlan(12<<30, 4)
-	require.Equal(t, Plan{Total: 12 << 30, BlockCache: BlockCacheCap, MemTable: MemTableCap, JobCache: JobCacheCap,
+	require.Equal(t, Plan{Total: 12 << 30, Shards: 4, BlockCache: BlockCacheCap, MemTable: MemTableCap, JobCache: JobCacheCap,
 		RaftLog: RaftLogCap, Pool: 3 << 30, Bodies: 3 << 30, Proposals: 3 << 30, Mirror: 3 << 29,
 		GoLimit: 12<<30 - BlockCacheCap - 8*MemTableCap - 12<<30/16}, p)
 	// 1 GiB over 4 shards.
 	p = NewPlan(1<<30, 4)
-	require.Equal(t, Plan{Total: 1 << 30, BlockCache: 128 << 20, MemTable: 16 << 20, JobCache: 16 << 20,
+	require.Equal(t, Plan{Total: 1 << 30, Shards: 4, BlockCache: 128 << 20, MemTable: 16 << 20, JobCache: 16 << 20,
 		RaftLog: 32 << 20, Pool: 256 << 20, Bodies: 256 << 20, Proposals: 256 << 20, Mirror: 128 << 20,
 		GoLimit: 1<<30 - 128<<20 - 8*16<<20 - 64<<20}, p)
 	// Below the floor: the floor; what is set aside never passes the total.
@@ -112,13 +112,15 @@ func TestAccount(t *testing.T) {
 	require.True(t, bodies.Fits(100))
 	require.False(t, bodies.Fits(101))
 	require.False(t, mirror.Fits(51))
-	// Over the budget (measured), nothing new is taken.
+	// Over the budget (measured): the callers decide what to refuse.
+	require.False(t, bodies.Over())
 	b.over.Store(true)
-	require.False(t, bodies.TryAcquire(1))
+	require.True(t, bodies.Over())
 	var none *Account
 	require.True(t, none.TryAcquire(1<<40))
 	none.Release(5)
 	require.True(t, none.Fits(1<<40))
+	require.False(t, none.Over())
 }
 
 func TestWatcherStep(t *testing.T) {
@@ -175,6 +177,9 @@ func TestGauges(t *testing.T) {
 		`corvo_memory_limit_bytes{consumer="gauge_test"} 1048576`,
 		`corvo_memory_used_bytes{consumer="gauge_ring"} 77`,
 		`corvo_memory_limit_bytes{consumer="block_cache"} 134217728`,
+		`corvo_memory_limit_bytes{consumer="memtables"} 134217728`,
+		`corvo_memory_limit_bytes{consumer="job_cache"} 67108864`,
+		`corvo_memory_limit_bytes{consumer="raft_log"} 134217728`,
 		"corvo_memory_over_budget 0",
 		"corvo_memory_pool_used_bytes 4096",
 	} {

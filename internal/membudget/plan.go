@@ -33,7 +33,8 @@ const (
 // Plan is how a budget of Total bytes is split between the node's
 // consumers.
 type Plan struct {
-	Total int64
+	Total  int64
+	Shards int
 	// Caches, fixed at start.
 	BlockCache int64 // Pebble's block cache, shared by every shard: Total/8
 	MemTable   int64 // each shard's Pebble memtable size; Pebble holds up to 2 per shard: Total/8 over all
@@ -56,7 +57,7 @@ type Plan struct {
 func NewPlan(total int64, shards int) Plan {
 	total = max(total, MinTotal)
 	n := int64(max(shards, 1))
-	p := Plan{Total: total}
+	p := Plan{Total: total, Shards: int(n)}
 	p.BlockCache = min(BlockCacheCap, total/8)
 	p.MemTable = clamp(total/8/(2*n), MemTableMin, MemTableCap)
 	p.JobCache = min(JobCacheCap, total/16/n)
@@ -72,9 +73,12 @@ func NewPlan(total int64, shards int) Plan {
 
 func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
 
-// caches is what the plan sets aside for each cache, by gauge name.
+// caches is what the plan sets aside for each cache over every shard, by
+// gauge name.
 func (p Plan) caches() map[string]int64 {
-	return map[string]int64{"block_cache": p.BlockCache, "memtables": p.MemTable, "job_cache": p.JobCache, "raft_log": p.RaftLog}
+	n := int64(p.Shards)
+	return map[string]int64{"block_cache": p.BlockCache, "memtables": 2 * n * p.MemTable, "job_cache": n * p.JobCache,
+		"raft_log": n * p.RaftLog}
 }
 
 // String lists the split, for the start-up log.

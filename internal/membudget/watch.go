@@ -74,13 +74,16 @@ type watcher struct {
 // refused), and memory is handed back to the OS (at most every
 // ReleaseEvery) while the process is over or the Go heap keeps more than
 // max(ReleaseFloor, Total/16) idle — so a burst's memory does not stay
-// with the process once the burst has passed.
+// with the process once the burst has passed. The memory limit is the
+// process's: Watch puts back the one it found when it returns.
 func (b *Budget) Watch(cfg WatchConfig, stop <-chan struct{}) {
 	cfg = cfg.withDefaults()
-	debug.SetMemoryLimit(b.plan.GoLimit)
+	prev := debug.SetMemoryLimit(b.plan.GoLimit)
+	defer debug.SetMemoryLimit(prev)
 	w := &watcher{b: b, cfg: cfg}
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
+	w.step()
 	for {
 		select {
 		case <-stop:
@@ -108,7 +111,7 @@ func (w *watcher) step() {
 	if (w.b.over.Load() || idle > max(ReleaseFloor, total/16)) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery {
 		w.lastRelease = now
 		w.cfg.Release()
-		w.b.released.Add(1)
+		releasedTotal.Inc()
 	}
 }
 
