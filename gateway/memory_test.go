@@ -149,7 +149,7 @@ func TestBodiesWithinMemoryBudget(t *testing.T) {
 	measure := func(resident int64) {
 		stop := make(chan struct{})
 		close(stop) // one measure, then return
-		b.Watch(membudget.WatchConfig{Resident: func() int64 { return resident }, HeapIdle: func() int64 { return 0 }, Release: func() {}}, stop)
+		b.Watch(membudget.WatchConfig{Resident: func() int64 { return resident }, Reclaimable: func() int64 { return 0 }, Release: func() {}}, stop)
 	}
 	post := func(body string) int {
 		_, r := rawRequest(t, addr, "/api/v1/enqueue", len(body), "", body)

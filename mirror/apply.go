@@ -106,7 +106,7 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 
 // write applies one flush in a transaction.
 func (m *Mirror) write(p *pending) error {
-	defer m.cfg.Buffer.Release(p.bytes)
+	defer func() { m.cfg.Buffer.Release(p.bytes) }() // unless given back below
 	if len(p.changes) == 0 && !anyIndex(p.index) {
 		return nil
 	}
@@ -132,6 +132,9 @@ func (m *Mirror) write(p *pending) error {
 	if err != nil {
 		return err
 	}
+	// Given back before the progress is told (Caught then sees it).
+	m.cfg.Buffer.Release(p.bytes)
+	p.bytes = 0
 	for sh, idx := range p.index {
 		if idx > m.mirrored[sh].Load() {
 			m.mirrored[sh].Store(idx)

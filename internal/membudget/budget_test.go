@@ -129,7 +129,7 @@ func TestWatcherStep(t *testing.T) {
 	var resident, idle int64
 	now := time.Unix(1000, 0)
 	releases := 0
-	w := &watcher{b: b, cfg: WatchConfig{Resident: func() int64 { return resident }, HeapIdle: func() int64 { return idle },
+	w := &watcher{b: b, cfg: WatchConfig{Resident: func() int64 { return resident }, Reclaimable: func() int64 { return idle },
 		Release: func() { releases++ }, Now: func() time.Time { return now }}.withDefaults()}
 	resident, idle = 500<<20, 10<<20
 	w.step()
@@ -157,8 +157,13 @@ func TestWatcherStep(t *testing.T) {
 	w.step()
 	require.False(t, b.Over())
 	require.Equal(t, 2, releases)
-	// A burst left much of the heap idle: handed back.
-	idle = 200 << 20
+	// A burst left much of the heap reclaimable: handed back; a little
+	// is not worth a collection.
+	idle = ReleaseFloor
+	now = now.Add(ReleaseEveryDefault)
+	w.step()
+	require.Equal(t, 2, releases)
+	idle = ReleaseFloor + 1
 	w.step()
 	require.Equal(t, 3, releases)
 	require.Equal(t, int64(600<<20), b.resident.Load())

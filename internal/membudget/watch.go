@@ -16,9 +16,9 @@ const (
 	// ReleaseEveryDefault: free memory is handed back to the OS at most
 	// this often (each time costs a full garbage collection).
 	ReleaseEveryDefault = 10 * time.Second
-	// ReleaseFloor: less idle heap than this (or than a sixteenth of the
-	// budget, whichever is larger) is not worth a collection.
-	ReleaseFloor = 32 << 20
+	// ReleaseFloor: less reclaimable heap than this is not worth a
+	// collection.
+	ReleaseFloor = 16 << 20
 )
 
 // WatchConfig configures Watch; tests inject the measures and the clock.
@@ -28,10 +28,12 @@ type WatchConfig struct {
 	// Resident is the process's resident anonymous memory (default
 	// /proc/self/statm, else what the Go runtime maps).
 	Resident func() int64
-	// HeapIdle is heap memory the Go runtime holds free and has not
-	// handed back to the OS (default runtime/metrics).
-	HeapIdle func() int64
-	// Release hands free memory back (default debug.FreeOSMemory).
+	// Reclaimable is heap memory the Go runtime holds beyond the live
+	// heap and has not handed back to the OS: free spans, and garbage no
+	// collection has swept yet (default runtime/metrics).
+	Reclaimable func() int64
+	// Release hands free memory back (default: debug.FreeOSMemory, then
+	// glibc's malloc_trim for the C heap).
 	Release func()
 	Now     func() time.Time
 }
@@ -42,11 +44,11 @@ func (c WatchConfig) withDefaults() WatchConfig {
 	if c.Resident == nil {
 		c.Resident = residentBytes
 	}
-	if c.HeapIdle == nil {
-		c.HeapIdle = heapIdleBytes
+	if c.Reclaimable == nil {
+		c.Reclaimable = reclaimableBytes
 	}
 	if c.Release == nil {
-		c.Release = debug.FreeOSMemory
+		c.Release = release
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -72,9 +74,9 @@ type watcher struct {
 // measures the process every cfg.Interval until stop is closed: the
 // budget is Over while resident memory is above Total (writes are
 // refused), and memory is handed back to the OS (at most every
-// ReleaseEvery) while the process is over or the Go heap keeps more than
-// max(ReleaseFloor, Total/16) idle — so a burst's memory does not stay
-// with the process once the burst has passed. The memory limit is the
+// ReleaseEvery) while the process is over or the Go heap holds more than
+// ReleaseFloor beyond its live objects — so a burst's
+// memory does not stay with the process once the burst has passed. The memory limit is the
 // process's: Watch puts back the one it found when it returns.
 func (b *Budget) Watch(cfg WatchConfig, stop <-chan struct{}) {
 	cfg = cfg.withDefaults()
@@ -106,9 +108,9 @@ func (w *watcher) step() {
 	} else if res < total-total/20 {
 		w.b.over.Store(false)
 	}
-	idle := w.cfg.HeapIdle()
+	spare := w.cfg.Reclaimable()
 	now := w.cfg.Now()
-	if (w.b.over.Load() || idle > max(ReleaseFloor, total/16)) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery {
+	if (w.b.over.Load() || spare > ReleaseFloor) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery {
 		w.lastRelease = now
 		w.cfg.Release()
 		releasedTotal.Inc()
@@ -143,9 +145,19 @@ func parseStatm(b []byte, page int) (int64, error) {
 	return (res - shared) * int64(page), nil
 }
 
-// heapIdleBytes is the free heap memory the Go runtime still holds.
-func heapIdleBytes() int64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+// reclaimableBytes is the heap the Go runtime holds beyond the objects the
+// last collection found live: free spans not yet handed back, and garbage
+// made since.
+func reclaimableBytes() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
-	return int64(s[0].Value.Uint64())
+	return int64(s[0].Value.Uint64()+s[1].Value.Uint64()) - int64(s[2].Value.Uint64())
+}
+
+// release collects the Go heap and hands its free memory back to the OS,
+// then the C heap's.
+func release() {
+	debug.FreeOSMemory()
+	trimC()
 }
