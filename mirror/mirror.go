@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,7 @@ type Source interface {
 // Defaults of Config.
 const (
 	QueueSizeDefault   = 8192
+	CacheBytesDefault  = 64 << 20
 	FlushWindowDefault = 50 * time.Millisecond
 )
 
@@ -52,6 +54,10 @@ type Config struct {
 	// FlushWindowDefault.
 	FlushWindow time.Duration
 	Logger      zerolog.Logger
+	// CacheBytes is the SQLite page cache of the connection that writes
+	// the jobs; every other connection (at most 5) gets an eighth of it.
+	// Default CacheBytesDefault.
+	CacheBytes int64
 	// Buffer accounts the Updates waiting to be written against the
 	// node's memory budget: an Update that does not fit is dropped like
 	// one that finds the queue full (the shard is rebuilt from Pebble).
@@ -67,6 +73,9 @@ func (c Config) WithDefaults() Config {
 	if c.FlushWindow == 0 {
 		c.FlushWindow = FlushWindowDefault
 	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = CacheBytesDefault
+	}
 	return c
 }
 
@@ -81,6 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mirror: queue size must be positive, got %d", c.QueueSize)
 	case c.FlushWindow <= 0:
 		return fmt.Errorf("mirror: flush window must be positive, got %s", c.FlushWindow)
+	case c.CacheBytes < 0:
+		return fmt.Errorf("mirror: cache bytes must be positive, got %d", c.CacheBytes)
 	}
 	return nil
 }
@@ -167,7 +178,8 @@ func Open(cfg Config) (*Mirror, error) {
 func (m *Mirror) openDB() error {
 	// synchronous=OFF: the mirror is rebuilt from Pebble whenever it may
 	// have lost writes, so it never pays for fsyncs.
-	dsn := "file:" + m.cfg.Path + "?_journal_mode=WAL&_synchronous=OFF&_busy_timeout=5000&_foreign_keys=off&_cache_size=-65536"
+	dsn := "file:" + m.cfg.Path + "?_journal_mode=WAL&_synchronous=OFF&_busy_timeout=5000&_foreign_keys=off&_cache_size=-" +
+		strconv.FormatInt(max(m.cfg.CacheBytes>>13, 1), 10) // KiB: an eighth of the writer's
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return err
@@ -185,7 +197,7 @@ func (m *Mirror) openDB() error {
 	if err := m.bulkMigrate(); err != nil {
 		return err
 	}
-	if m.w, err = openWriter(m.cfg.Path); err != nil {
+	if m.w, err = openWriter(m.cfg.Path, m.cfg.CacheBytes); err != nil {
 		return err
 	}
 	rdb, err := sql.Open("sqlite3", dsn+"&mode=ro")

@@ -133,7 +133,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	hcfg.Remote = n.peer.Propose
 	if !cfg.NoMirror {
 		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow,
-			Buffer: n.mem.mirrorQ}
+			Buffer: n.mem.mirrorQ, CacheBytes: plan.SQLite}
 		if n.mir, err = mirror.Open(mcfg); err != nil {
 			return nil, fmt.Errorf("open the mirror: %w", err)
 		}

@@ -78,13 +78,13 @@ func TestNewPlan(t *testing.T) {
 	// A large budget keeps the caches at their old sizes.
 	p := NewPlan(12<<30, 4)
 	require.Equal(t, Plan{Total: 12 << 30, Shards: 4, BlockCache: BlockCacheCap, MemTable: MemTableCap, JobCache: JobCacheCap,
-		RaftLog: RaftLogCap, Pool: 3 << 30, Bodies: 3 << 30, Proposals: 3 << 30, Mirror: 3 << 29,
-		GoLimit: 12<<30 - BlockCacheCap - 8*MemTableCap - 12<<30/16}, p)
+		RaftLog: RaftLogCap, SQLite: SQLiteCap, Pool: 3 << 30, Bodies: 3 << 30, Proposals: 3 << 30, Mirror: 3 << 29,
+		GoLimit: 12<<30 - BlockCacheCap - 8*MemTableCap - 13*SQLiteCap/8 - 12<<30/16}, p)
 	// 1 GiB over 4 shards.
 	p = NewPlan(1<<30, 4)
 	require.Equal(t, Plan{Total: 1 << 30, Shards: 4, BlockCache: 128 << 20, MemTable: 16 << 20, JobCache: 16 << 20,
-		RaftLog: 32 << 20, Pool: 256 << 20, Bodies: 256 << 20, Proposals: 256 << 20, Mirror: 128 << 20,
-		GoLimit: 1<<30 - 128<<20 - 8*16<<20 - 64<<20}, p)
+		RaftLog: 32 << 20, SQLite: 32 << 20, Pool: 256 << 20, Bodies: 256 << 20, Proposals: 256 << 20, Mirror: 128 << 20,
+		GoLimit: 1<<30 - 128<<20 - 8*16<<20 - 52<<20 - 64<<20}, p)
 	// Below the floor: the floor; what is set aside never passes the total.
 	p = NewPlan(1, 64)
 	require.Equal(t, int64(MinTotal), p.Total)
@@ -185,6 +185,7 @@ func TestGauges(t *testing.T) {
 		`corvo_memory_limit_bytes{consumer="memtables"} 134217728`,
 		`corvo_memory_limit_bytes{consumer="job_cache"} 67108864`,
 		`corvo_memory_limit_bytes{consumer="raft_log"} 134217728`,
+		`corvo_memory_limit_bytes{consumer="sqlite_cache"} 54525952`,
 		"corvo_memory_over_budget 0",
 		"corvo_memory_pool_used_bytes 4096",
 	} {

@@ -28,6 +28,7 @@ const (
 	JobCacheCap   = 64 << 20  // one shard's cache of live jobs
 	RaftLogCap    = 256 << 20 // one shard's in-memory Raft log
 	RaftLogMin    = 16 << 20  // two of the largest entries
+	SQLiteCap     = 64 << 20  // the mirror writer's SQLite page cache
 )
 
 // Plan is how a budget of Total bytes is split between the node's
@@ -40,6 +41,9 @@ type Plan struct {
 	MemTable   int64 // each shard's Pebble memtable size; Pebble holds up to 2 per shard: Total/8 over all
 	JobCache   int64 // each shard's cache of live jobs: Total/16 over all
 	RaftLog    int64 // each shard's in-memory Raft log (dragonboat's MaxInMemLogSize): Total/8 over all
+	// SQLite is the mirror writer's page cache: Total/32; its other
+	// connections (at most 5) get an eighth of it each.
+	SQLite int64
 	// Pool is what grows with load may hold at once (request bodies,
 	// proposal queues, the mirror's buffer): Total/4. Bodies and
 	// Proposals may each take all of it, the mirror's buffer half.
@@ -62,30 +66,35 @@ func NewPlan(total int64, shards int) Plan {
 	p.MemTable = clamp(total/8/(2*n), MemTableMin, MemTableCap)
 	p.JobCache = min(JobCacheCap, total/16/n)
 	p.RaftLog = clamp(total/8/n, RaftLogMin, RaftLogCap)
+	p.SQLite = min(SQLiteCap, total/32)
 	p.Pool = total / 4
 	p.Bodies, p.Proposals, p.Mirror = p.Pool, p.Pool, p.Pool/2
 	// What lives outside the Go heap: Pebble's block cache and memtables
-	// (manually allocated), and SQLite's page cache and Raft LogDB
-	// buffers, put at a sixteenth.
-	p.GoLimit = max(total-p.BlockCache-2*n*p.MemTable-total/16, total/4)
+	// (manually allocated), SQLite's page caches, and the Raft LogDB's
+	// buffers and C heap slack, put at a sixteenth.
+	p.GoLimit = max(total-p.BlockCache-2*n*p.MemTable-p.sqliteAll()-total/16, total/4)
 	return p
 }
 
 func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+// sqliteAll is the most the mirror's page caches hold: the writer's and
+// five eighths.
+func (p Plan) sqliteAll() int64 { return p.SQLite + 5*p.SQLite/8 }
 
 // caches is what the plan sets aside for each cache over every shard, by
 // gauge name.
 func (p Plan) caches() map[string]int64 {
 	n := int64(p.Shards)
 	return map[string]int64{"block_cache": p.BlockCache, "memtables": 2 * n * p.MemTable, "job_cache": n * p.JobCache,
-		"raft_log": n * p.RaftLog}
+		"raft_log": n * p.RaftLog, "sqlite_cache": p.sqliteAll()}
 }
 
 // String lists the split, for the start-up log.
 func (p Plan) String() string {
-	return fmt.Sprintf("total=%s block_cache=%s memtable=%s/shard job_cache=%s/shard raft_log=%s/shard pool=%s go_limit=%s",
+	return fmt.Sprintf("total=%s block_cache=%s memtable=%s/shard job_cache=%s/shard raft_log=%s/shard sqlite_cache=%s pool=%s go_limit=%s",
 		FormatBytes(p.Total), FormatBytes(p.BlockCache), FormatBytes(p.MemTable), FormatBytes(p.JobCache),
-		FormatBytes(p.RaftLog), FormatBytes(p.Pool), FormatBytes(p.GoLimit))
+		FormatBytes(p.RaftLog), FormatBytes(p.SQLite), FormatBytes(p.Pool), FormatBytes(p.GoLimit))
 }
 
 // System reads what bounds this process's memory. Tests inject ReadFile.
