@@ -110,6 +110,7 @@ func (l *bodyLedger) admit(h *fasthttp.RequestHeader, limit int) int {
 		l.acct.Refused()
 		refused, n = overBudget(), 0
 	case !l.acct.Fits(n) && !chunked:
+		l.acct.Refused()
 		refused = codePayloadTooLarge.errf("a request body of %d bytes is more than the memory budget (--max-memory) lets requests hold at once (%d bytes)",
 			n, l.acct.Max())
 		n = 0

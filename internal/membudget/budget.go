@@ -125,18 +125,19 @@ func (a *Account) Used() int64 {
 	return a.used.Load()
 }
 
-// Max is the most the account may hold (0 for a nil account).
+// Max is the most the account can ever hold: its cap, or the pool when
+// that is smaller (0 for a nil account).
 func (a *Account) Max() int64 {
 	if a == nil {
 		return 0
 	}
-	return a.max
+	return min(a.max, a.b.plan.Pool)
 }
 
 // Fits reports whether n bytes could ever be held by the account: a
 // request larger than that is refused for good, not asked to retry.
 func (a *Account) Fits(n int64) bool {
-	return a == nil || n <= min(a.max, a.b.plan.Pool)
+	return a == nil || n <= a.Max()
 }
 
 // RegisterGauges exposes the budget in /metrics:

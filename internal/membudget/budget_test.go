@@ -112,6 +112,8 @@ func TestAccount(t *testing.T) {
 	require.True(t, bodies.Fits(100))
 	require.False(t, bodies.Fits(101))
 	require.False(t, mirror.Fits(51))
+	require.Equal(t, int64(50), mirror.Max())
+	require.Equal(t, int64(100), b.Account("test_large", 1000).Max(), "no more than the pool")
 	// Over the budget (measured): the callers decide what to refuse.
 	require.False(t, bodies.Over())
 	b.over.Store(true)

@@ -70,7 +70,8 @@ type watcher struct {
 	lastRelease time.Time
 }
 
-// Watch sets the Go runtime's memory limit to the plan's GoLimit, then
+// Watch sets the Go runtime's memory limit to the plan's GoLimit (unless
+// the GOMEMLIMIT environment variable sets one), then
 // measures the process every cfg.Interval until stop is closed: the
 // budget is Over while resident memory is above Total (writes are
 // refused), and memory is handed back to the OS (at most every
@@ -80,8 +81,10 @@ type watcher struct {
 // process's: Watch puts back the one it found when it returns.
 func (b *Budget) Watch(cfg WatchConfig, stop <-chan struct{}) {
 	cfg = cfg.withDefaults()
-	prev := debug.SetMemoryLimit(b.plan.GoLimit)
-	defer debug.SetMemoryLimit(prev)
+	if os.Getenv("GOMEMLIMIT") == "" { // the operator's own wins
+		prev := debug.SetMemoryLimit(b.plan.GoLimit)
+		defer debug.SetMemoryLimit(prev)
+	}
 	w := &watcher{b: b, cfg: cfg}
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
