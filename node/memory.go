@@ -33,6 +33,7 @@ type nodeMemory struct {
 }
 
 func newNodeMemory(plan membudget.Plan) *nodeMemory {
+	membudget.LimitCArenas()
 	b := membudget.New(plan)
 	return &nodeMemory{budget: b,
 		bodies:    b.Account("request_bodies", plan.Bodies),
