@@ -15,12 +15,12 @@ PAYLOAD=${PAYLOAD:-65536}
 BATCH=${BATCH:-1}
 LOAD=${LOAD:-30s}
 IDLE=${IDLE:-60}
-DIR=$(mktemp -d)
 URL=http://127.0.0.1:$PORT
 if curl -fs "$URL/healthz" >/dev/null 2>&1; then
   echo "another server answers on $URL: set PORT" >&2
   exit 1
 fi
+DIR=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT
 "$BIN" server --data-dir "$DIR/data" --bind "127.0.0.1:$PORT" --raft-bind "127.0.0.1:$((PORT + 1000))" --log-level warn "$@" &
 SERVER=$!
