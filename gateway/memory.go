@@ -26,8 +26,9 @@ const OverBudgetBodyBytes = 4 << 10
 // fasthttp reads them: HeaderReceived reserves a request's Content-Length
 // (its body limit when chunked) or marks it refused, the handler (or the
 // error handler, when the body could not be read) releases it. A refused
-// request's body is never read: its limit becomes 1 byte, fasthttp stops
-// at the headers and closes the connection after the answer.
+// request's body is never read into memory: its limit becomes 1 byte,
+// fasthttp stops at the headers and closes the connection after the
+// answer, gracefully (lingerOnClose), so the client still reads it.
 //
 // Reservations are keyed by the request's header, which fasthttp keeps in
 // the connection's RequestCtx for the life of the connection. Every read
@@ -175,6 +176,7 @@ func (l *bodyLedger) handler(next fasthttp.RequestHandler) fasthttp.RequestHandl
 		defer l.done(h)
 		if e := l.refusal(h); e != nil {
 			ctx.SetConnectionClose()
+			lingerOnClose(ctx)
 			writeError(ctx, e)
 			return
 		}
@@ -189,6 +191,7 @@ func (l *bodyLedger) expect(ctx *fasthttp.RequestCtx) int {
 	h := &ctx.Request.Header
 	if e := l.refusal(h); e != nil {
 		l.done(h)
+		lingerOnClose(ctx)
 		writeError(ctx, e)
 		return e.status
 	}

@@ -89,6 +89,20 @@ func TestBodiesWithinMemoryBudget(t *testing.T) {
 	require.Equal(t, 429, resp.StatusCode)
 	require.Equal(t, "overloaded", body["code"])
 
+	// A client that sends its whole body at once (net/http) reads the
+	// refusal: the server drops the body it does not read instead of
+	// resetting the connection.
+	for range 3 {
+		resp, err := httpc.Post("http://"+addr+"/api/v1/enqueue", "application/json", strings.NewReader(enqueueBody(pool-2<<10)))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 429, resp.StatusCode)
+		resp, err = httpc.Post("http://"+addr+"/api/v1/enqueue", "application/json", strings.NewReader(enqueueBody(8<<20)))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 413, resp.StatusCode)
+	}
+
 	// A body larger than the whole budget will never fit: 413.
 	_, r = rawRequest(t, addr, "/api/v1/enqueue", pool+1, "", "")
 	resp, body = readAnswer(t, r)

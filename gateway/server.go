@@ -381,12 +381,14 @@ func New(cfg Config, eng Engine) *Server {
 				if r, ok := s.bodies.take(&ctx.Request.Header); ok {
 					s.bodies.acct.Release(r.n)
 					if r.refused != nil {
+						lingerOnClose(ctx)
 						writeError(ctx, r.refused)
 						return
 					}
 				}
 			}
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				lingerOnClose(ctx)
 				writeError(ctx, codePayloadTooLarge.err("request body is over the size limit"))
 				return
 			}
@@ -529,6 +531,29 @@ type trackedConn struct {
 	l      *trackingListener
 	used   atomic.Bool
 	stream atomic.Bool // serving an SSE stream
+	// linger: the connection is closed after an answer sent before the
+	// request's body was read (lingerOnClose).
+	linger atomic.Bool
+}
+
+// lingerTimeout bounds how long a closed connection keeps reading what
+// its client still sends (lingerOnClose).
+const lingerTimeout = 2 * time.Second
+
+// lingerOnClose marks ctx's connection to close gracefully: the server
+// answered without reading the request's body (a 413, or a refusal for
+// memory), and closing at once would make the kernel reset the
+// connection while the client is still sending, so the client would see
+// "connection reset" instead of the answer. On Close the connection
+// stops writing (FIN) and reads and drops what arrives, in a small
+// buffer, until the client closes or lingerTimeout passes.
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	switch c := ctx.Conn().(type) {
+	case *trackedConn:
+		c.linger.Store(true)
+	case *trackedTLSConn:
+		c.linger.Store(true)
+	}
 }
 
 // streamShutdownGrace is how long Shutdown lets an SSE stream finish its
@@ -607,7 +632,24 @@ func (c *trackedConn) Close() error {
 	c.l.mu.Lock()
 	delete(c.l.conns, c)
 	c.l.mu.Unlock()
-	return c.Conn.Close()
+	if !c.linger.Load() {
+		return c.Conn.Close()
+	}
+	hc, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || hc.CloseWrite() != nil {
+		return c.Conn.Close()
+	}
+	go func() {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+		var buf [4 << 10]byte
+		for {
+			if _, err := c.Conn.Read(buf[:]); err != nil {
+				break
+			}
+		}
+		_ = c.Conn.Close()
+	}()
+	return nil
 }
 
 func itoa(v int) string { return string(appendInt(nil, int64(v))) }
