@@ -45,6 +45,17 @@ func TestMetricsMetadata(t *testing.T) {
 	require.Equal(t, "gauge", types["corvo_shards_led"])
 	require.Equal(t, "gauge", types["corvo_mirror_lag_entries"])
 	require.Equal(t, "histogram", types["corvo_http_request_duration_seconds"])
+	// The memory budget: one gauge per consumer (node/memory.go).
+	require.Equal(t, "gauge", types["corvo_memory_budget_bytes"])
+	require.Equal(t, "gauge", types["corvo_memory_resident_bytes"])
+	require.Equal(t, "gauge", types["corvo_memory_over_budget"])
+	require.Equal(t, "counter", types["corvo_memory_refused_total"])
+	for _, c := range []string{"request_bodies", "proposals", "mirror_buffer", "event_ring", "block_cache", "memtables", "job_cache"} {
+		require.Contains(t, string(body), `corvo_memory_used_bytes{consumer="`+c+`"} `)
+	}
+	for _, c := range []string{"request_bodies", "proposals", "mirror_buffer", "block_cache", "memtables", "job_cache", "raft_log"} {
+		require.Contains(t, string(body), `corvo_memory_limit_bytes{consumer="`+c+`"} `)
+	}
 }
 
 // familyOf finds the family a sample belongs to among the families whose

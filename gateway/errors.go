@@ -56,7 +56,7 @@ var (
 	codeWrongNode = &errorCode{Code: "wrong_node", Status: 409,
 		Meaning: "a node-removal notice reached a node other than the one removed"}
 	codePayloadTooLarge = &errorCode{Code: "payload_too_large", Status: 413,
-		Meaning: "payload over `--max-payload` (default 1 MiB); request body over 64 MiB"}
+		Meaning: "payload over `--max-payload` (default 1 MiB); request body over 64 MiB, or over what the memory budget (`--max-memory`) lets requests hold at once"}
 	codeBatchTooLarge = &errorCode{Code: "batch_too_large", Status: 413,
 		Meaning: "more than 10,000 jobs in a batch enqueue"}
 	codeBulkTooLarge = &errorCode{Code: "bulk_too_large", Status: 413,
@@ -66,7 +66,7 @@ var (
 	codeHeadersTooLarge = &errorCode{Code: "headers_too_large", Status: 431,
 		Meaning: "the request line and headers together are over 8 KiB"}
 	codeOverloaded = &errorCode{Code: "overloaded", Status: 429,
-		Meaning: "the shard's proposal queue is full; retry after `Retry-After` seconds"}
+		Meaning: "the shard's proposal queue is full, or the node's memory budget (`--max-memory`) cannot hold the request body now; retry after `Retry-After` seconds"}
 	codeRateLimited = &errorCode{Code: "rate_limited", Status: 429,
 		Meaning: "the API key is over its request rate on this node (default 2,000 reads and 1,000 writes a second; see [Authentication](#authentication)); `Retry-After` is set"}
 	codeBulkBusy = &errorCode{Code: "bulk_busy", Status: 429,

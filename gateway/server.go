@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/history"
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/router"
@@ -140,6 +141,11 @@ type Config struct {
 	// DiskCheckInterval is how often FreeDisk is asked at most; default
 	// DiskCheckIntervalDefault; negative: on every write that adds data.
 	DiskCheckInterval time.Duration
+	// Memory accounts request bodies against the node's memory budget
+	// (memory.go): a write whose body does not fit is answered 429
+	// overloaded with Retry-After before its body is read. nil: bodies are
+	// bounded only by MaxBodyBytes each.
+	Memory *membudget.Account
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -260,10 +266,11 @@ type Server struct {
 	subscribers atomic.Int64 // open event streams
 	bulk        *bulkRunner
 	cors        corsPolicy
-	touched     keyUse     // keys seen since the last touch (authn.go)
-	sso         *sso       // single sign-on; nil when off (oidc.go)
-	limits      rateLimits // per-key token buckets (ratelimit.go)
-	disk        *diskGuard // the free-disk guard; nil: none (disk.go)
+	touched     keyUse      // keys seen since the last touch (authn.go)
+	sso         *sso        // single sign-on; nil when off (oidc.go)
+	limits      rateLimits  // per-key token buckets (ratelimit.go)
+	disk        *diskGuard  // the free-disk guard; nil: none (disk.go)
+	bodies      *bodyLedger // request bodies against the memory budget; nil: none
 
 	sessionOnce   sync.Once
 	sessionSecret []byte
@@ -397,11 +404,16 @@ func New(cfg Config, eng Engine) *Server {
 		s.log.Error().Interface("panic", v).Str("path", string(ctx.Path())).Msg("handler panicked")
 		writeError(ctx, codeInternal.err("internal error"))
 	}
+	handler, headerReceived := r.Handler, restoreBodyLimit(cfg.MaxRestoreBytes)
+	if cfg.Memory != nil {
+		s.bodies = newBodyLedger(cfg.Memory, cfg.MaxBodyBytes)
+		handler, headerReceived = s.bodies.handler(r.Handler), s.admitBody(headerReceived)
+	}
 	s.srv = &fasthttp.Server{
-		Handler:                       r.Handler,
+		Handler:                       handler,
 		Name:                          "corvo",
 		MaxRequestBodySize:            cfg.MaxBodyBytes,
-		HeaderReceived:                restoreBodyLimit(cfg.MaxRestoreBytes),
+		HeaderReceived:                headerReceived,
 		ReadTimeout:                   5 * time.Minute,
 		IdleTimeout:                   2 * time.Minute,
 		NoDefaultContentType:          true,
@@ -411,7 +423,18 @@ func New(cfg Config, eng Engine) *Server {
 		ReadBufferSize:                MaxHeaderBytes,
 		SecureErrorLogMessage:         true, // never echo a request's headers (its key) into an answer or a log
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if s.bodies != nil {
+				if r, ok := s.bodies.take(&ctx.Request.Header); ok {
+					s.bodies.acct.Release(r.n)
+					if r.refused != nil {
+						lingerOnClose(ctx)
+						writeError(ctx, r.refused)
+						return
+					}
+				}
+			}
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				lingerOnClose(ctx)
 				writeError(ctx, codePayloadTooLarge.err("request body is over the size limit"))
 				return
 			}
@@ -422,6 +445,9 @@ func New(cfg Config, eng Engine) *Server {
 			}
 			writeError(ctx, codeBadRequest.errf("cannot read the request: %v", err))
 		},
+	}
+	if s.bodies != nil {
+		s.srv.ExpectHandler, s.srv.ConnState = s.bodies.expect, s.bodies.connState
 	}
 	go s.sampleLoop()
 	if cfg.History != nil {
@@ -558,6 +584,29 @@ type trackedConn struct {
 	l      *trackingListener
 	used   atomic.Bool
 	stream atomic.Bool // serving an SSE stream
+	// linger: the connection is closed after an answer sent before the
+	// request's body was read (lingerOnClose).
+	linger atomic.Bool
+}
+
+// lingerTimeout bounds how long a closed connection keeps reading what
+// its client still sends (lingerOnClose).
+const lingerTimeout = 2 * time.Second
+
+// lingerOnClose marks ctx's connection to close gracefully: the server
+// answered without reading the request's body (a 413, or a refusal for
+// memory), and closing at once would make the kernel reset the
+// connection while the client is still sending, so the client would see
+// "connection reset" instead of the answer. On Close the connection
+// stops writing (FIN) and reads and drops what arrives, in a small
+// buffer, until the client closes or lingerTimeout passes.
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	switch c := ctx.Conn().(type) {
+	case *trackedConn:
+		c.linger.Store(true)
+	case *trackedTLSConn:
+		c.linger.Store(true)
+	}
 }
 
 // streamShutdownGrace is how long Shutdown lets an SSE stream finish its
@@ -636,7 +685,24 @@ func (c *trackedConn) Close() error {
 	c.l.mu.Lock()
 	delete(c.l.conns, c)
 	c.l.mu.Unlock()
-	return c.Conn.Close()
+	if !c.linger.Load() {
+		return c.Conn.Close()
+	}
+	hc, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || hc.CloseWrite() != nil {
+		return c.Conn.Close()
+	}
+	go func() {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+		var buf [4 << 10]byte
+		for {
+			if _, err := c.Conn.Read(buf[:]); err != nil {
+				break
+			}
+		}
+		_ = c.Conn.Close()
+	}()
+	return nil
 }
 
 func itoa(v int) string { return string(appendInt(nil, int64(v))) }

@@ -10,6 +10,7 @@ import (
 type pending struct {
 	changes map[string]*change
 	index   []uint64 // highest index seen, per shard
+	bytes   int64    // what the Updates taken from m.in hold (Config.Buffer)
 }
 
 type change struct {
@@ -86,6 +87,7 @@ func (m *Mirror) flushAll() {
 // add collects an Update's changes, unless its shard is not kept here
 // (an event queued before the shard was dropped).
 func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
+	p.bytes += infoBytes(info)
 	sh := int(info.ShardID) - 1
 	if !m.hosted[sh].Load() {
 		return
@@ -106,6 +108,7 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 
 // write applies one flush in a transaction.
 func (m *Mirror) write(p *pending) error {
+	defer func() { m.cfg.Buffer.Release(p.bytes) }() // unless given back below
 	if len(p.changes) == 0 && !anyIndex(p.index) {
 		return nil
 	}
@@ -131,6 +134,9 @@ func (m *Mirror) write(p *pending) error {
 	if err != nil {
 		return err
 	}
+	// Given back before the progress is told (Caught then sees it).
+	m.cfg.Buffer.Release(p.bytes)
+	p.bytes = 0
 	for sh, idx := range p.index {
 		if idx > m.mirrored[sh].Load() {
 			m.mirrored[sh].Store(idx)

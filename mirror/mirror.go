@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the SQLite driver (cgo)
 	"github.com/rs/zerolog"
 
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -37,6 +39,7 @@ type Source interface {
 // Defaults of Config.
 const (
 	QueueSizeDefault   = 8192
+	CacheBytesDefault  = 64 << 20
 	FlushWindowDefault = 50 * time.Millisecond
 	// PayloadMaxDefault is the most of a payload the mirror keeps: whole
 	// below it (every search filter sees it all), its first bytes above
@@ -63,6 +66,15 @@ type Config struct {
 	// PayloadMaxDefault; negative: whole payloads, whatever their size.
 	PayloadMax int
 	Logger     zerolog.Logger
+	// CacheBytes is the SQLite page cache of the connection that writes
+	// the jobs; every other connection (at most 5) gets an eighth of it.
+	// Default CacheBytesDefault.
+	CacheBytes int64
+	// Buffer accounts the Updates waiting to be written against the
+	// node's memory budget: an Update that does not fit is dropped like
+	// one that finds the queue full (the shard is rebuilt from Pebble).
+	// nil: bounded only by QueueSize.
+	Buffer *membudget.Account
 }
 
 // WithDefaults fills unset fields.
@@ -75,6 +87,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PayloadMax == 0 {
 		c.PayloadMax = PayloadMaxDefault
+	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = CacheBytesDefault
 	}
 	return c
 }
@@ -90,6 +105,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mirror: queue size must be positive, got %d", c.QueueSize)
 	case c.FlushWindow <= 0:
 		return fmt.Errorf("mirror: flush window must be positive, got %s", c.FlushWindow)
+	case c.CacheBytes < 0:
+		return fmt.Errorf("mirror: cache bytes must be positive, got %d", c.CacheBytes)
 	}
 	return nil
 }
@@ -183,7 +200,8 @@ func Open(cfg Config) (*Mirror, error) {
 func (m *Mirror) openDB() error {
 	// synchronous=OFF: the mirror is rebuilt from Pebble whenever it may
 	// have lost writes, so it never pays for fsyncs.
-	dsn := "file:" + m.cfg.Path + "?_journal_mode=WAL&_synchronous=OFF&_busy_timeout=5000&_foreign_keys=off&_cache_size=-65536"
+	dsn := "file:" + m.cfg.Path + "?_journal_mode=WAL&_synchronous=OFF&_busy_timeout=5000&_foreign_keys=off&_cache_size=-" +
+		strconv.FormatInt(max(m.cfg.CacheBytes>>13, 1), 10) // KiB: an eighth of the writer's
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return err
@@ -201,7 +219,7 @@ func (m *Mirror) openDB() error {
 	if err := m.bulkMigrate(); err != nil {
 		return err
 	}
-	if m.w, err = openWriter(m.cfg.Path); err != nil {
+	if m.w, err = openWriter(m.cfg.Path, m.cfg.CacheBytes); err != nil {
 		return err
 	}
 	m.w.payloadMax = m.cfg.PayloadMax
@@ -352,12 +370,33 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 		m.markDirty(sh)
 		return
 	}
+	n := infoBytes(info)
+	if !m.cfg.Buffer.TryAcquire(n) {
+		m.dropped.Inc()
+		m.markDirty(sh)
+		return
+	}
 	select {
 	case m.in <- info:
 	default:
+		m.cfg.Buffer.Release(n)
 		m.dropped.Inc()
 		m.markDirty(sh)
 	}
+}
+
+// infoBytes estimates what an Update's changes hold in memory.
+func infoBytes(info *statemachine.AppliedInfo) int64 {
+	n := int64(256)
+	for i := range info.Changes {
+		c := &info.Changes[i]
+		n += 128 + int64(len(c.ID))
+		if v := c.View; v != nil {
+			n += int64(len(v.Job.Payload) + len(v.Job.Tags) + len(v.State.Result) + len(v.State.Progress) +
+				len(v.State.Checkpoint) + len(v.State.LastError) + 256)
+		}
+	}
+	return n
 }
 
 // markDirty records that changes of shard sh were lost and queues one

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -306,4 +308,27 @@ func TestParseTimeBounds(t *testing.T) {
 	require.Equal(t, int64(math.MinInt64+1), v)
 	_, err = ParseTime("created_after", "yesterday")
 	require.ErrorIs(t, err, ErrBadFilter)
+}
+
+// TestMirrorBufferWithinMemoryBudget: Updates waiting to be written are
+// accounted against the memory budget and given back once written; one
+// that does not fit is dropped like one that finds the queue full (the
+// shard is rebuilt from Pebble).
+func TestMirrorBufferWithinMemoryBudget(t *testing.T) {
+	b := membudget.New(membudget.Plan{Total: 1 << 30, Pool: 64 << 10})
+	acct := b.Account("test_mirror_buffer", 64<<10)
+	m, err := Open(Config{Path: filepath.Join(t.TempDir(), "mirror.db"), Logger: zerolog.Nop(), Shards: 1, Buffer: acct})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(fakeSource{}))
+	t.Cleanup(m.Close)
+
+	dropped := m.dropped.Get()
+	feed(t, m, 1, statemachine.JobChange{ID: view(1, "q", "pending", `{}`).Job.ID, View: view(1, "q", "pending", `{}`)})
+	require.Zero(t, acct.Used(), "written: given back")
+	require.Equal(t, dropped, m.dropped.Get())
+
+	big := view(2, "q", "pending", `"`+strings.Repeat("x", 64<<10)+`"`)
+	m.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: 2, Changes: []statemachine.JobChange{{ID: big.Job.ID, View: big}}})
+	require.Equal(t, dropped+1, m.dropped.Get(), "over the budget: dropped")
+	require.Zero(t, acct.Used())
 }

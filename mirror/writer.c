@@ -1,4 +1,5 @@
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "writer.h"
@@ -31,13 +32,15 @@ const char *sqlite3_errmsg(sqlite3 *db);
 // The value tags of a batch (writer.go).
 enum { TAG_NULL = 0, TAG_INT = 1, TAG_TEXT = 2 };
 
-int corvo_open(const char *path, sqlite3 **db) {
+int corvo_open(const char *path, sqlite3 **db, long long cache_kib) {
 	int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, 0);
 	if (rc != SQLITE_OK) {
 		return rc;
 	}
 	sqlite3_busy_timeout(*db, 5000);
-	return sqlite3_exec(*db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;", 0, 0, 0);
+	char pragmas[160];
+	snprintf(pragmas, sizeof pragmas, "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF; PRAGMA cache_size=-%lld;", cache_kib);
+	return sqlite3_exec(*db, pragmas, 0, 0, 0);
 }
 
 int corvo_prepare(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st) {

@@ -49,11 +49,13 @@ var fixedSQL = [stFixed]string{
 ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
 }
 
-func openWriter(path string) (*writer, error) {
+// openWriter opens the writer's connection with a page cache of
+// cacheBytes.
+func openWriter(path string, cacheBytes int64) (*writer, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	w := &writer{upserts: map[uint32]uint16{}}
-	if rc := C.corvo_open(cpath, &w.db); rc != 0 {
+	if rc := C.corvo_open(cpath, &w.db, C.longlong(max(cacheBytes>>10, 1))); rc != 0 {
 		err := w.err(rc, "open")
 		w.close()
 		return nil, err

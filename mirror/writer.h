@@ -12,7 +12,7 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 
 // corvo_open opens the database file for writing, with the mirror's
 // pragmas (WAL, synchronous=OFF, a 64 MiB page cache, a busy timeout).
-int corvo_open(const char *path, sqlite3 **db);
+int corvo_open(const char *path, sqlite3 **db, long long cache_kib);
 int corvo_prepare(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st);
 // corvo_sql runs SQL without results (BEGIN IMMEDIATE, COMMIT, ROLLBACK).
 int corvo_sql(sqlite3 *db, const char *sql);

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
@@ -82,13 +83,18 @@ type Config struct {
 	MaxPayloadBytes int           // largest job payload (0: gateway.MaxPayloadDefault)
 	MaxRestoreBytes int           // largest backup a restore takes (0: gateway.MaxRestoreBytesDefault)
 	ShutdownTimeout time.Duration // how long Shutdown waits for in-flight requests
-	CacheBytes      int64         // Pebble block cache (0: shard.CacheBytesDefault)
-	Retention       time.Duration // finished jobs are kept this long; negative: forever
-	AuditRetention  time.Duration // audit records are kept this long; negative: forever
-	NoMirror        bool          // no SQLite mirror: no search, no async bulk
+	CacheBytes      int64         // Pebble block cache (0: an eighth of MaxMemory, at most shard.CacheBytesDefault)
+	// MaxMemory is the node's memory budget (memory.go): the caches are
+	// sized from it, and what grows with load (request bodies, proposal
+	// queues, the mirror's buffer) is refused past it. 0: a fraction of
+	// the cgroup memory limit, or of the RAM (membudget.DefaultFraction).
+	MaxMemory      int64
+	Retention      time.Duration // finished jobs are kept this long; negative: forever
+	AuditRetention time.Duration // audit records are kept this long; negative: forever
+	NoMirror       bool          // no SQLite mirror: no search, no async bulk
 	// MirrorPayloadMax is how many bytes of a payload the mirror keeps
-	// (a longer one: its first bytes; search pages read it whole from
-	// Pebble). 0: mirror.PayloadMaxDefault; negative: whole payloads.
+	// (a longer one: its first bytes; search pages leave it out).
+	// 0: mirror.PayloadMaxDefault; negative: whole payloads.
 	MirrorPayloadMax int
 	NoEvents         bool // no event stream
 	// PprofBind, when set, serves the Go profiler on its own loopback
@@ -155,9 +161,6 @@ func (c Config) WithDefaults() Config {
 	if c.SnapshotEntries == 0 {
 		c.SnapshotEntries = shard.SnapshotEntriesDefault
 	}
-	if c.CacheBytes == 0 {
-		c.CacheBytes = shard.CacheBytesDefault
-	}
 	if c.Retention == 0 {
 		c.Retention = shard.RetentionDefault
 	}
@@ -192,6 +195,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPayloadBytes < 0 {
 		return errors.New("--max-payload must be positive")
+	}
+	if c.MaxMemory < 0 {
+		return errors.New("--max-memory must be positive")
+	}
+	if c.MaxMemory > 0 && c.MaxMemory < membudget.MinTotal {
+		return fmt.Errorf("--max-memory must be at least %s", membudget.FormatBytes(membudget.MinTotal))
 	}
 	if c.PprofBind != "" && !Loopback(c.PprofBind) {
 		return fmt.Errorf("--pprof-bind %s: the profiler listens on loopback only", c.PprofBind)

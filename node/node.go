@@ -8,6 +8,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/corvohq/corvo/gateway"
 	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/history"
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/peer"
 	"github.com/corvohq/corvo/shard"
@@ -40,6 +42,7 @@ type Node struct {
 	hub  *events.Hub // nil with NoEvents
 	gw   *gateway.Server
 	peer *peer.Client
+	mem  *nodeMemory
 
 	clusterSecret string   // loaded by prepareDataDir
 	tls           *nodeTLS // nil without TLS
@@ -107,6 +110,12 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.ln = ln
 
 	m := n.meta
+	plan, from, err := cfg.memoryPlan(m.Shards, membudget.System{})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	log.Info().Str("budget", plan.String()).Str("from", from).Msg("memory budget")
+	n.mem = newNodeMemory(plan)
 	hcfg := shard.Config{DataDir: cfg.DataDir, RaftAddress: m.RaftAddr, RaftListen: cfg.RaftBind, Shards: m.Shards, Logger: log,
 		CacheBytes: cfg.CacheBytes, Retention: cfg.Retention, AuditRetention: cfg.AuditRetention,
 		NodeID: m.ReplicaID, NodeName: cfg.NodeName, HTTPAddress: cfg.HTTPAdvertise, Join: m.Joined, Learner: m.Learner, Replicas: cfg.Replicas,
@@ -114,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		RTTMillisecond: cfg.Test.RTTMillisecond, ElectionRTT: cfg.Test.ElectionRTT, TickInterval: cfg.Test.TickInterval,
 		HoldOutbox: cfg.Test.HoldOutbox,
 		TLSCAFile:  cfg.PeerTLSCA, TLSCertFile: cfg.PeerTLSCert, TLSKeyFile: cfg.PeerTLSKey}
+	n.mem.size(&hcfg, cfg.CacheBytes)
 	// The peer client first: the shard host's outbox relay reaches shards
 	// placed on other nodes through it; it learns the membership from the
 	// host once that is open (Start).
@@ -125,7 +135,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	hcfg.Remote = n.peer.Propose
 	if !cfg.NoMirror {
 		mcfg := mirror.Config{Path: filepath.Join(cfg.DataDir, "mirror.db"), Shards: m.Shards, Logger: log, FlushWindow: cfg.Test.MirrorFlushWindow,
-			PayloadMax: cfg.MirrorPayloadMax}
+			PayloadMax: cfg.MirrorPayloadMax, Buffer: n.mem.mirrorQ, CacheBytes: plan.SQLite}
 		if n.mir, err = mirror.Open(mcfg); err != nil {
 			return nil, fmt.Errorf("open the mirror: %w", err)
 		}
@@ -177,6 +187,12 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("start shards: %w", err)
 	}
 	closers = append(closers, n.host.Close)
+	ring := 0
+	if n.hub != nil {
+		ring = cmp.Or(cfg.Test.EventsCapacity, events.CapacityDefault)
+	}
+	n.mem.start(n.host, ring)
+	closers = append(closers, n.mem.close)
 	n.peer.Start(n.host)
 	closers = append(closers, n.peer.Close)
 	if n.mir != nil {
@@ -207,6 +223,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	gcfg.Peer, gcfg.Cluster, gcfg.Keys = n.peer, n.host, n.host
 	gcfg.History = n.hist
 	gcfg.SessionKey = gateway.SessionKeyFrom(n.clusterSecret) // a UI session holds on every node
+	gcfg.Memory = n.mem.bodies
 	n.gw = gateway.New(gcfg, n.host)
 	return n, nil
 }
@@ -376,6 +393,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.mir.Close()
 		}
 		n.hist.Close()
+		n.mem.close()
 	})
 	return n.shutErr
 }

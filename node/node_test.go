@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/corvohq/corvo/auth"
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/internal/membudget"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -28,7 +30,8 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 3, c.Replicas)
 	require.Equal(t, 30*time.Second, c.ShutdownTimeout)
 	require.Equal(t, uint64(SnapshotEntriesDefault), c.SnapshotEntries)
-	require.Equal(t, int64(CacheBytesDefault), c.CacheBytes)
+	require.Zero(t, c.CacheBytes, "sized from the memory budget when Open knows the shard count")
+	require.Zero(t, c.MaxMemory, "read from the cgroup or the RAM by Open")
 	require.Equal(t, RetentionDefault, c.Retention)
 	require.Equal(t, 90*24*time.Hour, c.AuditRetention)
 	require.Equal(t, 1<<20, c.MaxPayloadBytes)
@@ -65,6 +68,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bad bind", Config{Bind: "nope"}, "--bind"},
 		{"bad raft bind", Config{RaftBind: "nope"}, "--raft-bind"},
 		{"bad cors origin", Config{Gateway: gateway.Config{CORSOrigins: []string{"not a url"}}}, "--cors-origin"},
+		{"negative memory", Config{MaxMemory: -1}, "--max-memory must be positive"},
+		{"tiny memory", Config{MaxMemory: 1 << 20}, "--max-memory must be at least 256MiB"},
 		{"pprof off loopback", Config{PprofBind: "0.0.0.0:6060"}, "loopback only"},
 		{"pprof on every interface", Config{PprofBind: ":6060"}, "loopback only"},
 		{"unknown auth mode", Config{Auth: "maybe"}, "--auth must be"},
@@ -77,6 +82,28 @@ func TestConfigValidate(t *testing.T) {
 		err := c.cfg.WithDefaults().Validate()
 		require.ErrorContains(t, err, c.want, c.name)
 	}
+}
+
+// TestMemoryPlan: --max-memory is the budget when given; else half of
+// what the system reader finds (cgroup limit or RAM), and Open fails
+// plainly when it finds nothing.
+func TestMemoryPlan(t *testing.T) {
+	sys := membudget.System{ReadFile: func(name string) ([]byte, error) {
+		if name == "/sys/fs/cgroup/memory.max" {
+			return []byte("2147483648\n"), nil
+		}
+		return nil, fs.ErrNotExist
+	}}
+	p, from, err := Config{MaxMemory: 1 << 30}.memoryPlan(4, sys)
+	require.NoError(t, err)
+	require.Equal(t, membudget.NewPlan(1<<30, 4), p)
+	require.Equal(t, "--max-memory", from)
+	p, from, err = Config{}.memoryPlan(4, sys)
+	require.NoError(t, err)
+	require.Equal(t, membudget.NewPlan(1<<30, 4), p)
+	require.Equal(t, "50% of /sys/fs/cgroup/memory.max", from)
+	_, _, err = Config{}.memoryPlan(4, membudget.System{ReadFile: func(string) ([]byte, error) { return nil, fs.ErrNotExist }})
+	require.ErrorContains(t, err, "--max-memory is not set")
 }
 
 func TestLoadClusterSecret(t *testing.T) {

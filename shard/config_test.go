@@ -29,11 +29,12 @@ ProposalDeadline=%s
 TickInterval=%s
 DedupRetention=%s
 CacheBytes=%d
+InMemLogBytes=%d
 Retention=%s
 SweepInterval=%s
 AuditRetention=%s
 `, c.Shards, c.NodeID, c.Replicas, c.SnapshotEntries, c.SnapshotBytes, c.RTTMillisecond, c.ElectionRTT, c.MaxOpsPerEntry, c.MaxEntryBytes,
-		c.MaxQueuedRequests, c.ProposalTimeout, c.ProposalDeadline, c.TickInterval, c.DedupRetention, c.CacheBytes, c.Retention,
+		c.MaxQueuedRequests, c.ProposalTimeout, c.ProposalDeadline, c.TickInterval, c.DedupRetention, c.CacheBytes, c.InMemLogBytes, c.Retention,
 		c.SweepInterval, c.AuditRetention)
 	require.Equal(t, `Shards=4
 NodeID=1
@@ -50,6 +51,7 @@ ProposalDeadline=10s
 TickInterval=250ms
 DedupRetention=5m0s
 CacheBytes=268435456
+InMemLogBytes=268435456
 Retention=168h0m0s
 SweepInterval=1s
 AuditRetention=2160h0m0s

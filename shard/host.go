@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/corvohq/corvo/auth"
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -40,6 +41,7 @@ const (
 	TickIntervalDefault      = 250 * time.Millisecond
 	DedupRetentionDefault    = 5 * time.Minute
 	CacheBytesDefault        = 256 << 20
+	InMemLogBytesDefault     = 256 << 20
 	RetentionDefault         = 7 * 24 * time.Hour
 	AuditRetentionDefault    = 90 * 24 * time.Hour
 	SweepIntervalDefault     = time.Second
@@ -106,6 +108,15 @@ type Config struct {
 	TickInterval      time.Duration // how often leaders look for due work
 	DedupRetention    time.Duration
 	CacheBytes        int64 // Pebble block cache shared by every shard
+	// MemTableBytes is each shard's Pebble memtable size, JobCacheBytes
+	// its cache of live jobs, InMemLogBytes its in-memory Raft log
+	// (dragonboat's MaxInMemLogSize: past it proposals get ErrBusy). 0:
+	// the state machine's defaults, InMemLogBytesDefault.
+	MemTableBytes, JobCacheBytes, InMemLogBytes int64
+	// Proposals accounts the bytes of queued proposals against the
+	// node's memory budget: a proposal that does not fit gets ErrBusy.
+	// nil: bounded only by MaxQueuedRequests.
+	Proposals *membudget.Account
 	// Retention is how long completed, dead and cancelled jobs are kept
 	// (negative: forever).
 	Retention     time.Duration
@@ -145,6 +156,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.TickInterval, TickIntervalDefault)
 	setDefault(&c.DedupRetention, DedupRetentionDefault)
 	setDefault(&c.CacheBytes, CacheBytesDefault)
+	setDefault(&c.InMemLogBytes, InMemLogBytesDefault)
 	setDefault(&c.Retention, RetentionDefault)
 	setDefault(&c.SweepInterval, SweepIntervalDefault)
 	setDefault(&c.AuditRetention, AuditRetentionDefault)
@@ -340,20 +352,35 @@ func (h *Host) raftConfig(shardID, replicaID uint64, nonVoting bool) config.Conf
 		PreVote:            true,
 		SnapshotEntries:    h.cfg.SnapshotEntries,
 		CompactionOverhead: max(h.cfg.SnapshotEntries/5, 1),
-		MaxInMemLogSize:    256 << 20,
+		MaxInMemLogSize:    uint64(h.cfg.InMemLogBytes),
 	}
+}
+
+// MemoryUsage is what this node's shards hold in memory: Pebble's block
+// cache, the memtables and the caches of live jobs.
+func (h *Host) MemoryUsage() (blockCache, memtables, jobCache int64) {
+	for i := range h.sms {
+		if s := h.sms[i].Load(); s != nil {
+			m, j := s.MemoryUsage()
+			memtables += m
+			jobCache += j
+		}
+	}
+	return h.cache.Size(), memtables, jobCache
 }
 
 func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 	return func(shardID, replicaID uint64) sm.IOnDiskStateMachine {
 		s := statemachine.New(statemachine.Config{
-			ShardID:     shardID,
-			Dir:         filepath.Join(h.cfg.DataDir, "shards", fmt.Sprint(index)),
-			Cache:       h.cache,
-			Listener:    h,
-			Logger:      h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
-			EmitChanges: h.cfg.OnApplied != nil && h.cfg.JobChanges,
-			EmitEvents:  h.cfg.OnApplied != nil && h.cfg.JobEvents,
+			ShardID:       shardID,
+			Dir:           filepath.Join(h.cfg.DataDir, "shards", fmt.Sprint(index)),
+			Cache:         h.cache,
+			MemTableBytes: h.cfg.MemTableBytes,
+			JobCacheBytes: h.cfg.JobCacheBytes,
+			Listener:      h,
+			Logger:        h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
+			EmitChanges:   h.cfg.OnApplied != nil && h.cfg.JobChanges,
+			EmitEvents:    h.cfg.OnApplied != nil && h.cfg.JobEvents,
 		})
 		h.sms[index].Store(s)
 		return s

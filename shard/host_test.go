@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/auth"
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -235,4 +237,26 @@ func TestShardAuditRetention(t *testing.T) {
 		require.NoError(t, ctx.Err(), "the old record was never pruned: %v", ids())
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestShardProposalsWithinMemoryBudget: queued proposals are accounted
+// against the memory budget; one that does not fit gets ErrBusy, and what
+// was taken is given back once answered.
+func TestShardProposalsWithinMemoryBudget(t *testing.T) {
+	b := membudget.New(membudget.Plan{Total: 1 << 30, Pool: 4 << 10})
+	acct := b.Account("test_proposals", 4<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := Open(ctx, Config{DataDir: t.TempDir(), RaftAddress: freeAddr(t), Shards: 1, Logger: zerolog.Nop(), RTTMillisecond: 10,
+		ElectionRTT: 10, Proposals: acct})
+	require.NoError(t, err)
+	defer h.Close()
+	big := enqueueOp(0, "q")
+	big.Job.Payload = []byte(`"` + strings.Repeat("x", 8<<10) + `"`)
+	_, err = h.Propose(ctx, 0, big)
+	require.ErrorIs(t, err, ErrBusy)
+	rs, err := h.Propose(ctx, 0, enqueueOp(0, "q"))
+	require.NoError(t, err)
+	require.Equal(t, statemachine.StatusOK, rs[0].Status)
+	require.Zero(t, acct.Used())
 }

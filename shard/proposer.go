@@ -103,9 +103,13 @@ func (p *proposer) submit(ctx context.Context, ops []statemachine.Op) ([]statema
 		return nil, ErrClosed
 	default:
 	}
+	if !p.h.cfg.Proposals.TryAcquire(int64(r.size)) {
+		return nil, ErrBusy
+	}
 	select {
 	case p.in <- r:
 	default:
+		p.h.cfg.Proposals.Release(int64(r.size))
 		return nil, ErrBusy
 	}
 	select {
@@ -159,23 +163,30 @@ func (p *proposer) run() {
 // drain fails requests still queued at shutdown.
 func (p *proposer) drain() {
 	if p.carry != nil {
-		p.carry.done <- Response{Err: ErrClosed}
+		p.answer(p.carry, Response{Err: ErrClosed})
 	}
 	for {
 		select {
 		case r := <-p.in:
-			r.done <- Response{Err: ErrClosed}
+			p.answer(r, Response{Err: ErrClosed})
 		default:
 			return
 		}
 	}
 }
 
+// answer hands a request its response and gives its bytes back to the
+// memory budget.
+func (p *proposer) answer(r *request, resp Response) {
+	p.h.cfg.Proposals.Release(int64(r.size))
+	r.done <- resp
+}
+
 func (p *proposer) flush(batch []*request, nops int) {
 	live := batch[:0]
 	for _, r := range batch {
 		if r.ctx.Err() != nil {
-			r.done <- Response{Err: r.ctx.Err()}
+			p.answer(r, Response{Err: r.ctx.Err()})
 			continue
 		}
 		live = append(live, r)
@@ -204,10 +215,10 @@ func (p *proposer) flush(batch []*request, nops int) {
 	at := 0
 	for _, r := range live {
 		if err != nil {
-			r.done <- Response{Err: err}
+			p.answer(r, Response{Err: err})
 			continue
 		}
-		r.done <- Response{Results: results[at : at+len(r.ops) : at+len(r.ops)]}
+		p.answer(r, Response{Results: results[at : at+len(r.ops) : at+len(r.ops)]})
 		at += len(r.ops)
 	}
 }

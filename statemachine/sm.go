@@ -9,6 +9,7 @@ package statemachine
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -100,11 +101,17 @@ type Config struct {
 	// JobCacheBytes bounds the in-memory cache of live jobs (0: default;
 	// negative: off).
 	JobCacheBytes int64
+	// MemTableBytes is Pebble's memtable size (0: MemTableBytesDefault);
+	// Pebble holds up to two per shard.
+	MemTableBytes int64
 	// EmitChanges fills AppliedInfo.Changes (the mirror needs them).
 	EmitChanges bool
 	// EmitEvents fills AppliedInfo.Events (the event stream needs them).
 	EmitEvents bool
 }
+
+// MemTableBytesDefault is Config.MemTableBytes's default.
+const MemTableBytesDefault = 32 << 20
 
 // StateMachine implements dragonboat's IOnDiskStateMachine.
 type StateMachine struct {
@@ -150,6 +157,7 @@ type StateMachine struct {
 	cursors map[string][]byte
 
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
+	jobBytes      atomic.Int64  // the job cache's size after the last Update (MemoryUsage)
 	closeMu       sync.RWMutex  // lookups hold it shared; Close exclusively
 	closed        bool
 	openedAt      uint64       // the applied index Open found
@@ -167,7 +175,7 @@ func (s *StateMachine) pebbleOptions() *pebble.Options {
 	opts := &pebble.Options{
 		FS:                    s.cfg.FS,
 		Cache:                 s.cfg.Cache,
-		MemTableSize:          32 << 20,
+		MemTableSize:          uint64(cmp.Or(s.cfg.MemTableBytes, MemTableBytesDefault)),
 		L0CompactionThreshold: 8,
 		L0StopWritesThreshold: 32,
 		Logger:                pebbleLogger{s.cfg.Logger},
@@ -198,8 +206,13 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open pebble %s: %w", s.cfg.Dir, err)
 	}
+	s.closeMu.Lock() // MemoryUsage reads db from other goroutines
 	s.db = db
+	s.closeMu.Unlock()
 	if err := s.loadMeta(); err != nil {
+		s.closeMu.Lock()
+		s.db = nil
+		s.closeMu.Unlock()
 		_ = db.Close()
 		return 0, err
 	}
@@ -309,6 +322,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	}
 	s.applied = last
 	s.appliedAtomic.Store(last)
+	s.jobBytes.Store(s.jobs.bytes)
 	if s.cfg.Listener != nil {
 		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
 			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events, Bytes: size})
@@ -325,6 +339,18 @@ func (s *StateMachine) Sync() error {
 		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
+}
+
+// MemoryUsage is what the shard holds in memory: its Pebble memtables
+// (those waiting to be freed included) and its cache of live jobs.
+func (s *StateMachine) MemoryUsage() (memtables, jobCache int64) {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed || s.db == nil {
+		return 0, 0
+	}
+	m := s.db.Metrics()
+	return int64(m.MemTable.Size + m.MemTable.ZombieSize), s.jobBytes.Load()
 }
 
 // ErrClosed answers lookups on a closed state machine.

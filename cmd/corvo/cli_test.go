@@ -442,3 +442,34 @@ func TestServerDiskFlags(t *testing.T) {
 	_, err = parse("--min-free-disk", "lots")
 	require.ErrorContains(t, err, "min-free-disk")
 }
+
+// TestServerMaxMemoryFlag: --max-memory (or CORVO_MAX_MEMORY) takes a size
+// with a unit and reaches node.Config; without it the node computes the
+// default; a malformed size is a usage error, a tiny one fails Validate.
+func TestServerMaxMemoryFlag(t *testing.T) {
+	parse := func(args ...string) (node.Config, error) {
+		var f serverFlags
+		fl := pflag.NewFlagSet("server", pflag.ContinueOnError)
+		f.register(fl)
+		require.NoError(t, fl.Parse(args))
+		return f.config()
+	}
+	t.Setenv("CORVO_MAX_MEMORY", "")
+	c, err := parse("--max-memory", "1GiB")
+	require.NoError(t, err)
+	require.Equal(t, int64(1<<30), c.MaxMemory)
+	require.Zero(t, c.CacheBytes, "sized from the budget")
+	c, err = parse("--cache-mb", "64")
+	require.NoError(t, err)
+	require.Zero(t, c.MaxMemory)
+	require.Equal(t, int64(64<<20), c.CacheBytes)
+	_, err = parse("--max-memory", "lots")
+	require.ErrorContains(t, err, "--max-memory")
+	c, err = parse("--max-memory", "1MiB")
+	require.NoError(t, err)
+	require.ErrorContains(t, c.WithDefaults().Validate(), "--max-memory must be at least")
+	t.Setenv("CORVO_MAX_MEMORY", "512MiB")
+	c, err = parse()
+	require.NoError(t, err)
+	require.Equal(t, int64(512<<20), c.MaxMemory)
+}

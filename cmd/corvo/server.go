@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/internal/membudget"
 	"github.com/corvohq/corvo/node"
 )
 
@@ -25,6 +26,7 @@ type serverFlags struct {
 	cacheMB  int
 	// mirrorPayloadMax is --mirror-payload-max (0: whole payloads).
 	mirrorPayloadMax int
+	maxMem           string   // --max-memory, a size
 	roleMap          []string // --oidc-role-map entries
 }
 
@@ -60,7 +62,9 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
 	fl.IntVar(&f.mirrorPayloadMax, "mirror-payload-max", node.MirrorPayloadMaxDefault, "bytes of each payload the search mirror keeps: a longer one is kept as its first bytes (search pages still show it whole, read from the shard; payload_contains sees the prefix, payload_jq never matches it); 0: whole payloads")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
-	fl.IntVar(&f.cacheMB, "cache-mb", node.CacheBytesDefault>>20, "Pebble block cache in MiB, shared by every shard")
+	fl.IntVar(&f.cacheMB, "cache-mb", 0, fmt.Sprintf("Pebble block cache in MiB, shared by every shard (default: an eighth of --max-memory, at most %d)", node.CacheBytesDefault>>20))
+	fl.StringVar(&f.maxMem, "max-memory", os.Getenv("CORVO_MAX_MEMORY"),
+		`memory budget (e.g. 1GiB, 512MiB): caches are sized from it, and past it new writes get 429 with Retry-After while reads keep working (default $CORVO_MAX_MEMORY, else half the container's cgroup memory limit, or of the RAM)`)
 	fl.StringVar(&c.PprofBind, "pprof-bind", "", "serve Go pprof profiles on their own loopback listener (e.g. 127.0.0.1:6060); off when empty")
 	fl.StringSliceVar(&c.Gateway.CORSOrigins, "cors-origin", envList("CORVO_CORS_ORIGINS"),
 		`browser origin (scheme://host[:port], or "*") allowed to call the API from its pages; repeatable or comma-separated (default $CORVO_CORS_ORIGINS). Other origins cannot change anything`)
@@ -105,6 +109,11 @@ func (f *serverFlags) config() (node.Config, error) {
 	c.MirrorPayloadMax = f.mirrorPayloadMax
 	if f.mirrorPayloadMax <= 0 {
 		c.MirrorPayloadMax = -1 // whole payloads
+	}
+	if f.maxMem != "" {
+		if c.MaxMemory, err = membudget.ParseBytes(f.maxMem); err != nil {
+			return node.Config{}, fmt.Errorf("--max-memory: %w", err)
+		}
 	}
 	if c.ClusterSecretFile == "" {
 		c.ClusterSecret = os.Getenv("CORVO_CLUSTER_SECRET")

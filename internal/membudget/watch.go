@@ -1,0 +1,179 @@
+package membudget
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of WatchConfig.
+const (
+	WatchIntervalDefault = 250 * time.Millisecond
+	// ReleaseEveryDefault: free memory is handed back to the OS at most
+	// this often (each time costs a full garbage collection).
+	ReleaseEveryDefault = 10 * time.Second
+	// ReleaseFloor: less reclaimable heap than this is not worth a
+	// collection.
+	ReleaseFloor = 16 << 20
+)
+
+// WatchConfig configures Watch; tests inject the measures and the clock.
+type WatchConfig struct {
+	Interval     time.Duration
+	ReleaseEvery time.Duration
+	// Resident is the process's resident anonymous memory (default
+	// /proc/self/statm, else what the Go runtime maps).
+	Resident func() int64
+	// Reclaimable is heap memory the Go runtime holds beyond the live
+	// heap and has not handed back to the OS: free spans, and garbage no
+	// collection has swept yet (default runtime/metrics).
+	Reclaimable func() int64
+	// Release hands free memory back (default: debug.FreeOSMemory, then
+	// glibc's malloc_trim for the C heap).
+	Release func()
+	Now     func() time.Time
+}
+
+func (c WatchConfig) withDefaults() WatchConfig {
+	setDefault(&c.Interval, WatchIntervalDefault)
+	setDefault(&c.ReleaseEvery, ReleaseEveryDefault)
+	if c.Resident == nil {
+		c.Resident = residentBytes
+	}
+	if c.Reclaimable == nil {
+		c.Reclaimable = reclaimableBytes
+	}
+	if c.Release == nil {
+		c.Release = release
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// watcher is Watch's state between measures.
+type watcher struct {
+	b           *Budget
+	cfg         WatchConfig
+	lastRelease time.Time
+}
+
+// Watch sets the Go runtime's memory limit to the plan's GoLimit (unless
+// the GOMEMLIMIT environment variable sets one), then
+// measures the process every cfg.Interval until stop is closed: the
+// budget is Over while resident memory is above Total (writes are
+// refused), and memory is handed back to the OS (at most every
+// ReleaseEvery) while the process is over or the Go heap holds more than
+// ReleaseFloor beyond its live objects — so a burst's
+// memory does not stay with the process once the burst has passed. The memory limit is the
+// process's: Watch puts back the one it found when it returns.
+func (b *Budget) Watch(cfg WatchConfig, stop <-chan struct{}) {
+	cfg = cfg.withDefaults()
+	if os.Getenv("GOMEMLIMIT") == "" { // the operator's own wins
+		prev := debug.SetMemoryLimit(b.plan.GoLimit)
+		defer debug.SetMemoryLimit(prev)
+	}
+	w := &watcher{b: b, cfg: cfg}
+	t := time.NewTicker(cfg.Interval)
+	defer t.Stop()
+	w.step()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			w.step()
+		}
+	}
+}
+
+// step is one measure: it updates Over and releases memory when due.
+func (w *watcher) step() {
+	res := w.cfg.Resident()
+	w.b.resident.Store(res)
+	total := w.b.plan.Total
+	// Over above the budget, not over again until 5% below it: writes do
+	// not flap at the edge.
+	if res > total {
+		w.b.over.Store(true)
+	} else if res < total-total/20 {
+		w.b.over.Store(false)
+	}
+	spare := w.cfg.Reclaimable()
+	now := w.cfg.Now()
+	if (w.b.over.Load() || spare > ReleaseFloor) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery {
+		w.lastRelease = now
+		w.cfg.Release()
+		releasedTotal.Inc()
+	}
+}
+
+// LimitCArenas caps the C heap's malloc arenas (glibc) at half the cores,
+// at least 2, unless MALLOC_ARENA_MAX is set: with the default (8 per
+// core) a burst of Pebble and SQLite allocations from many threads leaves
+// memory spread over arenas that malloc_trim cannot hand back (measured:
+// 80 MiB more resident a minute after a burst, docs/operating-under-load-
+// memory.md). Call it before the shards and the mirror open.
+func LimitCArenas() {
+	if os.Getenv("MALLOC_ARENA_MAX") == "" {
+		limitArenas(max(2, runtime.NumCPU()/2))
+	}
+}
+
+// residentBytes reads the process's resident anonymous memory from
+// /proc/self/statm (resident less shared pages); elsewhere what the Go
+// runtime maps.
+func residentBytes() int64 {
+	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
+		if n, err := parseStatm(b, os.Getpagesize()); err == nil {
+			return n
+		}
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64() - s[1].Value.Uint64())
+}
+
+// parseStatm reads resident less shared pages from /proc/self/statm.
+func parseStatm(b []byte, page int) (int64, error) {
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return 0, fmt.Errorf("statm: %q", b)
+	}
+	res, err1 := strconv.ParseInt(f[1], 10, 64)
+	shared, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("statm: %q", b)
+	}
+	return (res - shared) * int64(page), nil
+}
+
+// reclaimableBytes is the heap the Go runtime holds beyond the objects the
+// last collection found live: free spans not yet handed back, and garbage
+// made since.
+func reclaimableBytes() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64()+s[1].Value.Uint64()) - int64(s[2].Value.Uint64())
+}
+
+// release collects the Go heap and hands its free memory back to the OS,
+// then the C heap's.
+func release() {
+	debug.FreeOSMemory()
+	trimC()
+}

@@ -1,0 +1,80 @@
+package node
+
+import (
+	"cmp"
+	"fmt"
+	"unsafe"
+
+	"github.com/corvohq/corvo/gateway/events"
+	"github.com/corvohq/corvo/internal/membudget"
+	"github.com/corvohq/corvo/shard"
+)
+
+// memoryPlan is the split of the node's memory budget for its shard
+// count, and where the budget came from: MaxMemory, else
+// membudget.DefaultFraction of what sys reads (the cgroup limit or the
+// RAM).
+func (c Config) memoryPlan(shards int, sys membudget.System) (membudget.Plan, string, error) {
+	if c.MaxMemory > 0 {
+		return membudget.NewPlan(c.MaxMemory, shards), "--max-memory", nil
+	}
+	total, from, err := sys.Default()
+	if err != nil {
+		return membudget.Plan{}, "", fmt.Errorf("--max-memory is not set and the default cannot be computed: %w", err)
+	}
+	return membudget.NewPlan(total, shards), fmt.Sprintf("%g%% of %s", membudget.DefaultFraction*100, from), nil
+}
+
+// nodeMemory is the node's budget and the accounts it hands out.
+type nodeMemory struct {
+	budget                     *membudget.Budget
+	bodies, proposals, mirrorQ *membudget.Account
+	stop, done                 chan struct{}
+}
+
+func newNodeMemory(plan membudget.Plan) *nodeMemory {
+	membudget.LimitCArenas()
+	b := membudget.New(plan)
+	return &nodeMemory{budget: b,
+		bodies:    b.Account("request_bodies", plan.Bodies),
+		proposals: b.Account("proposals", plan.Proposals),
+		mirrorQ:   b.Account("mirror_buffer", plan.Mirror),
+		stop:      make(chan struct{}), done: make(chan struct{})}
+}
+
+// size fills the shard host's cache sizes and proposal account from the
+// plan (an explicit CacheBytes wins).
+func (m *nodeMemory) size(h *shard.Config, cacheBytes int64) {
+	p := m.budget.Plan()
+	h.CacheBytes = cmp.Or(cacheBytes, p.BlockCache)
+	h.MemTableBytes, h.JobCacheBytes, h.InMemLogBytes = p.MemTable, p.JobCache, p.RaftLog
+	h.Proposals = m.proposals
+}
+
+// start registers the gauges and watches the process's memory until
+// stopped.
+func (m *nodeMemory) start(host *shard.Host, ring int) {
+	usage := func(pick func(b, mt, j int64) int64) func() int64 {
+		return func() int64 { return pick(host.MemoryUsage()) }
+	}
+	extra := map[string]func() int64{
+		"block_cache": usage(func(b, _, _ int64) int64 { return b }),
+		"memtables":   usage(func(_, mt, _ int64) int64 { return mt }),
+		"job_cache":   usage(func(_, _, j int64) int64 { return j }),
+	}
+	if ring > 0 {
+		size := int64(ring) * int64(unsafe.Sizeof(events.Event{}))
+		extra["event_ring"] = func() int64 { return size }
+	}
+	m.budget.RegisterGauges([]*membudget.Account{m.bodies, m.proposals, m.mirrorQ}, extra)
+	go func() {
+		defer close(m.done)
+		m.budget.Watch(membudget.WatchConfig{}, m.stop)
+	}()
+}
+
+// close stops the watch (after start).
+func (m *nodeMemory) close() {
+	close(m.stop)
+	<-m.done
+}
