@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
 	shardpkg "github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -927,6 +928,15 @@ func TestAPIDependencies(t *testing.T) {
 	after := mustJSON[struct {
 		JobID string `json:"job_id"`
 	}](t, body).JobID
+	// The held job names what it waits for (the UI links them).
+	code, body = call(t, "GET", "/api/v1/jobs/"+after, nil)
+	require.Equal(t, 200, code, string(body))
+	hj := strictDecode[corvo.Job](t, "held job", body)
+	require.Equal(t, "held", hj.State)
+	require.Equal(t, []string{a, b}, hj.DependsOn)
+	require.Equal(t, 0, hj.DependenciesDone)
+	require.Empty(t, strictDecode[corvo.Job](t, "job", mustGet(t, a)).DependsOn)
+	require.Contains(t, string(mustGet(t, a)), `"depends_on":[],`)
 	drainQueue(t, qs[0], 0.5, func(fetchedJob) map[string]any { return map[string]any{} })
 	_, ok := fetchOne(t, 0.3, qs[2])
 	require.False(t, ok, "b has not completed")

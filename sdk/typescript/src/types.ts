@@ -203,6 +203,10 @@ export interface Job<P = any> {
   chain_id: string | null;
   chain_step: number | null;
   chain_config: unknown;
+  /** The jobs this one waits for (enqueued with depends_on; else empty). */
+  depends_on: string[];
+  /** How many of depends_on have completed. */
+  dependencies_done: number;
   tags: Record<string, string>;
   progress: any;
   checkpoint: any;
