@@ -105,6 +105,18 @@ func (tb *testBundle) get(id string) *JobView {
 	return jv
 }
 
+func (tb *testBundle) schedule(id string) Schedule {
+	v, err := tb.sm.Lookup(SchedulesQuery{})
+	require.NoError(tb.t, err)
+	for _, sc := range v.([]Schedule) {
+		if sc.ID == id {
+			return sc
+		}
+	}
+	tb.t.Fatalf("no schedule %s", id)
+	return Schedule{}
+}
+
 func (tb *testBundle) dump() []string {
 	it, err := tb.sm.db.NewIter(nil)
 	require.NoError(tb.t, err)
@@ -1175,4 +1187,56 @@ func TestApplierAllocs(t *testing.T) {
 	st := JobState{State: StateActive, WorkerID: "w1", Hostname: "h", Attempt: 1, LeaseExpiresAt: a.now}
 	a.putState(&j, &st)
 	require.Equal(t, 1.0, testing.AllocsPerRun(50, func() { a.putState(&j, &st) }))
+}
+
+// TestStateMachineSchedulePauseAndRunNow: a paused schedule does not fire
+// (nor does a replace unpause it); resumed, it fires from the next run
+// after now, skipping those missed; run now enqueues a run at once, paused
+// or not, and the schedule names the job of its last run.
+func TestStateMachineSchedulePauseAndRunNow(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.now = time.Date(2026, 5, 1, 10, 0, 30, 0, time.UTC)
+	sc := Schedule{ID: "sched_0_min", Name: "every-minute", Queue: "q", Cron: "* * * * *", Timezone: "UTC", Payload: []byte(`{"n":1}`)}
+	tb.one(&ScheduleOp{Schedule: sc})
+	tb.advance(time.Minute)
+	require.Equal(t, uint32(1), tb.one(&CronTickOp{}).Count)
+	first := tb.fetch(10, "q")
+	require.Len(t, first, 1)
+	require.Equal(t, first[0].Job.ID, tb.schedule("sched_0_min").LastJobID)
+
+	require.Equal(t, StatusOK, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Action: SchedulePause}).Status)
+	require.True(t, tb.schedule("sched_0_min").Paused)
+	require.Zero(t, tb.schedule("sched_0_min").NextRun)
+	tb.one(&ScheduleOp{Schedule: sc}) // a replace keeps it paused
+	require.True(t, tb.schedule("sched_0_min").Paused)
+	for i := 0; i < 3; i++ {
+		tb.advance(time.Minute)
+		require.Zero(t, tb.one(&CronTickOp{}).Count, "paused")
+	}
+	require.Empty(t, tb.fetch(10, "q"))
+
+	// Run now, while paused: one job at once, with the stamped ID.
+	r := tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min", LastJobID: "job_0_01JRUNNOW0000000000000000"}, Action: ScheduleRunNow})
+	require.Equal(t, StatusOK, r.Status)
+	require.Equal(t, StatePending, r.State)
+	ran := tb.fetch(10, "q")
+	require.Len(t, ran, 1)
+	require.Equal(t, "job_0_01JRUNNOW0000000000000000", ran[0].Job.ID)
+	require.JSONEq(t, `{"schedule":"sched_0_min"}`, string(ran[0].Job.Tags))
+	got := tb.schedule("sched_0_min")
+	require.Equal(t, "job_0_01JRUNNOW0000000000000000", got.LastJobID)
+	require.Equal(t, tb.now.UnixNano(), got.LastRun)
+
+	// Resumed: the next run is the next minute after now; none missed fire.
+	r = tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Action: ScheduleResume})
+	require.Equal(t, StatusOK, r.Status)
+	require.Equal(t, tb.now.Truncate(time.Minute).Add(time.Minute).UnixNano(), r.NextAttemptAt)
+	tb.advance(time.Minute)
+	require.Equal(t, uint32(1), tb.one(&CronTickOp{}).Count)
+	require.Len(t, tb.fetch(10, "q"), 1)
+
+	require.Equal(t, StatusNotFound, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_nope"}, Action: SchedulePause}).Status)
+	require.Equal(t, StatusNotFound, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_nope", LastJobID: "job_0_x"}, Action: ScheduleRunNow}).Status)
+	require.Equal(t, StatusInvalid, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Action: 99}).Status)
 }

@@ -235,7 +235,11 @@ type Schedule struct {
 	Priority   string     `json:"priority,omitempty"`
 	NextRun    *time.Time `json:"next_run,omitempty"`
 	LastRun    *time.Time `json:"last_run,omitempty"`
-	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	// LastJobID is the job of the last run; Paused: the schedule fires
+	// nothing until resumed. Both are answered, never sent.
+	LastJobID *string    `json:"last_job_id,omitempty"`
+	Paused    bool       `json:"paused,omitempty"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
 }
 
 // ClusterStatus is the cluster's topology as one node gathered it.

@@ -383,6 +383,10 @@ export interface Schedule {
   priority?: Priority;
   next_run?: string | null;
   last_run?: string | null;
+  /** The job of the last run (answered, not sent). */
+  last_job_id?: string | null;
+  /** A paused schedule fires nothing until resumed (answered, not sent). */
+  paused?: boolean;
   created_at?: string;
 }
 
