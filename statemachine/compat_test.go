@@ -337,3 +337,41 @@ func TestWireFixtureSchedulePause(t *testing.T) {
 		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
 	}
 }
+
+// wireMovePriority is testdata/wire/move-priority-v1.txt: the move ops
+// with the priority fields added to them, as their first release wrote them.
+const wireMovePriority = "testdata/wire/move-priority-v1.txt"
+
+func moveOpsV1() []Op {
+	return []Op{
+		&MoveJobOp{JobID: "job_1_01JAAAAAAAAAAAAAAAAAAAAAAA", Queue: "to", ResetAttempt: true, SetPriority: true, Priority: PriorityHigh},
+		&MoveOutOp{JobID: "job_1_01JAAAAAAAAAAAAAAAAAAAAAAA", NewID: "job_2_01JAAAAAAAAAAAAAAAAAAAAAAA", Queue: "far", Target: 2, SetPriority: true, Priority: PriorityNormal},
+		&MoveJobOp{JobID: "job_1_01JBBBBBBBBBBBBBBBBBBBBBBB", Queue: "kept"},
+	}
+}
+
+func wireRecordsMovePriority() map[string][]byte {
+	e := Entry{ID: NewEntryID(1_770_000_000_000_000_000, 11), Now: 1_770_000_000_000_000_001, Ops: moveOpsV1()}
+	return map[string][]byte{"move.entry": e.Encode(nil)}
+}
+
+// TestWireFixtureMovePriority: moves that set a priority keep decoding to
+// the same values and encoding to the same bytes; one that sets none
+// encodes as before the fields existed.
+func TestWireFixtureMovePriority(t *testing.T) {
+	if *writeWireFixture {
+		writeFixture(t, wireMovePriority, "# Move ops with a priority as their first release wrote them.\n"+
+			"# Frozen: never regenerate. Values: compat_test.go (moveOpsV1).\n", wireRecordsMovePriority())
+	}
+	t.Parallel()
+	old := readWireFixture(t, wireMovePriority)
+	require.Len(t, old, len(wireRecordsMovePriority()))
+	e, err := DecodeEntry(old["move.entry"])
+	require.NoError(t, err)
+	require.Equal(t, moveOpsV1(), e.Ops)
+	for name, b := range wireRecordsMovePriority() {
+		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
+	}
+	plain := &MoveJobOp{JobID: "j", Queue: "q", ResetAttempt: true}
+	require.Equal(t, []byte{1, 'j', 1, 'q', 1}, plain.appendBody(nil), "no priority: the old bytes")
+}

@@ -696,6 +696,19 @@ func TestStateMachineRetryDeleteMove(t *testing.T) {
 	require.Equal(t, "to", got[0].Job.Queue)
 	require.Equal(t, StatusConflict, tb.one(&MoveJobOp{JobID: m, Queue: "x"}).Status, "active jobs stay")
 
+	// Move with a new priority: re-filed under the tier it takes.
+	lo := tb.enqueue("from", PriorityNormal)
+	hi := tb.enqueue("from", PriorityNormal)
+	tb.enqueue("to2", PriorityNormal)
+	require.Equal(t, StatusOK, tb.one(&MoveJobOp{JobID: lo, Queue: "to2"}).Status)
+	require.Equal(t, StatusOK, tb.one(&MoveJobOp{JobID: hi, Queue: "to2", SetPriority: true, Priority: PriorityCritical}).Status)
+	require.Equal(t, PriorityNormal, tb.get(lo).Job.Priority, "no priority given: it keeps its own")
+	require.Equal(t, PriorityCritical, tb.get(hi).Job.Priority)
+	require.Equal(t, hi, tb.fetch(1, "to2")[0].Job.ID, "the critical one first")
+	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: hi}).Status)
+	require.Equal(t, StatusInvalid, tb.one(&MoveJobOp{JobID: lo, Queue: "to3", SetPriority: true, Priority: 9}).Status)
+	require.Equal(t, "to2", tb.get(lo).Job.Queue, "a refused move changes nothing")
+
 	// Delete in every state.
 	for _, mk := range []func() string{
 		func() string { return tb.enqueue("d", PriorityNormal) },
@@ -811,7 +824,8 @@ func TestStateMachineCrossShardMove(t *testing.T) {
 	src.fetch(1, "from")
 	src.one(&FailOp{JobID: id, Error: "first try failed"})
 	newID := "job_1_" + id[len("job_0_"):]
-	r := src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1})
+	require.Equal(t, StatusInvalid, src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1, SetPriority: true, Priority: 7}).Status)
+	r := src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1, SetPriority: true, Priority: PriorityNormal})
 	require.Equal(t, StatusOK, r.Status)
 	require.Equal(t, newID, r.JobID)
 	require.Nil(t, src.get(id))
@@ -830,6 +844,7 @@ func TestStateMachineCrossShardMove(t *testing.T) {
 	got := dst.get(newID)
 	require.NotNil(t, got)
 	require.Equal(t, "to", got.Job.Queue)
+	require.Equal(t, PriorityNormal, got.Job.Priority, "moved with priority normal (was high)")
 	require.Equal(t, StateRetrying, got.State.State)
 	require.Len(t, got.Errors, 1)
 	require.JSONEq(t, `{"t":"x"}`, string(got.Job.Tags))
