@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
 	shardpkg "github.com/corvohq/corvo/shard"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -927,6 +928,15 @@ func TestAPIDependencies(t *testing.T) {
 	after := mustJSON[struct {
 		JobID string `json:"job_id"`
 	}](t, body).JobID
+	// The held job names what it waits for (the UI links them).
+	code, body = call(t, "GET", "/api/v1/jobs/"+after, nil)
+	require.Equal(t, 200, code, string(body))
+	hj := strictDecode[corvo.Job](t, "held job", body)
+	require.Equal(t, "held", hj.State)
+	require.Equal(t, []string{a, b}, hj.DependsOn)
+	require.Equal(t, 0, hj.DependenciesDone)
+	require.Empty(t, strictDecode[corvo.Job](t, "job", mustGet(t, a)).DependsOn)
+	require.Contains(t, string(mustGet(t, a)), `"depends_on":[],`)
 	drainQueue(t, qs[0], 0.5, func(fetchedJob) map[string]any { return map[string]any{} })
 	_, ok := fetchOne(t, 0.3, qs[2])
 	require.False(t, ok, "b has not completed")
@@ -1009,6 +1019,65 @@ func TestAPISchedules(t *testing.T) {
 	require.Equal(t, 404, code)
 	code, _ = call(t, "PUT", "/api/v1/schedules/"+sc.ID, body)
 	require.Equal(t, 404, code)
+}
+
+// TestAPISchedulePauseResumeRun: run now enqueues a run at once (tagged
+// with the schedule, named by last_job_id); pause empties next_run and
+// survives a PUT; resume sets it again; unknown IDs are 404.
+func TestAPISchedulePauseResumeRun(t *testing.T) {
+	t.Parallel()
+	q := uq("sched-run")
+	code, resp := call(t, "POST", "/api/v1/schedules", map[string]any{"name": uq("hourly"), "queue": q, "cron": "0 * * * *", "payload": map[string]int{"n": 7}})
+	require.Equal(t, 201, code, string(resp))
+	sc := strictDecode[corvo.Schedule](t, "schedule", resp)
+	require.False(t, sc.Paused)
+	require.Nil(t, sc.LastJobID)
+	require.Contains(t, string(resp), `"last_job_id":null,"paused":false`)
+
+	code, resp = call(t, "POST", "/api/v1/schedules/"+sc.ID+"/run", nil)
+	require.Equal(t, 201, code, string(resp))
+	run := mustJSON[struct {
+		JobID      string `json:"job_id"`
+		Status     string `json:"status"`
+		ScheduleID string `json:"schedule_id"`
+	}](t, resp)
+	require.Equal(t, "pending", run.Status)
+	require.Equal(t, sc.ID, run.ScheduleID)
+	j := getJob(t, run.JobID)
+	require.Equal(t, map[string]any{"schedule": sc.ID}, j.Tags)
+	fetched, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	require.Equal(t, run.JobID, fetched.JobID)
+
+	code, resp = call(t, "POST", "/api/v1/schedules/"+sc.ID+"/pause", nil)
+	require.Equal(t, 200, code, string(resp))
+	paused := strictDecode[corvo.Schedule](t, "paused schedule", resp)
+	require.True(t, paused.Paused)
+	require.Nil(t, paused.NextRun, "a paused schedule has no next run")
+	require.Equal(t, run.JobID, *paused.LastJobID)
+	require.NotNil(t, paused.LastRun)
+	// A PUT keeps it paused.
+	code, resp = call(t, "PUT", "/api/v1/schedules/"+sc.ID, map[string]any{"name": sc.Name, "queue": q, "cron": "30 * * * *"})
+	require.Equal(t, 200, code, string(resp))
+	require.True(t, strictDecode[corvo.Schedule](t, "replaced", resp).Paused)
+	// Run now works while paused.
+	code, resp = call(t, "POST", "/api/v1/schedules/"+sc.ID+"/run", nil)
+	require.Equal(t, 201, code, string(resp))
+
+	code, resp = call(t, "POST", "/api/v1/schedules/"+sc.ID+"/resume", nil)
+	require.Equal(t, 200, code, string(resp))
+	resumed := strictDecode[corvo.Schedule](t, "resumed", resp)
+	require.False(t, resumed.Paused)
+	require.NotNil(t, resumed.NextRun)
+	require.True(t, resumed.NextRun.After(time.Now()))
+	require.Equal(t, 30, resumed.NextRun.Minute())
+
+	for _, path := range []string{"/run", "/pause", "/resume"} {
+		code, _ = call(t, "POST", "/api/v1/schedules/sched_0_01JNOPE0000000000000000000"+path, nil)
+		require.Equal(t, 404, code, path)
+		code, _ = call(t, "POST", "/api/v1/schedules/nonsense"+path, nil)
+		require.Equal(t, 404, code, path)
+	}
 }
 
 func TestAPIDeadLetters(t *testing.T) {

@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // TestMetricsMetadata: every family of /metrics has exactly one # TYPE
@@ -321,4 +324,55 @@ func TestAPIBulkByFilterReadsItsWrites(t *testing.T) {
 			require.Equal(t, 200, code)
 		}
 	}
+}
+
+// TestAPIMoveWithPriority: a move may set the job's priority (on the same
+// shard and across shards); without one the job keeps its own; a bad one
+// is a 400 that moves nothing.
+func TestAPIMoveWithPriority(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "moveprio", 2)
+	rt := router.New(4)
+	near := ""
+	for i := 0; near == ""; i++ {
+		if n := fmt.Sprintf("%s-near%d", qs[0], i); rt.ShardForQueue(n) == rt.ShardForQueue(qs[0]) {
+			near = n
+		}
+	}
+	prioOf := func(id string) (string, string) {
+		d := mustJSON[struct {
+			Queue    string `json:"queue"`
+			Priority string `json:"priority"`
+		}](t, mustGet(t, id))
+		return d.Queue, d.Priority
+	}
+	id := enqueue(t, map[string]any{"queue": qs[0], "priority": "critical"})
+	code, body := call(t, "POST", "/api/v1/jobs/"+id+"/move", map[string]any{"queue": qs[1], "priority": "bulk"})
+	require.Equal(t, 400, code, string(body))
+	q, p := prioOf(id)
+	require.Equal(t, qs[0], q)
+	require.Equal(t, "critical", p)
+
+	nid := mustJSON[struct {
+		JobID string `json:"job_id"`
+	}](t, mustPost(t, "/api/v1/jobs/"+id+"/move", map[string]any{"queue": qs[1], "priority": "normal"})).JobID
+	q, p = prioOf(nid)
+	require.Equal(t, qs[1], q)
+	require.Equal(t, "normal", p, "across shards")
+
+	id2 := enqueue(t, map[string]any{"queue": qs[0], "priority": "normal"})
+	mustPost(t, "/api/v1/jobs/"+id2+"/move", map[string]any{"queue": near, "priority": "high"})
+	id3 := enqueue(t, map[string]any{"queue": qs[0], "priority": "high"})
+	mustPost(t, "/api/v1/jobs/"+id3+"/move", map[string]any{"queue": near})
+	for _, c := range []struct{ id, want string }{{id2, "high"}, {id3, "high"}} {
+		_, p = prioOf(c.id)
+		require.Equal(t, c.want, p, c.id)
+	}
+}
+
+func mustPost(t *testing.T, path string, body any) []byte {
+	t.Helper()
+	code, resp := call(t, "POST", path, body)
+	require.Equal(t, 200, code, string(resp))
+	return resp
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
 
@@ -167,11 +168,13 @@ func (s *Server) handleDelete(ctx *fasthttp.RequestCtx) {
 }
 
 type moveRequest struct {
-	Queue        *string `json:"queue"`
-	ResetAttempt bool    `json:"reset_attempt"`
+	Queue        *string        `json:"queue"`
+	ResetAttempt bool           `json:"reset_attempt"`
+	Priority     jsontext.Value `json:"priority"`
 }
 
-// POST /api/v1/jobs/{id}/move {"queue": "target", "reset_attempt": true}
+// POST /api/v1/jobs/{id}/move {"queue": "target", "reset_attempt": true,
+// "priority": "high"} (without priority the job keeps its own)
 func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 	var req moveRequest
 	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
@@ -186,6 +189,11 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, invalid("field \"queue\": %v", err))
 		return
 	}
+	prio, setPrio, err := parsePriority(req.Priority)
+	if err != nil {
+		writeError(ctx, invalid("field \"priority\": %v", err))
+		return
+	}
 	if !allowQueue(ctx, *req.Queue) {
 		return
 	}
@@ -197,12 +205,12 @@ func (s *Server) handleMove(ctx *fasthttp.RequestCtx) {
 		sh, _ := s.rt.ShardForJob(id)
 		target := s.rt.ShardForQueue(*req.Queue)
 		if target == sh {
-			return &statemachine.MoveJobOp{JobID: id, Queue: *req.Queue, ResetAttempt: req.ResetAttempt}
+			return &statemachine.MoveJobOp{JobID: id, Queue: *req.Queue, ResetAttempt: req.ResetAttempt, SetPriority: setPrio, Priority: prio}
 		}
 		// Job IDs carry their shard: on another shard the job gets a new
 		// ID (same ULID), and travels there through the outbox.
 		newID = router.JobID(target, ulid.MustParse(id[strings.LastIndexByte(id, '_')+1:]))
-		return &statemachine.MoveOutOp{JobID: id, NewID: newID, Queue: *req.Queue, Target: target, ResetAttempt: req.ResetAttempt}
+		return &statemachine.MoveOutOp{JobID: id, NewID: newID, Queue: *req.Queue, Target: target, ResetAttempt: req.ResetAttempt, SetPriority: setPrio, Priority: prio}
 	})
 	if !ok {
 		return

@@ -56,10 +56,13 @@ var permissions = map[string]auth.Permission{
 	"POST /api/v1/queues/{name}/throttle":    auth.PermQueuesManage,
 	"DELETE /api/v1/queues/{name}/throttle":  auth.PermQueuesManage,
 
-	"GET /api/v1/schedules":         auth.PermSchedulesRead,
-	"POST /api/v1/schedules":        auth.PermSchedulesManage,
-	"PUT /api/v1/schedules/{id}":    auth.PermSchedulesManage,
-	"DELETE /api/v1/schedules/{id}": auth.PermSchedulesManage,
+	"GET /api/v1/schedules":              auth.PermSchedulesRead,
+	"POST /api/v1/schedules":             auth.PermSchedulesManage,
+	"PUT /api/v1/schedules/{id}":         auth.PermSchedulesManage,
+	"DELETE /api/v1/schedules/{id}":      auth.PermSchedulesManage,
+	"POST /api/v1/schedules/{id}/pause":  auth.PermSchedulesManage,
+	"POST /api/v1/schedules/{id}/resume": auth.PermSchedulesManage,
+	"POST /api/v1/schedules/{id}/run":    auth.PermSchedulesManage,
 
 	"GET /api/v1/cluster/status":           auth.PermClusterRead,
 	"POST /api/v1/admin/rebuild-mirror":    auth.PermClusterManage,
@@ -155,9 +158,12 @@ var audited = map[string]auditRow{
 	"POST /api/v1/queues/{name}/throttle":    {auditManage, "throttle queue {name}"},
 	"DELETE /api/v1/queues/{name}/throttle":  {auditManage, "remove the throttle of queue {name}"},
 
-	"POST /api/v1/schedules":        {auditManage, "create a schedule"},
-	"PUT /api/v1/schedules/{id}":    {auditManage, "update schedule {id}"},
-	"DELETE /api/v1/schedules/{id}": {auditManage, "delete schedule {id}"},
+	"POST /api/v1/schedules":             {auditManage, "create a schedule"},
+	"PUT /api/v1/schedules/{id}":         {auditManage, "update schedule {id}"},
+	"DELETE /api/v1/schedules/{id}":      {auditManage, "delete schedule {id}"},
+	"POST /api/v1/schedules/{id}/pause":  {auditManage, "pause schedule {id}"},
+	"POST /api/v1/schedules/{id}/resume": {auditManage, "resume schedule {id}"},
+	"POST /api/v1/schedules/{id}/run":    {auditManage, "run schedule {id} now"},
 
 	"POST /api/v1/admin/rebuild-mirror": {auditManage, "rebuild the mirror"},
 	"POST /api/v1/restore":              {auditManage, "restore a backup"},

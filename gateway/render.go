@@ -208,6 +208,15 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 	} else {
 		b = append(b, `null,"chain_step":null,"chain_config":null`...)
 	}
+	b = append(b, `,"depends_on":[`...)
+	for i := range j.DependsOn {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, j.DependsOn[i].ID)
+	}
+	b = append(b, `],"dependencies_done":`...)
+	b = appendInt(b, int64(st.DepsDone))
 	b = append(b, `,"tags":`...)
 	b = appendRaw(b, j.Tags, "{}")
 	b = append(b, `,"progress":`...)

@@ -96,6 +96,10 @@ func appendSchedule(b []byte, sc *statemachine.Schedule) []byte {
 	b = appendTime(b, sc.NextRun)
 	b = append(b, `,"last_run":`...)
 	b = appendTime(b, sc.LastRun)
+	b = append(b, `,"last_job_id":`...)
+	b = appendNullableString(b, sc.LastJobID)
+	b = append(b, `,"paused":`...)
+	b = strconv.AppendBool(b, sc.Paused)
 	b = append(b, `,"created_at":`...)
 	b = appendTime(b, sc.CreatedAt)
 	return append(b, '}')
@@ -253,4 +257,93 @@ func (s *Server) scheduleInScope(ctx *fasthttp.RequestCtx, sh int, id string) bo
 		}
 	}
 	return true
+}
+
+// POST /api/v1/schedules/{id}/pause and /resume: a paused schedule fires
+// nothing (its next_run is null) until resumed, when it fires from its
+// next run after now. Answers the schedule.
+func (s *Server) handlePauseSchedule(pause bool) fasthttp.RequestHandler {
+	action := statemachine.ScheduleResume
+	if pause {
+		action = statemachine.SchedulePause
+	}
+	return func(ctx *fasthttp.RequestCtx) {
+		id, sh, ok := s.scheduleParam(ctx)
+		if !ok {
+			return
+		}
+		if _, ok := s.proposeSchedule(ctx, sh, &statemachine.ScheduleOp{Schedule: statemachine.Schedule{ID: id}, Action: action}); !ok {
+			return
+		}
+		s.writeScheduleOf(ctx, sh, id)
+	}
+}
+
+// POST /api/v1/schedules/{id}/run — enqueue a run now (paused or not), as
+// the cron would; its next run stays. → 201 {"job_id", "status",
+// "schedule_id"}; a live job holding the schedule's unique key answers
+// 200 with that job and "unique_existing": true.
+func (s *Server) handleRunSchedule(ctx *fasthttp.RequestCtx) {
+	id, sh, ok := s.scheduleParam(ctx)
+	if !ok {
+		return
+	}
+	jobID := s.newJobID(sh)
+	r, ok := s.proposeSchedule(ctx, sh, &statemachine.ScheduleOp{Schedule: statemachine.Schedule{ID: id, LastJobID: jobID}, Action: statemachine.ScheduleRunNow})
+	if !ok {
+		return
+	}
+	status := 201
+	if r.JobID != "" && r.JobID != jobID {
+		status, jobID = 200, r.JobID
+	}
+	b := append([]byte(`{"job_id":`), appendString(nil, jobID)...)
+	b = append(b, `,"status":`...)
+	b = appendString(b, r.State.String())
+	b = append(b, `,"schedule_id":`...)
+	b = appendString(b, id)
+	if status == 200 {
+		b = append(b, `,"unique_existing":true`...)
+	}
+	writeJSON(ctx, status, append(b, '}'))
+}
+
+// scheduleParam reads {id}: the schedule's shard, or a 404 written (an ID
+// that names no shard, or a schedule outside the request's scope).
+func (s *Server) scheduleParam(ctx *fasthttp.RequestCtx) (string, int, bool) {
+	id, _ := ctx.UserValue("id").(string)
+	sh := s.scheduleShard(id)
+	if sh < 0 || !s.scheduleInScope(ctx, sh, id) {
+		writeError(ctx, codeNotFound.err("schedule "+id+" not found"))
+		return "", 0, false
+	}
+	return id, sh, true
+}
+
+func (s *Server) proposeSchedule(ctx *fasthttp.RequestCtx, sh int, op *statemachine.ScheduleOp) (statemachine.Result, bool) {
+	rs, aerr := s.propose(sh, op)
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return statemachine.Result{}, false
+	}
+	return rs[0], true
+}
+
+// writeScheduleOf answers schedule id as shard sh stores it.
+func (s *Server) writeScheduleOf(ctx *fasthttp.RequestCtx, sh int, id string) {
+	v, err := s.read(sh, statemachine.SchedulesQuery{})
+	if err != nil {
+		writeError(ctx, engineError(err))
+		return
+	}
+	for _, sc := range v.([]statemachine.Schedule) {
+		if sc.ID == id {
+			writeJSON(ctx, 200, appendSchedule(nil, &sc))
+			return
+		}
+	}
+	writeError(ctx, codeNotFound.err("schedule "+id+" not found"))
 }

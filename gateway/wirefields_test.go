@@ -65,7 +65,7 @@ func TestRequestDecodersMatchSDKTypes(t *testing.T) {
 		{"move", moveRequest{}, corvo.MoveRequest{}, nil},
 		{"concurrency", concurrencyRequest{}, corvo.ConcurrencyRequest{}, nil},
 		{"throttle", throttleRequest{}, corvo.Throttle{}, nil},
-		{"schedule", scheduleRequest{}, corvo.Schedule{}, []string{"created_at", "id", "last_run", "next_run"}},
+		{"schedule", scheduleRequest{}, corvo.Schedule{}, []string{"created_at", "id", "last_job_id", "last_run", "next_run", "paused"}},
 		{"bulk", bulkRequest{}, corvo.BulkRequest{}, nil},
 	} {
 		g := jsonFields(reflect.TypeOf(c.gateway), "", map[reflect.Type]bool{})

@@ -32,6 +32,8 @@ type Schedule struct {
 	LastRun    int64
 	CreatedAt  int64
 	UpdatedAt  int64
+	Paused     bool   // a paused schedule does not fire (NextRun is 0)
+	LastJobID  string // the job of the last run (cron or run now)
 }
 
 func (s *Schedule) appendTo(b []byte) []byte {
@@ -50,6 +52,12 @@ func (s *Schedule) appendTo(b []byte) []byte {
 	e.varint(s.LastRun)
 	e.varint(s.CreatedAt)
 	e.varint(s.UpdatedAt)
+	// Fields added later: appended, read back under d.more(), and left out
+	// while zero (a schedule that never used them keeps its old bytes).
+	if s.Paused || s.LastJobID != "" {
+		e.boolean(s.Paused)
+		e.str(s.LastJobID)
+	}
 	return e.b
 }
 
@@ -71,6 +79,10 @@ func (s *Schedule) decode(d *dec) {
 	s.LastRun = d.varint()
 	s.CreatedAt = d.varint()
 	s.UpdatedAt = d.varint()
+	if d.more() {
+		s.Paused = d.boolean()
+		s.LastJobID = d.str()
+	}
 }
 
 func scheduleKey(id string) []byte { return append([]byte(pfxSchedule), id...) }
@@ -115,11 +127,24 @@ func NextRun(expr, tz string, after int64) (int64, error) {
 	return next.UnixNano(), nil
 }
 
-// ScheduleOp creates, replaces or (Delete) removes a schedule.
+// ScheduleOp creates, replaces or (Delete) removes a schedule; with an
+// Action it pauses, resumes or runs the existing schedule Schedule.ID.
 type ScheduleOp struct {
 	Schedule Schedule
 	Delete   bool
+	Action   ScheduleAction
 }
+
+// ScheduleAction is what a ScheduleOp does to an existing schedule.
+type ScheduleAction uint8
+
+// Schedule actions (append only: the value is in the Raft log).
+const (
+	ScheduleReplace ScheduleAction = 0 // create, replace or (Delete) remove
+	SchedulePause   ScheduleAction = 1 // stop firing until resumed
+	ScheduleResume  ScheduleAction = 2 // fire again, from the next run after now
+	ScheduleRunNow  ScheduleAction = 3 // enqueue a run now, as job Schedule.LastJobID
+)
 
 // Code implements Op.
 func (*ScheduleOp) Code() OpCode { return OpSchedule }
@@ -127,6 +152,9 @@ func (o *ScheduleOp) appendBody(b []byte) []byte {
 	e := enc{b: b}
 	e.bytes(o.Schedule.appendTo(nil))
 	e.boolean(o.Delete)
+	if o.Action != ScheduleReplace { // added later: absent in older entries
+		e.u8(uint8(o.Action))
+	}
 	return e.b
 }
 func (o *ScheduleOp) decode(d *dec) {
@@ -136,6 +164,9 @@ func (o *ScheduleOp) decode(d *dec) {
 		d.fail()
 	}
 	o.Delete = d.boolean()
+	if d.more() {
+		o.Action = ScheduleAction(d.u8())
+	}
 }
 
 // CronTickOp fires the schedules whose runs are due (at most Limit runs).
@@ -166,6 +197,15 @@ func (a *applier) loadSchedule(id string) (*Schedule, bool) {
 }
 
 func (a *applier) schedule(o *ScheduleOp) Result {
+	switch o.Action {
+	case ScheduleReplace:
+	case SchedulePause, ScheduleResume:
+		return a.pauseSchedule(o.Schedule.ID, o.Action == SchedulePause)
+	case ScheduleRunNow:
+		return a.runSchedule(o.Schedule.ID, o.Schedule.LastJobID)
+	default:
+		return Result{Status: StatusInvalid, Message: "unknown schedule action"}
+	}
 	in := o.Schedule
 	old, exists := a.loadSchedule(in.ID)
 	if exists {
@@ -186,15 +226,71 @@ func (a *applier) schedule(o *ScheduleOp) Result {
 	}
 	in.NextRun, in.UpdatedAt = next, a.now
 	if exists {
-		in.CreatedAt, in.LastRun = old.CreatedAt, old.LastRun
+		// A replaced schedule keeps its history and stays paused if it was.
+		in.CreatedAt, in.LastRun, in.LastJobID, in.Paused = old.CreatedAt, old.LastRun, old.LastJobID, old.Paused
 	} else {
 		in.CreatedAt = a.now
 		a.s.schedules++
 	}
+	if in.Paused {
+		in.NextRun = 0
+	}
 	a.set(scheduleKey(in.ID), in.appendTo(nil))
-	a.set(timeIndexKey(pfxScheduleX, in.NextRun, in.ID), nil)
+	if !in.Paused {
+		a.set(timeIndexKey(pfxScheduleX, in.NextRun, in.ID), nil)
+	}
 	a.s.nextCronStale = true
-	return Result{NextAttemptAt: next}
+	return Result{NextAttemptAt: in.NextRun}
+}
+
+// pauseSchedule takes a schedule off the cron index (pause) or puts it
+// back with its first run after now (resume: runs missed while paused are
+// skipped).
+func (a *applier) pauseSchedule(id string, pause bool) Result {
+	s, ok := a.loadSchedule(id)
+	if !ok {
+		return Result{Status: StatusNotFound, Message: "schedule not found"}
+	}
+	if s.Paused == pause {
+		return Result{NextAttemptAt: s.NextRun}
+	}
+	if pause {
+		a.del(timeIndexKey(pfxScheduleX, s.NextRun, s.ID))
+		s.Paused, s.NextRun = true, 0
+	} else {
+		next, err := NextRun(s.Cron, s.Timezone, a.now)
+		if err != nil {
+			return Result{Status: StatusInvalid, Message: err.Error()}
+		}
+		s.Paused, s.NextRun = false, next
+		a.set(timeIndexKey(pfxScheduleX, s.NextRun, s.ID), nil)
+	}
+	s.UpdatedAt = a.now
+	a.set(scheduleKey(s.ID), s.appendTo(nil))
+	a.s.nextCronStale = true
+	return Result{NextAttemptAt: s.NextRun}
+}
+
+// runSchedule enqueues a run of the schedule now, as job jobID (stamped
+// by the proposer), paused or not; its next cron run stays as it was.
+func (a *applier) runSchedule(id, jobID string) Result {
+	s, ok := a.loadSchedule(id)
+	if !ok {
+		return Result{Status: StatusNotFound, Message: "schedule not found"}
+	}
+	if jobID == "" {
+		return Result{Status: StatusInvalid, Message: "a run needs a job id"}
+	}
+	r := a.fire(s, jobID)
+	if r.Status != StatusOK {
+		return r
+	}
+	if r.JobID == "" {
+		r.JobID = jobID
+	}
+	s.LastRun, s.LastJobID = a.now, r.JobID
+	a.set(scheduleKey(s.ID), s.appendTo(nil))
+	return r
 }
 
 // cronTick fires every due run, oldest first.
@@ -224,7 +320,8 @@ func (a *applier) cronTick(o *CronTickOp) Result {
 		if !ok || s.NextRun != at {
 			continue // stale key
 		}
-		a.fire(s)
+		firedID := a.derivedID(a.selfShard(), s.ID, fmt.Sprint(s.NextRun))
+		r := a.fire(s, firedID)
 		fired++
 		next, err := NextRun(s.Cron, s.Timezone, s.NextRun)
 		if err != nil {
@@ -233,6 +330,11 @@ func (a *applier) cronTick(o *CronTickOp) Result {
 			continue
 		}
 		s.LastRun, s.NextRun = s.NextRun, next
+		if r.Status == StatusOK && r.JobID != "" {
+			s.LastJobID = r.JobID // a live job held the unique key: that one
+		} else if r.Status == StatusOK {
+			s.LastJobID = firedID
+		}
 		a.set(scheduleKey(s.ID), s.appendTo(nil))
 		a.set(timeIndexKey(pfxScheduleX, s.NextRun, s.ID), nil)
 	}
@@ -240,14 +342,14 @@ func (a *applier) cronTick(o *CronTickOp) Result {
 	return Result{Count: uint32(fired)}
 }
 
-// fire enqueues the job of one run (on this shard: the schedule lives on
-// its queue's shard).
-func (a *applier) fire(s *Schedule) {
+// fire enqueues the job of one run as job id (on this shard: the schedule
+// lives on its queue's shard).
+func (a *applier) fire(s *Schedule, id string) Result {
 	opts := DefaultJobOptions()
 	opts.Priority, opts.MaxRetries, opts.UniqueKey = s.Priority, s.MaxRetries, s.UniqueKey
 	opts.Tags = []byte(`{"schedule":` + fmt.Sprintf("%q", s.ID) + `}`)
 	j := Job{
-		ID:         a.derivedID(a.selfShard(), s.ID, fmt.Sprint(s.NextRun)),
+		ID:         id,
 		Queue:      s.Queue,
 		Payload:    s.Payload,
 		JobOptions: opts,
@@ -255,7 +357,7 @@ func (a *applier) fire(s *Schedule) {
 	if len(j.Payload) == 0 {
 		j.Payload = []byte("{}")
 	}
-	a.enqueue(&EnqueueOp{Job: j, IfAbsent: true})
+	return a.enqueue(&EnqueueOp{Job: j, IfAbsent: true})
 }
 
 // refreshNextCron recomputes the earliest run after schedules changed.
@@ -308,6 +410,9 @@ func (s *StateMachine) loadCronState() error {
 	}
 	s.schedules = int64(len(scheds))
 	for _, sc := range scheds {
+		if sc.Paused {
+			continue
+		}
 		if s.nextCron == 0 || sc.NextRun < s.nextCron {
 			s.nextCron = sc.NextRun
 		}

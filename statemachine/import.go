@@ -238,9 +238,14 @@ func (a *applier) importSchedule(in *Schedule) Result {
 	s := *in
 	s.Payload = cloneBytes(s.Payload)
 	s.NextRun = next
+	if s.Paused { // restored paused: it fires once resumed
+		s.NextRun = 0
+	}
 	a.set(scheduleKey(s.ID), s.appendTo(nil))
-	a.set(timeIndexKey(pfxScheduleX, s.NextRun, s.ID), nil)
+	if !s.Paused {
+		a.set(timeIndexKey(pfxScheduleX, s.NextRun, s.ID), nil)
+	}
 	a.s.schedules++
 	a.s.nextCronStale = true
-	return Result{NextAttemptAt: next}
+	return Result{NextAttemptAt: s.NextRun}
 }

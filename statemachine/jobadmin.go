@@ -72,6 +72,9 @@ func (a *applier) moveJob(o *MoveJobOp) Result {
 	default:
 		return Result{Status: StatusConflict, State: st.State, Message: "an active job cannot be moved"}
 	}
+	if o.SetPriority && o.Priority > PriorityNormal {
+		return Result{Status: StatusInvalid, Message: "unknown priority"}
+	}
 	if o.Queue == j0.Queue {
 		return Result{State: st.State, Queue: j0.Queue}
 	}
@@ -83,6 +86,9 @@ func (a *applier) moveJob(o *MoveJobOp) Result {
 	a.releaseUnique(&j)
 	a.move(j.Queue, from, 0)
 	j.Queue = o.Queue
+	if o.SetPriority {
+		j.Priority = o.Priority
+	}
 	if j.UniqueKey != "" {
 		j.UniqueKey, j.UniquePeriod = "", 0 // the lock belonged to the old queue
 	}

@@ -631,11 +631,14 @@ func (o *DeleteJobOp) appendBody(b []byte) []byte { e := enc{b: b}; e.str(o.JobI
 func (o *DeleteJobOp) decode(d *dec)              { o.JobID = d.str() }
 
 // MoveJobOp moves a pending, scheduled, dead or completed job to another
-// queue of the same shard (optionally resetting its attempts).
+// queue of the same shard (optionally resetting its attempts, and giving
+// it another priority).
 type MoveJobOp struct {
 	JobID        string
 	Queue        string
 	ResetAttempt bool
+	SetPriority  bool // the job takes Priority (else it keeps its own)
+	Priority     Priority
 }
 
 // Code implements Op.
@@ -645,12 +648,31 @@ func (o *MoveJobOp) appendBody(b []byte) []byte {
 	e.str(o.JobID)
 	e.str(o.Queue)
 	e.boolean(o.ResetAttempt)
+	appendMovePriority(&e, o.SetPriority, o.Priority)
 	return e.b
 }
 func (o *MoveJobOp) decode(d *dec) {
 	o.JobID = d.str()
 	o.Queue = d.str()
 	o.ResetAttempt = d.boolean()
+	o.SetPriority, o.Priority = decodeMovePriority(d)
+}
+
+// appendMovePriority writes the priority fields added to the move ops,
+// left out while unset (wire.go, rule 6); decodeMovePriority reads them.
+func appendMovePriority(e *enc, set bool, p Priority) {
+	if set {
+		e.boolean(true)
+		e.u8(uint8(p))
+	}
+}
+
+func decodeMovePriority(d *dec) (bool, Priority) {
+	if !d.more() {
+		return false, 0
+	}
+	set := d.boolean()
+	return set, Priority(d.u8())
 }
 
 // Indexes DropQueueOp walks.

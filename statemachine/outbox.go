@@ -133,6 +133,8 @@ type MoveOutOp struct {
 	Queue        string
 	Target       int // the queue's shard
 	ResetAttempt bool
+	SetPriority  bool // the job takes Priority (else it keeps its own)
+	Priority     Priority
 }
 
 // Code implements Op.
@@ -144,6 +146,7 @@ func (o *MoveOutOp) appendBody(b []byte) []byte {
 	e.str(o.Queue)
 	e.uvarint(uint64(o.Target))
 	e.boolean(o.ResetAttempt)
+	appendMovePriority(&e, o.SetPriority, o.Priority)
 	return e.b
 }
 func (o *MoveOutOp) decode(d *dec) {
@@ -152,6 +155,7 @@ func (o *MoveOutOp) decode(d *dec) {
 	o.Queue = d.str()
 	o.Target = int(d.uvarint())
 	o.ResetAttempt = d.boolean()
+	o.SetPriority, o.Priority = decodeMovePriority(d)
 }
 
 // MoveInOp lands a moved job on its new shard (idempotent: a job that
@@ -175,6 +179,9 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 	if st.State == StateActive {
 		return Result{Status: StatusConflict, State: st.State, Message: "an active job cannot be moved"}
 	}
+	if o.SetPriority && o.Priority > PriorityNormal {
+		return Result{Status: StatusInvalid, Message: "unknown priority"}
+	}
 	if a.hasWatchers(j0.ID) || (st.State == StateHeld && st.Reason == HoldDependencies) {
 		return Result{Status: StatusConflict, State: st.State, Message: "a job with dependency links cannot move to another shard"}
 	}
@@ -196,6 +203,9 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 
 	j.ID, j.Queue = o.NewID, o.Queue
 	j.UniqueKey, j.UniquePeriod = "", 0
+	if o.SetPriority {
+		j.Priority = o.Priority
+	}
 	if o.ResetAttempt {
 		st.Attempt = 0
 	}

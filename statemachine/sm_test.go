@@ -107,6 +107,18 @@ func (tb *testBundle) get(id string) *JobView {
 	return jv
 }
 
+func (tb *testBundle) schedule(id string) Schedule {
+	v, err := tb.sm.Lookup(SchedulesQuery{})
+	require.NoError(tb.t, err)
+	for _, sc := range v.([]Schedule) {
+		if sc.ID == id {
+			return sc
+		}
+	}
+	tb.t.Fatalf("no schedule %s", id)
+	return Schedule{}
+}
+
 func (tb *testBundle) dump() []string {
 	it, err := tb.sm.db.NewIter(nil)
 	require.NoError(tb.t, err)
@@ -722,6 +734,19 @@ func TestStateMachineRetryDeleteMove(t *testing.T) {
 	require.Equal(t, "to", got[0].Job.Queue)
 	require.Equal(t, StatusConflict, tb.one(&MoveJobOp{JobID: m, Queue: "x"}).Status, "active jobs stay")
 
+	// Move with a new priority: re-filed under the tier it takes.
+	lo := tb.enqueue("from", PriorityNormal)
+	hi := tb.enqueue("from", PriorityNormal)
+	tb.enqueue("to2", PriorityNormal)
+	require.Equal(t, StatusOK, tb.one(&MoveJobOp{JobID: lo, Queue: "to2"}).Status)
+	require.Equal(t, StatusOK, tb.one(&MoveJobOp{JobID: hi, Queue: "to2", SetPriority: true, Priority: PriorityCritical}).Status)
+	require.Equal(t, PriorityNormal, tb.get(lo).Job.Priority, "no priority given: it keeps its own")
+	require.Equal(t, PriorityCritical, tb.get(hi).Job.Priority)
+	require.Equal(t, hi, tb.fetch(1, "to2")[0].Job.ID, "the critical one first")
+	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: hi}).Status)
+	require.Equal(t, StatusInvalid, tb.one(&MoveJobOp{JobID: lo, Queue: "to3", SetPriority: true, Priority: 9}).Status)
+	require.Equal(t, "to2", tb.get(lo).Job.Queue, "a refused move changes nothing")
+
 	// Delete in every state.
 	for _, mk := range []func() string{
 		func() string { return tb.enqueue("d", PriorityNormal) },
@@ -837,7 +862,8 @@ func TestStateMachineCrossShardMove(t *testing.T) {
 	src.fetch(1, "from")
 	src.one(&FailOp{JobID: id, Error: "first try failed"})
 	newID := "job_1_" + id[len("job_0_"):]
-	r := src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1})
+	require.Equal(t, StatusInvalid, src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1, SetPriority: true, Priority: 7}).Status)
+	r := src.one(&MoveOutOp{JobID: id, NewID: newID, Queue: "to", Target: 1, SetPriority: true, Priority: PriorityNormal})
 	require.Equal(t, StatusOK, r.Status)
 	require.Equal(t, newID, r.JobID)
 	require.Nil(t, src.get(id))
@@ -856,6 +882,7 @@ func TestStateMachineCrossShardMove(t *testing.T) {
 	got := dst.get(newID)
 	require.NotNil(t, got)
 	require.Equal(t, "to", got.Job.Queue)
+	require.Equal(t, PriorityNormal, got.Job.Priority, "moved with priority normal (was high)")
 	require.Equal(t, StateRetrying, got.State.State)
 	require.Len(t, got.Errors, 1)
 	require.JSONEq(t, `{"t":"x"}`, string(got.Job.Tags))
@@ -1253,4 +1280,56 @@ func TestStateMachineUnclaim(t *testing.T) {
 	require.EqualValues(t, 1, again[0].State.Attempt)
 	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status)
 	require.Equal(t, StatusConflict, tb.one(&UnclaimOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status, "a finished job stays finished")
+}
+
+// TestStateMachineSchedulePauseAndRunNow: a paused schedule does not fire
+// (nor does a replace unpause it); resumed, it fires from the next run
+// after now, skipping those missed; run now enqueues a run at once, paused
+// or not, and the schedule names the job of its last run.
+func TestStateMachineSchedulePauseAndRunNow(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.now = time.Date(2026, 5, 1, 10, 0, 30, 0, time.UTC)
+	sc := Schedule{ID: "sched_0_min", Name: "every-minute", Queue: "q", Cron: "* * * * *", Timezone: "UTC", Payload: []byte(`{"n":1}`)}
+	tb.one(&ScheduleOp{Schedule: sc})
+	tb.advance(time.Minute)
+	require.Equal(t, uint32(1), tb.one(&CronTickOp{}).Count)
+	first := tb.fetch(10, "q")
+	require.Len(t, first, 1)
+	require.Equal(t, first[0].Job.ID, tb.schedule("sched_0_min").LastJobID)
+
+	require.Equal(t, StatusOK, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Action: SchedulePause}).Status)
+	require.True(t, tb.schedule("sched_0_min").Paused)
+	require.Zero(t, tb.schedule("sched_0_min").NextRun)
+	tb.one(&ScheduleOp{Schedule: sc}) // a replace keeps it paused
+	require.True(t, tb.schedule("sched_0_min").Paused)
+	for i := 0; i < 3; i++ {
+		tb.advance(time.Minute)
+		require.Zero(t, tb.one(&CronTickOp{}).Count, "paused")
+	}
+	require.Empty(t, tb.fetch(10, "q"))
+
+	// Run now, while paused: one job at once, with the stamped ID.
+	r := tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min", LastJobID: "job_0_01JRUNNOW0000000000000000"}, Action: ScheduleRunNow})
+	require.Equal(t, StatusOK, r.Status)
+	require.Equal(t, StatePending, r.State)
+	ran := tb.fetch(10, "q")
+	require.Len(t, ran, 1)
+	require.Equal(t, "job_0_01JRUNNOW0000000000000000", ran[0].Job.ID)
+	require.JSONEq(t, `{"schedule":"sched_0_min"}`, string(ran[0].Job.Tags))
+	got := tb.schedule("sched_0_min")
+	require.Equal(t, "job_0_01JRUNNOW0000000000000000", got.LastJobID)
+	require.Equal(t, tb.now.UnixNano(), got.LastRun)
+
+	// Resumed: the next run is the next minute after now; none missed fire.
+	r = tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Action: ScheduleResume})
+	require.Equal(t, StatusOK, r.Status)
+	require.Equal(t, tb.now.Truncate(time.Minute).Add(time.Minute).UnixNano(), r.NextAttemptAt)
+	tb.advance(time.Minute)
+	require.Equal(t, uint32(1), tb.one(&CronTickOp{}).Count)
+	require.Len(t, tb.fetch(10, "q"), 1)
+
+	require.Equal(t, StatusNotFound, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_nope"}, Action: SchedulePause}).Status)
+	require.Equal(t, StatusNotFound, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_nope", LastJobID: "job_0_x"}, Action: ScheduleRunNow}).Status)
+	require.Equal(t, StatusInvalid, tb.one(&ScheduleOp{Schedule: Schedule{ID: "sched_0_min"}, Action: 99}).Status)
 }

@@ -349,7 +349,7 @@ func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
 // PutSchedule creates a schedule (ID empty) or replaces one.
 func (c *Client) PutSchedule(ctx context.Context, s Schedule) (*Schedule, error) {
 	id := s.ID
-	s.ID, s.NextRun, s.LastRun, s.CreatedAt = "", nil, nil, nil
+	s.ID, s.NextRun, s.LastRun, s.CreatedAt, s.LastJobID, s.Paused = "", nil, nil, nil, nil, false
 	method, path := http.MethodPost, "/api/v1/schedules"
 	if id != "" {
 		method, path = http.MethodPut, path+"/"+url.PathEscape(id)

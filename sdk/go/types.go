@@ -100,41 +100,46 @@ type Job struct {
 	ID string `json:"id"`
 	// MovedFrom is the ID the request named when the job has moved to a
 	// queue on another shard since (it has a new ID there).
-	MovedFrom         string            `json:"moved_from,omitempty"`
-	Queue             string            `json:"queue"`
-	Payload           json.RawMessage   `json:"payload"`
-	State             string            `json:"state"`
-	Priority          string            `json:"priority"`
-	Attempt           int               `json:"attempt"`
-	MaxRetries        int               `json:"max_retries"`
-	AttemptsRemaining int               `json:"attempts_remaining"`
-	RetryBackoff      string            `json:"retry_backoff"`
-	RetryBaseDelay    string            `json:"retry_base_delay"`
-	RetryMaxDelay     string            `json:"retry_max_delay"`
-	LeaseDuration     int               `json:"lease_duration"`
-	CreatedAt         time.Time         `json:"created_at"`
-	ScheduledAt       *time.Time        `json:"scheduled_at"`
-	StartedAt         *time.Time        `json:"started_at"`
-	CompletedAt       *time.Time        `json:"completed_at"`
-	FailedAt          *time.Time        `json:"failed_at"`
-	LeaseExpiresAt    *time.Time        `json:"lease_expires_at"`
-	ExpireAfter       *string           `json:"expire_after"`
-	ExpireAt          *time.Time        `json:"expire_at"`
-	UniqueKey         *string           `json:"unique_key"`
-	UniquePeriod      *int64            `json:"unique_period"`
-	BatchID           *string           `json:"batch_id"`
-	ChainID           *string           `json:"chain_id"`
-	ChainStep         *int              `json:"chain_step"`
-	ChainConfig       json.RawMessage   `json:"chain_config"`
-	Tags              map[string]string `json:"tags"`
-	Progress          json.RawMessage   `json:"progress"`
-	Checkpoint        json.RawMessage   `json:"checkpoint"`
-	Result            json.RawMessage   `json:"result"`
-	CancelRequested   bool              `json:"cancel_requested"`
-	Reason            *string           `json:"reason"`
-	LastError         *string           `json:"last_error"`
-	Errors            []JobError        `json:"errors"`
-	Worker            *JobWorker        `json:"worker"`
+	MovedFrom         string          `json:"moved_from,omitempty"`
+	Queue             string          `json:"queue"`
+	Payload           json.RawMessage `json:"payload"`
+	State             string          `json:"state"`
+	Priority          string          `json:"priority"`
+	Attempt           int             `json:"attempt"`
+	MaxRetries        int             `json:"max_retries"`
+	AttemptsRemaining int             `json:"attempts_remaining"`
+	RetryBackoff      string          `json:"retry_backoff"`
+	RetryBaseDelay    string          `json:"retry_base_delay"`
+	RetryMaxDelay     string          `json:"retry_max_delay"`
+	LeaseDuration     int             `json:"lease_duration"`
+	CreatedAt         time.Time       `json:"created_at"`
+	ScheduledAt       *time.Time      `json:"scheduled_at"`
+	StartedAt         *time.Time      `json:"started_at"`
+	CompletedAt       *time.Time      `json:"completed_at"`
+	FailedAt          *time.Time      `json:"failed_at"`
+	LeaseExpiresAt    *time.Time      `json:"lease_expires_at"`
+	ExpireAfter       *string         `json:"expire_after"`
+	ExpireAt          *time.Time      `json:"expire_at"`
+	UniqueKey         *string         `json:"unique_key"`
+	UniquePeriod      *int64          `json:"unique_period"`
+	BatchID           *string         `json:"batch_id"`
+	ChainID           *string         `json:"chain_id"`
+	ChainStep         *int            `json:"chain_step"`
+	ChainConfig       json.RawMessage `json:"chain_config"`
+	// DependsOn lists the jobs this one waits for (enqueued with
+	// depends_on; empty otherwise); DependenciesDone counts those that
+	// have completed.
+	DependsOn        []string          `json:"depends_on"`
+	DependenciesDone int               `json:"dependencies_done"`
+	Tags             map[string]string `json:"tags"`
+	Progress         json.RawMessage   `json:"progress"`
+	Checkpoint       json.RawMessage   `json:"checkpoint"`
+	Result           json.RawMessage   `json:"result"`
+	CancelRequested  bool              `json:"cancel_requested"`
+	Reason           *string           `json:"reason"`
+	LastError        *string           `json:"last_error"`
+	Errors           []JobError        `json:"errors"`
+	Worker           *JobWorker        `json:"worker"`
 	// Timeline is sent by GET /api/v1/jobs/{id} only.
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
 }
@@ -288,7 +293,11 @@ type Schedule struct {
 	Priority   string     `json:"priority,omitempty"`
 	NextRun    *time.Time `json:"next_run,omitempty"`
 	LastRun    *time.Time `json:"last_run,omitempty"`
-	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	// LastJobID is the job of the last run; Paused: the schedule fires
+	// nothing until resumed. Both are answered, never sent.
+	LastJobID *string    `json:"last_job_id,omitempty"`
+	Paused    bool       `json:"paused,omitempty"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
 }
 
 // ClusterStatus is the cluster's topology as one node gathered it.

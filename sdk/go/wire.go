@@ -96,6 +96,9 @@ type HeartbeatResult struct {
 type MoveRequest struct {
 	Queue        string `json:"queue"`
 	ResetAttempt bool   `json:"reset_attempt,omitempty"`
+	// Priority, when set, is the job's priority in its new queue (else it
+	// keeps its own).
+	Priority string `json:"priority,omitempty"`
 }
 
 // Moved is the answer to a move: the job's id (new when the queue lives

@@ -52,6 +52,9 @@ export interface Job {
   expire_after: string | null; expire_at: string | null
   unique_key: string | null; unique_period: number | null
   batch_id: string | null; chain_id: string | null; chain_step: number | null; chain_config: unknown
+  // The jobs a held job waits for, and how many of them completed (older
+  // servers send neither).
+  depends_on?: string[] | null; dependencies_done?: number
   tags: Record<string, string>
   progress: Progress | number | null; checkpoint: unknown; result: unknown
   cancel_requested: boolean; reason: string | null; last_error: string | null
@@ -67,6 +70,9 @@ export interface JobRow {
   last_error: string | null; error_count: number; reason: string | null
   tags: Record<string, string>; batch_id: string | null; unique_key: string | null
   worker_id: string | null; progress: Progress | number | null
+  // A payload over 8 KiB is left out of a search page: null here, with
+  // payload_omitted and its size.
+  payload_omitted?: boolean; payload_bytes?: number
 }
 
 export interface SearchFilter {
@@ -87,7 +93,9 @@ export interface SearchFilter {
   cursor?: string | null
   limit?: number
 }
-export interface SearchPage { jobs: JobRow[]; total: number; cursor: string | null; has_more: boolean; duration_ms: number }
+// partial: the search hit its deadline; total is then a lower bound and
+// the cursor continues after the last job shown.
+export interface SearchPage { jobs: JobRow[]; total: number; cursor: string | null; has_more: boolean; duration_ms: number; partial?: boolean; stale?: boolean }
 
 export type BulkAction = 'retry' | 'requeue' | 'delete' | 'cancel' | 'move' | 'change_priority'
 export interface BulkRequest {
@@ -113,6 +121,7 @@ export interface Schedule {
   id: string; name: string; queue: string; cron: string; timezone: string; payload: unknown
   unique_key: string | null; max_retries: number | null; priority: string | null
   next_run: string | null; last_run: string | null; created_at: string
+  paused?: boolean; last_job_id?: string | null
 }
 export interface ClusterShard {
   shard_id: number; leader_node: string | number; term?: number
@@ -243,8 +252,9 @@ export const api = {
   cancel: (id: string) => call<{ status: string }>('POST', `${A}/jobs/${enc(id)}/cancel`),
   approve: (id: string) => call('POST', `${A}/jobs/${enc(id)}/approve`),
   reject: (id: string) => call('POST', `${A}/jobs/${enc(id)}/reject`),
-  move: (id: string, queue: string, reset_attempt: boolean) =>
-    call<{ job_id: string; queue: string; moved_from?: string }>('POST', `${A}/jobs/${enc(id)}/move`, { queue, reset_attempt }),
+  // move: without priority the job keeps its own.
+  move: (id: string, queue: string, reset_attempt: boolean, priority?: Priority) =>
+    call<{ job_id: string; queue: string; moved_from?: string }>('POST', `${A}/jobs/${enc(id)}/move`, priority ? { queue, reset_attempt, priority } : { queue, reset_attempt }),
   deleteJob: (id: string) => call('DELETE', `${A}/jobs/${enc(id)}`),
   enqueue: (body: Record<string, unknown>) => call<{ job_id: string; status: string }>('POST', `${A}/enqueue`, body),
 
@@ -261,6 +271,9 @@ export const api = {
   createSchedule: (body: Record<string, unknown>) => call<Schedule>('POST', `${A}/schedules`, body),
   updateSchedule: (id: string, body: Record<string, unknown>) => call<Schedule>('PUT', `${A}/schedules/${enc(id)}`, body),
   deleteSchedule: (id: string) => call('DELETE', `${A}/schedules/${enc(id)}`),
+  runSchedule: (id: string) => call<{ job_id: string; status: string }>('POST', `${A}/schedules/${enc(id)}/run`),
+  pauseSchedule: (id: string) => call<Schedule>('POST', `${A}/schedules/${enc(id)}/pause`),
+  resumeSchedule: (id: string) => call<Schedule>('POST', `${A}/schedules/${enc(id)}/resume`),
   batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
   rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
   cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),

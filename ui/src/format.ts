@@ -101,3 +101,37 @@ export function fmtQuantiles(q: { p50: number; p95: number; p99: number } | null
   if (!q) return '—'
   return `${fmtDuration(q.p50)} / ${fmtDuration(q.p95)} / ${fmtDuration(q.p99)}`
 }
+
+// attemptsAllowed is how many attempts a job gets: the server retries a
+// failed attempt while attempt < max_retries, so max_retries counts
+// attempts, and a job with 0 still runs once.
+export function attemptsAllowed(maxRetries: number): number {
+  return Math.max(1, maxRetries)
+}
+
+// fmtAttempt says where a job is in its attempts, for the job page:
+// "attempt 2 of 5", "attempt 1 of 1 (no retries)", "not run yet (up to 3 attempts)".
+export function fmtAttempt(attempt: number, maxRetries: number): string {
+  const total = attemptsAllowed(maxRetries)
+  if (attempt <= 0) return total === 1 ? 'not run yet (1 attempt, no retries)' : `not run yet (up to ${total} attempts)`
+  return `attempt ${attempt} of ${Math.max(total, attempt)}${total === 1 ? ' (no retries)' : ''}`
+}
+
+// fmtAttemptShort is the same for a table cell: "2 of 5", "1 of 1".
+export function fmtAttemptShort(attempt: number, maxRetries: number): string {
+  return `${attempt} of ${Math.max(attemptsAllowed(maxRetries), attempt)}`
+}
+
+// fmtBytes: 950 → "950 B", 9216 → "9.0 KiB", 3 MiB → "3.0 MiB".
+export function fmtBytes(n: number): string {
+  if (n < 1024) return `${n} B`
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`
+}
+
+// rowPayload previews a search row's payload, or says how big it is when
+// the page left it out (over 8 KiB).
+export function rowPayload(j: { payload: unknown; payload_omitted?: boolean; payload_bytes?: number }, max = 60): string {
+  if (j.payload_omitted) return `payload of ${fmtBytes(j.payload_bytes ?? 0)} — open the job`
+  return preview(j.payload, max)
+}

@@ -121,3 +121,25 @@ export function describe(f: SearchForm): string {
   if (f.id) parts.push(`id starts with ${f.id}`)
   return parts.length ? parts.join(', ') : 'every job'
 }
+
+// activeFilters counts what a search form sets beyond the page's own
+// (its fixed queue or states) and the default sort: 0 means "every job",
+// where a collapsible form starts collapsed.
+export function activeFilters(f: SearchForm, fixed: { queue?: boolean; states?: boolean; sort?: string } = {}): number {
+  let n = 0
+  if (!fixed.queue && f.queue) n++
+  if (!fixed.states && f.states.length) n++
+  for (const v of [f.priority, f.tags, f.payload, f.jq, f.error, f.after, f.before, f.worker, f.id]) if (v) n++
+  if (f.sort !== (fixed.sort ?? 'created_at') || f.order !== 'desc') n++
+  return n
+}
+
+// reasonText says in words why a job is dead or cancelled.
+export function reasonText(reason: string | null): string {
+  switch (reason) {
+    case null: case '': return ''
+    case 'max_retries': return 'out of attempts'
+    case 'lease_expired': return 'lease expired'
+    default: return reason
+  }
+}

@@ -641,8 +641,8 @@ export class Client {
 
   /** Creates a schedule (no `id`) or replaces the one with `id`. */
   putSchedule(s: Schedule, o?: CallOptions): Promise<Schedule> {
-    const { id, next_run: _n, last_run: _l, created_at: _c, ...body } = s;
-    void _n, _l, _c;
+    const { id, next_run: _n, last_run: _l, created_at: _c, last_job_id: _j, paused: _p, ...body } = s;
+    void _n, _l, _c, _j, _p;
     return id
       ? this.call("PUT", "/api/v1/schedules/" + enc(id), body, o)
       : this.call("POST", "/api/v1/schedules", body, o);

@@ -203,6 +203,10 @@ export interface Job<P = any> {
   chain_id: string | null;
   chain_step: number | null;
   chain_config: unknown;
+  /** The jobs this one waits for (enqueued with depends_on; else empty). */
+  depends_on: string[];
+  /** How many of depends_on have completed. */
+  dependencies_done: number;
   tags: Record<string, string>;
   progress: any;
   checkpoint: any;
@@ -379,6 +383,10 @@ export interface Schedule {
   priority?: Priority;
   next_run?: string | null;
   last_run?: string | null;
+  /** The job of the last run (answered, not sent). */
+  last_job_id?: string | null;
+  /** A paused schedule fires nothing until resumed (answered, not sent). */
+  paused?: boolean;
   created_at?: string;
 }
 

@@ -3,7 +3,7 @@
 // operation, which can be cancelled.
 import { useEffect, useState } from 'preact/hooks'
 import { api, ApiError, isAccepted, type BulkAccepted, PRIORITIES, type BulkAction, type BulkOperation, type BulkRequest, type BulkResult, type JobRow, type Priority, type SearchFilter } from '../api'
-import { fmtDuration, fmtInt, preview, shortId } from '../format'
+import { fmtDuration, fmtInt, rowPayload, shortId } from '../format'
 import { Dialog, ProgressBar, toast } from './ui'
 
 export const ACTIONS: { action: BulkAction; label: string; verb: string; danger?: boolean; hint: string }[] = [
@@ -116,7 +116,7 @@ export function BulkDialog({ action, target, onClose, onDone }: { action: BulkAc
               <table class="grid preview" data-testid="bulk-preview">
                 <tbody>
                   {sample.slice(0, 5).map((j) => (
-                    <tr key={j.id}><td class="mono">{shortId(j.id)}</td><td>{j.state}</td><td class="mono muted payload-cell">{preview(j.payload, 48)}</td></tr>
+                    <tr key={j.id}><td class="mono">{shortId(j.id)}</td><td>{j.state}</td><td class="mono muted payload-cell">{rowPayload(j, 48)}</td></tr>
                   ))}
                 </tbody>
               </table>

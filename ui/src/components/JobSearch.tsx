@@ -1,13 +1,14 @@
-// Search form, results with selection and paging, and the bulk bar. The
-// search lives in the URL; paging cursors live in the component.
+// Search form, results with selection, per-row actions and paging, and the
+// bulk bar. The search lives in the URL; paging cursors live in the
+// component.
 import { useEffect, useState } from 'preact/hooks'
 import { api, JOB_STATES, PRIORITIES, type BulkAction, type JobRow, type JobState, type Priority, type SearchPage } from '../api'
 import { useLive } from '../live'
 import { href, navigate } from '../router'
-import { fmtAgo, fmtInt, preview, shortId } from '../format'
-import { describe, filterFromForm, formFromQuery, queryFromForm, SORTS, type SearchForm } from '../search'
+import { fmtAgo, fmtAttemptShort, fmtInt, fmtTime, rowPayload, shortId } from '../format'
+import { activeFilters, describe, filterFromForm, formFromQuery, queryFromForm, reasonText, SORTS, type SearchForm } from '../search'
 import { ACTIONS, BulkDialog, type BulkTarget } from './Bulk'
-import { Empty, ErrorNote, ProgressBar, StateBadge, toast } from './ui'
+import { act, Dialog, Empty, ErrorNote, ProgressBar, StateBadge, toast } from './ui'
 
 const PAGE = 50
 
@@ -17,20 +18,32 @@ interface Props {
   fixedQueue?: string         // the queue page: the queue is not a form field
   fixedStates?: JobState[]    // dead letters, held jobs
   actions?: BulkAction[]      // which bulk actions to offer (default: all)
+  collapsible?: boolean       // the form folds to one line while no filter is set
+  defaultSort?: string        // the sort when the URL names none (default created_at)
 }
 
-export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }: Props) {
+const FINISHED: JobState[] = ['completed', 'dead', 'cancelled']
+
+export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions, collapsible, defaultSort = 'created_at' }: Props) {
   const applied = formFromQuery(query)
   if (fixedQueue) applied.queue = fixedQueue
   if (fixedStates) applied.states = fixedStates
+  if (!query.get('sort')) applied.sort = defaultSort
+  const nFilters = activeFilters(applied, { queue: !!fixedQueue, states: !!fixedStates, sort: defaultSort })
   const [form, setForm] = useState<SearchForm>(applied)
   const [cursors, setCursors] = useState<(string | null)[]>([null])
   const [selected, setSelected] = useState<Set<string>>(new Set())
   const [bulk, setBulk] = useState<{ action: BulkAction; target: BulkTarget } | null>(null)
+  const [deleting, setDeleting] = useState<JobRow | null>(null)
+  const [open, setOpen] = useState(!collapsible || nFilters > 0)
   const [more, setMore] = useState(!!(applied.priority || applied.tags || applied.after || applied.before || applied.worker || applied.id || applied.error))
   const key = basePath + '?' + query.toString()
+  const dead = fixedStates?.length === 1 && fixedStates[0] === 'dead'
 
-  useEffect(() => { setForm(applied); setCursors([null]); setSelected(new Set()) }, [key])
+  useEffect(() => {
+    setForm(applied); setCursors([null]); setSelected(new Set())
+    if (nFilters > 0) setOpen(true)
+  }, [key])
 
   const filter = filterFromForm(applied)
   const cursor = cursors[cursors.length - 1]
@@ -42,12 +55,15 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
 
   const submit = (e: Event) => {
     e.preventDefault()
-    const q = queryFromForm(form, !fixedQueue)
+    const f = { ...form }
+    const q = queryFromForm(f, !fixedQueue)
     if (fixedStates) q.delete('state')
+    if (f.sort === defaultSort) q.delete('sort')
+    else if (f.sort === 'created_at') q.set('sort', 'created_at')
     navigate(basePath + (q.toString() ? '?' + q.toString() : ''))
   }
   const reset = () => {
-    const f: SearchForm = { ...formFromQuery(new URLSearchParams()), queue: fixedQueue ?? '', states: fixedStates ?? [] }
+    const f: SearchForm = { ...formFromQuery(new URLSearchParams()), queue: fixedQueue ?? '', states: fixedStates ?? [], sort: defaultSort }
     setForm(f)
     navigate(basePath)
   }
@@ -83,77 +99,105 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
     setSelected(new Set())
     reload()
   }
+  const rowAct = async (label: string, f: () => Promise<unknown>) => { await act(label, f); reload() }
   const offered = ACTIONS.filter((a) => !actions || actions.includes(a.action))
+  const partial = !!data?.partial
+  const totalText = data ? (partial ? `≥ ${fmtInt(data.total)}` : fmtInt(data.total)) : ''
+
+  const count = (
+    <span data-testid="result-count" aria-live="polite">
+      {data ? <><strong>{totalText}</strong> result{data.total === 1 && !partial ? '' : 's'} <span class="muted">({fmtInt(data.duration_ms)} ms)</span></> : 'Searching…'}
+    </span>
+  )
+  const bulkMenu = data && data.total > 0 && (
+    <details class="menu">
+      <summary class="btn small">Bulk on all {totalText} ▾</summary>
+      <div class="menu-list" role="menu">
+        {offered.map((a) => <button key={a.action} role="menuitem" class={a.danger ? 'danger-text' : ''} onClick={(e) => { (e.currentTarget.closest('details') as HTMLDetailsElement).open = false; openBulk(a.action, 'search') }}>{a.label} all matching</button>)}
+      </div>
+    </details>
+  )
+  const payloadInput = (
+    <input name="payload" aria-label={open ? undefined : 'Payload contains'} data-search-focus value={form.payload} onInput={(e) => set('payload', (e.target as HTMLInputElement).value)} placeholder={open ? 'user@example.com' : 'Payload contains…'} />
+  )
 
   return (
     <div class="search">
-      <form class="search-form" onSubmit={submit} role="search" aria-label="Search jobs">
-        {!fixedStates && (
-          <fieldset class="chips">
-            <legend>State</legend>
-            {JOB_STATES.map((s) => (
-              <label key={s} class={`chip ${form.states.includes(s) ? 'on' : ''}`}>
-                <input type="checkbox" checked={form.states.includes(s)} onChange={() => toggleState(s)} />{s}
-              </label>
-            ))}
-          </fieldset>
-        )}
-        <div class="fields">
-          {!fixedQueue && (
-            <label>Queue<input name="queue" value={form.queue} onInput={(e) => set('queue', (e.target as HTMLInputElement).value)} placeholder="any" /></label>
+      {open ? (
+        <form class="search-form" onSubmit={submit} role="search" aria-label="Search jobs">
+          {!fixedStates && (
+            <fieldset class="chips">
+              <legend>State</legend>
+              {JOB_STATES.map((s) => (
+                <label key={s} class={`chip ${form.states.includes(s) ? 'on' : ''}`}>
+                  <input type="checkbox" checked={form.states.includes(s)} onChange={() => toggleState(s)} />{s}
+                </label>
+              ))}
+            </fieldset>
           )}
-          <label>Payload contains<input name="payload" data-search-focus value={form.payload} onInput={(e) => set('payload', (e.target as HTMLInputElement).value)} placeholder="user@example.com" /></label>
-          <label>jq filter<input name="jq" class="mono" value={form.jq} onInput={(e) => set('jq', (e.target as HTMLInputElement).value)} placeholder='.template == "welcome"' spellcheck={false} /></label>
-        </div>
-        {more && (
           <div class="fields">
-            <label>Error contains<input name="error" value={form.error} onInput={(e) => set('error', (e.target as HTMLInputElement).value)} /></label>
-            <label>Priority
-              <select name="priority" value={form.priority} onChange={(e) => set('priority', (e.target as HTMLSelectElement).value as Priority | '')}>
-                <option value="">any</option>
-                {PRIORITIES.map((p) => <option key={p} value={p}>{p}</option>)}
-              </select>
-            </label>
-            <label>Tags<input name="tags" value={form.tags} onInput={(e) => set('tags', (e.target as HTMLInputElement).value)} placeholder="tenant=acme" /></label>
-            <label>Created after<input name="after" type="datetime-local" value={form.after} onInput={(e) => set('after', (e.target as HTMLInputElement).value)} /></label>
-            <label>Created before<input name="before" type="datetime-local" value={form.before} onInput={(e) => set('before', (e.target as HTMLInputElement).value)} /></label>
-            <label>Worker<input name="worker" value={form.worker} onInput={(e) => set('worker', (e.target as HTMLInputElement).value)} /></label>
-            <label>Job ID prefix<input name="id" class="mono" value={form.id} onInput={(e) => set('id', (e.target as HTMLInputElement).value)} /></label>
-            <label>Sort
-              <span class="row">
-                <select name="sort" value={form.sort} onChange={(e) => set('sort', (e.target as HTMLSelectElement).value)}>
-                  {SORTS.map((s) => <option key={s} value={s}>{s.replace('_at', '').replace('_', ' ')}</option>)}
-                </select>
-                <select name="order" aria-label="Order" value={form.order} onChange={(e) => set('order', (e.target as HTMLSelectElement).value as 'asc' | 'desc')}>
-                  <option value="desc">newest first</option><option value="asc">oldest first</option>
-                </select>
-              </span>
-            </label>
+            {!fixedQueue && (
+              <label>Queue<input name="queue" value={form.queue} onInput={(e) => set('queue', (e.target as HTMLInputElement).value)} placeholder="any" /></label>
+            )}
+            <label>Payload contains{payloadInput}</label>
+            <label>jq filter<input name="jq" class="mono" value={form.jq} onInput={(e) => set('jq', (e.target as HTMLInputElement).value)} placeholder='.template == "welcome"' spellcheck={false} /></label>
           </div>
-        )}
-        <div class="form-actions">
-          <button type="button" class="link-btn" aria-expanded={more} onClick={() => setMore(!more)}>{more ? 'Fewer filters' : 'More filters'}</button>
-          <span class="spacer" />
-          <button type="button" class="btn" onClick={reset}>Reset</button>
-          <button type="submit" class="btn primary">Search</button>
-        </div>
-      </form>
+          {more && (
+            <div class="fields">
+              <label>Error contains<input name="error" value={form.error} onInput={(e) => set('error', (e.target as HTMLInputElement).value)} /></label>
+              <label>Priority
+                <select name="priority" value={form.priority} onChange={(e) => set('priority', (e.target as HTMLSelectElement).value as Priority | '')}>
+                  <option value="">any</option>
+                  {PRIORITIES.map((p) => <option key={p} value={p}>{p}</option>)}
+                </select>
+              </label>
+              <label>Tags<input name="tags" value={form.tags} onInput={(e) => set('tags', (e.target as HTMLInputElement).value)} placeholder="tenant=acme" /></label>
+              <label>Created after<input name="after" type="datetime-local" value={form.after} onInput={(e) => set('after', (e.target as HTMLInputElement).value)} /></label>
+              <label>Created before<input name="before" type="datetime-local" value={form.before} onInput={(e) => set('before', (e.target as HTMLInputElement).value)} /></label>
+              <label>Worker<input name="worker" value={form.worker} onInput={(e) => set('worker', (e.target as HTMLInputElement).value)} /></label>
+              <label>Job ID prefix<input name="id" class="mono" value={form.id} onInput={(e) => set('id', (e.target as HTMLInputElement).value)} /></label>
+              <label>Sort
+                <span class="row">
+                  <select name="sort" value={form.sort} onChange={(e) => set('sort', (e.target as HTMLSelectElement).value)}>
+                    {SORTS.map((s) => <option key={s} value={s}>{s.replace('_at', '').replace('_', ' ')}</option>)}
+                  </select>
+                  <select name="order" aria-label="Order" value={form.order} onChange={(e) => set('order', (e.target as HTMLSelectElement).value as 'asc' | 'desc')}>
+                    <option value="desc">newest first</option><option value="asc">oldest first</option>
+                  </select>
+                </span>
+              </label>
+            </div>
+          )}
+          <div class="form-actions">
+            <button type="button" class="link-btn" aria-expanded={more} onClick={() => setMore(!more)}>{more ? 'Fewer filters' : 'More filters'}</button>
+            {collapsible && nFilters === 0 && <button type="button" class="link-btn" onClick={() => setOpen(false)}>Hide the form</button>}
+            <span class="spacer" />
+            <button type="button" class="btn" onClick={reset}>Reset</button>
+            <button type="submit" class="btn primary">Search</button>
+          </div>
+        </form>
+      ) : null}
 
       <ErrorNote error={error} />
-      <div class="results-head">
-        <span data-testid="result-count" aria-live="polite">
-          {data ? <><strong>{fmtInt(data.total)}</strong> result{data.total === 1 ? '' : 's'} <span class="muted">({fmtInt(data.duration_ms)} ms)</span></> : 'Searching…'}
-        </span>
-        <span class="spacer" />
-        {data && data.total > 0 && (
-          <details class="menu">
-            <summary class="btn">Bulk on all {fmtInt(data.total)} ▾</summary>
-            <div class="menu-list" role="menu">
-              {offered.map((a) => <button key={a.action} role="menuitem" class={a.danger ? 'danger-text' : ''} onClick={(e) => { (e.currentTarget.closest('details') as HTMLDetailsElement).open = false; openBulk(a.action, 'search') }}>{a.label} all matching</button>)}
-            </div>
-          </details>
-        )}
-      </div>
+      {open ? (
+        <div class="results-head">{count}<span class="spacer" />{bulkMenu}</div>
+      ) : (
+        <div class="results-head">
+          {count}
+          <span class="spacer" />
+          <form class="search-bar" onSubmit={submit} role="search" aria-label="Search jobs">
+            {payloadInput}
+            <button type="button" class="btn small" aria-expanded={false} data-testid="show-filters" onClick={() => setOpen(true)}>Filters…</button>
+            <button type="submit" class="btn small primary">Search</button>
+          </form>
+          {bulkMenu}
+        </div>
+      )}
+      {partial && (
+        <p class="note" role="note" data-testid="partial-note">
+          Partial results: the search reached its time limit, so more jobs may match than the {fmtInt(data!.total)} shown by now. Next continues after the last one.
+        </p>
+      )}
 
       {selected.size > 0 && (
         <div class="bulk-bar" role="region" aria-label="Bulk actions for the selection">
@@ -171,21 +215,28 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
 
       {data && (rows.length ? (
         <div class="table-wrap">
-          <table class="grid jobs-table">
+          <table class={`grid jobs-table ${dead ? 'dead-table' : ''}`}>
             <thead>
               <tr>
                 <th scope="col" class="check"><input type="checkbox" aria-label="Select every job on this page" checked={allOnPage} onChange={toggleAll} /></th>
                 <th scope="col">Job ID</th>
-                <th scope="col">State</th>
+                {!dead && <th scope="col">State</th>}
                 {!fixedQueue && <th scope="col">Queue</th>}
-                <th scope="col" class="num hide-sm">Attempt</th>
+                <th scope="col" class="num hide-sm">Attempts</th>
+                {dead && <th scope="col" class="hide-sm">Reason</th>}
                 <th scope="col" class="hide-sm">Payload</th>
-                <th scope="col" class="hide-sm">Error / progress</th>
-                <th scope="col" class="hide-xs">Created</th>
+                {!dead && <th scope="col" class="hide-sm">Error / progress</th>}
+                <th scope="col" class="hide-xs">{dead ? 'Died' : 'Created'}</th>
+                <th scope="col" class="actions"><span class="sr-only">Actions</span></th>
               </tr>
             </thead>
             <tbody>
-              {rows.map((j) => <JobRowView key={j.id} j={j} showQueue={!fixedQueue} checked={selected.has(j.id)} onToggle={() => toggle(j.id)} />)}
+              {rows.map((j) => (
+                <JobRowView
+                  key={j.id} j={j} dead={dead} showQueue={!fixedQueue} checked={selected.has(j.id)} onToggle={() => toggle(j.id)}
+                  onAct={rowAct} onDelete={() => setDeleting(j)}
+                />
+              ))}
             </tbody>
           </table>
         </div>
@@ -194,31 +245,61 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions }:
       {data && (cursors.length > 1 || data.has_more) && (
         <nav class="pager" aria-label="Pages">
           <button class="btn small" disabled={cursors.length <= 1} onClick={() => setCursors(cursors.slice(0, -1))}>◀ Previous</button>
-          <span class="muted">page {cursors.length} of {Math.max(1, Math.ceil(data.total / PAGE))}</span>
+          <span class="muted">page {cursors.length}{partial ? '' : ` of ${Math.max(1, Math.ceil(data.total / PAGE))}`}</span>
           <button class="btn small" disabled={!data.has_more} onClick={() => setCursors([...cursors, data.cursor])}>Next ▶</button>
         </nav>
       )}
 
       {bulk && <BulkDialog action={bulk.action} target={bulk.target} onClose={() => setBulk(null)} onDone={() => { setSelected(new Set()); reload() }} />}
+      {deleting && (
+        <Dialog title="Delete this job?" onClose={() => setDeleting(null)}>
+          <p>Job <span class="mono">{deleting.id}</span> of <strong>{deleting.queue}</strong> and its whole history are deleted.</p>
+          <p class="warn">⚠ This action cannot be undone.</p>
+          <div class="dialog-actions">
+            <button class="btn" onClick={() => setDeleting(null)}>Cancel</button>
+            <button class="btn danger" autoFocus onClick={() => { const j = deleting; setDeleting(null); void rowAct(`Deleted ${shortId(j.id)}`, () => api.deleteJob(j.id)) }}>Delete job</button>
+          </div>
+        </Dialog>
+      )}
     </div>
   )
 }
 
-function JobRowView({ j, showQueue, checked, onToggle }: { j: JobRow; showQueue: boolean; checked: boolean; onToggle: () => void }) {
+interface RowProps {
+  j: JobRow; dead: boolean; showQueue: boolean; checked: boolean
+  onToggle: () => void
+  onAct: (label: string, f: () => Promise<unknown>) => void
+  onDelete: () => void
+}
+
+export function JobRowView({ j, dead, showQueue, checked, onToggle, onAct, onDelete }: RowProps) {
   const link = href(`/jobs/${encodeURIComponent(j.id)}`)
+  const finished = FINISHED.includes(j.state)
+  const payload = rowPayload(j, 50)
+  const why = [reasonText(j.reason), j.last_error].filter(Boolean).join(': ')
+  const when = dead ? j.completed_at : j.created_at
   return (
     <tr data-job={j.id} class={checked ? 'selected' : ''}>
       <td class="check"><input type="checkbox" aria-label={`Select ${j.id}`} checked={checked} onChange={onToggle} /></td>
       <td class="mono nowrap">
         <a href={link} title={j.id}>{shortId(j.id)}</a>
-        <div class={`show-sm sub ${j.last_error ? 'err' : 'muted'}`}>{j.last_error ?? preview(j.payload, 34)}</div>
+        <div class={`show-sm sub ${j.last_error ? 'err' : 'muted'}`}>{j.last_error ?? rowPayload(j, 34)}</div>
       </td>
-      <td><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>
-      {showQueue && <td><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
-      <td class="num hide-sm">{j.attempt}/{j.max_retries}</td>
-      <td class="mono muted hide-sm payload-cell">{preview(j.payload, 50)}</td>
-      <td class="hide-sm err-cell">{j.state === 'active' && j.progress ? <ProgressBar progress={j.progress} /> : <span class="err">{j.last_error ?? j.reason ?? ''}</span>}</td>
-      <td class="nowrap hide-xs" title={j.created_at}>{fmtAgo(j.created_at)}</td>
+      {!dead && <td class="nowrap"><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>}
+      {showQueue && <td class="nowrap"><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
+      <td class="num hide-sm nowrap" data-testid="attempts">{fmtAttemptShort(j.attempt, j.max_retries)}</td>
+      {dead && <td class="hide-sm err-cell" title={why} data-testid="reason"><span class="err">{why}</span></td>}
+      <td class="mono muted hide-sm payload-cell" title={j.payload_omitted ? undefined : payload}>
+        {j.payload_omitted ? <a href={link} class="omitted" data-testid="payload-omitted">{payload}</a> : payload}
+      </td>
+      {!dead && <td class="hide-sm err-cell" title={j.last_error ?? j.reason ?? undefined}>{j.state === 'active' && j.progress ? <ProgressBar progress={j.progress} /> : <span class="err">{j.last_error ?? j.reason ?? ''}</span>}</td>}
+      <td class="nowrap hide-xs" title={fmtTime(when)} data-testid={dead ? 'died' : undefined}>{fmtAgo(when)}</td>
+      <td class="actions row-actions">
+        {finished && <button class="btn tiny" aria-label={`Retry ${j.id}`} onClick={() => onAct(`Retried ${shortId(j.id)}`, () => api.retry(j.id))}>Retry</button>}
+        {j.state === 'held' && <button class="btn tiny" aria-label={`Approve ${j.id}`} onClick={() => onAct(`Approved ${shortId(j.id)}`, () => api.approve(j.id))}>Approve</button>}
+        {!finished && <button class="btn tiny" aria-label={`Cancel ${j.id}`} onClick={() => onAct(`Cancel of ${shortId(j.id)} requested`, () => api.cancel(j.id))}>Cancel</button>}
+        <button class="btn tiny danger" aria-label={`Delete ${j.id}`} onClick={onDelete}>Delete</button>
+      </td>
     </tr>
   )
 }

@@ -1,7 +1,8 @@
 import { api, type ClusterStatus, type JobRow, type Queue, type Worker } from '../api'
 import { useLive } from '../live'
 import { href } from '../router'
-import { fmtAgo, fmtDuration, fmtNum, fmtRate, shortId } from '../format'
+import { fmtAgo, fmtAttemptShort, fmtDuration, fmtNum, fmtRate, shortId } from '../format'
+import { isConnected } from '../workers'
 import { history, loadHistory, recordQueues, totals, ALL } from '../queues'
 import { Chart, PALETTE } from '../components/Chart'
 import { Empty, ErrorNote, Stat, StateBadge } from '../components/ui'
@@ -35,7 +36,7 @@ async function loadDash(signal: AbortSignal): Promise<DashData> {
     cluster,
     queues, oldest, failures,
     workers: workers.length,
-    activeWorkers: workers.filter((w) => now - Date.parse(w.last_seen) < 60_000).length,
+    activeWorkers: workers.filter((w) => isConnected(w, now)).length,
     nodes: cluster ? cluster.nodes.length : null,
   }
 }
@@ -59,6 +60,7 @@ export function Dashboard() {
         <Stat label="Active" value={t ? fmtNum(t.active) : '…'} testid="stat-active" link="/jobs?state=active" tone="info" />
         <Stat label="Scheduled" value={t ? fmtNum(t.scheduled) : '…'} testid="stat-scheduled" link="/jobs?state=scheduled" />
         <Stat label="Retrying" value={t ? fmtNum(t.retrying) : '…'} testid="stat-retrying" link="/jobs?state=retrying" tone={t && t.retrying > 0 ? 'warn' : ''} />
+        <Stat label="Held" value={t ? fmtNum(t.held) : '…'} hint="waiting on dependencies" testid="stat-held" link="/held" />
         <Stat label="Dead" value={t ? fmtNum(t.dead) : '…'} testid="stat-dead" link="/dead" tone={t && t.dead > 0 ? 'bad' : ''} />
         <Stat label="Completed" value={t ? fmtNum(t.completed) : '…'} testid="stat-completed" tone="good" />
         <Stat label="Queues" value={data ? String(data.queues.length) : '…'} hint={t && t.paused ? `${t.paused} paused` : undefined} testid="stat-queues" link="/queues" />
@@ -140,8 +142,8 @@ export function Dashboard() {
               <a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a>
               <StateBadge state={j.state} />
               <span class="err">{j.last_error ?? j.reason ?? ''}</span>
-              <span class="muted">attempt {j.attempt}/{j.max_retries}</span>
-              <span class="muted">{fmtAgo(j.created_at)}</span>
+              <span class="muted">attempt {fmtAttemptShort(j.attempt, j.max_retries)}</span>
+              <span class="muted" title={j.completed_at ? 'died' : 'created'}>{fmtAgo(j.completed_at ?? j.created_at)}</span>
             </li>
           ))}
         </ul>

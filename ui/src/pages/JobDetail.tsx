@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks'
 import { api, ApiError, PRIORITIES, type Job, type Priority, type TimelineEntry } from '../api'
 import { useLive, type JobEvent } from '../live'
 import { href, navigate } from '../router'
-import { fmtClock, fmtDuration, fmtTime, pretty, shortId } from '../format'
+import { fmtAttempt, fmtClock, fmtDuration, fmtTime, pretty, shortId } from '../format'
 import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
 
 // timelineOf gives the server's timeline when it has one, else one
@@ -93,7 +93,7 @@ export function JobDetail({ id }: { id: string }) {
         <>
           <dl class="facts">
             <dt>Queue</dt><dd><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></dd>
-            <dt>State</dt><dd data-testid="job-state"><StateBadge state={j.state} /> attempt {j.attempt} of {j.max_retries}{j.cancel_requested ? ' · cancel requested' : ''}{j.reason ? ` · ${j.reason}` : ''}</dd>
+            <dt>State</dt><dd data-testid="job-state"><StateBadge state={j.state} /> {fmtAttempt(j.attempt, j.max_retries)}{j.cancel_requested ? ' · cancel requested' : ''}{j.reason ? ` · ${j.reason}` : ''}</dd>
             <dt>Priority</dt><dd>{j.priority}</dd>
             {j.worker && <><dt>Worker</dt><dd>{j.worker.id}{j.worker.hostname ? ` on ${j.worker.hostname}` : ''}</dd></>}
             <dt>Created</dt><dd>{fmtTime(j.created_at)}</dd>
@@ -105,6 +105,7 @@ export function JobDetail({ id }: { id: string }) {
             <dt>Retries</dt><dd>{j.retry_backoff} backoff, {j.retry_base_delay} → {j.retry_max_delay}, {j.attempts_remaining} left</dd>
             {j.unique_key && <><dt>Unique key</dt><dd class="mono">{j.unique_key}</dd></>}
             {Object.keys(j.tags).length > 0 && <><dt>Tags</dt><dd>{Object.entries(j.tags).map(([k, v]) => <span class="tag" key={k}>{k}:{v}</span>)}</dd></>}
+            {j.depends_on && j.depends_on.length > 0 && <><dt>Depends on</dt><dd><Dependencies ids={j.depends_on} done={j.dependencies_done ?? 0} /></dd></>}
             {j.batch_id && <><dt>Batch</dt><dd><BatchInfo id={j.batch_id} /></dd></>}
             {j.chain_id && <><dt>Chain</dt><dd class="mono">{j.chain_id} · step {j.chain_step}</dd></>}
           </dl>
@@ -170,6 +171,30 @@ export function JobDetail({ id }: { id: string }) {
   )
 }
 
+// Dependencies names and links the jobs a job waits for, with the state of
+// each (the first 20 are looked up).
+const DEP_LOOKUPS = 20
+export function Dependencies({ ids, done }: { ids: string[]; done: number }) {
+  const { data } = useLive(
+    (s) => Promise.all(ids.slice(0, DEP_LOOKUPS).map((id) => api.job(id, s).then((j) => j.state as string, (e) => ((e as ApiError).status === 404 ? 'deleted' : '?')))),
+    'deps:' + ids.join(','),
+    { match: (e) => !!e.job_id && ids.includes(e.job_id), minGapMs: 1000, pollLiveMs: 15_000, pollOfflineMs: 5000 },
+  )
+  return (
+    <div data-testid="dependencies">
+      <span class="muted">{done} of {ids.length} completed</span>
+      <ul class="deps">
+        {ids.map((id, i) => (
+          <li key={id}>
+            <a class="mono" href={href(`/jobs/${encodeURIComponent(id)}`)} title={id}>{shortId(id)}</a>
+            {data && i < data.length && <> <StateBadge state={data[i]} /></>}
+          </li>
+        ))}
+      </ul>
+    </div>
+  )
+}
+
 function BatchInfo({ id }: { id: string }) {
   const { data } = useLive((s) => api.batch(id, s), 'batch:' + id, { minGapMs: 2000, pollLiveMs: 15_000, pollOfflineMs: 5000 })
   return (
@@ -180,16 +205,20 @@ function BatchInfo({ id }: { id: string }) {
   )
 }
 
-function MoveDialog({ job, onClose }: { job: Job; onClose: () => void }) {
+export function MoveDialog({ job, onClose }: { job: Job; onClose: () => void }) {
   const [queue, setQueue] = useState('')
   const [reset, setReset] = useState(true)
+  // The spec's dialog: "Keep current priority" (off: the job takes the
+  // priority chosen here, normal unless changed).
+  const [keep, setKeep] = useState(false)
+  const [prio, setPrio] = useState<Priority>('normal')
   const [busy, setBusy] = useState(false)
   const { data: queues } = useLive((s) => api.queues(s), 'move-queues', { match: () => false })
   const submit = async (e: Event) => {
     e.preventDefault()
     setBusy(true)
     try {
-      const r = await api.move(job.id, queue.trim(), reset)
+      const r = await api.move(job.id, queue.trim(), reset, keep ? undefined : prio)
       onClose()
       act(`Moved to ${r.queue}`, async () => r)
       if (r.job_id !== job.id) navigate(`/jobs/${encodeURIComponent(r.job_id)}`, { replace: true })
@@ -207,6 +236,14 @@ function MoveDialog({ job, onClose }: { job: Job; onClose: () => void }) {
           <datalist id="queue-names">{(queues ?? []).filter((q) => q.name !== job.queue).map((q) => <option key={q.name} value={q.name} />)}</datalist>
         </label>
         <label class="check-label"><input type="checkbox" checked={reset} onChange={() => setReset(!reset)} /> Reset attempt counter</label>
+        <label class="check-label"><input type="checkbox" checked={keep} onChange={() => setKeep(!keep)} /> Keep current priority ({job.priority})</label>
+        {!keep && (
+          <label>New priority
+            <select value={prio} onChange={(e) => setPrio((e.target as HTMLSelectElement).value as Priority)}>
+              {PRIORITIES.map((x) => <option key={x} value={x}>{x}</option>)}
+            </select>
+          </label>
+        )}
         <div class="dialog-actions">
           <button type="button" class="btn" onClick={onClose}>Cancel</button>
           <button type="submit" class="btn primary" disabled={busy || !queue.trim() || queue.trim() === job.queue}>Move</button>

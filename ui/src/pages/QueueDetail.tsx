@@ -1,13 +1,13 @@
 import { useState } from 'preact/hooks'
 import { api } from '../api'
 import { useLive } from '../live'
-import { navigate } from '../router'
+import { href, navigate } from '../router'
 import { fmtNum, fmtRate, fmtQuantiles } from '../format'
 import { history, loadHistory, recordQueues } from '../queues'
 import { Chart, PALETTE } from '../components/Chart'
 import { JobSearch } from '../components/JobSearch'
 import { EnqueueDialog } from '../components/EnqueueDialog'
-import { act, Dialog, ErrorNote, Stat } from '../components/ui'
+import { act, Dialog, ErrorNote } from '../components/ui'
 import { PauseButton, QueueSettingsDialog } from './Queues'
 
 export function QueueDetail({ name, query }: { name: string; query: URLSearchParams }) {
@@ -45,24 +45,26 @@ export function QueueDetail({ name, query }: { name: string; query: URLSearchPar
       <ErrorNote error={error} />
       {queues && !q && <p class="muted">No queue named {name} has jobs or settings yet.</p>}
       {q && (
+        <div class="queue-strip" aria-label="Counts">
+          <span data-testid="queue-status" class={q.paused ? 'badge s-paused' : 'badge s-active'}>{q.paused ? '‖ paused' : '▶ running'}</span>
+          <Count label="pending" value={q.pending} testid="q-pending" state="pending" name={name} />
+          <Count label="active" value={q.active} testid="q-active" state="active" name={name} />
+          <Count label="scheduled" value={q.scheduled} state="scheduled" name={name} />
+          <Count label="retrying" value={q.retrying} state="retrying" name={name} tone={q.retrying ? 'warn' : ''} />
+          <Count label="held" value={q.held ?? 0} testid="q-held" state="held" name={name} />
+          <Count label="completed" value={q.completed} state="completed" name={name} />
+          <Count label="dead" value={q.dead} testid="q-dead" state="dead" name={name} tone={q.dead ? 'bad' : ''} />
+          <Count label="cancelled" value={q.cancelled} state="cancelled" name={name} />
+          <span class="muted">· {fmtRate(last(`${name}|done`))} · concurrency {q.max_concurrency ?? 'no cap'} · throttle {q.throttle ? `${q.throttle.rate} per ${q.throttle.period}` : 'none'}</span>
+          <span class="muted" data-testid="q-wait" title="From runnable to started, over the last 5 minutes">· wait p50/p95/p99 {fmtQuantiles(q.latency?.wait_ms)}</span>
+          <span class="muted" data-testid="q-run" title="From started to finished, over the last 5 minutes">· run {fmtQuantiles(q.latency?.run_ms)}</span>
+        </div>
+      )}
+      <h2 class="sr-only">Jobs</h2>
+      <JobSearch basePath={`/queues/${encodeURIComponent(name)}`} query={query} fixedQueue={name} collapsible />
+      {q && (
         <>
-          <p class="status-line">
-            <span data-testid="queue-status" class={q.paused ? 'badge s-paused' : 'badge s-active'}>{q.paused ? '‖ paused' : '▶ running'}</span>
-            <span>Throughput: {fmtRate(last(`${name}|done`))}</span>
-            <span>Concurrency: {q.max_concurrency ?? 'no cap'}</span>
-            <span>Throttle: {q.throttle ? `${q.throttle.rate} per ${q.throttle.period}` : 'none'}</span>
-            <span data-testid="q-wait" title="From runnable to started, over the last 5 minutes">Wait p50/p95/p99: {fmtQuantiles(q.latency?.wait_ms)}</span>
-            <span data-testid="q-run" title="From started to finished, over the last 5 minutes">Run p50/p95/p99: {fmtQuantiles(q.latency?.run_ms)}</span>
-          </p>
-          <div class="stats">
-            <Stat label="Pending" value={fmtNum(q.pending)} testid="q-pending" />
-            <Stat label="Active" value={fmtNum(q.active)} tone="info" testid="q-active" />
-            <Stat label="Scheduled" value={fmtNum(q.scheduled)} />
-            <Stat label="Retrying" value={fmtNum(q.retrying)} tone={q.retrying ? 'warn' : ''} />
-            <Stat label="Completed" value={fmtNum(q.completed)} tone="good" />
-            <Stat label="Dead" value={fmtNum(q.dead)} tone={q.dead ? 'bad' : ''} testid="q-dead" />
-            <Stat label="Cancelled" value={fmtNum(q.cancelled)} />
-          </div>
+          <h2>Activity</h2>
           <div class="charts two">
             <Chart
               title="Throughput (jobs/s)"
@@ -81,8 +83,6 @@ export function QueueDetail({ name, query }: { name: string; query: URLSearchPar
           </div>
         </>
       )}
-      <h2>Jobs</h2>
-      <JobSearch basePath={`/queues/${encodeURIComponent(name)}`} query={query} fixedQueue={name} />
       {confirm && (
         <Dialog title={confirm === 'clear' ? `Clear ${name}?` : confirm === 'drain' ? `Drain ${name}?` : `Delete ${name}?`} onClose={() => setConfirm(null)}>
           <p>
@@ -100,5 +100,14 @@ export function QueueDetail({ name, query }: { name: string; query: URLSearchPar
       {enqueue && <EnqueueDialog queue={name} onClose={() => setEnqueue(false)} />}
       {limits && q && <QueueSettingsDialog q={q} onClose={() => { setLimits(false); reload() }} />}
     </section>
+  )
+}
+
+// Count is one of the queue's counts; it filters the list below by its state.
+function Count({ label, value, state, name, testid, tone }: { label: string; value: number; state: string; name: string; testid?: string; tone?: string }) {
+  return (
+    <a class={`count ${tone ?? ''}`} href={href(`/queues/${encodeURIComponent(name)}`, `state=${state}`)}>
+      <strong data-testid={testid}>{fmtNum(value)}</strong> {label}
+    </a>
   )
 }

@@ -32,6 +32,7 @@ export function QueueTable({ queues, compact, onChange }: { queues: Queue[]; com
             <th scope="col" class="num">Active</th>
             {!compact && <th scope="col" class="num hide-sm">Scheduled</th>}
             <th scope="col" class="num hide-sm">Retrying</th>
+            <th scope="col" class="num hide-sm">Held</th>
             <th scope="col" class="num">Done</th>
             <th scope="col" class="num">Dead</th>
             <th scope="col" class="num hide-sm">Rate</th>
@@ -52,6 +53,7 @@ export function QueueTable({ queues, compact, onChange }: { queues: Queue[]; com
               <td class="num">{fmtNum(q.active)}</td>
               {!compact && <td class="num hide-sm">{fmtNum(q.scheduled)}</td>}
               <td class="num hide-sm">{fmtNum(q.retrying)}</td>
+              <td class="num hide-sm" data-testid="q-held">{q.held ? <a href={href('/held', `queue=${encodeURIComponent(q.name)}`)}>{fmtNum(q.held)}</a> : '0'}</td>
               <td class="num">{fmtNum(q.completed)}</td>
               <td class="num">{q.dead ? <a href={href('/dead', `queue=${encodeURIComponent(q.name)}`)} class="bad">{fmtNum(q.dead)}</a> : '0'}</td>
               <td class="num hide-sm">{q.paused ? '—' : fmtRate(rates(q, 0, undefined).done)}</td>

@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks'
 import { api, PRIORITIES, type Schedule } from '../api'
 import { useLive } from '../live'
 import { href } from '../router'
-import { fmtAgo, fmtTime, preview } from '../format'
+import { fmtAgo, fmtTime, preview, shortId } from '../format'
 import { act, Dialog, Empty, ErrorNote } from '../components/ui'
 
 export function SchedulesPage() {
@@ -10,6 +10,14 @@ export function SchedulesPage() {
   const [creating, setCreating] = useState(false)
   const [editing, setEditing] = useState<Schedule | null>(null)
   const [deleting, setDeleting] = useState<Schedule | null>(null)
+  const runNow = async (s: Schedule) => {
+    await act(`Ran ${s.name}`, () => api.runSchedule(s.id), (r) => `Ran ${s.name}: job ${shortId((r as { job_id: string }).job_id)}`)
+    reload()
+  }
+  const togglePause = async (s: Schedule) => {
+    await act(s.paused ? `Resumed ${s.name}` : `Paused ${s.name}`, () => (s.paused ? api.resumeSchedule(s.id) : api.pauseSchedule(s.id)))
+    reload()
+  }
   return (
     <section aria-labelledby="h-sched">
       <div class="page-head">
@@ -23,14 +31,22 @@ export function SchedulesPage() {
             <thead><tr><th scope="col">Name</th><th scope="col">Cron</th><th scope="col">Queue</th><th scope="col">Next run</th><th scope="col" class="hide-sm">Last run</th><th scope="col" class="hide-sm">Payload</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
             <tbody>
               {data.map((s) => (
-                <tr key={s.id}>
-                  <th scope="row">{s.name}</th>
+                <tr key={s.id} data-schedule={s.name} class={s.paused ? 'paused' : ''}>
+                  <th scope="row">{s.name}{s.paused && <span class="badge s-paused" data-testid="schedule-paused">paused</span>}</th>
                   <td class="mono">{s.cron} <span class="muted small">{s.timezone}</span></td>
                   <td><a href={href(`/queues/${encodeURIComponent(s.queue)}`)}>{s.queue}</a></td>
-                  <td title={s.next_run ?? ''}>{s.next_run ? `${fmtTime(s.next_run)} (${fmtAgo(s.next_run)})` : '—'}</td>
-                  <td class="hide-sm">{fmtAgo(s.last_run)}</td>
+                  <td title={s.next_run ?? ''}>{s.paused ? <span class="muted">paused</span> : s.next_run ? `${fmtTime(s.next_run)} (${fmtAgo(s.next_run)})` : '—'}</td>
+                  <td class="hide-sm" title={s.last_run ? fmtTime(s.last_run) : undefined}>
+                    {fmtAgo(s.last_run)}
+                    {s.last_job_id && <> · <a class="mono" data-testid="last-job" href={href(`/jobs/${encodeURIComponent(s.last_job_id)}`)} title={s.last_job_id}>{shortId(s.last_job_id)}</a></>}
+                  </td>
                   <td class="mono muted small hide-sm">{preview(s.payload, 40)}</td>
-                  <td class="actions"><button class="btn small" aria-label={`Edit schedule ${s.name}`} onClick={() => setEditing(s)}>Edit</button> <button class="btn small danger" aria-label={`Delete schedule ${s.name}`} onClick={() => setDeleting(s)}>Delete</button></td>
+                  <td class="actions">
+                    <button class="btn small" aria-label={`Run now: schedule ${s.name}`} onClick={() => runNow(s)}>Run now</button>{' '}
+                    <button class="btn small" aria-label={`${s.paused ? 'Resume' : 'Pause'} schedule ${s.name}`} onClick={() => togglePause(s)}>{s.paused ? '▶ Resume' : '‖ Pause'}</button>{' '}
+                    <button class="btn small" aria-label={`Edit schedule ${s.name}`} onClick={() => setEditing(s)}>Edit</button>{' '}
+                    <button class="btn small danger" aria-label={`Delete schedule ${s.name}`} onClick={() => setDeleting(s)}>Delete</button>
+                  </td>
                 </tr>
               ))}
             </tbody>
