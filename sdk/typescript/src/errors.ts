@@ -9,6 +9,7 @@ export const ErrorCodes = {
   BadRequest: "bad_request", // 400
   ConfirmationRequired: "confirmation_required", // 400
   LeaseRequired: "lease_required", // 400
+  FilterNeedsIndex: "filter_needs_index", // 400
   Unauthorized: "unauthorized", // 401
   ClusterSecretRequired: "cluster_secret_required", // 401
   PeerCertificateRequired: "peer_certificate_required", // 401
