@@ -247,7 +247,8 @@ type partitionStatus struct {
 	} `json:"meta"`
 }
 
-// localShards is one node's own view of its groups (?local=true).
+// localShards is one node's own view of its groups (?local=true), by Raft
+// group ID (a shard's number + 1; the meta group's is shard.MetaShardID).
 type localShards struct {
 	LeaderOf []uint64 `json:"leader_of"`
 	Shards   []struct {
@@ -592,10 +593,11 @@ func TestClusterPartition(t *testing.T) {
 	// its term past the majority's; healing then deposes no leader. (Its
 	// view was read first: the majority's terms only grow.)
 	for _, sh := range local.Shards {
-		if tt, ok := terms[sh.ShardID]; ok {
+		// The local view goes by Raft group IDs (the shard's number + 1).
+		if tt, ok := terms[sh.ShardID-1]; ok {
 			tt[1] = sh.Term
-			terms[sh.ShardID] = tt
-			require.LessOrEqual(t, tt[1], tt[0], "shard %d: the isolated node raised its term to %d past the majority's %d", sh.ShardID, tt[1], tt[0])
+			terms[sh.ShardID-1] = tt
+			require.LessOrEqual(t, tt[1], tt[0], "shard %d: the isolated node raised its term to %d past the majority's %d", sh.ShardID-1, tt[1], tt[0])
 		}
 	}
 
