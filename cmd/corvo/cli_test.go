@@ -130,6 +130,13 @@ func TestCLIManagement(t *testing.T) {
 	require.True(t, strings.HasPrefix(sid, "sched_"), sid)
 	require.Contains(t, run(0, "schedules"), "nightly")
 	require.Contains(t, run(0, "schedules", "list", "-o", "json"), `"timezone":"Europe/Paris"`)
+	require.Equal(t, sid+": paused\n", run(0, "schedules", "pause", sid))
+	require.Contains(t, run(0, "schedules", "list", "-o", "json"), `"paused":true`)
+	ran := strings.Fields(run(0, "schedules", "run", sid))
+	require.True(t, strings.HasPrefix(ran[0], "job_"), ran)
+	require.Equal(t, "reports", s.job(t, ran[0]).Queue, "a run of a paused schedule, now")
+	require.Regexp(t, `^`+sid+`: next run \d{4}-`, run(0, "schedules", "resume", sid))
+	run(exitNotFound, "schedules", "pause", "sched_0_01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	run(0, "schedules", "delete", sid)
 	run(exitError_, "schedules", "create", "bad", "reports", "not cron")
 

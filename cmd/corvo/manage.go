@@ -404,9 +404,34 @@ func newSchedulesCmd() *cobra.Command {
 		func(_ *cobra.Command, a []string) (string, string, any, error) {
 			return "DELETE", "/api/v1/schedules/" + url.PathEscape(a[0]), nil, nil
 		}, func(w io.Writer, _ []byte) error { _, err := fmt.Fprintln(w, "deleted"); return err })
-	cmd := &cobra.Command{Use: "schedules", Short: "Cron schedules: list, create, delete", Args: cobra.NoArgs,
+	action := func(verb, short string) *cobra.Command {
+		return apiCommand(verb+" <schedule-id>", short, cobra.ExactArgs(1),
+			func(_ *cobra.Command, a []string) (string, string, any, error) {
+				return "POST", "/api/v1/schedules/" + url.PathEscape(a[0]) + "/" + verb, nil, nil
+			}, render(func(w io.Writer, v *corvo.Schedule) error {
+				next := "paused"
+				if !v.Paused {
+					next = "next run " + stampOr(v.NextRun)
+				}
+				_, err := fmt.Fprintf(w, "%s: %s\n", v.ID, next)
+				return err
+			}))
+	}
+	run := apiCommand("run <schedule-id>", "Enqueue a run of a schedule now (paused or not)", cobra.ExactArgs(1),
+		func(_ *cobra.Command, a []string) (string, string, any, error) {
+			return "POST", "/api/v1/schedules/" + url.PathEscape(a[0]) + "/run", nil, nil
+		}, render(func(w io.Writer, v *corvo.Enqueued) error {
+			st := v.Status
+			if v.UniqueExisting {
+				st += " (a live job holds the schedule's unique key)"
+			}
+			_, err := fmt.Fprintf(w, "%s\t%s\n", v.JobID, st)
+			return err
+		}))
+	cmd := &cobra.Command{Use: "schedules", Short: "Cron schedules: list, create, delete, pause, resume, run", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return list.RunE(cmd, args) }}
-	cmd.AddCommand(list, create, del)
+	cmd.AddCommand(list, create, del, action("pause", "Pause a schedule: it fires nothing until resumed"),
+		action("resume", "Resume a paused schedule from its next run after now (missed runs are skipped)"), run)
 	cmd.Flags().AddFlagSet(list.Flags())
 	return cmd
 }
