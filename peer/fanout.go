@@ -111,16 +111,8 @@ func (c *Client) Search(addr, ns string, shards []int, body []byte, deadline tim
 	if err := c.host(addr).DoDeadline(req, resp, deadline); err != nil {
 		return nil, unavailable(err.Error())
 	}
-	if code := resp.StatusCode(); code != 200 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		_ = json.Unmarshal(resp.Body(), &e)
-		if code >= 400 && code < 500 && code != 429 && e.Code != "" {
-			return nil, &Error{Status: code, Code: e.Code, Msg: e.Error}
-		}
-		return nil, unavailable("status " + strconv.Itoa(code) + ": " + e.Error)
+	if err := partError(resp); err != nil {
+		return nil, err
 	}
 	var a SearchAnswer
 	if err := json.Unmarshal(resp.Body(), &a); err != nil || len(a.Keys) != len(a.Jobs) {
@@ -280,4 +272,22 @@ func (c *Client) AskOthers(path string, timeout time.Duration) []Reply {
 	}
 	wg.Wait()
 	return out
+}
+
+// partError is a node's non-200 answer to a part of a fan-out: its own
+// 4xx (not a 429) as it came, anything else a 503 to plan around.
+func partError(resp *fasthttp.Response) *Error {
+	code := resp.StatusCode()
+	if code == 200 {
+		return nil
+	}
+	var e struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}
+	_ = json.Unmarshal(resp.Body(), &e)
+	if code >= 400 && code < 500 && code != 429 && e.Code != "" {
+		return &Error{Status: code, Code: e.Code, Msg: e.Error}
+	}
+	return unavailable("status " + strconv.Itoa(code) + ": " + e.Error)
 }

@@ -41,20 +41,31 @@ func (c *Client) planSearch(shards []int, skip map[string]bool) (parts []SearchP
 // node's 4xx answer to the request itself) ends the search with it. The
 // answers come back in no particular order: the caller merges them.
 func (c *Client) SearchShards(ns string, shards []int, body []byte, deadline time.Time) ([]*SearchAnswer, *Error) {
-	var out []*SearchAnswer
+	return askCovering(c, shards, " the search", func(p SearchPart) (*SearchAnswer, *Error) {
+		return c.Search(p.Addr, ns, p.Shards, body, deadline)
+	})
+}
+
+// askCovering asks a covering set of nodes for shards (planSearch), each
+// part in parallel (ask), and plans the shards of a part that failed with
+// a 503 again over the nodes not tried yet, until every shard has
+// answered or no node is left (503, naming what); any other failure ends
+// it. The answers come back in no particular order.
+func askCovering[T any](c *Client, shards []int, what string, ask func(SearchPart) (T, *Error)) ([]T, *Error) {
+	var out []T
 	tried := map[string]bool{}
 	why := ""
 	for len(shards) > 0 {
 		plan, uncovered := c.planSearch(shards, tried)
 		if len(uncovered) > 0 {
-			msg := "no node hosting shard " + strconv.Itoa(uncovered[0]) + " answered the search"
+			msg := "no node hosting shard " + strconv.Itoa(uncovered[0]) + " answered" + what
 			if why != "" {
 				msg += " (" + why + ")"
 			}
 			return nil, unavailable(msg)
 		}
 		type answer struct {
-			res *SearchAnswer
+			res T
 			err *Error
 		}
 		answers := make([]answer, len(plan))
@@ -63,7 +74,7 @@ func (c *Client) SearchShards(ns string, shards []int, body []byte, deadline tim
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				answers[i].res, answers[i].err = c.Search(p.Addr, ns, p.Shards, body, deadline)
+				answers[i].res, answers[i].err = ask(p)
 			}()
 		}
 		wg.Wait()

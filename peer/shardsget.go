@@ -1,10 +1,7 @@
 package peer
 
 import (
-	"encoding/json"
 	"slices"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,48 +16,9 @@ import (
 // answered or no node is left (503); another failure ends it. The 200
 // bodies come back in no particular order: the caller merges them.
 func (c *Client) GetShards(ns, pathQuery string, shards []int, deadline time.Time) ([][]byte, *Error) {
-	var out [][]byte
-	tried := map[string]bool{}
-	why := ""
-	for len(shards) > 0 {
-		plan, uncovered := c.planSearch(shards, tried)
-		if len(uncovered) > 0 {
-			msg := "no node hosting shard " + strconv.Itoa(uncovered[0]) + " answered"
-			if why != "" {
-				msg += " (" + why + ")"
-			}
-			return nil, unavailable(msg)
-		}
-		type answer struct {
-			body []byte
-			err  *Error
-		}
-		answers := make([]answer, len(plan))
-		var wg sync.WaitGroup
-		for i, p := range plan {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				answers[i].body, answers[i].err = c.getPart(p.Addr, ns, pathQuery, p.Shards, deadline)
-			}()
-		}
-		wg.Wait()
-		shards = shards[:0:0]
-		for i, a := range answers {
-			switch {
-			case a.err == nil:
-				out = append(out, a.body)
-			case a.err.Status == 503:
-				tried[plan[i].Addr] = true
-				why = plan[i].Addr + ": " + a.err.Msg
-				shards = append(shards, plan[i].Shards...)
-			default:
-				return nil, a.err
-			}
-		}
-		slices.Sort(shards)
-	}
-	return out, nil
+	return askCovering(c, shards, "", func(p SearchPart) ([]byte, *Error) {
+		return c.getPart(p.Addr, ns, pathQuery, p.Shards, deadline)
+	})
 }
 
 // getPart GETs pathQuery&shards=… from addr as the cluster principal in
@@ -81,16 +39,8 @@ func (c *Client) getPart(addr, ns, pathQuery string, shards []int, deadline time
 	if err := c.host(addr).DoDeadline(req, resp, deadline); err != nil {
 		return nil, unavailable(err.Error())
 	}
-	if code := resp.StatusCode(); code != 200 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		_ = json.Unmarshal(resp.Body(), &e)
-		if code >= 400 && code < 500 && code != 429 && e.Code != "" {
-			return nil, &Error{Status: code, Code: e.Code, Msg: e.Error}
-		}
-		return nil, unavailable("status " + strconv.Itoa(code) + ": " + e.Error)
+	if err := partError(resp); err != nil {
+		return nil, err
 	}
 	return append([]byte(nil), resp.Body()...), nil
 }
