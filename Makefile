@@ -8,7 +8,7 @@ DATA_DIR  ?= ./corvo-data
 BIND      ?= 127.0.0.1:8080
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test
+.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test sdk-ts-pack
 
 all: build ## Build the corvo binary
 
@@ -99,6 +99,10 @@ $(SDK_TS_STAMP): sdk/typescript/package.json sdk/typescript/package-lock.json
 	@touch $@
 
 sdk-ts-deps: $(SDK_TS_STAMP) ## Install the TypeScript SDK's pinned dev dependencies (npm ci)
+
+sdk-ts-pack: sdk-ts-deps ## Build the TypeScript SDK's npm package: bin/corvohq-corvo-<version>.tgz, for `npm install <that file>` in a project
+	@mkdir -p bin
+	cd sdk/typescript && npm pack --pack-destination $(CURDIR)/bin
 
 sdk-ts-test: build sdk-ts-deps ## The TypeScript SDK's tests: unit, conformance suite, npm pack, SIGTERM drain (against bin/corvo)
 	cd sdk/typescript && CORVO_BIN=$(CURDIR)/$(BIN) npm test

@@ -3,6 +3,7 @@
 // handlers, reports progress, checkpoints long work so a retry resumes
 // where it stopped, and drains on SIGTERM (Kubernetes) or Ctrl-C.
 //
+//   (cd ../../sdk/typescript && npm ci && npm run build)   # the SDK this links to
 //   npm install && npx tsc && CORVO_URL=http://localhost:8080 node worker.js
 import { Client, Worker, type FetchedJob, type JobContext } from "@corvohq/corvo";
 

@@ -12,10 +12,9 @@ export interface WorkerOptions {
   /** Jobs run at once (default 10). */
   concurrency?: number;
   /**
-   * Long-poll of a fetch, ms (default 5,000). A drain waits for the fetch
-   * in flight to come back (and hands back what it claimed) rather than
-   * abandon it: the server would still claim a job for the abandoned
-   * request. So this bounds how long an idle worker takes to drain.
+   * Long-poll of a fetch, ms (default 30,000, as the Go SDK's). A drain
+   * closes the fetch in flight at once: the server hands back what it had
+   * claimed for it (see docs/api.md, POST /api/v1/fetch).
    */
   fetchTimeoutMs?: number;
   /** One heartbeat for every running job each interval, ms (default 15,000; keep it well under the jobs' lease). */
@@ -54,15 +53,26 @@ export class JobContext {
     return this.signal.aborted;
   }
 
-  /** Records progress; it travels with the next heartbeat. */
+  /**
+   * Records progress (any JSON value; `{current, total, message}` is what
+   * the UI and the job's timeline show as "450/1000 Sending batch"). It
+   * travels with the next heartbeat, or with the next checkpoint if that
+   * comes first.
+   */
   progress(value: unknown): void {
     this.lastProgress = value;
   }
 
-  /** Stores resumable state on the server now (it extends the lease too); a retried job gets it back as `job.checkpoint`. */
+  /**
+   * Stores resumable state on the server now (it extends the lease too,
+   * and carries the progress recorded since); a retried job gets it back
+   * as `job.checkpoint`.
+   */
   async checkpoint(value: unknown): Promise<void> {
     this.lastCheckpoint = value;
-    const st = await this.w.client.heartbeat(this.w.id, { [this.job.job_id]: { attempt: this.job.attempt, checkpoint: value } });
+    const hb: HeartbeatJob = { attempt: this.job.attempt, checkpoint: value };
+    if (this.lastProgress !== undefined) hb.progress = this.lastProgress;
+    const st = await this.w.client.heartbeat(this.w.id, { [this.job.job_id]: hb });
     this.w.apply(st);
   }
 
@@ -119,7 +129,7 @@ export class Worker {
     this.opt = {
       hostname: host,
       concurrency: opts.concurrency && opts.concurrency > 0 ? opts.concurrency : 10,
-      fetchTimeoutMs: opts.fetchTimeoutMs && opts.fetchTimeoutMs > 0 ? opts.fetchTimeoutMs : 5_000,
+      fetchTimeoutMs: opts.fetchTimeoutMs && opts.fetchTimeoutMs > 0 ? opts.fetchTimeoutMs : 30_000,
       heartbeatIntervalMs: opts.heartbeatIntervalMs && opts.heartbeatIntervalMs > 0 ? opts.heartbeatIntervalMs : 15_000,
       shutdownGraceMs: opts.shutdownGraceMs && opts.shutdownGraceMs > 0 ? opts.shutdownGraceMs : 30_000,
       handleSignals: opts.handleSignals ?? true,
@@ -143,9 +153,8 @@ export class Worker {
    * handleSignals), then drains: stops fetching, lets running handlers
    * finish for up to shutdownGraceMs, and fails the rest with
    * "worker_shutdown" and their last checkpoint, so the server retries them
-   * from there. The fetch in flight is let come back first (at most
-   * fetchTimeoutMs; what it claimed is handed back at once), so no job is
-   * claimed for a request nobody reads. Resolves once drained.
+   * from there. The fetch in flight is closed at once (the server hands
+   * back what it claimed for it). Resolves once drained.
    */
   async run(): Promise<void> {
     if (this.handlers.size === 0) throw new Error("corvo: no handler registered");
@@ -168,8 +177,8 @@ export class Worker {
         let jobs: FetchedJob[] = [];
         this.slotsUsed += free; // lease only as many jobs as there are free slots
         try {
-          // Not aborted by a drain: see fetchTimeoutMs.
-          jobs = await this.client.fetch(this.fetchBody(free, this.opt.fetchTimeoutMs / 1000));
+          // A drain closes it: the server hands back what it claimed for it.
+          jobs = await this.client.fetch(this.fetchBody(free, this.opt.fetchTimeoutMs / 1000), { signal: this.stopFetch.signal });
         } catch (err) {
           if (!this.draining) {
             this.opt.onError?.(err);
@@ -212,7 +221,7 @@ export class Worker {
     if (this.draining) return;
     this.draining = true;
     this.drainStarted = Date.now();
-    this.stopFetch.abort(new WorkerShutdownError()); // ends a back-off sleep
+    this.stopFetch.abort(new WorkerShutdownError()); // closes the fetch in flight, ends a back-off sleep
     this.wake?.();
     this.flushAcks();
   }

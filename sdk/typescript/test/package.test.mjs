@@ -66,26 +66,79 @@ test("npm pack ships the built ESM and its declarations, nothing else", () => {
   assert.deepEqual(readdirSync(join(app, "node_modules")).filter((f) => !f.startsWith(".")), ["@corvohq"], "installing pulled in more packages");
 });
 
-test("the README's TypeScript quick start compiles and runs verbatim", async () => {
-  const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
+/** The block after `<!-- quickstart:typescript -->` in a README (path from the repository root). */
+function quickstart(readmePath) {
+  const readme = readFileSync(join(repoRoot, readmePath), "utf8");
   const at = readme.indexOf("<!-- quickstart:typescript -->");
-  assert.ok(at >= 0, "README.md has no TypeScript quick start");
+  assert.ok(at >= 0, `${readmePath} has no TypeScript quick start`);
   const start = readme.indexOf("```ts\n", at) + "```ts\n".length;
-  const block = readme.slice(start, readme.indexOf("```", start));
-  writeFileSync(join(app, "quickstart.ts"), block);
-  compile(["quickstart.ts"]);
-  const { proc, out, exited } = run("quickstart.js", { CORVO_URL: server.url });
-  try {
-    const id = await until("the quick start's job id", () => /enqueued (job_\S+)/.exec(out.text)?.[1]);
-    const c = new Client(server.url);
-    const job = await waitState(c, id, "completed");
-    assert.deepEqual(job.result, { sent: true });
-    proc.kill("SIGTERM");
-    assert.deepEqual(await exited, { code: 0, signal: null }, out.text);
-  } finally {
-    proc.kill("SIGKILL");
+  return readme.slice(start, readme.indexOf("```", start));
+}
+
+/**
+ * Writes a quick start as name.mjs (run as it is) or name.ts (compiled),
+ * as the README says either works; answers the script to run.
+ */
+function prepare(block, name, as) {
+  if (as === "mjs") {
+    writeFileSync(join(app, `${name}.mjs`), block);
+    return `${name}.mjs`;
   }
-});
+  writeFileSync(join(app, `${name}.ts`), block);
+  compile([`${name}.ts`]);
+  return `${name}.js`;
+}
+
+for (const as of ["ts", "mjs"]) {
+  test(`the README's TypeScript quick start runs verbatim (as .${as})`, async () => {
+    const script = prepare(quickstart("README.md"), "quickstart", as);
+    const { proc, out, exited } = run(script, { CORVO_URL: server.url });
+    try {
+      const id = await until("the quick start's job id", () => /enqueued (job_\S+)/.exec(out.text)?.[1]);
+      const c = new Client(server.url);
+      const job = await waitState(c, id, "completed");
+      assert.deepEqual(job.result, { sent: true });
+      proc.kill("SIGTERM");
+      assert.deepEqual(await exited, { code: 0, signal: null }, out.text);
+    } finally {
+      proc.kill("SIGKILL");
+    }
+  });
+}
+
+let sdkRuns = 0;
+for (const as of ["mjs", "ts"]) {
+  test(`sdk/typescript/README.md's quick start runs verbatim (as .${as}): every job acked with its result, progress and checkpoint`, async () => {
+    const script = prepare(quickstart("sdk/typescript/README.md"), "sdkquickstart", as);
+    const want = 10 * ++sdkRuns; // the same queue each run
+    const { proc, out, exited } = run(script, { CORVO_URL: server.url });
+    const c = new Client(server.url);
+    try {
+      await until("the quick start's enqueues", () => /enqueued 10 jobs/.test(out.text));
+      await until("the quick start's jobs to complete", async () => {
+        const q = (await c.queues()).find((q) => q.name === "reports.build");
+        return q && q.completed === want;
+      });
+      proc.kill("SIGTERM");
+      assert.deepEqual(await exited, { code: 0, signal: null }, out.text);
+      assert.match(out.text, /drained/);
+    } finally {
+      proc.kill("SIGKILL");
+    }
+    const hits = await until("the mirror's view of the completed jobs", async () => {
+      const all = [];
+      for await (const h of c.searchAll({ queue: "reports.build", state: ["completed"] })) all.push(h);
+      return all.length === want && all;
+    });
+    for (const h of hits) {
+      const job = await c.job(h.id);
+      assert.deepEqual(job.result, { pages: 5 }, JSON.stringify(job));
+      assert.deepEqual(job.checkpoint, { page: 5 });
+      assert.deepEqual(job.progress, { current: 5, total: 5, message: "rendering" }, "the progress travelled with the checkpoints");
+      assert.equal(job.attempt, 1);
+    }
+  });
+}
 
 test("examples/worker-ts: SIGTERM mid-job loses nothing; the job comes back with its checkpoint", async () => {
   copyFileSync(join(repoRoot, "examples/worker-ts/worker.ts"), join(app, "worker.ts"));

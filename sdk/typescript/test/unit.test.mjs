@@ -208,7 +208,7 @@ test("the worker's ack carries its next fetch and runs the job it brings back wi
   }
 });
 
-test("a handler that throws fails its job with the error, its stack and its checkpoint", async () => {
+test("a handler that throws fails its job with the error, its stack and its checkpoint; a checkpoint carries the progress", async () => {
   const s = await fake((r) => {
     if (r.path === "/api/v1/fetch") {
       if (s.seen.filter((x) => x.path === "/api/v1/fetch").length === 1) return { status: 200, body: { jobs: [job("a", 2)] } };
@@ -220,6 +220,7 @@ test("a handler that throws fails its job with the error, its stack and its chec
   try {
     const w = new Worker(new Client(s.url), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
     w.register("q", async (j, ctx) => {
+      ctx.progress({ current: 5, total: 10 });
       await ctx.checkpoint({ offset: 5 });
       throw new Error("disk full");
     });
@@ -228,7 +229,7 @@ test("a handler that throws fails its job with the error, its stack and its chec
     w.stop();
     await done;
     const hb = s.seen.find((r) => r.path === "/api/v1/heartbeat");
-    assert.deepEqual(hb.body, { worker_id: "w1", jobs: { a: { attempt: 2, checkpoint: { offset: 5 } } } });
+    assert.deepEqual(hb.body, { worker_id: "w1", jobs: { a: { attempt: 2, checkpoint: { offset: 5 }, progress: { current: 5, total: 10 } } } });
     const f = s.seen.find((r) => r.path === "/api/v1/fail/a").body;
     assert.equal(f.error, "disk full");
     assert.match(f.backtrace, /Error: disk full/);
@@ -237,6 +238,38 @@ test("a handler that throws fails its job with the error, its stack and its chec
     assert.equal(f.worker_id, "w1");
   } finally {
     await s.close();
+  }
+});
+
+test("a drain closes the fetch in flight: an idle worker in a 30 s long-poll stops without waiting for its answer", { timeout: 20_000 }, async () => {
+  let closed;
+  const fetchClosed = new Promise((r) => (closed = r));
+  const held = [];
+  const bodies = [];
+  const srv = createServer((req, res) => {
+    let raw = "";
+    req.on("data", (d) => (raw += d));
+    req.on("end", () => {
+      bodies.push(JSON.parse(raw));
+      held.push(res); // never answered: the long-poll is still waiting
+      res.once("close", () => closed());
+    });
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const w = new Worker(new Client(`http://127.0.0.1:${srv.address().port}`), { id: "w1", concurrency: 4, handleSignals: false });
+    w.register("q", () => undefined);
+    const done = w.run();
+    await waitFor(() => bodies.length === 1);
+    assert.equal(bodies[0].timeout, 30, "the default long-poll");
+    assert.equal(bodies[0].count, 4);
+    w.stop();
+    await done; // resolves although the fetch was never answered
+    await fetchClosed; // and the server saw the request go
+    assert.equal(bodies.length, 1, "the drain fetched again");
+  } finally {
+    for (const res of held) res.destroy();
+    await new Promise((r) => srv.close(r));
   }
 });
 
