@@ -1,4 +1,5 @@
 import { CorvoError, ConflictError } from "./errors.js";
+import { downForMs, ForwardedHeader, planPlacement, type Placement, placementRefreshMs, shardForQueue, shardOfJobId, storedQueue } from "./placement.js";
 import type {
   AckBatchResult,
   AckFetched,
@@ -66,6 +67,15 @@ export interface ClientOptions {
   clusterSecret?: string;
   /** The fetch implementation (default: the global fetch). */
   fetch?: typeof fetch;
+  /**
+   * Route each request that names one queue or one job straight to a node
+   * hosting its shard, leader first (default true; see placement.ts). Off:
+   * every request goes to the current URL, which forwards what it does not
+   * host. Needs no setting for a single node, a load balancer that hides
+   * the nodes, or a key without cluster:read: the client finds out and
+   * stops routing.
+   */
+  placement?: boolean;
 }
 
 /** Options every call takes. */
@@ -75,6 +85,8 @@ export interface CallOptions {
 }
 
 interface RequestOptions extends CallOptions {
+  /** Nodes hosting the request's shard, leader first: tried before the node list (placement). */
+  route?: string[];
   /** Override the client's retries (0: one attempt). */
   retries?: number;
   /** Answer the body as text rather than JSON. */
@@ -99,6 +111,7 @@ const maxEnqueueBatch = 1000;
 const maxEnqueueBatchBytes = 1 << 20;
 
 interface PendingEnqueue {
+  queue: string;
   body: string;
   resolve: (e: Enqueued) => void;
   reject: (err: unknown) => void;
@@ -123,6 +136,12 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     };
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/** A fetch() error of a request that never reached a server (nothing listens, no route): sending it elsewhere cannot apply it twice. */
+function dialFailed(err: unknown): boolean {
+  const code = (err as { cause?: { code?: string } })?.cause?.code;
+  return code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENETUNREACH" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "UND_ERR_CONNECT_TIMEOUT";
 }
 
 function retryAfterMs(h: string | null): number {
@@ -164,6 +183,13 @@ export class Client {
   private readonly fetchImpl: typeof fetch;
   private senders = 0;
   private waiting: PendingEnqueue[] = [];
+  // Placement routing (placement.ts).
+  private placeOff: boolean;
+  private placeStarted = false;
+  private place: Placement | null = null;
+  private placeLoading = false;
+  private placeLast = 0;
+  private readonly down = new Map<string, number>(); // node → until when it is left out
 
   /** urls: one base URL, several comma-separated, or a list. */
   constructor(urls: string | string[], opts: ClientOptions = {}) {
@@ -178,6 +204,7 @@ export class Client {
     this.maxRetries = opts.maxRetries ?? 5;
     this.coalesce = opts.coalesceEnqueues ?? true;
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.placeOff = opts.placement === false;
   }
 
   /** The base URLs the client uses, the current one first. */
@@ -212,6 +239,10 @@ export class Client {
     const payload = body === undefined ? undefined : o.raw ? (body as string | Uint8Array) : JSON.stringify(body);
     const retries = o.retries ?? this.maxRetries;
     const headers = this.headers(o.headers, payload !== undefined, method);
+    if (o.route && o.route.length > 0) {
+      const a = await this.routed<T>(o.route, method, path, payload, headers, o);
+      if (a) return a;
+    }
     for (let attempt = 0; ; attempt++) {
       const [base, at] = this.base();
       let res: Response;
@@ -225,14 +256,9 @@ export class Client {
         await sleep(this.nodes.length > 1 && attempt < this.nodes.length ? 0 : 50 * 2 ** Math.min(attempt, 5), o.signal);
         continue;
       }
-      const text = await res.text();
-      if (res.status < 400) {
-        let data: unknown = undefined;
-        if (o.text) data = text;
-        else if (text !== "") data = JSON.parse(text);
-        return { status: res.status, data: data as T };
-      }
-      const err = CorvoError.from(res.status, text, retryAfterMs(res.headers.get("retry-after")));
+      const a = await this.answer<T>(res, o);
+      if (!(a instanceof CorvoError)) return a;
+      const err = a;
       if ((res.status !== 429 && res.status !== 503) || attempt >= retries) throw err;
       let wait = err.retryAfterMs || 50 * 2 ** Math.min(attempt, 5);
       if (err.code === "shutting_down") {
@@ -241,6 +267,151 @@ export class Client {
       }
       await sleep(wait, o.signal);
     }
+  }
+
+  /** Reads an answer: its data, or the error it carries. */
+  private async answer<T>(res: Response, o: RequestOptions): Promise<Answer<T> | CorvoError> {
+    if (this.place && res.headers.get(ForwardedHeader)) this.refreshPlacement(); // sent to a node that does not host it
+    const text = await res.text();
+    if (res.status < 400) {
+      let data: unknown = undefined;
+      if (o.text) data = text;
+      else if (text !== "") data = JSON.parse(text);
+      return { status: res.status, data: data as T };
+    }
+    return CorvoError.from(res.status, text, retryAfterMs(res.headers.get("retry-after")));
+  }
+
+  /**
+   * Sends a request to the first of route's nodes that answers; undefined
+   * when none did, and the request goes the usual way (the node list, its
+   * retries and failover). A node that cannot be reached is left out for a
+   * while and the next one tried; a connection that fails once the request
+   * was sent leaves the node out too, and the request goes the usual way
+   * (which retries it, as it would have). Those, a 503 or an answer saying
+   * it was forwarded make the client read the placement again.
+   */
+  private async routed<T>(
+    route: string[],
+    method: string,
+    path: string,
+    payload: string | Uint8Array | undefined,
+    headers: Record<string, string>,
+    o: RequestOptions,
+  ): Promise<Answer<T> | undefined> {
+    for (const node of route) {
+      let res: Response;
+      try {
+        res = await this.fetchImpl(node + path, { method, headers, body: payload, signal: o.signal });
+      } catch (err) {
+        if (o.signal?.aborted) throw o.signal.reason ?? err;
+        this.markDown(node);
+        this.refreshPlacement();
+        if (dialFailed(err)) continue;
+        return undefined; // reset or closed: the usual way retries it
+      }
+      const a = await this.answer<T>(res, o);
+      if (!(a instanceof CorvoError)) return a;
+      if (a.status === 503) {
+        this.refreshPlacement();
+        return undefined;
+      }
+      if (a.status === 429) return undefined; // the usual way waits its Retry-After
+      throw a; // the server's answer
+    }
+    return undefined;
+  }
+
+  // ---- placement (placement.ts) -----------------------------------------
+
+  /** The current placement (null: route nothing); the first call starts reading it. */
+  private placement(): Placement | null {
+    if (this.placeOff) return null;
+    if (!this.placeStarted) {
+      this.placeStarted = true;
+      this.refreshPlacement();
+    }
+    return this.place;
+  }
+
+  /** Where a request for shard sh goes: its nodes, leader first, less those recently unreachable (undefined: the usual way). */
+  private routeShard(sh: number): string[] | undefined {
+    const p = this.placement();
+    if (!p || sh < 0 || sh >= p.hosts.length) return undefined;
+    const hosts = p.hosts[sh];
+    if (this.down.size === 0) return hosts;
+    const now = Date.now();
+    return hosts.filter((h) => !((this.down.get(h) ?? 0) > now));
+  }
+
+  /** routeShard for queue q's shard. */
+  private routeQueue(q: string): string[] | undefined {
+    const p = this.placement();
+    return p ? this.routeShard(shardForQueue(storedQueue(p.ns, q), p.hosts.length)) : undefined;
+  }
+
+  /** routeShard for the shard job ID id carries. */
+  private routeJob(id: string): string[] | undefined {
+    return this.routeShard(shardOfJobId(id));
+  }
+
+  /** The leader of the shard most of keys (queues, or job IDs when jobs) map to: a request spanning shards goes to the node answering most of it itself. */
+  private routeMost(keys: string[], jobs: boolean): string[] | undefined {
+    if (!this.placement() || keys.length === 0) return undefined;
+    const votes = new Map<string, number>();
+    let best = "";
+    let bestN = 0;
+    for (const k of keys) {
+      const h = jobs ? this.routeJob(k) : this.routeQueue(k);
+      if (!h || h.length === 0) continue;
+      const n = (votes.get(h[0]) ?? 0) + 1;
+      votes.set(h[0], n);
+      if (n > bestN) [best, bestN] = [h[0], n];
+    }
+    return best ? [best] : undefined;
+  }
+
+  private markDown(node: string): void {
+    this.down.set(node, Date.now() + downForMs);
+  }
+
+  /** Reads the placement again in the background, unless a read is under way or one began less than placementRefreshMs ago. */
+  private refreshPlacement(): void {
+    if (this.placeOff || this.placeLoading || (this.placeLast !== 0 && Date.now() - this.placeLast < placementRefreshMs)) return;
+    this.placeLoading = true;
+    this.placeLast = Date.now();
+    void this.loadPlacement()
+      .catch(() => {}) // failing, the old placement stays
+      .finally(() => (this.placeLoading = false));
+  }
+
+  /** Reads the placement (st: a cluster status read already) and makes it the client's. */
+  private async loadPlacement(st?: ClusterStatus): Promise<void> {
+    if (!st) {
+      try {
+        // Through the node list, without waiting out a Retry-After.
+        for (let i = 0; ; i++) {
+          try {
+            st = await this.call<ClusterStatus>("GET", "/api/v1/cluster/status", undefined, { retries: 0, signal: AbortSignal.timeout(10_000) });
+            break;
+          } catch (err) {
+            if (err instanceof CorvoError || i + 1 >= this.nodes.length) throw err;
+          }
+        }
+      } catch (err) {
+        if (err instanceof CorvoError && (err.status === 401 || err.status === 403 || err.status === 404)) {
+          this.placeOff = true; // the cluster cannot tell us: route nothing
+          this.place = null;
+        }
+        throw err;
+      }
+    }
+    let ns = this.namespace ?? "";
+    if (ns === "" && this.apiKey) {
+      ns = (await this.call<WhoAmI>("GET", "/api/v1/auth/whoami", undefined, { retries: 0, signal: AbortSignal.timeout(10_000) })).namespace; // the key's own
+    }
+    const [cur] = this.base();
+    this.place = planPlacement(st, cur.startsWith("https://") ? "https://" : "http://", ns);
   }
 
   private async call<T>(method: string, path: string, body?: unknown, o?: RequestOptions): Promise<T> {
@@ -259,11 +430,11 @@ export class Client {
    */
   enqueue(job: EnqueueRequest, o?: CallOptions): Promise<Enqueued> {
     if (!this.coalesce || !coalescable(job) || o?.signal) {
-      return this.call<Enqueued>("POST", "/api/v1/enqueue", job, o);
+      return this.call<Enqueued>("POST", "/api/v1/enqueue", job, { ...o, route: this.routeQueue(job.queue) });
     }
     const body = JSON.stringify(job);
     return new Promise<Enqueued>((resolve, reject) => {
-      const p: PendingEnqueue = { body, resolve, reject };
+      const p: PendingEnqueue = { queue: job.queue, body, resolve, reject };
       if (this.senders >= maxEnqueueRequests) {
         this.waiting.push(p);
         return;
@@ -293,13 +464,31 @@ export class Client {
   }
 
   private alone(p: PendingEnqueue): Promise<void> {
-    return this.request<Enqueued>("POST", "/api/v1/enqueue", p.body, { raw: true }).then(
+    return this.request<Enqueued>("POST", "/api/v1/enqueue", p.body, { raw: true, route: this.routeQueue(p.queue) }).then(
       (a) => p.resolve(a.data),
       (err) => p.reject(err),
     );
   }
 
+  /**
+   * Sends coalesced enqueues: with a placement, one batch per node hosting
+   * their queues' shards (in parallel), so that none takes a forwarding hop.
+   */
   private async sendEnqueues(batch: PendingEnqueue[]): Promise<void> {
+    if (!this.placement()) return this.sendEnqueuesTo(undefined, batch);
+    const groups = new Map<string, { route: string[] | undefined; jobs: PendingEnqueue[] }>();
+    for (const p of batch) {
+      const route = this.routeQueue(p.queue);
+      const key = route?.[0] ?? "";
+      let g = groups.get(key);
+      if (!g) groups.set(key, (g = { route, jobs: [] }));
+      g.jobs.push(p);
+    }
+    await Promise.all([...groups.values()].map((g) => this.sendEnqueuesTo(g.route, g.jobs)));
+  }
+
+  /** Sends jobs to route's first node (undefined: the current node) as one batch (one job: a plain enqueue); whatever the batch does not settle, each job settles alone. */
+  private async sendEnqueuesTo(route: string[] | undefined, batch: PendingEnqueue[]): Promise<void> {
     if (batch.length === 1) return this.alone(batch[0]);
     const body = '{"jobs":[' + batch.map((p) => p.body).join(",") + "]}";
     let ids: string[] | undefined;
@@ -307,7 +496,7 @@ export class Client {
     try {
       // One attempt: a failed batch is not sent again whole (some of its
       // shards may have committed); its jobs go alone.
-      const a = await this.request<BatchEnqueued>("POST", "/api/v1/enqueue/batch", body, { raw: true, retries: 0 });
+      const a = await this.request<BatchEnqueued>("POST", "/api/v1/enqueue/batch", body, { raw: true, retries: 0, route });
       ids = a.data.job_ids;
     } catch (err) {
       // 429/503: a shard did not commit; the answer names what was not applied.
@@ -336,14 +525,15 @@ export class Client {
 
   /** Enqueues up to 10,000 jobs in one request, optionally as a batch with a callback. */
   enqueueBatch(jobs: EnqueueRequest[], batch?: BatchCallback, o?: CallOptions): Promise<BatchEnqueued> {
-    return this.call("POST", "/api/v1/enqueue/batch", batch ? { jobs, batch } : { jobs }, o);
+    const route = this.routeMost(jobs.map((j) => j.queue), false);
+    return this.call("POST", "/api/v1/enqueue/batch", batch ? { jobs, batch } : { jobs }, { ...o, route });
   }
 
   // ---- workers ---------------------------------------------------------
 
   /** Long-polls for up to `count` jobs (default 1); an empty list: none came in time. */
   async fetch(r: FetchRequest, o?: CallOptions): Promise<FetchedJob[]> {
-    const a = await this.request<FetchedJob | { jobs: FetchedJob[] }>("POST", "/api/v1/fetch", r, o);
+    const a = await this.request<FetchedJob | { jobs: FetchedJob[] }>("POST", "/api/v1/fetch", r, { ...o, route: this.routeMost(r.queues, false) });
     if (a.status === 204 || a.data === undefined) return [];
     if (r.count !== undefined) return (a.data as { jobs: FetchedJob[] }).jobs;
     return [a.data as FetchedJob];
@@ -351,27 +541,27 @@ export class Client {
 
   /** Completes a job. `worker_id` and `attempt` make the server check the lease (409 when lost). */
   async ack(jobId: string, a: AckRequest = {}, o?: CallOptions): Promise<void> {
-    await this.call("POST", "/api/v1/ack/" + enc(jobId), a, o);
+    await this.call("POST", "/api/v1/ack/" + enc(jobId), a, { ...o, route: this.routeJob(jobId) });
   }
 
   /** Completes a job and claims the worker's next jobs in the same request. A refused ack claims nothing. */
   ackAndFetch(jobId: string, a: AckRequest, fetch: FetchRequest, o?: CallOptions): Promise<AckFetched> {
-    return this.call("POST", "/api/v1/ack/" + enc(jobId), { ...a, fetch }, o);
+    return this.call("POST", "/api/v1/ack/" + enc(jobId), { ...a, fetch }, { ...o, route: this.routeJob(jobId) });
   }
 
   /** Completes many jobs in one request; `errors` lists the ones that failed. */
   ackBatch(acks: AckItem[], o?: CallOptions): Promise<AckBatchResult> {
-    return this.call("POST", "/api/v1/ack/batch", { acks }, o);
+    return this.call("POST", "/api/v1/ack/batch", { acks }, { ...o, route: this.routeMost(acks.map((a) => a.job_id), true) });
   }
 
   /** Completes many jobs and claims up to `fetch.count` next jobs (only if an ack applied). */
   ackBatchAndFetch(acks: AckItem[], fetch: FetchRequest, o?: CallOptions): Promise<AckBatchResult> {
-    return this.call("POST", "/api/v1/ack/batch", { acks, fetch }, o);
+    return this.call("POST", "/api/v1/ack/batch", { acks, fetch }, { ...o, route: this.routeMost(acks.map((a) => a.job_id), true) });
   }
 
   /** Reports a failed attempt; the server decides what follows. */
   fail(jobId: string, f: FailRequest, o?: CallOptions): Promise<FailResult> {
-    return this.call("POST", "/api/v1/fail/" + enc(jobId), f, o);
+    return this.call("POST", "/api/v1/fail/" + enc(jobId), f, { ...o, route: this.routeJob(jobId) });
   }
 
   /**
@@ -381,7 +571,7 @@ export class Client {
   async heartbeat(workerId: string, jobs: Record<string, HeartbeatJob>, o?: CallOptions): Promise<Record<string, HeartbeatStatus>> {
     let answer: { jobs: Record<string, { status: HeartbeatStatus }> };
     try {
-      answer = await this.call("POST", "/api/v1/heartbeat", { worker_id: workerId, jobs }, o);
+      answer = await this.call("POST", "/api/v1/heartbeat", { worker_id: workerId, jobs }, { ...o, route: this.routeMost(Object.keys(jobs), true) });
     } catch (err) {
       // No job was ok or cancelled: the 409 carries the statuses.
       const b = err instanceof ConflictError ? (err.body as typeof answer | undefined) : undefined;
@@ -397,37 +587,37 @@ export class Client {
 
   /** Reads a job (with its timeline). */
   job<P = any>(id: string, o?: CallOptions): Promise<Job<P>> {
-    return this.call("GET", "/api/v1/jobs/" + enc(id), undefined, o);
+    return this.call("GET", "/api/v1/jobs/" + enc(id), undefined, { ...o, route: this.routeJob(id) });
   }
 
   /** Cancels a job: "cancelled", or "cancelling" for an active one. */
   async cancel(id: string, o?: CallOptions): Promise<string> {
-    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/cancel", undefined, o)).status;
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/cancel", undefined, { ...o, route: this.routeJob(id) })).status;
   }
 
   /** Sends a completed, dead or cancelled job back to pending. */
   async retry(id: string, o?: CallOptions): Promise<string> {
-    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/retry", undefined, o)).status;
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/retry", undefined, { ...o, route: this.routeJob(id) })).status;
   }
 
   /** Re-files a job under another queue (a new ID when it lives on another shard). */
   move(id: string, queue: string, resetAttempt = false, o?: CallOptions): Promise<Moved> {
-    return this.call("POST", "/api/v1/jobs/" + enc(id) + "/move", { queue, reset_attempt: resetAttempt }, o);
+    return this.call("POST", "/api/v1/jobs/" + enc(id) + "/move", { queue, reset_attempt: resetAttempt }, { ...o, route: this.routeJob(id) });
   }
 
   /** Deletes a job in any state. */
   async deleteJob(id: string, o?: CallOptions): Promise<void> {
-    await this.call("DELETE", "/api/v1/jobs/" + enc(id), undefined, o);
+    await this.call("DELETE", "/api/v1/jobs/" + enc(id), undefined, { ...o, route: this.routeJob(id) });
   }
 
   /** Releases a held job (→ pending). */
   async approve(id: string, o?: CallOptions): Promise<string> {
-    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/approve", undefined, o)).status;
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/approve", undefined, { ...o, route: this.routeJob(id) })).status;
   }
 
   /** Rejects a held job (→ dead). */
   async reject(id: string, o?: CallOptions): Promise<string> {
-    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/reject", undefined, o)).status;
+    return (await this.call<{ status: string }>("POST", "/api/v1/jobs/" + enc(id) + "/reject", undefined, { ...o, route: this.routeJob(id) })).status;
   }
 
   /** One page of the dead-letter list, most recently dead first. */
@@ -598,38 +788,39 @@ export class Client {
 
   /** Pauses a queue: fetches skip it. */
   pauseQueue(queue: string, o?: CallOptions): Promise<{ queue: string; paused: boolean }> {
-    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/pause", undefined, o);
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/pause", undefined, { ...o, route: this.routeQueue(queue) });
   }
 
   /** Resumes a paused queue. */
   resumeQueue(queue: string, o?: CallOptions): Promise<{ queue: string; paused: boolean }> {
-    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/resume", undefined, o);
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/resume", undefined, { ...o, route: this.routeQueue(queue) });
   }
 
   /** Deletes every pending, scheduled and retrying job of a queue. */
   clearQueue(queue: string, o?: CallOptions): Promise<{ queue: string; cleared: number }> {
-    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/clear", undefined, o);
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/clear", undefined, { ...o, route: this.routeQueue(queue) });
   }
 
   /** Pauses a queue so active jobs finish and no new ones start. */
   drainQueue(queue: string, o?: CallOptions): Promise<{ queue: string; paused: boolean; draining: boolean; active: number }> {
-    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/drain", undefined, o);
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/drain", undefined, { ...o, route: this.routeQueue(queue) });
   }
 
   /** Caps a queue's active jobs across every worker (null or 0: no cap). */
   setConcurrency(queue: string, max: number | null, o?: CallOptions): Promise<{ queue: string; max_concurrency: number | null }> {
-    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/concurrency", { max }, o);
+    return this.call("POST", "/api/v1/queues/" + enc(queue) + "/concurrency", { max }, { ...o, route: this.routeQueue(queue) });
   }
 
   /** Limits a queue to `rate` fetches per period (null: removes the limit). */
   setThrottle(queue: string, t: Throttle | null, o?: CallOptions): Promise<{ queue: string; throttle: Throttle | null }> {
     const path = "/api/v1/queues/" + enc(queue) + "/throttle";
-    return t ? this.call("POST", path, t, o) : this.call("DELETE", path, undefined, o);
+    const ro = { ...o, route: this.routeQueue(queue) };
+    return t ? this.call("POST", path, t, ro) : this.call("DELETE", path, undefined, ro);
   }
 
   /** Deletes a queue, its settings and every one of its jobs. */
   deleteQueue(queue: string, o?: CallOptions): Promise<{ queue: string; deleted: boolean; jobs_deleted: number }> {
-    return this.call("DELETE", "/api/v1/queues/" + enc(queue) + "?confirm=true", undefined, o);
+    return this.call("DELETE", "/api/v1/queues/" + enc(queue) + "?confirm=true", undefined, { ...o, route: this.routeQueue(queue) });
   }
 
   // ---- schedules -------------------------------------------------------
@@ -667,7 +858,9 @@ export class Client {
 
   /**
    * Asks the cluster for its members and from then on spreads over every
-   * node that is up, so the client survives the loss of the node it was given.
+   * node that is up, so the client survives the loss of the node it was
+   * given. It also takes the cluster's placement from the same answer, so
+   * that routing (the `placement` option) starts with the next request.
    */
   async discover(o?: CallOptions): Promise<string[]> {
     const st = await this.clusterStatus(o);
@@ -680,6 +873,10 @@ export class Client {
     }
     this.nodes = nodes;
     this.cur = 0;
+    if (!this.placeOff) {
+      this.placeStarted = true;
+      await this.loadPlacement(st);
+    }
     return this.urls;
   }
 

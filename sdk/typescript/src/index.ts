@@ -4,3 +4,4 @@ export { Client, type ClientOptions, type CallOptions } from "./client.js";
 export { Worker, JobContext, type WorkerOptions, type Handler } from "./worker.js";
 export * from "./errors.js";
 export type * from "./types.js";
+export { ForwardedHeader, shardForQueue, shardOfJobId, xxhash64 } from "./placement.js";

@@ -12,6 +12,9 @@ export const repoRoot = resolve(pkgDir, "../..");
 
 let built;
 
+/** The cluster secret of the test servers. */
+export const testClusterSecret = "sdk-test-cluster-secret-0123456789abcdef";
+
 /** The server binary: $CORVO_BIN, else this repository's, built once per test process. */
 export function serverBinary() {
   if (process.env.CORVO_BIN) return process.env.CORVO_BIN;
@@ -44,6 +47,7 @@ export async function startServer(args = []) {
   const data = mkdtempSync(join(tmpdir(), "corvo-ts-data-"));
   const proc = spawn(bin, ["server", "--bind", http, "--raft-bind", raft, "--data-dir", data, "--log-level", "error", ...args], {
     stdio: ["ignore", "ignore", "inherit"],
+    env: { ...process.env, CORVO_CLUSTER_SECRET: testClusterSecret }, // the nodes of a test cluster share it
   });
   let exited = false;
   proc.once("exit", () => (exited = true));
@@ -61,7 +65,7 @@ export async function startServer(args = []) {
     if (exited) break;
     try {
       const res = await fetch(url + "/healthz");
-      if (res.status === 200) return { url, stop };
+      if (res.status === 200) return { url, stop, proc };
     } catch {
       // not listening yet
     }

@@ -6,6 +6,11 @@ import { test } from "node:test";
 import { Client, CorvoError, ErrorCodes, NotFoundError, TooManyRequestsError, UnavailableError, Worker } from "../dist/index.js";
 import { freeAddr } from "./server.mjs";
 
+// A scripted server stands for one node: its tests count every request,
+// so the client does not read the cluster's placement from it (the
+// placement tests below do).
+const single = { placement: false };
+
 /** A server answering with route(req, body) → {status, headers, body} (or a promise of it). */
 async function fake(route) {
   const seen = [];
@@ -32,7 +37,7 @@ test("429 and 503 are retried after their Retry-After; with retries off the type
     return { status: 429, headers: { "Retry-After": "2" }, body: { error: "slow down", code: "rate_limited" } };
   });
   try {
-    const c = new Client(s.url);
+    const c = new Client(s.url, single);
     const start = Date.now();
     assert.equal((await c.enqueue({ queue: "q" })).job_id, "job_0_x");
     assert.equal(s.seen.length, 3);
@@ -57,7 +62,7 @@ test("errors are typed by status and carry the server's code and message", async
       : { status: 503, body: { error: "stopping", code: "shutting_down" } },
   );
   try {
-    const c = new Client(s.url, { maxRetries: 0 });
+    const c = new Client(s.url, { ...single, maxRetries: 0 });
     await assert.rejects(c.job("job_1_x"), (err) => err instanceof NotFoundError && err.code === "not_found" && /not found/.test(err.message));
     await assert.rejects(c.queues(), (err) => err instanceof UnavailableError && err.code === "shutting_down");
   } finally {
@@ -70,7 +75,7 @@ test("a node answering 503 shutting_down or refusing connections sends the clien
   const live = await fake(() => ({ status: 200, body: { queues: [] } }));
   try {
     const dead = "http://" + (await freeAddr());
-    const c = new Client([dead, stopping.url, live.url]);
+    const c = new Client([dead, stopping.url, live.url], single);
     const start = Date.now();
     assert.deepEqual(await c.queues(), []);
     assert.ok(Date.now() - start < 5000, "waited out the stopping node's Retry-After instead of moving on");
@@ -97,7 +102,7 @@ test("enqueue: a call goes out at once when idle; calls made while 2 are in flig
     }
   });
   try {
-    const c = new Client(s.url);
+    const c = new Client(s.url, single);
     const first = c.enqueue({ queue: "q", payload: 0 });
     await waitFor(() => held.length === 1); // sent alone, at once
     const second = c.enqueue({ queue: "q", payload: 1 });
@@ -151,7 +156,7 @@ test("the worker fetches as many jobs as it has free slots, and one heartbeat ca
     if (r.path.startsWith("/api/v1/ack")) return { status: 200, body: { status: "completed", acked: 2, errors: [], jobs: [] } };
   });
   try {
-    const w = new Worker(new Client(s.url), { id: "w1", concurrency: 3, fetchTimeoutMs: 1000, heartbeatIntervalMs: 20, handleSignals: false });
+    const w = new Worker(new Client(s.url, single), { id: "w1", concurrency: 3, fetchTimeoutMs: 1000, heartbeatIntervalMs: 20, handleSignals: false });
     let release;
     const gate = new Promise((r) => (release = r));
     w.register("q", async (j, ctx) => {
@@ -188,7 +193,7 @@ test("the worker's ack carries its next fetch and runs the job it brings back wi
     void n;
   });
   try {
-    const w = new Worker(new Client(s.url), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
+    const w = new Worker(new Client(s.url, single), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
     const ran = [];
     w.register("q", (j) => {
       ran.push(j.job_id);
@@ -218,7 +223,7 @@ test("a handler that throws fails its job with the error, its stack and its chec
     if (r.path === "/api/v1/fail/a") return { status: 200, body: { status: "retrying", attempts_remaining: 1 } };
   });
   try {
-    const w = new Worker(new Client(s.url), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
+    const w = new Worker(new Client(s.url, single), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
     w.register("q", async (j, ctx) => {
       ctx.progress({ current: 5, total: 10 });
       await ctx.checkpoint({ offset: 5 });
@@ -257,7 +262,7 @@ test("a drain closes the fetch in flight: an idle worker in a 30 s long-poll sto
   });
   await new Promise((r) => srv.listen(0, "127.0.0.1", r));
   try {
-    const w = new Worker(new Client(`http://127.0.0.1:${srv.address().port}`), { id: "w1", concurrency: 4, handleSignals: false });
+    const w = new Worker(new Client(`http://127.0.0.1:${srv.address().port}`, single), { id: "w1", concurrency: 4, handleSignals: false });
     w.register("q", () => undefined);
     const done = w.run();
     await waitFor(() => bodies.length === 1);
