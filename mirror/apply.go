@@ -37,6 +37,10 @@ func (m *Mirror) loop() {
 			m.rebuild(sh)
 		case r := <-m.drops:
 			r.done <- m.drop(r.shard)
+		case <-m.shrinks:
+			if err := m.w.shrink(); err != nil {
+				m.log.Warn().Err(err).Msg("mirror: releasing SQLite's memory failed")
+			}
 		case <-tick.C:
 			for sh := 0; sh < m.shards; sh++ {
 				if !m.hosted[sh].Load() && !m.dirty[sh].Load() && m.src.Hosts(sh) {

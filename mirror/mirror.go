@@ -133,6 +133,7 @@ type Mirror struct {
 	losses   []atomic.Int64  // how often changes were lost, per shard
 	gen      []int64         // rebuild generation, per shard (apply goroutine)
 	rebuilds chan int
+	shrinks  chan struct{} // ReleaseMemory asks the apply goroutine
 	once     sync.Once
 
 	// hosted: the mirror keeps the shard's rows and applies its events
@@ -175,6 +176,7 @@ func Open(cfg Config) (*Mirror, error) {
 		seen: make([]atomic.Uint64, shards), mirrored: make([]atomic.Uint64, shards), dirty: make([]atomic.Bool, shards),
 		losses: make([]atomic.Int64, shards),
 		gen:    make([]int64, shards), rebuilds: make(chan int, shards+1),
+		shrinks: make(chan struct{}, 1),
 		hosted: make([]atomic.Bool, shards), refill: make([]atomic.Bool, shards), drops: make(chan dropReq),
 		dropped:  metrics.GetOrCreateCounter(`corvo_mirror_dropped_updates_total`),
 		applied:  metrics.GetOrCreateCounter(`corvo_mirror_applied_changes_total`),
@@ -520,6 +522,23 @@ func (m *Mirror) drop(sh int) error {
 func (m *Mirror) Holds(sh int) bool {
 	return sh >= 0 && sh < m.shards && m.hosted[sh].Load() && !m.refill[sh].Load()
 }
+
+// ReleaseMemory gives back what SQLite caches (the node's idle release):
+// the read connections close (they reopen on the next read) and the
+// writer frees its page cache and buffer, between two writes.
+func (m *Mirror) ReleaseMemory() {
+	for _, db := range []*sql.DB{m.rdb, m.db} {
+		db.SetMaxIdleConns(0) // closes the idle ones
+		db.SetMaxIdleConns(maxIdleConns)
+	}
+	select {
+	case m.shrinks <- struct{}{}:
+	default: // one is already asked for
+	}
+}
+
+// maxIdleConns is database/sql's default.
+const maxIdleConns = 2
 
 // RequestRebuild rebuilds every shard from Pebble (POST /admin/rebuild-mirror).
 func (m *Mirror) RequestRebuild() {

@@ -332,3 +332,27 @@ func TestMirrorBufferWithinMemoryBudget(t *testing.T) {
 	require.Equal(t, dropped+1, m.dropped.Get(), "over the budget: dropped")
 	require.Zero(t, acct.Used())
 }
+
+// The node's quiet release closes the idle read connections and frees the
+// writer's caches; reads and writes go on as before.
+func TestMirrorReleaseMemory(t *testing.T) {
+	t.Parallel()
+	m := openTest(t)
+	var ch []statemachine.JobChange
+	for i := 1; i <= 40; i++ {
+		v := view(i, "rel", "pending", `{"n":1}`)
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v})
+	}
+	feed(t, m, 1, ch[:20]...)
+	p, err := m.Search(context.Background(), Filter{Queue: "rel"})
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 20)
+	require.Positive(t, m.rdb.Stats().Idle, "the search's connection waits idle")
+	m.ReleaseMemory()
+	require.Zero(t, m.rdb.Stats().Idle)
+	m.ReleaseMemory() // a second ask while one is pending is dropped, not blocked on
+	feed(t, m, 2, ch[20:]...)
+	p, err = m.Search(context.Background(), Filter{Queue: "rel", Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 40)
+}

@@ -132,7 +132,14 @@ var (
 	sqlBegin    = C.CString("BEGIN IMMEDIATE")
 	sqlCommit   = C.CString("COMMIT")
 	sqlRollback = C.CString("ROLLBACK")
+	sqlShrink   = C.CString("PRAGMA shrink_memory")
 )
+
+// shrink frees the connection's page cache and the batch buffer.
+func (w *writer) shrink() error {
+	w.b.buf = nil
+	return w.sql(sqlShrink)
+}
 
 // sql runs one of the statements above.
 func (w *writer) sql(stmt *C.char) error {

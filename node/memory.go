@@ -52,8 +52,8 @@ func (m *nodeMemory) size(h *shard.Config, cacheBytes int64) {
 }
 
 // start registers the gauges and watches the process's memory until
-// stopped.
-func (m *nodeMemory) start(host *shard.Host, ring int) {
+// stopped; quiet empties the node's caches when it has been quiet.
+func (m *nodeMemory) start(host *shard.Host, ring int, quiet func()) {
 	usage := func(pick func(b, mt, j int64) int64) func() int64 {
 		return func() int64 { return pick(host.MemoryUsage()) }
 	}
@@ -69,8 +69,21 @@ func (m *nodeMemory) start(host *shard.Host, ring int) {
 	m.budget.RegisterGauges([]*membudget.Account{m.bodies, m.proposals, m.mirrorQ}, extra)
 	go func() {
 		defer close(m.done)
-		m.budget.Watch(membudget.WatchConfig{}, m.stop)
+		m.budget.Watch(membudget.WatchConfig{QuietRelease: quiet}, m.stop)
 	}()
+}
+
+// releaseCaches gives back what the node caches for speed once it has been
+// quiet (membudget.WatchConfig.QuietRelease): the shards' job caches,
+// memtables and block cache, and the mirror's SQLite caches. They refill
+// from disk as the load comes back; what the SSE ring keeps stays.
+func (n *Node) releaseCaches() {
+	if err := n.host.ReleaseMemory(); err != nil {
+		n.log.Warn().Err(err).Msg("releasing the shards' caches failed")
+	}
+	if n.mir != nil {
+		n.mir.ReleaseMemory()
+	}
 }
 
 // close stops the watch (after start).

@@ -191,7 +191,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.hub != nil {
 		ring = cmp.Or(cfg.Test.EventsCapacity, events.CapacityDefault)
 	}
-	n.mem.start(n.host, ring)
+	n.mem.start(n.host, ring, n.releaseCaches)
 	closers = append(closers, n.mem.close)
 	n.peer.Start(n.host)
 	closers = append(closers, n.peer.Close)

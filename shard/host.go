@@ -369,6 +369,25 @@ func (h *Host) MemoryUsage() (blockCache, memtables, jobCache int64) {
 	return h.cache.Size(), memtables, jobCache
 }
 
+// ReleaseMemory gives back what the node's shards cache for speed (the
+// node's idle release): each state machine's cache of live jobs and its
+// memtable (flushed), then the blocks in the shared block cache. The
+// caches refill from Pebble as the load comes back.
+func (h *Host) ReleaseMemory() error {
+	var errs []error
+	for i := range h.sms {
+		if s := h.sms[i].Load(); s != nil {
+			if err := s.ReleaseMemory(); err != nil {
+				errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
+			}
+		}
+	}
+	// A reservation of the whole cache evicts every block no reader
+	// holds; releasing it gives the cache its size back.
+	h.cache.Reserve(int(h.cache.MaxSize()))()
+	return errors.Join(errs...)
+}
+
 func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 	return func(shardID, replicaID uint64) sm.IOnDiskStateMachine {
 		s := statemachine.New(statemachine.Config{

@@ -16,6 +16,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -145,7 +146,10 @@ type StateMachine struct {
 	// when not), so the per-Update queue signals rarely need a seek.
 	heads map[string][]byte
 	// jobs caches the records of live jobs, write-through (see jobcache.go).
-	jobs *jobCache
+	// jobsMu is held by Update and by ReleaseMemory, which empties it
+	// from another goroutine.
+	jobs   *jobCache
+	jobsMu sync.Mutex
 	// rates[queue] holds the fetch times of a throttled queue inside its
 	// window, oldest first: a copy of its rl| keys, loaded on first use.
 	rates map[string][]int64
@@ -158,7 +162,8 @@ type StateMachine struct {
 
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
 	jobBytes      atomic.Int64  // the job cache's size after the last Update (MemoryUsage)
-	closeMu       sync.RWMutex  // lookups hold it shared; Close exclusively
+	closeMu       sync.RWMutex  // lookups, Sync and snapshots hold it shared; Close and ReleaseMemory's reopen exclusively
+	pinned        atomic.Int32  // snapshots prepared and not yet saved: the DB may not reopen
 	closed        bool
 	openedAt      uint64       // the applied index Open found
 	dedup         *dedupFilter // which entry IDs may have a dedup record (dedup.go)
@@ -226,7 +231,9 @@ func (s *StateMachine) resetCaches() {
 	s.dueCursor, s.leaseCursor, s.expireCursor, s.uniqueCursor, s.purgeCursor, s.workerCursor = nil, nil, nil, nil, nil, nil
 	s.workers = make(map[string]*Worker)
 	s.heads = make(map[string][]byte)
+	s.jobsMu.Lock()
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
+	s.jobsMu.Unlock()
 	s.rates = make(map[string][]int64)
 	s.watched = make(map[string]int)
 	s.active, s.due, s.outbox = 0, 0, 0
@@ -282,6 +289,8 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	if len(entries) == 0 {
 		return entries, nil
 	}
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
 	a := newApplier(s, b)
@@ -335,6 +344,11 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 // applied index Open finds). dragonboat calls it before it snapshots or
 // compacts its log.
 func (s *StateMachine) Sync() error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
 	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
@@ -351,6 +365,78 @@ func (s *StateMachine) MemoryUsage() (memtables, jobCache int64) {
 	}
 	m := s.db.Metrics()
 	return int64(m.MemTable.Size + m.MemTable.ZombieSize), s.jobBytes.Load()
+}
+
+// ReleaseMemory gives back what the shard holds in memory for speed, when
+// the node has been quiet (the node's idle release): it empties the cache
+// of live jobs (the next reads of those jobs go to Pebble), flushes the
+// memtable and reopens the Pebble DB. The reopen is what frees the
+// memtables: Pebble keeps a flushed memtable's arena for the next one, so a
+// DB that took a burst holds two full arenas until it closes, and a fresh
+// one starts small. Safe from any goroutine; results never depend on it.
+// While lookups or a snapshot hold the DB it only empties the cache and
+// flushes.
+func (s *StateMachine) ReleaseMemory() error {
+	// Lock order: jobsMu, then closeMu only by TryLock, so neither an
+	// Update (jobsMu) nor a lookup (closeMu) ever waits on the other.
+	for try := 0; ; try++ {
+		s.jobsMu.Lock()
+		if s.closeMu.TryLock() {
+			err := s.reopenLocked()
+			s.closeMu.Unlock()
+			s.jobsMu.Unlock()
+			return err
+		}
+		s.jobsMu.Unlock()
+		if try == 20 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed || s.db == nil {
+		return nil
+	}
+	s.dropJobCache()
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	return nil
+}
+
+func (s *StateMachine) dropJobCache() {
+	s.jobsMu.Lock()
+	s.jobs = newJobCache(s.cfg.JobCacheBytes)
+	s.jobBytes.Store(0)
+	s.jobsMu.Unlock()
+}
+
+// reopenLocked runs ReleaseMemory under jobsMu and closeMu, held
+// exclusively: no Update, lookup or snapshot preparation runs.
+func (s *StateMachine) reopenLocked() error {
+	if s.closed || s.db == nil {
+		return nil
+	}
+	s.jobs = newJobCache(s.cfg.JobCacheBytes)
+	s.jobBytes.Store(0)
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	if s.pinned.Load() > 0 { // a snapshot being saved reads this DB
+		return nil
+	}
+	if err := s.db.Close(); err != nil {
+		s.db, s.closed = nil, true
+		return fmt.Errorf("close to release memory: %w", err)
+	}
+	db, err := pebble.Open(s.cfg.Dir, s.pebbleOptions())
+	if err != nil {
+		s.db, s.closed = nil, true
+		return fmt.Errorf("reopen pebble %s: %w", s.cfg.Dir, err)
+	}
+	s.db = db
+	return nil
 }
 
 // ErrClosed answers lookups on a closed state machine.
@@ -382,6 +468,12 @@ const snapshotMagic = "CORVOSNAP1"
 
 // PrepareSnapshot pins a consistent view of the DB.
 func (s *StateMachine) PrepareSnapshot() (interface{}, error) {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.db == nil {
+		return nil, ErrClosed
+	}
+	s.pinned.Add(1) // until SaveSnapshot closes it
 	return s.db.NewSnapshot(), nil
 }
 
@@ -392,6 +484,7 @@ func (s *StateMachine) SaveSnapshot(ctx interface{}, w io.Writer, done <-chan st
 	if !ok {
 		return errors.New("statemachine: bad snapshot context")
 	}
+	defer s.pinned.Add(-1)
 	defer snap.Close()
 	it, err := snap.NewIter(nil)
 	if err != nil {
@@ -420,6 +513,20 @@ func (s *StateMachine) SaveSnapshot(ctx interface{}, w io.Writer, done <-chan st
 
 // RecoverFromSnapshot replaces the DB's contents with a snapshot stream.
 func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) error {
+	if err := s.recover(r, done); err != nil {
+		return err
+	}
+	if s.cfg.Listener != nil {
+		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: s.applied, Active: s.active, Due: s.due,
+			Outbox: s.outbox, NextCron: s.nextCron, Reset: true})
+	}
+	return nil
+}
+
+// recover is RecoverFromSnapshot's work, with the DB held (closeMu).
+func (s *StateMachine) recover(r io.Reader, done <-chan struct{}) error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
 	sr := newSnapReader(r)
 	magic := sr.raw(len(snapshotMagic))
 	if sr.err != nil || string(magic) != snapshotMagic {
@@ -461,14 +568,7 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	if err := s.db.Flush(); err != nil { // durable before dragonboat records the snapshot
 		return fmt.Errorf("flush: %w", err)
 	}
-	if err := s.loadMeta(); err != nil {
-		return err
-	}
-	if s.cfg.Listener != nil {
-		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: s.applied, Active: s.active, Due: s.due,
-			Outbox: s.outbox, NextCron: s.nextCron, Reset: true})
-	}
-	return nil
+	return s.loadMeta()
 }
 
 type pebbleLogger struct{ l zerolog.Logger }

@@ -25,10 +25,16 @@ type Budget struct {
 	over atomic.Bool
 	// resident is the last measured process memory (Watch).
 	resident atomic.Int64
+	// taken counts every byte the accounts ever took: how busy the node
+	// is (Watch's quiet release).
+	taken atomic.Int64
 }
 
 // releasedTotal counts the times memory was handed back to the OS.
 var releasedTotal = metrics.NewCounter(`corvo_memory_released_total`)
+
+// quietReleasedTotal counts the times a quiet node gave back its caches.
+var quietReleasedTotal = metrics.NewCounter(`corvo_memory_quiet_releases_total`)
 
 // Account is one consumer's share of the pool. A nil *Account bounds
 // nothing: TryAcquire always succeeds.
@@ -95,6 +101,7 @@ func (a *Account) TryAcquire(n int64) bool {
 		a.refused.Inc()
 		return false
 	}
+	a.b.taken.Add(n)
 	return true
 }
 
@@ -106,6 +113,7 @@ func (a *Account) Acquire(n int64) {
 	}
 	a.used.Add(n)
 	a.b.used.Add(n)
+	a.b.taken.Add(n)
 }
 
 // Release gives back n bytes taken by TryAcquire or Acquire.

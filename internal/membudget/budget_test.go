@@ -199,3 +199,41 @@ func TestGauges(t *testing.T) {
 	metrics.WritePrometheus(&out, false)
 	require.Contains(t, out.String(), "corvo_memory_budget_bytes 2147483648\n")
 }
+
+func TestWatcherQuietRelease(t *testing.T) {
+	t.Parallel()
+	b := New(NewPlan(1<<30, 4))
+	acct := b.Account("bodies", 1<<30)
+	now := time.Unix(1000, 0)
+	quiet, releases := 0, 0
+	w := &watcher{b: b, busyAt: now, cfg: WatchConfig{Resident: func() int64 { return 100 << 20 }, Reclaimable: func() int64 { return 0 },
+		Release: func() { releases++ }, QuietRelease: func() { quiet++ }, Now: func() time.Time { return now }}.withDefaults()}
+	step := func(d time.Duration) { now = now.Add(d); w.step() }
+	// Busy: a megabyte taken every 10 s keeps the caches.
+	for range 10 {
+		require.True(t, acct.TryAcquire(QuietBytesDefault))
+		acct.Release(QuietBytesDefault)
+		step(10 * time.Second)
+	}
+	require.Zero(t, quiet)
+	// Quiet (a little taken, less than QuietBytes): released once,
+	// QuietAfter after the last busy step, with the memory given back
+	// at once (not held back by ReleaseEvery).
+	acct.Acquire(QuietBytesDefault / 2)
+	step(QuietAfterDefault - time.Millisecond)
+	require.Zero(t, quiet)
+	step(time.Millisecond)
+	require.Equal(t, 1, quiet)
+	require.Equal(t, 1, releases)
+	// Still quiet: not again.
+	step(QuietAfterDefault)
+	step(QuietAfterDefault)
+	require.Equal(t, 1, quiet)
+	// Busy again, then quiet: released again.
+	acct.Acquire(QuietBytesDefault / 2)
+	step(time.Second)
+	require.Equal(t, 1, quiet)
+	step(QuietAfterDefault)
+	require.Equal(t, 2, quiet)
+	require.Equal(t, 2, releases)
+}

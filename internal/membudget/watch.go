@@ -20,6 +20,11 @@ const (
 	// ReleaseFloor: less reclaimable heap than this is not worth a
 	// collection.
 	ReleaseFloor = 16 << 20
+	// QuietAfterDefault, QuietBytesDefault: a node whose accounts took
+	// less than QuietBytes over QuietAfter is quiet, and gives back its
+	// caches (WatchConfig.QuietRelease).
+	QuietAfterDefault = 30 * time.Second
+	QuietBytesDefault = 1 << 20
 )
 
 // WatchConfig configures Watch; tests inject the measures and the clock.
@@ -36,12 +41,22 @@ type WatchConfig struct {
 	// Release hands free memory back (default: debug.FreeOSMemory, then
 	// glibc's malloc_trim for the C heap).
 	Release func()
-	Now     func() time.Time
+	// QuietRelease, when set, empties what the node caches for speed
+	// (block cache, memtables, job caches, SQLite's page caches): called
+	// once the node has been quiet for QuietAfter (its accounts took
+	// less than QuietBytes since the last time it was busy), and again
+	// only after it was busy once more; Release follows it.
+	QuietRelease func()
+	QuietAfter   time.Duration
+	QuietBytes   int64
+	Now          func() time.Time
 }
 
 func (c WatchConfig) withDefaults() WatchConfig {
 	setDefault(&c.Interval, WatchIntervalDefault)
 	setDefault(&c.ReleaseEvery, ReleaseEveryDefault)
+	setDefault(&c.QuietAfter, QuietAfterDefault)
+	setDefault(&c.QuietBytes, QuietBytesDefault)
 	if c.Resident == nil {
 		c.Resident = residentBytes
 	}
@@ -69,6 +84,11 @@ type watcher struct {
 	b           *Budget
 	cfg         WatchConfig
 	lastRelease time.Time
+	// busyAt is when the accounts had last taken QuietBytes since
+	// busyTaken, the count then; quietDone: released since.
+	busyAt    time.Time
+	busyTaken int64
+	quietDone bool
 }
 
 // Watch sets the Go runtime's memory limit to the plan's GoLimit (unless
@@ -86,7 +106,7 @@ func (b *Budget) Watch(cfg WatchConfig, stop <-chan struct{}) {
 		prev := debug.SetMemoryLimit(b.plan.GoLimit)
 		defer debug.SetMemoryLimit(prev)
 	}
-	w := &watcher{b: b, cfg: cfg}
+	w := &watcher{b: b, cfg: cfg, busyAt: cfg.Now()}
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	w.step()
@@ -112,9 +132,18 @@ func (w *watcher) step() {
 	} else if res < total-total/20 {
 		w.b.over.Store(false)
 	}
-	spare := w.cfg.Reclaimable()
 	now := w.cfg.Now()
-	if (w.b.over.Load() || spare > ReleaseFloor) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery {
+	if taken := w.b.taken.Load(); taken-w.busyTaken >= w.cfg.QuietBytes {
+		w.busyAt, w.busyTaken, w.quietDone = now, taken, false
+	}
+	quiet := w.cfg.QuietRelease != nil && !w.quietDone && now.Sub(w.busyAt) >= w.cfg.QuietAfter
+	if quiet {
+		w.quietDone = true
+		w.cfg.QuietRelease()
+		quietReleasedTotal.Inc()
+	}
+	spare := w.cfg.Reclaimable()
+	if (w.b.over.Load() || spare > ReleaseFloor) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery || quiet {
 		w.lastRelease = now
 		w.cfg.Release()
 		releasedTotal.Inc()
