@@ -111,12 +111,14 @@ func (j *JobContext) Progress(v any) {
 }
 
 // Checkpoint stores resumable state on the server now (it extends the lease
-// too). A retried job gets it back as FetchedJob.Checkpoint.
+// too, and carries the progress recorded since the last heartbeat). A
+// retried job gets it back as FetchedJob.Checkpoint.
 func (j *JobContext) Checkpoint(ctx context.Context, v any) error {
 	j.mu.Lock()
 	j.checkpoint = v
+	progress := j.progress
 	j.mu.Unlock()
-	st, err := j.w.c.Heartbeat(ctx, j.w.opt.ID, map[string]HeartbeatJob{j.JobID: {Checkpoint: v, Attempt: j.Attempt}})
+	st, err := j.w.c.Heartbeat(ctx, j.w.opt.ID, map[string]HeartbeatJob{j.JobID: {Checkpoint: v, Progress: progress, Attempt: j.Attempt}})
 	if err != nil {
 		return err
 	}

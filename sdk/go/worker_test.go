@@ -245,6 +245,7 @@ func TestWorkerShutdownKeepsCheckpoint(t *testing.T) {
 	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second, ShutdownGrace: 300 * time.Millisecond})
 	checkpointed := make(chan error, 1) // the first checkpoint's outcome
 	w.Register("sdk.long", func(ctx context.Context, j *JobContext) (any, error) {
+		j.Progress(map[string]int{"current": 47, "total": 100})
 		err := j.Checkpoint(ctx, map[string]int{"offset": 47000})
 		select {
 		case checkpointed <- err:
@@ -263,6 +264,16 @@ func TestWorkerShutdownKeepsCheckpoint(t *testing.T) {
 		sigterm()
 		<-errc
 		t.Fatal("checkpoint:", err)
+	}
+	// The checkpoint carried the progress recorded before it.
+	got, err := c.Job(ctx, e.JobID)
+	if err == nil && string(got.Progress) != `{"current":47,"total":100}` {
+		err = fmt.Errorf("progress %s", got.Progress)
+	}
+	if err != nil {
+		sigterm()
+		<-errc
+		t.Fatal("after the checkpoint:", err)
 	}
 	sigterm()
 	if err := <-errc; err != nil {
