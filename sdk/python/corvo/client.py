@@ -99,19 +99,23 @@ def _coalescable(job: Dict[str, Any]) -> bool:
 
 
 class _Pending:
-    """An enqueue call waiting for its answer."""
+    """An enqueue call waiting for its answer. Its lock is taken from the
+    start: the waiting caller blocks on it; it is released once, either with
+    the answer (settle) or to make the caller the next sender (lead)."""
 
-    __slots__ = ("body", "done", "out", "err")
+    __slots__ = ("body", "lock", "lead", "out", "err")
 
     def __init__(self, body: bytes):
         self.body = body
-        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.lead = False
         self.out: Optional[Enqueued] = None
         self.err: Optional[BaseException] = None
 
     def settle(self, out: Optional[Enqueued] = None, err: Optional[BaseException] = None) -> None:
         self.out, self.err = out, err
-        self.done.set()
+        self.lock.release()
 
 
 class EventStream:
@@ -379,41 +383,40 @@ class Client:
             return self._call("POST", "/api/v1/enqueue", raw=body)
         p = _Pending(body)
         with self._qlock:
-            if self._senders >= MAX_ENQUEUE_REQUESTS:
+            wait = self._senders >= MAX_ENQUEUE_REQUESTS
+            if wait:
                 self._waiting.append(p)
-                send = False
             else:
-                self._senders += 1
-                send = True
-        if send:
-            # This call goes out now, in its own thread; what gathers
-            # meanwhile is sent on by a helper thread.
-            self._send_enqueues([p])
-            with self._qlock:
-                batch = self._take_waiting()
-                if not batch:
-                    self._senders -= 1
-            if batch:
-                threading.Thread(target=self._send_loop, args=(batch,), daemon=True, name="corvo-enqueue").start()
-        p.done.wait()
+                self._senders += 1  # goes out now, alone
+        if wait:
+            p.lock.acquire()  # answered, or made the next sender
+            if not p.lead:
+                if p.err is not None:
+                    raise p.err
+                return p.out  # type: ignore[return-value]
+        # This call's thread sends: its job with what waits (up to a
+        # request's worth), then hands the sending on to a caller still
+        # waiting, whose job goes in the next request.
+        with self._qlock:
+            batch = [p] + self._take_waiting(MAX_ENQUEUE_BATCH - 1, MAX_ENQUEUE_BATCH_BYTES - len(p.body))
+        self._send_enqueues(batch)
+        with self._qlock:
+            nxt = self._waiting.pop(0) if self._waiting else None
+            if nxt is None:
+                self._senders -= 1
+        if nxt is not None:
+            nxt.lead = True
+            nxt.lock.release()
         if p.err is not None:
             raise p.err
         return p.out  # type: ignore[return-value]
 
-    def _send_loop(self, batch: List[_Pending]) -> None:
-        while batch:
-            self._send_enqueues(batch)
-            with self._qlock:
-                batch = self._take_waiting()
-                if not batch:
-                    self._senders -= 1
-
-    def _take_waiting(self) -> List[_Pending]:
-        """The waiting calls that fit in one request. Call with _qlock held."""
+    def _take_waiting(self, count: int, size: int) -> List[_Pending]:
+        """The waiting calls that fit in count jobs and size bytes. Call with _qlock held."""
         w = self._waiting
-        n, size = 0, 0
-        while n < len(w) and n < MAX_ENQUEUE_BATCH and (n == 0 or size + len(w[n].body) <= MAX_ENQUEUE_BATCH_BYTES):
-            size += len(w[n].body) + 1
+        n, used = 0, 0
+        while n < len(w) and n < count and used + len(w[n].body) + 1 <= size:
+            used += len(w[n].body) + 1
             n += 1
         batch = w[:n]
         del w[:n]

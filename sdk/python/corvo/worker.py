@@ -100,12 +100,17 @@ class JobContext:
 
 
 class _PendingAck:
-    __slots__ = ("item", "taken", "done", "next")
+    """A slot's ack waiting to be sent. Its lock is taken from the start: the
+    slot's thread blocks on it; it is released once, with the slot's next job
+    (settled) or to make the thread the next sender (lead)."""
+
+    __slots__ = ("item", "lock", "lead", "next")
 
     def __init__(self, item: AckItem):
         self.item = item
-        self.taken = False
-        self.done = False
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.lead = False
         self.next: Optional[FetchedJob] = None
 
 
@@ -167,9 +172,10 @@ class Worker:
         self.on_error = on_error
         self._handlers: Dict[str, Handler] = {}
         self._queues: List[str] = []
-        # _cond guards the slots, the running jobs and the waiting acks. An
-        # RLock: a signal handler (stop) may run while the main thread holds it.
-        self._cond = threading.Condition(threading.RLock())
+        # _cond guards the slots, the drain and the count of slots acking;
+        # _mu the running jobs and the waiting acks.
+        self._cond = threading.Condition(threading.Lock())
+        self._mu = threading.Lock()
         self._inflight: Dict[str, JobContext] = {}
         self._slots_used = 0
         self._draining = False
@@ -227,7 +233,7 @@ class Worker:
         previous: Dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, lambda *_: self.stop())
+                previous[sig] = signal.signal(sig, self._on_signal)
         hb = threading.Thread(target=self._heartbeat_loop, name="corvo-heartbeat", daemon=True)
         hb.start()
         slots = [threading.Thread(target=self._slot_loop, name="corvo-slot-%d" % i, daemon=True) for i in range(self.concurrency)]
@@ -243,6 +249,11 @@ class Worker:
             for _ in slots:
                 self._jobs.put(None)
             hb.join()
+
+    def _on_signal(self, *_: Any) -> None:
+        # A signal handler runs on the main thread between two bytecodes,
+        # perhaps while it holds a lock stop() takes: stop from another thread.
+        threading.Thread(target=self.stop, name="corvo-stop", daemon=True).start()
 
     def stop(self) -> None:
         """Starts the drain (as SIGTERM does); :meth:`run` returns once it is over."""
@@ -321,7 +332,7 @@ class Worker:
         """Runs a job and reports its outcome; answers the slot's next job (None: none)."""
         ctx = JobContext(self, job)
         jid = job["job_id"]
-        with self._cond:
+        with self._mu:
             self._inflight[jid] = ctx
         h = self._handlers.get(job["queue"])
         failure: Optional[BaseException] = None
@@ -332,10 +343,11 @@ class Worker:
             result = h(job, ctx)
         except Exception as err:
             failure = err
-        with self._cond:
+        with self._mu:
             if self._inflight.get(jid) is not ctx:
                 return None  # failed by the drain already
             del self._inflight[jid]
+        with self._cond:
             self._acking += 1
         try:
             if ctx.cancelled and isinstance(ctx.reason, (JobCancelled, LeaseLost)):
@@ -368,36 +380,41 @@ class Worker:
     # ---- the completer: acks of slots that finish together share a request
 
     def _ack(self, item: AckItem) -> Optional[FetchedJob]:
-        """Queues a slot's ack; answers the slot's next job (None: none). The
-        first waiting thread with a request free sends every waiting ack."""
+        """Queues a slot's ack; answers the slot's next job (None: none).
+
+        While fewer than MAX_ACK_REQUESTS ack requests are out, the ack's own
+        thread sends it at once, with every ack waiting (up to a request's
+        worth); otherwise it waits, and a sender that finishes hands the
+        sending on to the first waiting thread, whose request carries the
+        acks that gathered meanwhile (the batches grow under load)."""
         p = _PendingAck(item)
-        c = self._cond
-        with c:
-            self._acks.append(p)
-            waited = False
-            while not p.done:
-                if p.taken or self._ack_requests >= MAX_ACK_REQUESTS:
-                    c.wait()
-                    continue
-                if not waited and self._inflight and not self._draining and len(self._acks) < MAX_ACK_BATCH:
-                    waited = True  # handlers still run: let their acks join
-                    c.wait(ACK_WINDOW)
-                    continue
-                batch = self._acks[:MAX_ACK_BATCH]
-                del self._acks[:MAX_ACK_BATCH]
-                for b in batch:
-                    b.taken = True
+        with self._mu:
+            wait = self._ack_requests >= MAX_ACK_REQUESTS
+            if wait:
+                self._acks.append(p)
+            else:
                 self._ack_requests += 1
-                c.release()
-                try:
-                    jobs = self._send_acks([b.item for b in batch])
-                finally:
-                    c.acquire()
-                    self._ack_requests -= 1
-                for i, b in enumerate(batch):
-                    b.next = jobs[i] if i < len(jobs) else None
-                    b.done = True
-                c.notify_all()
+        if wait:
+            p.lock.acquire()  # settled, or made the next sender
+            if not p.lead:
+                return p.next
+        if self._inflight and not self._draining:
+            time.sleep(ACK_WINDOW)  # handlers still run: let their acks join
+        with self._mu:
+            batch = [p] + self._acks[: MAX_ACK_BATCH - 1]
+            del self._acks[: MAX_ACK_BATCH - 1]
+        jobs = self._send_acks([b.item for b in batch])
+        for i, b in enumerate(batch):
+            b.next = jobs[i] if i < len(jobs) else None
+            if b is not p:
+                b.lock.release()
+        with self._mu:
+            nxt = self._acks.pop(0) if self._acks else None
+            if nxt is None:
+                self._ack_requests -= 1
+        if nxt is not None:
+            nxt.lead = True
+            nxt.lock.release()
         return p.next
 
     def _send_acks(self, items: List[AckItem]) -> List[FetchedJob]:
@@ -463,7 +480,7 @@ class Worker:
     def _fail_remaining(self) -> None:
         """Fails the jobs still running when the grace period ends, with their
         checkpoints, and sets their cancel events."""
-        with self._cond:
+        with self._mu:
             left = list(self._inflight.values())
             self._inflight.clear()
         for ctx in left:
@@ -484,7 +501,7 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         while not self._stopped.wait(self.heartbeat_interval):
-            with self._cond:
+            with self._mu:
                 jobs: Dict[str, HeartbeatJob] = {
                     jid: {"attempt": ctx.job["attempt"], "progress": ctx._progress, "checkpoint": ctx._checkpoint}
                     for jid, ctx in self._inflight.items()
