@@ -103,13 +103,13 @@ class _Pending:
     start: the waiting caller blocks on it; it is released once, either with
     the answer (settle) or to make the caller the next sender (lead)."""
 
-    __slots__ = ("body", "lock", "lead", "out", "err")
+    __slots__ = ("body", "lock", "batch", "out", "err")
 
     def __init__(self, body: bytes):
         self.body = body
         self.lock = threading.Lock()
         self.lock.acquire()
-        self.lead = False
+        self.batch: Optional[List["_Pending"]] = None  # set when made the next sender: what to send
         self.out: Optional[Enqueued] = None
         self.err: Optional[BaseException] = None
 
@@ -390,23 +390,22 @@ class Client:
                 self._senders += 1  # goes out now, alone
         if wait:
             p.lock.acquire()  # answered, or made the next sender
-            if not p.lead:
+            if p.batch is None:
                 if p.err is not None:
                     raise p.err
                 return p.out  # type: ignore[return-value]
-        # This call's thread sends: its job with what waits (up to a
-        # request's worth), then hands the sending on to a caller still
-        # waiting, whose job goes in the next request.
+        # This call's thread sends its batch (alone when it did not wait),
+        # then takes what gathered meanwhile (a request's worth) and hands
+        # it to the first of those callers to send: its thread is blocked
+        # anyway until that request answers.
+        self._send_enqueues(p.batch or [p])
         with self._qlock:
-            batch = [p] + self._take_waiting(MAX_ENQUEUE_BATCH - 1, MAX_ENQUEUE_BATCH_BYTES - len(p.body))
-        self._send_enqueues(batch)
-        with self._qlock:
-            nxt = self._waiting.pop(0) if self._waiting else None
-            if nxt is None:
+            nxt = self._take_waiting(MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES)
+            if not nxt:
                 self._senders -= 1
-        if nxt is not None:
-            nxt.lead = True
-            nxt.lock.release()
+        if nxt:
+            nxt[0].batch = nxt
+            nxt[0].lock.release()
         if p.err is not None:
             raise p.err
         return p.out  # type: ignore[return-value]
@@ -415,7 +414,7 @@ class Client:
         """The waiting calls that fit in count jobs and size bytes. Call with _qlock held."""
         w = self._waiting
         n, used = 0, 0
-        while n < len(w) and n < count and used + len(w[n].body) + 1 <= size:
+        while n < len(w) and n < count and (n == 0 or used + len(w[n].body) + 1 <= size):
             used += len(w[n].body) + 1
             n += 1
         batch = w[:n]

@@ -104,13 +104,13 @@ class _PendingAck:
     slot's thread blocks on it; it is released once, with the slot's next job
     (settled) or to make the thread the next sender (lead)."""
 
-    __slots__ = ("item", "lock", "lead", "next")
+    __slots__ = ("item", "lock", "batch", "next")
 
     def __init__(self, item: AckItem):
         self.item = item
         self.lock = threading.Lock()
         self.lock.acquire()
-        self.lead = False
+        self.batch: Optional[List["_PendingAck"]] = None  # set when made the next sender: what to send
         self.next: Optional[FetchedJob] = None
 
 
@@ -396,25 +396,30 @@ class Worker:
                 self._ack_requests += 1
         if wait:
             p.lock.acquire()  # settled, or made the next sender
-            if not p.lead:
+            if p.batch is None:
                 return p.next
-        if self._inflight and not self._draining:
-            time.sleep(ACK_WINDOW)  # handlers still run: let their acks join
-        with self._mu:
-            batch = [p] + self._acks[: MAX_ACK_BATCH - 1]
-            del self._acks[: MAX_ACK_BATCH - 1]
+            batch = p.batch
+        else:
+            if self._inflight and not self._draining:
+                time.sleep(ACK_WINDOW)  # handlers still run: let their acks join
+            with self._mu:
+                batch = [p] + self._acks[: MAX_ACK_BATCH - 1]
+                del self._acks[: MAX_ACK_BATCH - 1]
         jobs = self._send_acks([b.item for b in batch])
         for i, b in enumerate(batch):
             b.next = jobs[i] if i < len(jobs) else None
             if b is not p:
                 b.lock.release()
+        # Take what gathered meanwhile and hand it to the first of those
+        # slots to send.
         with self._mu:
-            nxt = self._acks.pop(0) if self._acks else None
-            if nxt is None:
+            nxt = self._acks[:MAX_ACK_BATCH]
+            del self._acks[:MAX_ACK_BATCH]
+            if not nxt:
                 self._ack_requests -= 1
-        if nxt is not None:
-            nxt.lead = True
-            nxt.lock.release()
+        if nxt:
+            nxt[0].batch = nxt
+            nxt[0].lock.release()
         return p.next
 
     def _send_acks(self, items: List[AckItem]) -> List[FetchedJob]:
