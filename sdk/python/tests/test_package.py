@@ -96,7 +96,8 @@ class TestPackage(unittest.TestCase):
         shutil.copytree(os.path.join(PKG_DIR, "corvo"), os.path.join(self.tmp, "corvo"))
         code = (
             "import sys\nsys.path.insert(0, '.')\nimport corvo, corvo.client, corvo.worker, corvo.errors, corvo.types\n"
-            "mods = [m for m in sys.modules if m.split('.')[0] not in sys.stdlib_module_names and m.split('.')[0] not in ('corvo', '__main__')]\n"
+            "std = getattr(sys, 'stdlib_module_names', None)  # 3.10+; before, the isolated import is the check\n"
+            "mods = [m for m in sys.modules if std is not None and m.split('.')[0] not in std and m.split('.')[0] not in ('corvo', '__main__')]\n"
             "print(sorted(mods))\n"
         )
         out = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=self.tmp, capture_output=True, text=True)
