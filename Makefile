@@ -8,7 +8,7 @@ DATA_DIR  ?= ./corvo-data
 BIND      ?= 127.0.0.1:8080
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test sdk-ts-pack
+.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test sdk-ts-pack sdk-py-test
 
 all: build ## Build the corvo binary
 
@@ -18,11 +18,11 @@ build: ## Build bin/corvo
 run: build ## Build and start a single-node server on 127.0.0.1:8080 (BIND to change; data in ./corvo-data)
 	./$(BIN) server --data-dir $(DATA_DIR) --bind $(BIND)
 
-test: tools lint ## Run every test (race detector on), after go vet, staticcheck and gofmt; then the UI's and the TypeScript SDK's
+test: tools lint ## Run every test (race detector on), after go vet, staticcheck and gofmt; then the UI's and the TypeScript and Python SDKs'
 	$(GO) test -race -count=1 -timeout 30m ./...
 	cd sdk/go && $(GO) test -race -count=1 -timeout 10m ./...
 	cd deploy && $(GO) test -race -count=1 -timeout 10m ./...
-	$(MAKE) ui-test ui-check ui-e2e sdk-ts-test
+	$(MAKE) ui-test ui-check ui-e2e sdk-ts-test sdk-py-test
 
 test-short: ## Unit tests only, no race detector
 	$(GO) test -short -count=1 ./...
@@ -106,6 +106,14 @@ sdk-ts-pack: sdk-ts-deps ## Build the TypeScript SDK's npm package: bin/corvohq-
 
 sdk-ts-test: build sdk-ts-deps ## The TypeScript SDK's tests: unit, conformance suite, npm pack, SIGTERM drain (against bin/corvo)
 	cd sdk/typescript && CORVO_BIN=$(CURDIR)/$(BIN) npm test
+
+# The Python SDK (sdk/python): the standard library's unittest and the
+# system's python3 (3.9+), nothing installed. Its tests (the conformance
+# suite among them) run against bin/corvo.
+PYTHON ?= python3
+
+sdk-py-test: build ## The Python SDK's tests: unit, conformance suite, README quick starts, examples/worker-py and its SIGTERM drain (against bin/corvo)
+	cd sdk/python && CORVO_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m unittest discover -s tests -v
 
 clean: ## Remove build output (not the data dir)
 	rm -rf bin

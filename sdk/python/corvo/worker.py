@@ -1,0 +1,531 @@
+"""The worker runtime: fetches jobs of its registered queues and runs their
+handlers on a pool of threads, with batched heartbeats, progress,
+checkpoints, cancellation and a SIGTERM drain."""
+
+from __future__ import annotations
+
+import os
+import queue as _queue
+import signal
+import socket
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional
+
+from .client import Client
+from .errors import CorvoError, JobCancelled, LeaseLost, WorkerShutdown
+from .types import AckItem, FetchedJob, FetchRequest, HeartbeatJob
+
+__all__ = ["Worker", "JobContext", "Handler"]
+
+Handler = Callable[[FetchedJob, "JobContext"], Any]
+"""A handler: ``handler(job, ctx)``. Its return value (any JSON value; None
+for none) acks the job; an exception fails it."""
+
+# As the Go SDK's completer (sdk/go/completer.go): the first waiting ack
+# waits this long for others to share its request while handlers still run;
+# one request carries at most this many acks; at most this many ack
+# requests are in flight (acks that finish meanwhile wait: batches grow).
+ACK_WINDOW = 0.001
+MAX_ACK_BATCH = 1000
+MAX_ACK_REQUESTS = 4
+
+# Error codes for which an ack of an ack batch is sent again alone.
+_RETRY_ALONE = ("overloaded", "rate_limited", "unavailable", "shutting_down")
+
+
+class JobContext:
+    """A running job's context: progress, checkpoints, cancellation.
+
+    Attributes:
+        job: the fetched job (``job_id``, ``queue``, ``payload``, ``attempt``,
+            ``tags``, and ``checkpoint``: the last checkpoint of an earlier
+            attempt, to resume from).
+        reason: why the job was cancelled (:class:`~corvo.JobCancelled`,
+            :class:`~corvo.LeaseLost` or :class:`~corvo.WorkerShutdown`),
+            None while it runs.
+    """
+
+    def __init__(self, worker: "Worker", job: FetchedJob):
+        self.job = job
+        self.reason: Optional[BaseException] = None
+        self._w = worker
+        self._event = threading.Event()
+        self._progress: Any = None
+        self._checkpoint: Any = job.get("checkpoint")
+        self._exit = False
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        """Set when the server cancels the job (seen on the next heartbeat),
+        its lease is lost, or the drain's grace runs out: stop, the server has
+        moved on. ``ctx.cancel_event.wait(5)`` sleeps 5 s unless cancelled."""
+        return self._event
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :attr:`cancel_event` is set."""
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Sleeps up to ``timeout`` seconds (None: until cancelled); True when cancelled."""
+        return self._event.wait(timeout)
+
+    def raise_if_cancelled(self) -> None:
+        """Raises :attr:`reason` once the job is cancelled."""
+        if self._event.is_set() and self.reason is not None:
+            raise self.reason
+
+    def progress(self, value: Any) -> None:
+        """Records progress (any JSON value); it travels with the next heartbeat."""
+        self._progress = value
+
+    def checkpoint(self, value: Any) -> None:
+        """Stores resumable state on the server now (it extends the lease too);
+        a retried job gets it back as ``job["checkpoint"]``."""
+        self._checkpoint = value
+        j = self.job
+        st = self._w.client.heartbeat(self._w.id, {j["job_id"]: {"attempt": j["attempt"], "checkpoint": value}})
+        self._w._apply(st)
+
+    def exit_chain(self) -> None:
+        """Makes the ack of a chain step skip the chain's remaining steps (step_status "exit")."""
+        self._exit = True
+
+    def _abort(self, reason: BaseException) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+
+class _PendingAck:
+    """A slot's ack waiting to be sent. Its lock is taken from the start: the
+    slot's thread blocks on it; it is released once, with the slot's next job
+    (settled) or to make the thread the next sender (lead)."""
+
+    __slots__ = ("item", "lock", "batch", "next")
+
+    def __init__(self, item: AckItem):
+        self.item = item
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.batch: Optional[List["_PendingAck"]] = None  # set when made the next sender: what to send
+        self.next: Optional[FetchedJob] = None
+
+
+class Worker:
+    """Fetches jobs of its registered queues and runs their handlers, each on
+    one of ``concurrency`` threads.
+
+    >>> worker = Worker(Client("http://localhost:8080"), concurrency=10)  # doctest: +SKIP
+    >>> @worker.register("emails.send")  # doctest: +SKIP
+    ... def send(job, ctx):
+    ...     return {"sent": True}
+    >>> worker.run()  # until SIGTERM/SIGINT or worker.stop(): then drains  # doctest: +SKIP
+
+    The runtime fetches as many jobs as it has free slots; an ack carries
+    the slot's next fetch (one request per job while jobs are pending); acks
+    that finish together share one ``POST /api/v1/ack/batch`` with a fetch for
+    the slots they free. One heartbeat request carries every running job.
+
+    Args:
+        client: the :class:`~corvo.Client`.
+        id: the worker's ID as the server sees it (default ``hostname-pid``).
+        hostname: default ``socket.gethostname()``.
+        concurrency: jobs run at once (default 10).
+        fetch_timeout: long-poll of a fetch in seconds (default 5). A drain
+            lets the fetch in flight come back (and hands back what it
+            claimed) rather than abandon it, so this bounds how long an idle
+            worker takes to drain.
+        heartbeat_interval: seconds between heartbeats (default 15; keep it
+            well under the jobs' lease).
+        shutdown_grace: how long a drain waits for running handlers, in
+            seconds (default 30).
+        handle_signals: SIGTERM and SIGINT start the drain while :meth:`run`
+            runs in the main thread (default True).
+        on_error: called with errors the worker has nobody to give to (a
+            failed ack, the server away); default: none.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        id: Optional[str] = None,
+        hostname: Optional[str] = None,
+        concurrency: int = 10,
+        fetch_timeout: float = 5.0,
+        heartbeat_interval: float = 15.0,
+        shutdown_grace: float = 30.0,
+        handle_signals: bool = True,
+        on_error: Optional[Callable[[BaseException], None]] = None,
+    ):
+        self.client = client
+        self.hostname = hostname or socket.gethostname()
+        self.id = id or "%s-%d" % (self.hostname, os.getpid())
+        self.concurrency = concurrency if concurrency > 0 else 10
+        self.fetch_timeout = fetch_timeout if fetch_timeout > 0 else 5.0
+        self.heartbeat_interval = heartbeat_interval if heartbeat_interval > 0 else 15.0
+        self.shutdown_grace = shutdown_grace if shutdown_grace > 0 else 30.0
+        self.handle_signals = handle_signals
+        self.on_error = on_error
+        self._handlers: Dict[str, Handler] = {}
+        self._queues: List[str] = []
+        # _cond guards the slots, the drain and the count of slots acking;
+        # _mu the running jobs and the waiting acks.
+        self._cond = threading.Condition(threading.Lock())
+        self._mu = threading.Lock()
+        self._inflight: Dict[str, JobContext] = {}
+        self._slots_used = 0
+        self._draining = False
+        self._drain_started = 0.0
+        self._stopped = threading.Event()
+        self._jobs: "_queue.SimpleQueue[Optional[FetchedJob]]" = _queue.SimpleQueue()
+        self._acks: List[_PendingAck] = []
+        self._ack_requests = 0
+        self._acking = 0
+        self._plain_acks = False
+        self._plain_batch = False
+
+    def register(self, queue: str, handler: Optional[Handler] = None) -> Any:
+        """Sets the handler of a queue (before :meth:`run`). Without ``handler``
+        it is a decorator: ``@worker.register("emails.send")``."""
+        if handler is None:
+
+            def deco(fn: Handler) -> Handler:
+                self._handlers[queue] = fn
+                return fn
+
+            return deco
+        self._handlers[queue] = handler
+        return self
+
+    @property
+    def running(self) -> int:
+        """How many handlers are running."""
+        return len(self._inflight)
+
+    def _error(self, err: BaseException) -> None:
+        if self.on_error is not None:
+            try:
+                self.on_error(err)
+            except Exception:
+                pass
+
+    def _fetch_body(self, count: int, timeout: float) -> FetchRequest:
+        return {"queues": self._queues, "worker_id": self.id, "hostname": self.hostname, "timeout": timeout, "count": count}
+
+    # ---- run and drain -------------------------------------------------
+
+    def run(self) -> None:
+        """Fetches and runs jobs until :meth:`stop` (or SIGTERM/SIGINT with
+        ``handle_signals``), then drains: stops fetching, lets running
+        handlers finish for up to ``shutdown_grace`` seconds, and fails the
+        rest with ``worker_shutdown`` and their last checkpoint (their
+        :attr:`JobContext.cancel_event` is set), so the server retries them
+        from there. The fetch in flight is let come back first (at most
+        ``fetch_timeout``; what it claimed is handed back at once), so no job
+        is claimed for a request nobody reads. Returns once drained."""
+        if not self._handlers:
+            raise RuntimeError("corvo: no handler registered")
+        self._queues = list(self._handlers)
+        previous: Dict[int, Any] = {}
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        hb = threading.Thread(target=self._heartbeat_loop, name="corvo-heartbeat", daemon=True)
+        hb.start()
+        slots = [threading.Thread(target=self._slot_loop, name="corvo-slot-%d" % i, daemon=True) for i in range(self.concurrency)]
+        for t in slots:
+            t.start()
+        try:
+            self._fetch_loop()
+            self._drain()
+        finally:
+            for sig, h in previous.items():
+                signal.signal(sig, h)
+            self._stopped.set()
+            for _ in slots:
+                self._jobs.put(None)
+            hb.join()
+
+    def _on_signal(self, *_: Any) -> None:
+        # A signal handler runs on the main thread between two bytecodes,
+        # perhaps while it holds a lock stop() takes: stop from another thread.
+        threading.Thread(target=self.stop, name="corvo-stop", daemon=True).start()
+
+    def stop(self) -> None:
+        """Starts the drain (as SIGTERM does); :meth:`run` returns once it is over."""
+        with self._cond:
+            if self._draining:
+                return
+            self._draining = True
+            self._drain_started = time.monotonic()
+            self._cond.notify_all()
+
+    def _fetch_loop(self) -> None:
+        c = self._cond
+        while True:
+            with c:
+                while self._slots_used >= self.concurrency and not self._draining:
+                    c.wait()
+                if self._draining:
+                    return
+                free = self.concurrency - self._slots_used
+                self._slots_used += free  # lease only as many jobs as there are free slots
+            jobs: List[FetchedJob] = []
+            try:
+                # Not abandoned by a drain: see fetch_timeout.
+                jobs = self.client.fetch(
+                    self._queues, worker_id=self.id, hostname=self.hostname, timeout=self.fetch_timeout, count=free
+                )
+            except Exception as err:
+                if not self._draining:
+                    self._error(err)
+                    with c:
+                        c.wait_for(lambda: self._draining, 0.5)  # the server is away: try again shortly
+            with c:
+                self._slots_used -= free - len(jobs)
+                draining = self._draining
+            if draining:
+                self._hand_back(jobs)
+                with c:
+                    self._slots_used -= len(jobs)
+                return
+            for j in jobs:
+                self._jobs.put(j)
+
+    def _drain(self) -> None:
+        c = self._cond
+        with c:
+            deadline = self._drain_started + self.shutdown_grace
+            while self._slots_used > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                c.wait(left)
+            late = self._slots_used > 0
+        if late:
+            self._fail_remaining()
+        with c:
+            c.wait_for(lambda: self._acking == 0)
+
+    # ---- slots ---------------------------------------------------------
+
+    def _slot_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                while job is not None:
+                    job = self._handle(job)
+            except Exception as err:  # a bug here must not kill the slot
+                self._error(err)
+            finally:
+                with self._cond:
+                    self._slots_used -= 1
+                    self._cond.notify_all()
+
+    def _handle(self, job: FetchedJob) -> Optional[FetchedJob]:
+        """Runs a job and reports its outcome; answers the slot's next job (None: none)."""
+        ctx = JobContext(self, job)
+        jid = job["job_id"]
+        with self._mu:
+            self._inflight[jid] = ctx
+        h = self._handlers.get(job["queue"])
+        failure: Optional[BaseException] = None
+        result: Any = None
+        try:
+            if h is None:
+                raise LookupError("no handler for queue %s" % job["queue"])
+            result = h(job, ctx)
+        except Exception as err:
+            failure = err
+        with self._mu:
+            if self._inflight.get(jid) is not ctx:
+                return None  # failed by the drain already
+            del self._inflight[jid]
+        with self._cond:
+            self._acking += 1
+        try:
+            if ctx.cancelled and isinstance(ctx.reason, (JobCancelled, LeaseLost)):
+                return None  # the server has moved on: nothing to report
+            if failure is not None:
+                try:
+                    self.client.fail(
+                        jid,
+                        str(failure) or type(failure).__name__,
+                        backtrace="".join(traceback.format_exception(type(failure), failure, failure.__traceback__)),
+                        checkpoint=ctx._checkpoint,
+                        worker_id=self.id,
+                        attempt=job["attempt"],
+                    )
+                except Exception as err:
+                    self._error(err)
+                return None
+            item: AckItem = {"job_id": jid, "worker_id": self.id, "attempt": job["attempt"]}
+            if result is not None:
+                item["result"] = result
+            if ctx._exit:
+                item["step_status"] = "exit"
+            return self._ack(item)
+        finally:
+            with self._cond:
+                self._acking -= 1
+                if self._acking == 0:
+                    self._cond.notify_all()
+
+    # ---- the completer: acks of slots that finish together share a request
+
+    def _ack(self, item: AckItem) -> Optional[FetchedJob]:
+        """Queues a slot's ack; answers the slot's next job (None: none).
+
+        While fewer than MAX_ACK_REQUESTS ack requests are out, the ack's own
+        thread sends it at once, with every ack waiting (up to a request's
+        worth); otherwise it waits, and a sender that finishes hands the
+        sending on to the first waiting thread, whose request carries the
+        acks that gathered meanwhile (the batches grow under load)."""
+        p = _PendingAck(item)
+        with self._mu:
+            wait = self._ack_requests >= MAX_ACK_REQUESTS
+            if wait:
+                self._acks.append(p)
+            else:
+                self._ack_requests += 1
+        if wait:
+            p.lock.acquire()  # settled, or made the next sender
+            if p.batch is None:
+                return p.next
+            batch = p.batch
+        else:
+            if self._inflight and not self._draining:
+                time.sleep(ACK_WINDOW)  # handlers still run: let their acks join
+            with self._mu:
+                batch = [p] + self._acks[: MAX_ACK_BATCH - 1]
+                del self._acks[: MAX_ACK_BATCH - 1]
+        jobs = self._send_acks([b.item for b in batch])
+        for i, b in enumerate(batch):
+            b.next = jobs[i] if i < len(jobs) else None
+            if b is not p:
+                b.lock.release()
+        # Take what gathered meanwhile and hand it to the first of those
+        # slots to send.
+        with self._mu:
+            nxt = self._acks[:MAX_ACK_BATCH]
+            del self._acks[:MAX_ACK_BATCH]
+            if not nxt:
+                self._ack_requests -= 1
+        if nxt:
+            nxt[0].batch = nxt
+            nxt[0].lock.release()
+        return p.next
+
+    def _send_acks(self, items: List[AckItem]) -> List[FetchedJob]:
+        jobs: List[FetchedJob] = []
+        try:
+            jobs = self._ack_one(items[0]) if len(items) == 1 else self._ack_many(items)
+        except Exception as err:
+            self._error(err)
+        if self._draining and jobs:
+            self._hand_back(jobs)  # claimed as the worker began to drain
+            return []
+        if len(jobs) > len(items):
+            self._hand_back(jobs[len(items) :])  # more than asked for
+            jobs = jobs[: len(items)]
+        return jobs
+
+    def _ack_one(self, a: AckItem) -> List[FetchedJob]:
+        """Acks a lone job with the slot's next fetch, unless draining or the server refuses the field."""
+        kw = {k: v for k, v in a.items() if k != "job_id"}
+        if self._draining or self._plain_acks:
+            self.client.ack(a["job_id"], **kw)
+            return []
+        try:
+            return self.client.ack_and_fetch(a["job_id"], self._fetch_body(1, 0), **kw).get("jobs") or []
+        except CorvoError as err:
+            if err.status != 400:
+                raise
+            self._plain_acks = True  # a server without ack-and-fetch refused the field, and acked nothing
+            self.client.ack(a["job_id"], **kw)
+            return []
+
+    def _ack_many(self, acks: List[AckItem]) -> List[FetchedJob]:
+        """Acks many jobs in one request with a fetch for the slots they free."""
+        out = None
+        if not self._draining and not self._plain_batch:
+            try:
+                out = self.client.ack_batch_and_fetch(acks, self._fetch_body(len(acks), 0))
+            except CorvoError as err:
+                if err.status != 400:
+                    raise
+                self._plain_batch = True
+        if out is None:
+            out = self.client.ack_batch(acks)
+        # An ack not committed for a reason a lone ack is retried for goes again alone.
+        by_id = {a["job_id"]: a for a in acks}
+        for f in out.get("errors") or []:
+            if f.get("code") in _RETRY_ALONE and f.get("job_id") in by_id:
+                a = by_id[f["job_id"]]
+                try:
+                    self.client.ack(a["job_id"], **{k: v for k, v in a.items() if k != "job_id"})
+                except Exception as err:
+                    self._error(err)
+        return out.get("jobs") or []
+
+    def _hand_back(self, jobs: List[FetchedJob]) -> None:
+        """Fails jobs the worker claimed but will not run, so the server retries them at once."""
+        for j in jobs:
+            try:
+                self.client.fail(j["job_id"], "worker_shutdown", worker_id=self.id, attempt=j["attempt"])
+            except Exception as err:
+                self._error(err)
+
+    def _fail_remaining(self) -> None:
+        """Fails the jobs still running when the grace period ends, with their
+        checkpoints, and sets their cancel events."""
+        with self._mu:
+            left = list(self._inflight.values())
+            self._inflight.clear()
+        for ctx in left:
+            try:
+                self.client.fail(
+                    ctx.job["job_id"],
+                    "worker_shutdown",
+                    checkpoint=ctx._checkpoint,
+                    worker_id=self.id,
+                    attempt=ctx.job["attempt"],
+                )
+            except Exception as err:
+                self._error(err)
+        for ctx in left:
+            ctx._abort(WorkerShutdown())
+
+    # ---- heartbeats ----------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stopped.wait(self.heartbeat_interval):
+            with self._mu:
+                jobs: Dict[str, HeartbeatJob] = {
+                    jid: {"attempt": ctx.job["attempt"], "progress": ctx._progress, "checkpoint": ctx._checkpoint}
+                    for jid, ctx in self._inflight.items()
+                }
+            if not jobs:
+                continue
+            try:
+                self._apply(self.client.heartbeat(self.id, jobs))
+            except Exception as err:
+                if not self._stopped.is_set():
+                    self._error(err)
+
+    def _apply(self, statuses: Dict[str, str]) -> None:
+        """Acts on heartbeat statuses: cancelled or lost jobs get their cancel event set."""
+        for jid, s in statuses.items():
+            ctx = self._inflight.get(jid)
+            if ctx is None or ctx.cancelled:
+                continue
+            if s == "cancel":
+                ctx._abort(JobCancelled())
+            elif s in ("lost", "not_found"):
+                ctx._abort(LeaseLost())
