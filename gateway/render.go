@@ -78,8 +78,22 @@ func appendTime(b []byte, ns int64) []byte {
 		return append(b, "null"...)
 	}
 	b = append(b, '"')
-	b = time.Unix(0, ns).UTC().AppendFormat(b, TimeFormat)
+	b = appendTimeUTC(b, time.Unix(0, ns).UTC())
 	return append(b, '"')
+}
+
+// appendTimeUTC appends t (in UTC, a year from 1000 to 9999: every int64
+// of nanoseconds is one) as TimeFormat does, without parsing the layout on
+// every call (time formatting was 1 % of a fetch's CPU).
+func appendTimeUTC(b []byte, t time.Time) []byte {
+	y, mo, d := t.Date()
+	h, mi, s := t.Clock()
+	ms := t.Nanosecond() / 1e6
+	b = append(b, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
+		byte('0'+int(mo)/10), byte('0'+int(mo)%10), '-', byte('0'+d/10), byte('0'+d%10), 'T',
+		byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10), ':', byte('0'+s/10), byte('0'+s%10), '.',
+		byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+	return b
 }
 
 func appendNullableString(b []byte, s string) []byte {
