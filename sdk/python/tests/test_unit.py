@@ -17,6 +17,8 @@ from typing import Any, Callable, Dict, List, Optional
 from _server import REPO_ROOT, free_addr, until
 
 from corvo import (
+    Cancel,
+    Cancelled,
     Client,
     ConflictError,
     CorvoError,
@@ -127,6 +129,7 @@ class Base(unittest.TestCase):
         return f
 
     def client(self, urls: Any, **kw: Any) -> Client:
+        kw.setdefault("placement", False)  # one scripted server: nothing to route (placement in test_placement.py)
         c = Client(urls, **kw)
         self.addCleanup(c.close)
         return c
@@ -318,6 +321,15 @@ class TestClient(Base):
         t.join(10)
         self.assertEqual(s.seen[-1].path, "/api/v1/enqueue")
         self.assertEqual(c._senders, 0)
+
+    def test_a_cancelled_fetch_raises_cancelled_and_a_later_one_does_not_go_out(self) -> None:
+        s = self.fake(lambda r, n: None)
+        c = self.client(s.url)
+        cancel = Cancel()
+        cancel.cancel()
+        with self.assertRaises(Cancelled):
+            c.fetch(["q"], timeout=30, cancel=cancel)
+        self.assertEqual(s.paths(), [], "a cancelled fetch went out")
 
     def test_search_pages_follow_the_cursor(self) -> None:
         def route(r: Req, n: int) -> Dict[str, Any]:
