@@ -9,7 +9,7 @@ typed in :mod:`corvo.types`.
 >>> client.enqueue("emails.send", {"to": "user@example.com"})  # doctest: +SKIP
 """
 
-from .client import Client, EventStream
+from .client import Cancel, Cancelled, Client, EventStream
 from .errors import (
     BadRequestError,
     ConflictError,
@@ -34,6 +34,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "EventStream",
+    "Cancel",
+    "Cancelled",
     "Worker",
     "JobContext",
     "Handler",

@@ -67,6 +67,56 @@ class _Conn:
             self.sock.close()
 
 
+def dial_failed(err: BaseException) -> bool:
+    """True for an error of a request that never reached a server (nothing
+    listens, no route, the TLS handshake failed): sending it elsewhere
+    cannot apply it twice."""
+    return bool(getattr(err, "corvo_dial", False))
+
+
+class Cancelled(Exception):
+    """A request ended by :meth:`Cancel.cancel` (its connection shut down)."""
+
+
+class Cancel:
+    """A cancellation handle for a request in flight (a long-poll fetch):
+    :meth:`cancel`, from any thread, shuts down the request's connection, so
+    the server sees the client go and the blocked call raises
+    :class:`Cancelled` (as does a retry's wait, and any request started
+    afterwards with this handle)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: Optional[socket.socket] = None
+        self._event = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Ends the request in flight (if any) and every later one."""
+        with self._lock:
+            self._event.set()
+            sock = self._sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self._event.is_set():
+                raise Cancelled("corvo: cancelled")
+            self._sock = sock
+
+    def _detach(self) -> None:
+        with self._lock:
+            self._sock = None
+
+
 class Transport:
     """Opens, reuses and closes connections to the client's base URLs."""
 
@@ -87,11 +137,19 @@ class Transport:
         return self._ssl
 
     def _dial(self, base: Base, timeout: Optional[float]) -> _Conn:
-        sock = socket.create_connection((base.host, base.port), timeout)
+        try:
+            sock = socket.create_connection((base.host, base.port), timeout)
+        except OSError as err:
+            err.corvo_dial = True  # type: ignore[attr-defined]  # see dial_failed
+            raise
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if base.https:
                 sock = self._context().wrap_socket(sock, server_hostname=base.host)
+        except OSError as err:
+            sock.close()
+            err.corvo_dial = True  # type: ignore[attr-defined]
+            raise
         except BaseException:
             sock.close()
             raise
@@ -113,11 +171,20 @@ class Transport:
         conn.close()
 
     def request(
-        self, base: Base, method: str, path: str, body: Optional[bytes], headers: Dict[str, str], timeout: Optional[float]
+        self,
+        base: Base,
+        method: str,
+        path: str,
+        body: Optional[bytes],
+        headers: Dict[str, str],
+        timeout: Optional[float],
+        cancel: Optional[Cancel] = None,
     ) -> Answer:
         """Sends one request and reads its whole answer. A pooled connection
         the server closed while idle is replaced and the request sent again;
-        any other transport error is raised (OSError, http.client errors)."""
+        any other transport error is raised (OSError, http.client errors;
+        :func:`dial_failed` tells those of a connection that never opened).
+        ``cancel`` ends the request from another thread (:class:`Cancelled`)."""
         head = "%s %s%s HTTP/1.1\r\nHost: %s:%d\r\n" % (method, base.prefix, path, base.host, base.port)
         for k, v in headers.items():
             head += k + ": " + v + "\r\n"
@@ -126,6 +193,8 @@ class Transport:
         msg = (head + "\r\n").encode("latin-1")
         if body:
             msg += body
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled("corvo: cancelled")
         conn = self._take(base)
         reused = conn is not None
         while True:
@@ -135,21 +204,31 @@ class Transport:
                 conn.sock.settimeout(timeout)
                 conn.timeout = timeout
             try:
-                conn.sock.sendall(msg)
-                a, keep = _read_answer(conn.rfile, method)
+                if cancel is not None:
+                    cancel._attach(conn.sock)
+                try:
+                    conn.sock.sendall(msg)
+                    a, keep = _read_answer(conn.rfile, method)
+                finally:
+                    if cancel is not None:
+                        cancel._detach()
             except _STALE:
                 conn.close()
+                if cancel is not None and cancel.cancelled:
+                    raise Cancelled("corvo: cancelled") from None
                 if not reused:
                     raise
                 conn, reused = None, False
                 continue
-            except BaseException:
+            except BaseException as err:
                 conn.close()
+                if cancel is not None and cancel.cancelled and not isinstance(err, Cancelled):
+                    raise Cancelled("corvo: cancelled") from err
                 raise
-            if keep:
+            if keep and not (cancel is not None and cancel.cancelled):
                 self._give(base, conn)
             else:
-                conn.close()
+                conn.close()  # a cancel may have shut it down
             return a
 
     def close(self) -> None:

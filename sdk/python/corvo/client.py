@@ -5,14 +5,25 @@ from __future__ import annotations
 import datetime as _dt
 import http.client
 import json
+import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode
 
-from ._http import Answer, Base, Stream, Transport, sse_frames
+from ._http import Answer, Base, Cancel, Cancelled, Stream, Transport, dial_failed, sse_frames
 from .errors import ConflictError, CorvoError
+from .placement import (
+    DOWN_FOR,
+    FORWARDED_HEADER,
+    PLACEMENT_REFRESH,
+    PLACEMENT_TIMEOUT,
+    plan_placement,
+    shard_for_queue,
+    shard_of_job_id,
+    stored_queue,
+)
 from .types import (
     AckBatchResult,
     AckFetched,
@@ -35,7 +46,7 @@ from .types import (
     SearchPage,
 )
 
-__all__ = ["Client", "EventStream"]
+__all__ = ["Client", "EventStream", "Cancel", "Cancelled"]
 
 # Coalescing bounds, as the Go SDK's (sdk/go/coalesce.go).
 MAX_ENQUEUE_REQUESTS = 2
@@ -44,6 +55,9 @@ MAX_ENQUEUE_BATCH_BYTES = 1 << 20
 
 # Requests wait this long for an answer (a fetch: its long-poll more).
 DEFAULT_TIMEOUT = 60.0
+
+# The answer header of a forwarded request, as the transport reads it (lower case).
+_FORWARDED = FORWARDED_HEADER.lower()
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
@@ -103,9 +117,10 @@ class _Pending:
     start: the waiting caller blocks on it; it is released once, either with
     the answer (settle) or to make the caller the next sender (lead)."""
 
-    __slots__ = ("body", "lock", "batch", "out", "err")
+    __slots__ = ("queue", "body", "lock", "batch", "out", "err")
 
-    def __init__(self, body: bytes):
+    def __init__(self, queue: str, body: bytes):
+        self.queue = queue
         self.body = body
         self.lock = threading.Lock()
         self.lock.acquire()
@@ -116,6 +131,25 @@ class _Pending:
     def settle(self, out: Optional[Enqueued] = None, err: Optional[BaseException] = None) -> None:
         self.out, self.err = out, err
         self.lock.release()
+
+
+class _Routing:
+    """The client's reading of the placement: its namespace, and for each
+    shard the nodes hosting it that are up, leader first."""
+
+    __slots__ = ("ns", "hosts")
+
+    def __init__(self, ns: str, hosts: List[List[Base]]):
+        self.ns = ns
+        self.hosts = hosts
+
+
+def _sleep(seconds: float, cancel: Optional[Cancel]) -> None:
+    """Sleeps, or raises Cancelled as soon as cancel is."""
+    if cancel is None:
+        time.sleep(seconds)
+    elif cancel._event.wait(seconds):
+        raise Cancelled("corvo: cancelled")
 
 
 class EventStream:
@@ -183,6 +217,13 @@ class Client:
             fetch adds its long-poll).
         ssl_context: for ``https://`` URLs (default: the system's trust store;
             ``ssl.create_default_context(cafile=...)`` for a private CA).
+        placement: route each request that names one queue or one job
+            straight to a node hosting its shard, leader first (default True;
+            see :mod:`corvo.placement`). False: every request goes to the
+            current URL, which forwards what it does not host. Needs no
+            setting for a single node, a load balancer that hides the nodes,
+            or a key without ``cluster:read``: the client finds out and stops
+            routing.
     """
 
     def __init__(
@@ -196,6 +237,7 @@ class Client:
         cluster_secret: Optional[str] = None,
         timeout: float = DEFAULT_TIMEOUT,
         ssl_context: Optional[ssl.SSLContext] = None,
+        placement: bool = True,
     ):
         raw = urls.split(",") if isinstance(urls, str) else list(urls)
         nodes = [u.strip().rstrip("/") for u in raw if u.strip()]
@@ -219,6 +261,15 @@ class Client:
         self._qlock = threading.Lock()
         self._senders = 0
         self._waiting: List[_Pending] = []
+        # Placement routing (placement.py).
+        self._place_off = not placement
+        self._place_started = False
+        self._place: Optional[_Routing] = None
+        self._place_lock = threading.Lock()
+        self._place_loading = False
+        self._place_last: Optional[float] = None  # when the last read began (monotonic)
+        self._down: Dict[str, float] = {}  # node URL → until when it is left out (monotonic)
+        self._bases: Dict[str, Base] = {}
 
     # ---- plumbing --------------------------------------------------------
 
@@ -259,10 +310,14 @@ class Client:
         retries: Optional[int] = None,
         timeout: Optional[float] = None,
         headers: Optional[Dict[str, str]] = None,
+        route: Optional[List[Base]] = None,
+        cancel: Optional[Cancel] = None,
     ) -> Answer:
-        """Sends a request to the current node; retries 429 and 503 answers
-        after their Retry-After, and requests that reached no server on the
-        next node. Raises :class:`CorvoError` for an error answer."""
+        """Sends a request to the first of ``route``'s nodes that answers (a
+        placement route, see :meth:`_routed`), else to the current node;
+        retries 429 and 503 answers after their Retry-After, and requests
+        that reached no server on the next node. Raises :class:`CorvoError`
+        for an error answer; ``cancel`` ends it (:class:`Cancelled`)."""
         payload = raw if raw is not None else (None if body is None else _dumps(body).encode())
         if retries is None:
             retries = self.max_retries
@@ -273,20 +328,26 @@ class Client:
         if headers:
             h = dict(h, **headers)
         t = self.timeout if timeout is None else timeout
+        if route:
+            routed = self._routed(route, method, path, payload, h, t, cancel)
+            if routed is not None:
+                return routed
         attempt = 0
         while True:
             base, at = self._base()
             try:
-                a = self._transport.request(base, method, path, payload, h, t)
+                a = self._transport.request(base, method, path, payload, h, t, cancel)
             except (OSError, http.client.HTTPException):
                 # Connection refused or reset: another node may answer.
                 self._failover(at)
                 if attempt >= retries:
                     raise
                 n = len(self._nodes)
-                time.sleep(0 if n > 1 and attempt < n else 0.05 * 2 ** min(attempt, 5))
+                _sleep(0 if n > 1 and attempt < n else 0.05 * 2 ** min(attempt, 5), cancel)
                 attempt += 1
                 continue
+            if self._place is not None and _FORWARDED in a.headers:
+                self._refresh_placement()  # sent to a node that does not host it
             if a.status < 400:
                 return a
             err = CorvoError.from_answer(a.status, a.body.decode("utf-8", "replace"), _retry_after(a.headers.get("retry-after")))
@@ -297,8 +358,163 @@ class Client:
                 self._failover(at)  # this node is stopping; another one answers at once
                 if len(self._nodes) > 1:
                     wait = 0
-            time.sleep(wait)
+            _sleep(wait, cancel)
             attempt += 1
+
+    def _routed(
+        self,
+        route: List[Base],
+        method: str,
+        path: str,
+        payload: Optional[bytes],
+        h: Dict[str, str],
+        t: Optional[float],
+        cancel: Optional[Cancel],
+    ) -> Optional[Answer]:
+        """Sends a request to the first of route's nodes that answers; None
+        when none did, and the request goes the usual way (the node list, its
+        retries and failover). A node that cannot be reached is left out for
+        a while and the next one tried; a connection that fails once the
+        request was sent leaves the node out too, and the request goes the
+        usual way (which retries it, as it would have). Those, a 503 or an
+        answer saying it was forwarded make the client read the placement
+        again."""
+        for node in route:
+            try:
+                a = self._transport.request(node, method, path, payload, h, t, cancel)
+            except (OSError, http.client.HTTPException) as err:
+                if not dial_failed(err) and isinstance(err, socket.timeout):
+                    raise  # slow, not gone: as the usual way would time out
+                self._mark_down(node)
+                self._refresh_placement()
+                if dial_failed(err):
+                    continue
+                return None  # reset or closed: the usual way retries it
+            if _FORWARDED in a.headers:
+                self._refresh_placement()
+            if a.status < 400:
+                return a
+            if a.status == 503:
+                self._refresh_placement()
+                return None
+            if a.status == 429:
+                return None  # the usual way waits its Retry-After
+            raise CorvoError.from_answer(a.status, a.body.decode("utf-8", "replace"), _retry_after(a.headers.get("retry-after")))
+        return None
+
+    # ---- placement (placement.py) -----------------------------------------
+
+    def _placement(self) -> Optional[_Routing]:
+        """The current placement (None: route nothing); the first call starts reading it."""
+        if self._place_off:
+            return None
+        if not self._place_started:
+            self._place_started = True
+            self._refresh_placement()
+        return self._place
+
+    def _route_shard(self, sh: int) -> Optional[List[Base]]:
+        """Where a request for shard sh goes: its nodes, leader first, less
+        those recently unreachable (None: the usual way)."""
+        p = self._placement()
+        if p is None or not 0 <= sh < len(p.hosts):
+            return None
+        hosts = p.hosts[sh]
+        down = self._down
+        if not down:
+            return hosts
+        now = time.monotonic()
+        return [b for b in hosts if down.get(b.url, 0.0) <= now]
+
+    def _route_queue(self, queue: str) -> Optional[List[Base]]:
+        """_route_shard for the queue's shard."""
+        p = self._placement()
+        if p is None:
+            return None
+        return self._route_shard(shard_for_queue(stored_queue(p.ns, queue), len(p.hosts)))
+
+    def _route_job(self, job_id: str) -> Optional[List[Base]]:
+        """_route_shard for the shard the job ID carries."""
+        return self._route_shard(shard_of_job_id(job_id))
+
+    def _route_most(self, keys: Iterable[str], jobs: bool) -> Optional[List[Base]]:
+        """The leader of the shard most of keys (queues, or job IDs when jobs)
+        map to: a request spanning shards goes to the node answering most of
+        it itself."""
+        if self._placement() is None:
+            return None
+        votes: Dict[str, int] = {}
+        best: Optional[Base] = None
+        best_n = 0
+        for k in keys:
+            r = self._route_job(k) if jobs else self._route_queue(k)
+            if not r:
+                continue
+            n = votes.get(r[0].url, 0) + 1
+            votes[r[0].url] = n
+            if n > best_n:
+                best, best_n = r[0], n
+        return None if best is None else [best]
+
+    def _mark_down(self, node: Base) -> None:
+        self._down[node.url] = time.monotonic() + DOWN_FOR
+
+    def _refresh_placement(self) -> None:
+        """Reads the placement again in a background thread, unless a read is
+        under way or one began less than PLACEMENT_REFRESH seconds ago."""
+        if self._place_off:
+            return
+        with self._place_lock:
+            now = time.monotonic()
+            if self._place_loading or (self._place_last is not None and now - self._place_last < PLACEMENT_REFRESH):
+                return
+            self._place_loading = True
+            self._place_last = now
+        threading.Thread(target=self._load_placement_async, name="corvo-placement", daemon=True).start()
+
+    def _load_placement_async(self) -> None:
+        try:
+            self._load_placement(None)
+        except Exception:
+            pass  # failing, the old placement stays
+        finally:
+            with self._place_lock:
+                self._place_loading = False
+
+    def _load_placement(self, status: Optional[Dict[str, Any]]) -> None:
+        """Reads the placement (status: a cluster status read already) and makes it the client's."""
+        if status is None:
+            try:
+                status = self._get_direct("/api/v1/cluster/status")
+            except CorvoError as err:
+                if err.status in (401, 403, 404):
+                    self._place_off = True  # the cluster cannot tell us: route nothing
+                    self._place = None
+                raise
+        ns = self._namespace or ""
+        if not ns and self._api_key:
+            ns = self._get_direct("/api/v1/auth/whoami").get("namespace") or ""  # the key's own
+        cur, _ = self._base()
+        p = plan_placement(status or {}, "https://" if cur.https else "http://", ns)
+        self._place = None if p is None else _Routing(p.ns, [[self._base_of(u) for u in hs] for hs in p.hosts])
+
+    def _get_direct(self, path: str) -> Any:
+        """A GET through the node list without waiting out a Retry-After: a
+        placement read never waits behind one."""
+        n = len(self._nodes)
+        for i in range(n):
+            try:
+                return self._call("GET", path, retries=0, timeout=PLACEMENT_TIMEOUT)
+            except (OSError, http.client.HTTPException):
+                if i + 1 >= n:
+                    raise  # (the failed attempt moved the client to the next node)
+        return None
+
+    def _base_of(self, url: str) -> Base:
+        b = self._bases.get(url)
+        if b is None:
+            b = self._bases[url] = Base(url)
+        return b
 
     def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         a = self._request(method, path, body, **kw)
@@ -380,8 +596,8 @@ class Client:
         """Enqueues a job given as its request body (an :class:`~corvo.types.EnqueueRequest` dict); coalesced as :meth:`enqueue`."""
         body = _dumps(job).encode()
         if not self._coalesce or not _coalescable(job):  # type: ignore[arg-type]
-            return self._call("POST", "/api/v1/enqueue", raw=body)
-        p = _Pending(body)
+            return self._call("POST", "/api/v1/enqueue", raw=body, route=self._route_queue(job["queue"]))
+        p = _Pending(job["queue"], body)
         with self._qlock:
             wait = self._senders >= MAX_ENQUEUE_REQUESTS
             if wait:
@@ -423,7 +639,7 @@ class Client:
 
     def _alone(self, p: _Pending) -> None:
         try:
-            p.settle(self._call("POST", "/api/v1/enqueue", raw=p.body))
+            p.settle(self._call("POST", "/api/v1/enqueue", raw=p.body, route=self._route_queue(p.queue)))
         except BaseException as err:  # handed to the caller
             p.settle(err=err)
 
@@ -438,6 +654,32 @@ class Client:
             t.join()
 
     def _send_enqueues(self, batch: List[_Pending]) -> None:
+        """Sends coalesced enqueues: with a placement, one batch per node
+        hosting their queues' shards (at once, one thread each), so that none
+        takes a forwarding hop."""
+        if len(batch) == 1 or self._placement() is None:
+            self._send_enqueues_to(None, batch)
+            return
+        groups: Dict[str, Tuple[Optional[List[Base]], List[_Pending]]] = {}
+        for p in batch:
+            route = self._route_queue(p.queue)
+            key = route[0].url if route else ""
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = (route, [])
+            g[1].append(p)
+        gs = list(groups.values())
+        threads = [threading.Thread(target=self._send_enqueues_to, args=g, daemon=True) for g in gs[1:]]
+        for t in threads:
+            t.start()
+        self._send_enqueues_to(*gs[0])
+        for t in threads:
+            t.join()
+
+    def _send_enqueues_to(self, route: Optional[List[Base]], batch: List[_Pending]) -> None:
+        """Sends jobs to route's first node (None: the current node) as one
+        batch (one job: a plain enqueue); whatever the batch does not settle,
+        each job settles alone."""
         if len(batch) == 1:
             self._alone(batch[0])
             return
@@ -447,7 +689,7 @@ class Client:
         try:
             # One attempt: a failed batch is not sent again whole (some of
             # its shards may have committed); its jobs go alone.
-            ids = self._call("POST", "/api/v1/enqueue/batch", raw=body, retries=0)["job_ids"]
+            ids = self._call("POST", "/api/v1/enqueue/batch", raw=body, retries=0, route=route)["job_ids"]
         except CorvoError as err:
             # 429/503: a shard did not commit; the answer names what was not applied.
             b = err.body
@@ -484,7 +726,7 @@ class Client:
         body: Dict[str, Any] = {"jobs": [_with_time(j) for j in jobs]}
         if callback_queue is not None or callback_payload is not None:
             body["batch"] = _compact({"callback_queue": callback_queue, "callback_payload": callback_payload})
-        return self._call("POST", "/api/v1/enqueue/batch", body)
+        return self._call("POST", "/api/v1/enqueue/batch", body, route=self._route_most((j["queue"] for j in jobs), False))
 
     # ---- workers ---------------------------------------------------------
 
@@ -496,12 +738,21 @@ class Client:
         hostname: Optional[str] = None,
         timeout: float = 0,
         count: Optional[int] = None,
+        cancel: Optional[Cancel] = None,
     ) -> List[FetchedJob]:
         """Long-polls up to ``timeout`` seconds for up to ``count`` jobs (default 1)
         of ``queues`` (``POST /api/v1/fetch``); an empty list: none came in time.
-        The jobs are leased to ``worker_id``."""
-        body = _compact({"queues": list(queues), "worker_id": worker_id, "hostname": hostname, "timeout": timeout or None, "count": count})
-        a = self._request("POST", "/api/v1/fetch", body, timeout=self.timeout + (timeout or 0))
+        The jobs are leased to ``worker_id``.
+
+        ``cancel`` (a :class:`~corvo.Cancel`): its ``cancel()``, from another
+        thread, closes the long-poll's connection at once and this call
+        raises :class:`~corvo.Cancelled`; the server hands back what it had
+        claimed for it (docs/api.md, ``POST /api/v1/fetch``)."""
+        queues = list(queues)
+        body = _compact({"queues": queues, "worker_id": worker_id, "hostname": hostname, "timeout": timeout or None, "count": count})
+        a = self._request(
+            "POST", "/api/v1/fetch", body, timeout=self.timeout + (timeout or 0), route=self._route_most(queues, False), cancel=cancel
+        )
         if a.status == 204 or not a.body:
             return []
         data = _loads(a.body)
@@ -522,7 +773,7 @@ class Client:
         ``worker_id`` and ``attempt`` make the server check the lease
         (:class:`~corvo.ConflictError` when it is lost)."""
         body = _compact({"result": result, "step_status": step_status, "worker_id": worker_id, "attempt": attempt})
-        self._call("POST", "/api/v1/ack/" + _enc(job_id), body)
+        self._call("POST", "/api/v1/ack/" + _enc(job_id), body, route=self._route_job(job_id))
 
     def ack_and_fetch(
         self,
@@ -539,16 +790,17 @@ class Client:
         A refused ack claims nothing."""
         body = _compact({"result": result, "step_status": step_status, "worker_id": worker_id, "attempt": attempt})
         body["fetch"] = fetch
-        return self._call("POST", "/api/v1/ack/" + _enc(job_id), body)
+        return self._call("POST", "/api/v1/ack/" + _enc(job_id), body, route=self._route_job(job_id))
 
     def ack_batch(self, acks: List[AckItem]) -> AckBatchResult:
         """Completes many jobs in one request (``POST /api/v1/ack/batch``);
         ``errors`` lists the ones that failed."""
-        return self._call("POST", "/api/v1/ack/batch", {"acks": acks})
+        return self._call("POST", "/api/v1/ack/batch", {"acks": acks}, route=self._route_most((a["job_id"] for a in acks), True))
 
     def ack_batch_and_fetch(self, acks: List[AckItem], fetch: FetchRequest) -> AckBatchResult:
         """Completes many jobs and claims up to ``fetch["count"]`` next jobs (only if an ack applied)."""
-        return self._call("POST", "/api/v1/ack/batch", {"acks": acks, "fetch": fetch})
+        route = self._route_most((a["job_id"] for a in acks), True)
+        return self._call("POST", "/api/v1/ack/batch", {"acks": acks, "fetch": fetch}, route=route)
 
     def fail(
         self,
@@ -563,7 +815,7 @@ class Client:
         """Reports a failed attempt (``POST /api/v1/fail/{id}``); the server decides
         what follows: ``{"status": "retrying"|"dead"|"cancelled", "next_attempt_at"?, "attempts_remaining"}``."""
         body = _compact({"error": error, "backtrace": backtrace, "checkpoint": checkpoint, "worker_id": worker_id, "attempt": attempt})
-        return self._call("POST", "/api/v1/fail/" + _enc(job_id), body)
+        return self._call("POST", "/api/v1/fail/" + _enc(job_id), body, route=self._route_job(job_id))
 
     def heartbeat(self, worker_id: str, jobs: Dict[str, HeartbeatJob]) -> Dict[str, str]:
         """Extends the leases of the jobs a worker holds and stores their
@@ -571,7 +823,7 @@ class Client:
         job's status: ``ok``, ``cancel``, ``lost`` or ``not_found``."""
         body = {"worker_id": worker_id, "jobs": {k: _compact(dict(v)) for k, v in jobs.items()}}
         try:
-            answer = self._call("POST", "/api/v1/heartbeat", body)
+            answer = self._call("POST", "/api/v1/heartbeat", body, route=self._route_most(jobs, True))
         except ConflictError as err:
             # No job was ok or cancelled: the 409 carries the statuses.
             if not isinstance(err.body, dict) or "jobs" not in err.body:
@@ -583,32 +835,32 @@ class Client:
 
     def job(self, job_id: str) -> Job:
         """Reads a job with its timeline (``GET /api/v1/jobs/{id}``)."""
-        return self._call("GET", "/api/v1/jobs/" + _enc(job_id))
+        return self._call("GET", "/api/v1/jobs/" + _enc(job_id), route=self._route_job(job_id))
 
     def cancel(self, job_id: str) -> str:
         """Cancels a job: ``"cancelled"``, or ``"cancelling"`` for an active one."""
-        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/cancel")["status"]
+        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/cancel", route=self._route_job(job_id))["status"]
 
     def retry(self, job_id: str) -> str:
         """Sends a completed, dead or cancelled job back to pending."""
-        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/retry")["status"]
+        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/retry", route=self._route_job(job_id))["status"]
 
     def move(self, job_id: str, queue: str, *, reset_attempt: bool = False, priority: Optional[Priority] = None) -> Dict[str, Any]:
         """Re-files a job under another queue (a new ID when it lives on another shard)."""
         body = _compact({"queue": queue, "reset_attempt": reset_attempt, "priority": priority})
-        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/move", body)
+        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/move", body, route=self._route_job(job_id))
 
     def delete_job(self, job_id: str) -> None:
         """Deletes a job in any state."""
-        self._call("DELETE", "/api/v1/jobs/" + _enc(job_id))
+        self._call("DELETE", "/api/v1/jobs/" + _enc(job_id), route=self._route_job(job_id))
 
     def approve(self, job_id: str) -> str:
         """Releases a held job (→ pending)."""
-        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/approve")["status"]
+        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/approve", route=self._route_job(job_id))["status"]
 
     def reject(self, job_id: str) -> str:
         """Rejects a held job (→ dead)."""
-        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/reject")["status"]
+        return self._call("POST", "/api/v1/jobs/" + _enc(job_id) + "/reject", route=self._route_job(job_id))["status"]
 
     def dead(self, *, queue: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
         """One page of the dead-letter list, most recently dead first: ``{"jobs", "has_more", "cursor"}``."""
@@ -753,36 +1005,37 @@ class Client:
 
     def pause_queue(self, queue: str) -> Dict[str, Any]:
         """Pauses a queue: fetches skip it."""
-        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/pause")
+        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/pause", route=self._route_queue(queue))
 
     def resume_queue(self, queue: str) -> Dict[str, Any]:
         """Resumes a paused queue."""
-        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/resume")
+        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/resume", route=self._route_queue(queue))
 
     def clear_queue(self, queue: str) -> Dict[str, Any]:
         """Deletes every pending, scheduled and retrying job of a queue."""
-        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/clear")
+        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/clear", route=self._route_queue(queue))
 
     def drain_queue(self, queue: str) -> Dict[str, Any]:
         """Pauses a queue so active jobs finish and no new ones start."""
-        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/drain")
+        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/drain", route=self._route_queue(queue))
 
     def set_concurrency(self, queue: str, max: Optional[int]) -> Dict[str, Any]:
         """Caps a queue's active jobs across every worker (None or 0: no cap)."""
-        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/concurrency", {"max": max})
+        return self._call("POST", "/api/v1/queues/" + _enc(queue) + "/concurrency", {"max": max}, route=self._route_queue(queue))
 
     def set_throttle(
         self, queue: str, rate: Optional[int], *, period: Optional[str] = None, window_ms: Optional[int] = None
     ) -> Dict[str, Any]:
         """Limits a queue to ``rate`` fetches per ``period`` (or ``window_ms``); ``rate`` None removes the limit."""
         path = "/api/v1/queues/" + _enc(queue) + "/throttle"
+        route = self._route_queue(queue)
         if rate is None:
-            return self._call("DELETE", path)
-        return self._call("POST", path, _compact({"rate": rate, "period": period, "window_ms": window_ms}))
+            return self._call("DELETE", path, route=route)
+        return self._call("POST", path, _compact({"rate": rate, "period": period, "window_ms": window_ms}), route=route)
 
     def delete_queue(self, queue: str) -> Dict[str, Any]:
         """Deletes a queue, its settings and every one of its jobs."""
-        return self._call("DELETE", "/api/v1/queues/" + _enc(queue) + "?confirm=true")
+        return self._call("DELETE", "/api/v1/queues/" + _enc(queue) + "?confirm=true", route=self._route_queue(queue))
 
     # ---- schedules -------------------------------------------------------
 
@@ -827,7 +1080,9 @@ class Client:
 
     def discover(self) -> List[str]:
         """Asks the cluster for its members and from then on spreads over every
-        node that is up, so the client survives the loss of the node it was given."""
+        node that is up, so the client survives the loss of the node it was given.
+        It also takes the cluster's placement from the same answer, so that
+        routing (the ``placement`` option) starts with the next request."""
         st = self.cluster_status()
         cur, _ = self._base()
         scheme = "https://" if cur.https else "http://"
@@ -838,6 +1093,9 @@ class Client:
                 nodes.append(Base(u))
         self._nodes = nodes
         self._cur = 0
+        if not self._place_off:
+            self._place_started = True
+            self._load_placement(st)
         return self.urls
 
     def remove_node(self, node_id: int) -> None:

@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
-from .client import Client
+from .client import Cancel, Client
 from .errors import CorvoError, JobCancelled, LeaseLost, WorkerShutdown
 from .types import AckItem, FetchedJob, FetchRequest, HeartbeatJob
 
@@ -78,15 +78,22 @@ class JobContext:
             raise self.reason
 
     def progress(self, value: Any) -> None:
-        """Records progress (any JSON value); it travels with the next heartbeat."""
+        """Records progress (any JSON value; ``{"current", "total", "message"}``
+        is what the UI and the job's timeline show as "450/1000 Sending
+        batch"). It travels with the next heartbeat, or with the next
+        checkpoint if that comes first."""
         self._progress = value
 
     def checkpoint(self, value: Any) -> None:
-        """Stores resumable state on the server now (it extends the lease too);
-        a retried job gets it back as ``job["checkpoint"]``."""
+        """Stores resumable state on the server now (it extends the lease too,
+        and carries the progress recorded since); a retried job gets it back
+        as ``job["checkpoint"]``."""
         self._checkpoint = value
         j = self.job
-        st = self._w.client.heartbeat(self._w.id, {j["job_id"]: {"attempt": j["attempt"], "checkpoint": value}})
+        hb: HeartbeatJob = {"attempt": j["attempt"], "checkpoint": value}
+        if self._progress is not None:
+            hb["progress"] = self._progress
+        st = self._w.client.heartbeat(self._w.id, {j["job_id"]: hb})
         self._w._apply(st)
 
     def exit_chain(self) -> None:
@@ -134,10 +141,10 @@ class Worker:
         id: the worker's ID as the server sees it (default ``hostname-pid``).
         hostname: default ``socket.gethostname()``.
         concurrency: jobs run at once (default 10).
-        fetch_timeout: long-poll of a fetch in seconds (default 5). A drain
-            lets the fetch in flight come back (and hands back what it
-            claimed) rather than abandon it, so this bounds how long an idle
-            worker takes to drain.
+        fetch_timeout: long-poll of a fetch in seconds (default 30, as the Go
+            and TypeScript SDKs'). A drain closes the fetch in flight at once:
+            the server hands back what it had claimed for it (docs/api.md,
+            ``POST /api/v1/fetch``), so an idle worker drains at once.
         heartbeat_interval: seconds between heartbeats (default 15; keep it
             well under the jobs' lease).
         shutdown_grace: how long a drain waits for running handlers, in
@@ -155,7 +162,7 @@ class Worker:
         id: Optional[str] = None,
         hostname: Optional[str] = None,
         concurrency: int = 10,
-        fetch_timeout: float = 5.0,
+        fetch_timeout: float = 30.0,
         heartbeat_interval: float = 15.0,
         shutdown_grace: float = 30.0,
         handle_signals: bool = True,
@@ -165,7 +172,7 @@ class Worker:
         self.hostname = hostname or socket.gethostname()
         self.id = id or "%s-%d" % (self.hostname, os.getpid())
         self.concurrency = concurrency if concurrency > 0 else 10
-        self.fetch_timeout = fetch_timeout if fetch_timeout > 0 else 5.0
+        self.fetch_timeout = fetch_timeout if fetch_timeout > 0 else 30.0
         self.heartbeat_interval = heartbeat_interval if heartbeat_interval > 0 else 15.0
         self.shutdown_grace = shutdown_grace if shutdown_grace > 0 else 30.0
         self.handle_signals = handle_signals
@@ -181,6 +188,7 @@ class Worker:
         self._draining = False
         self._drain_started = 0.0
         self._stopped = threading.Event()
+        self._stop_fetch = Cancel()  # stop() closes the fetch in flight with it
         self._jobs: "_queue.SimpleQueue[Optional[FetchedJob]]" = _queue.SimpleQueue()
         self._acks: List[_PendingAck] = []
         self._ack_requests = 0
@@ -224,9 +232,8 @@ class Worker:
         handlers finish for up to ``shutdown_grace`` seconds, and fails the
         rest with ``worker_shutdown`` and their last checkpoint (their
         :attr:`JobContext.cancel_event` is set), so the server retries them
-        from there. The fetch in flight is let come back first (at most
-        ``fetch_timeout``; what it claimed is handed back at once), so no job
-        is claimed for a request nobody reads. Returns once drained."""
+        from there. The fetch in flight is closed at once (the server hands
+        back what it claimed for it). Returns once drained."""
         if not self._handlers:
             raise RuntimeError("corvo: no handler registered")
         self._queues = list(self._handlers)
@@ -263,6 +270,9 @@ class Worker:
             self._draining = True
             self._drain_started = time.monotonic()
             self._cond.notify_all()
+        # Closes the long-poll in flight (its connection: the server hands
+        # back what it claimed for it) and ends a retry's wait.
+        self._stop_fetch.cancel()
 
     def _fetch_loop(self) -> None:
         c = self._cond
@@ -276,9 +286,14 @@ class Worker:
                 self._slots_used += free  # lease only as many jobs as there are free slots
             jobs: List[FetchedJob] = []
             try:
-                # Not abandoned by a drain: see fetch_timeout.
+                # A drain closes it: the server hands back what it claimed for it.
                 jobs = self.client.fetch(
-                    self._queues, worker_id=self.id, hostname=self.hostname, timeout=self.fetch_timeout, count=free
+                    self._queues,
+                    worker_id=self.id,
+                    hostname=self.hostname,
+                    timeout=self.fetch_timeout,
+                    count=free,
+                    cancel=self._stop_fetch,
                 )
             except Exception as err:
                 if not self._draining:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_ROOT = os.path.dirname(os.path.dirname(PKG_DIR))
@@ -45,10 +45,14 @@ def free_addr() -> str:
         return "127.0.0.1:%d" % s.getsockname()[1]
 
 
+# The cluster secret of test clusters: the nodes of one share it.
+TEST_CLUSTER_SECRET = "sdk-test-cluster-secret-0123456789abcdef"
+
+
 class Server:
     """A corvo server process; stop() kills it and removes its data dir."""
 
-    def __init__(self, args: List[str]):
+    def __init__(self, args: List[str], env: Optional[Dict[str, str]] = None):
         self.bin = server_binary()
         http = free_addr()
         raft = free_addr()
@@ -58,6 +62,7 @@ class Server:
             [self.bin, "server", "--bind", http, "--raft-bind", raft, "--data-dir", self.data, "--log-level", "error"] + args,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
+            env=dict(os.environ, **env) if env else None,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.proc.poll() is None:

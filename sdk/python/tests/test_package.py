@@ -95,7 +95,7 @@ class TestPackage(unittest.TestCase):
         # (no site-packages, no PYTHONPATH): every import it makes resolves.
         shutil.copytree(os.path.join(PKG_DIR, "corvo"), os.path.join(self.tmp, "corvo"))
         code = (
-            "import sys\nsys.path.insert(0, '.')\nimport corvo, corvo.client, corvo.worker, corvo.errors, corvo.types\n"
+            "import sys\nsys.path.insert(0, '.')\nimport corvo, corvo.client, corvo.worker, corvo.errors, corvo.types, corvo.placement\n"
             "std = getattr(sys, 'stdlib_module_names', None)  # 3.10+; before, the isolated import is the check\n"
             "mods = [m for m in sys.modules if std is not None and m.split('.')[0] not in std and m.split('.')[0] not in ('corvo', '__main__')]\n"
             "print(sorted(mods))\n"

@@ -17,6 +17,8 @@ from typing import Any, Callable, Dict, List, Optional
 from _server import REPO_ROOT, free_addr, until
 
 from corvo import (
+    Cancel,
+    Cancelled,
     Client,
     ConflictError,
     CorvoError,
@@ -25,6 +27,7 @@ from corvo import (
     TooManyRequestsError,
     UnavailableError,
     Worker,
+    WorkerShutdown,
 )
 from corvo.client import rfc3339
 
@@ -127,6 +130,7 @@ class Base(unittest.TestCase):
         return f
 
     def client(self, urls: Any, **kw: Any) -> Client:
+        kw.setdefault("placement", False)  # one scripted server: nothing to route (placement in test_placement.py)
         c = Client(urls, **kw)
         self.addCleanup(c.close)
         return c
@@ -319,6 +323,15 @@ class TestClient(Base):
         self.assertEqual(s.seen[-1].path, "/api/v1/enqueue")
         self.assertEqual(c._senders, 0)
 
+    def test_a_cancelled_fetch_raises_cancelled_and_a_later_one_does_not_go_out(self) -> None:
+        s = self.fake(lambda r, n: None)
+        c = self.client(s.url)
+        cancel = Cancel()
+        cancel.cancel()
+        with self.assertRaises(Cancelled):
+            c.fetch(["q"], timeout=30, cancel=cancel)
+        self.assertEqual(s.paths(), [], "a cancelled fetch went out")
+
     def test_search_pages_follow_the_cursor(self) -> None:
         def route(r: Req, n: int) -> Dict[str, Any]:
             cur = r.body.get("cursor")
@@ -428,7 +441,7 @@ class TestWorker(Base):
         paths = s.paths()
         self.assertEqual(paths[: paths.index("/api/v1/ack/a")].count("/api/v1/fetch"), 1, "job b came with the ack, not from a fetch")
 
-    def test_a_raising_handler_fails_its_job_with_the_error_its_traceback_and_its_checkpoint(self) -> None:
+    def test_a_raising_handler_fails_its_job_with_the_error_its_traceback_and_its_checkpoint_and_a_checkpoint_carries_the_progress(self) -> None:
         def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
             if r.path == "/api/v1/fetch":
                 if sum(1 for x in s.seen if x.path == "/api/v1/fetch") == 1:
@@ -445,6 +458,7 @@ class TestWorker(Base):
         w = Worker(self.client(s.url), id="w1", concurrency=1, fetch_timeout=1, handle_signals=False)
 
         def handler(j: Any, ctx: Any) -> Any:
+            ctx.progress({"current": 5, "total": 10})
             ctx.checkpoint({"offset": 5})
             raise OSError("disk full")
 
@@ -457,7 +471,7 @@ class TestWorker(Base):
             w.stop()
             t.join(10)
         hb = next(r for r in s.seen if r.path == "/api/v1/heartbeat")
-        self.assertEqual(hb.body, {"worker_id": "w1", "jobs": {"a": {"attempt": 2, "checkpoint": {"offset": 5}}}})
+        self.assertEqual(hb.body, {"worker_id": "w1", "jobs": {"a": {"attempt": 2, "checkpoint": {"offset": 5}, "progress": {"current": 5, "total": 10}}}})
         f = next(r for r in s.seen if r.path == "/api/v1/fail/a").body
         self.assertEqual(f["error"], "disk full")
         self.assertIn("OSError: disk full", f["backtrace"])
@@ -466,34 +480,124 @@ class TestWorker(Base):
         self.assertEqual(f["attempt"], 2)
         self.assertEqual(f["worker_id"], "w1")
 
-    def test_a_drain_hands_back_what_the_fetch_in_flight_claimed(self) -> None:
-        fetched = threading.Event()
-        go = threading.Event()
+    def test_shutdown_grace_is_the_limit_of_a_drain_with_a_long_poll_in_flight_the_job_left_is_failed_with_its_checkpoint(self) -> None:
+        release = threading.Event()
+        self.addCleanup(release.set)
 
         def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
             if r.path == "/api/v1/fetch":
-                fetched.set()
-                go.wait(10)
-                return {"status": 200, "body": {"jobs": [job("a")]}}
+                if sum(1 for x in s.seen if x.path == "/api/v1/fetch") == 1:
+                    return {"status": 200, "body": {"jobs": [job("a")]}}
+                release.wait(60)  # the next long-poll is never answered while the test runs
+                return {"status": 204}
+            if r.path == "/api/v1/heartbeat":
+                return {"status": 200, "body": {"jobs": {"a": {"status": "ok"}}}}
             if r.path == "/api/v1/fail/a":
                 return {"status": 200, "body": {"status": "retrying", "attempts_remaining": 2}}
             return None
 
         s = self.fake(route)
-        w = Worker(self.client(s.url), id="w1", concurrency=2, fetch_timeout=1, handle_signals=False)
+        w = Worker(self.client(s.url), id="w1", concurrency=2, shutdown_grace=0.2, handle_signals=False)
+        started = threading.Event()
+        reasons: List[Any] = []
+
+        def handler(j: Any, ctx: Any) -> None:
+            ctx.progress({"current": 1, "total": 2})
+            ctx.checkpoint({"offset": 1})
+            started.set()
+            ctx.wait()  # runs until the drain's grace is over
+            reasons.append(ctx.reason)
+
+        w.register("q", handler)
+        t = threading.Thread(target=w.run)
+        t.start()
+        self.assertTrue(started.wait(10))
+        until("the second long-poll", lambda: s.paths().count("/api/v1/fetch") == 2)
+        w.stop()
+        t.join(20)  # the second fetch is never answered: the grace alone ends the drain
+        self.assertFalse(t.is_alive(), "run() waited for the long-poll")
+        f = next(r for r in s.seen if r.path == "/api/v1/fail/a").body
+        self.assertEqual(f, {"error": "worker_shutdown", "checkpoint": {"offset": 1}, "worker_id": "w1", "attempt": 1})
+        until("the handler to see its cancel", lambda: len(reasons) == 1)
+        self.assertIsInstance(reasons[0], WorkerShutdown)
+
+    def test_a_drain_closes_the_fetch_in_flight_so_an_idle_worker_in_a_30s_long_poll_stops_without_its_answer(self) -> None:
+        # The server never answers the fetch: run() can only return if the
+        # drain closed the connection, which the server sees.
+        fetched = threading.Event()
+        closed = threading.Event()
+        release = threading.Event()
+        self.addCleanup(release.set)
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                bodies.append(json.loads(self.rfile.read(n)))
+                fetched.set()
+                self.connection.settimeout(None)
+                # Hold the long-poll; a read answers b"" once the client closes.
+                if self.connection.recv(1) == b"":
+                    closed.set()
+                release.wait()
+                self.close_connection = True
+
+        bodies: List[Any] = []
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        w = Worker(self.client("http://127.0.0.1:%d" % srv.server_address[1]), id="w1", concurrency=4, handle_signals=False)
+        w.register("q", lambda j, ctx: None)
+        t = threading.Thread(target=w.run)
+        t.start()
+        self.assertTrue(fetched.wait(10))
+        self.assertEqual(bodies[0]["timeout"], 30, "the default long-poll")
+        self.assertEqual(bodies[0]["count"], 4)
+        w.stop()
+        t.join(25)  # the 30 s poll is never answered: only the closed connection can end it
+        self.assertFalse(t.is_alive(), "run() waited for the long-poll")
+        self.assertTrue(closed.wait(10), "the server did not see the fetch's connection close")
+        self.assertEqual(len(bodies), 1, "the drain fetched again")
+
+    def test_a_drain_hands_back_what_an_ack_in_flight_claimed(self) -> None:
+        acked = threading.Event()
+        go = threading.Event()
+        self.addCleanup(go.set)
+
+        def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
+            if r.path == "/api/v1/fetch":
+                if sum(1 for x in s.seen if x.path == "/api/v1/fetch") == 1:
+                    return {"status": 200, "body": {"jobs": [job("a")]}}
+                go.wait(10)
+                return {"status": 204}
+            if r.path == "/api/v1/ack/a":
+                acked.set()
+                go.wait(10)  # answered once the drain began, with the slot's next job
+                return {"status": 200, "body": {"status": "completed", "jobs": [job("b")]}}
+            if r.path == "/api/v1/fail/b":
+                return {"status": 200, "body": {"status": "retrying", "attempts_remaining": 2}}
+            return None
+
+        s = self.fake(route)
+        w = Worker(self.client(s.url), id="w1", concurrency=1, handle_signals=False)
         ran: List[str] = []
         w.register("q", lambda j, ctx: ran.append(j["job_id"]))
         t = threading.Thread(target=w.run)
         t.start()
-        self.assertTrue(fetched.wait(10))
+        self.assertTrue(acked.wait(10))
         w.stop()
         go.set()
         t.join(10)
         self.assertFalse(t.is_alive())
-        self.assertEqual(ran, [], "a job claimed as the drain began ran")
-        f = next(r for r in s.seen if r.path == "/api/v1/fail/a").body
+        self.assertEqual(ran, ["a"], "a job claimed as the drain began ran")
+        f = next(r for r in s.seen if r.path == "/api/v1/fail/b").body
         self.assertEqual(f, {"error": "worker_shutdown", "worker_id": "w1", "attempt": 1})
-
 
 if __name__ == "__main__":
     unittest.main()
