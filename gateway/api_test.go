@@ -935,6 +935,16 @@ func TestAPIDependencies(t *testing.T) {
 	require.Equal(t, "held", hj.State)
 	require.Equal(t, []string{a, b}, hj.DependsOn)
 	require.Equal(t, 0, hj.DependenciesDone)
+	// Its parents find it with a search by depends_on (the UI's children),
+	// across shards; a job nothing waits on has none.
+	for _, parent := range []string{a, b} {
+		p := search(t, map[string]any{"depends_on": parent})
+		require.Equal(t, 1, p.Total, parent)
+		require.Equal(t, after, p.Jobs[0].ID)
+	}
+	require.Zero(t, search(t, map[string]any{"depends_on": after}).Total)
+	code, body = call(t, "POST", "/api/v1/jobs/search", map[string]any{"depends_on": []string{a}})
+	require.Equal(t, 400, code, "depends_on names one job: %s", body)
 	require.Empty(t, strictDecode[corvo.Job](t, "job", mustGet(t, a)).DependsOn)
 	require.Contains(t, string(mustGet(t, a)), `"depends_on":[],`)
 	drainQueue(t, qs[0], 0.5, func(fetchedJob) map[string]any { return map[string]any{} })
