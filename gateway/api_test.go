@@ -931,6 +931,7 @@ func TestAPIDependencies(t *testing.T) {
 	// The held job names what it waits for (the UI links them).
 	code, body = call(t, "GET", "/api/v1/jobs/"+after, nil)
 	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"type":"held","detail":"waiting on 2 dependencies"`)
 	hj := strictDecode[corvo.Job](t, "held job", body)
 	require.Equal(t, "held", hj.State)
 	require.Equal(t, []string{a, b}, hj.DependsOn)
@@ -975,6 +976,7 @@ func TestAPIDependencies(t *testing.T) {
 	held := mustJSON[struct {
 		JobID string `json:"job_id"`
 	}](t, body).JobID
+	require.Contains(t, string(mustGet(t, held)), `"detail":"waiting on 1 dependency"`)
 	code, body = call(t, "POST", "/api/v1/jobs/"+held+"/approve", nil)
 	require.Equal(t, 200, code, string(body))
 	require.JSONEq(t, `{"status":"pending"}`, string(body))
