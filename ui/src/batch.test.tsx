@@ -44,7 +44,7 @@ describe('the batch page', () => {
     await waitFor(() => expect(screen.getByTestId('batch-total').textContent).toBe('10'))
     expect(screen.getByTestId('batch-failed').closest('a')!.getAttribute('href')).toBe('/ui/batches/batch_1_01J?state=dead,cancelled')
     expect(screen.getByTestId('batch-callback').textContent).toContain('once every job has finished')
-    expect(screen.getByRole('progressbar', { name: 'Batch progress' }).getAttribute('aria-valuenow')).toBe('7')
+    expect(screen.getByRole('progressbar', { name: /^Batch progress/ }).getAttribute('aria-valuenow')).toBe('7')
     await waitFor(() => expect(searches.length).toBeGreaterThan(0))
     expect(searches[0]).toMatchObject({ batch_id: 'batch_1_01J', state: ['completed'] })
     await waitFor(() => expect(document.querySelector('tr[data-job]')).not.toBeNull())

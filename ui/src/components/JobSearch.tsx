@@ -225,8 +225,8 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, fixedBatch
               <tr>
                 <th scope="col" class="check"><input type="checkbox" aria-label="Select every job on this page" checked={allOnPage} onChange={toggleAll} /></th>
                 <th scope="col">Job ID</th>
-                {!dead && <th scope="col">State</th>}
-                {!fixedQueue && <th scope="col">Queue</th>}
+                {!dead && <th scope="col" class="hide-xs">State</th>}
+                {!fixedQueue && <th scope="col" class="hide-xs">Queue</th>}
                 <th scope="col" class="num hide-sm">Attempts</th>
                 {dead && <th scope="col" class="hide-sm">Reason</th>}
                 <th scope="col" class="hide-sm">Payload</th>
@@ -288,10 +288,10 @@ export function JobRowView({ j, dead, showQueue, checked, onToggle, onAct, onDel
       <td class="check"><input type="checkbox" aria-label={`Select ${j.id}`} checked={checked} onChange={onToggle} /></td>
       <td class="mono nowrap">
         <a href={link} title={j.id}>{shortId(j.id)}</a>
-        <div class={`show-sm sub ${j.last_error ? 'err' : 'muted'}`}>{j.last_error ?? rowPayload(j, 34)}</div>
+        <div class={`show-sm sub ${j.last_error ? 'err' : 'muted'}`}>{!dead && <span class="show-xs"><StateBadge state={j.state} /> </span>}{showQueue && <span class="show-xs muted">{j.queue} · </span>}{j.last_error ?? rowPayload(j, 34)}</div>
       </td>
-      {!dead && <td class="nowrap"><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>}
-      {showQueue && <td class="nowrap"><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
+      {!dead && <td class="nowrap hide-xs"><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>}
+      {showQueue && <td class="nowrap hide-xs"><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
       <td class="num hide-sm nowrap" data-testid="attempts">{fmtAttemptShort(j.attempt, j.max_retries)}</td>
       {dead && <td class="hide-sm err-cell" title={why} data-testid="reason"><span class="err">{why}</span></td>}
       <td class="mono muted hide-sm payload-cell" title={j.payload_omitted ? undefined : payload}>

@@ -20,6 +20,14 @@ export function batchCounts(b: Batch): { finished: number; text: string; done: b
   return { finished, text: parts.join(', '), done }
 }
 
+// The progress bar says the counts already (3 / 6): its note is the rest.
+function progressNote(b: Batch, done: boolean): string {
+  const parts: string[] = []
+  if (b.failed) parts.push(`${fmtNum(b.failed)} failed`)
+  if (!done) parts.push(`${fmtNum(b.total - b.succeeded - b.failed)} to go`)
+  return parts.join(', ')
+}
+
 export function BatchPage({ id, query }: { id: string; query: URLSearchParams }) {
   const { data: b, error } = useLive<Batch>((s) => api.batch(id, s), 'batch:' + id, { minGapMs: 1500, pollLiveMs: 10_000, pollOfflineMs: 3000 })
   if (error && (error as ApiError).status === 404) {
@@ -42,7 +50,7 @@ export function BatchPage({ id, query }: { id: string; query: URLSearchParams })
             <a class="count" href={href(base, 'state=completed')}><strong data-testid="batch-succeeded">{fmtNum(b.succeeded)}</strong> succeeded</a>
             <a class={`count ${b.failed ? 'bad' : ''}`} href={href(base, 'state=dead,cancelled')}><strong data-testid="batch-failed">{fmtNum(b.failed)}</strong> failed</a>
           </div>
-          <ProgressBar progress={{ current: c.finished, total: b.total, message: c.text }} label="Batch progress" />
+          <ProgressBar progress={{ current: c.finished, total: b.total, message: progressNote(b, c.done) || undefined }} label={`Batch progress: ${c.text}`} />
           <dl class="facts">
             <dt>Created</dt><dd>{fmtTime(b.created_at)}</dd>
             <dt>Finished</dt><dd>{b.completed_at ? fmtTime(b.completed_at) : <span class="muted">not yet</span>}</dd>
