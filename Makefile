@@ -83,8 +83,9 @@ ui-check: ui-deps ## Fail when the committed ui/dist differs from a fresh build 
 	  if diff -r ui/dist "$$tmp/dist" >/dev/null; then echo "ui/dist matches its sources"; \
 	  else diff -r ui/dist "$$tmp/dist" | head -20; echo "ui/dist is stale: run 'make ui' and commit ui/dist"; exit 1; fi
 
-ui-e2e: build ui-deps ## Browser tests of the UI (headless chromium) against a real server; screenshots in ui/screenshots/
+ui-e2e: build ui-deps ## Browser tests of the UI (headless chromium) against a real server; writes the screenshots in ui/screenshots/ (commit them)
 	$(GO) build -o bin/oidc-issuer ./internal/oidctest/cmd/oidc-issuer
+	rm -f ui/screenshots/*.png
 	@CORVO_CHROMIUM=$$(scripts/ensure-chromium.sh) && cd ui && CORVO_CHROMIUM="$$CORVO_CHROMIUM" npx playwright test
 
 ui-dev: ui-deps ## Vite dev server on :5173 with hot reload, proxying the API to CORVO_URL (default http://127.0.0.1:8080)

@@ -931,10 +931,21 @@ func TestAPIDependencies(t *testing.T) {
 	// The held job names what it waits for (the UI links them).
 	code, body = call(t, "GET", "/api/v1/jobs/"+after, nil)
 	require.Equal(t, 200, code, string(body))
+	require.Contains(t, string(body), `"type":"held","detail":"waiting on 2 dependencies"`)
 	hj := strictDecode[corvo.Job](t, "held job", body)
 	require.Equal(t, "held", hj.State)
 	require.Equal(t, []string{a, b}, hj.DependsOn)
 	require.Equal(t, 0, hj.DependenciesDone)
+	// Its parents find it with a search by depends_on (the UI's children),
+	// across shards; a job nothing waits on has none.
+	for _, parent := range []string{a, b} {
+		p := search(t, map[string]any{"depends_on": parent})
+		require.Equal(t, 1, p.Total, parent)
+		require.Equal(t, after, p.Jobs[0].ID)
+	}
+	require.Zero(t, search(t, map[string]any{"depends_on": after}).Total)
+	code, body = call(t, "POST", "/api/v1/jobs/search", map[string]any{"depends_on": []string{a}})
+	require.Equal(t, 400, code, "depends_on names one job: %s", body)
 	require.Empty(t, strictDecode[corvo.Job](t, "job", mustGet(t, a)).DependsOn)
 	require.Contains(t, string(mustGet(t, a)), `"depends_on":[],`)
 	drainQueue(t, qs[0], 0.5, func(fetchedJob) map[string]any { return map[string]any{} })
@@ -965,6 +976,7 @@ func TestAPIDependencies(t *testing.T) {
 	held := mustJSON[struct {
 		JobID string `json:"job_id"`
 	}](t, body).JobID
+	require.Contains(t, string(mustGet(t, held)), `"detail":"waiting on 1 dependency"`)
 	code, body = call(t, "POST", "/api/v1/jobs/"+held+"/approve", nil)
 	require.Equal(t, 200, code, string(body))
 	require.JSONEq(t, `{"status":"pending"}`, string(body))

@@ -28,7 +28,7 @@ var (
 	codeBadRequest = &errorCode{Code: "bad_request", Status: 400,
 		Meaning: "the request cannot be read at all (broken HTTP framing), or a node-to-node entry cannot be decoded"}
 	codeFilterNeedsIndex = &errorCode{Code: "filter_needs_index", Status: 400,
-		Meaning: "a search found no match before its deadline (`--read-timeout`, 1 s by default) because the criteria the message names have no index and were tested job by job; narrow it with `queue`, `state`, `created_after`/`created_before`, `batch_id` or `job_id_prefix`"}
+		Meaning: "a search found no match before its deadline (`--read-timeout`, 1 s by default) because the criteria the message names have no index and were tested job by job; narrow it with `queue`, `state`, `created_after`/`created_before`, `batch_id`, `depends_on` or `job_id_prefix`"}
 	codeConfirmationRequired = &errorCode{Code: "confirmation_required", Status: 400,
 		Meaning: "a bulk action whose filter selects every job of a queue or of the cluster, without `\"confirm\": true`; `would_affect` says how many jobs it would touch"}
 	codeLeaseRequired = &errorCode{Code: "lease_required", Status: 400,

@@ -34,7 +34,7 @@ func (r *searchRequest) selectsAll() bool {
 		r.CreatedAfter != "" || r.CreatedBefore != "" || r.ScheduledAfter != "" || r.ScheduledBefore != "" ||
 		r.StartedAfter != "" || r.StartedBefore != "" || r.CompletedAfter != "" || r.CompletedBefore != "" ||
 		r.ExpireAfter != "" || r.ExpireBefore != "" || r.WorkerID != "" || r.HasErrors != nil || r.ErrorContains != "" ||
-		r.BatchID != "" || r.UniqueKey != "" || r.AttemptMin != nil || r.AttemptMax != nil || r.JobIDPrefix != ""
+		r.BatchID != "" || r.DependsOn != "" || r.UniqueKey != "" || r.AttemptMin != nil || r.AttemptMax != nil || r.JobIDPrefix != ""
 	if narrowed {
 		return false
 	}
@@ -53,8 +53,8 @@ func (r *searchRequest) selectsAll() bool {
 // restriction, the default namespace of a cluster with one).
 func (r *searchRequest) filter(ns string) (mirror.Filter, error) {
 	f := mirror.Filter{Namespace: ns, Queue: r.storedQueue(ns), States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
-		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, UniqueKey: r.UniqueKey,
-		AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
+		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, DependsOn: r.DependsOn,
+		UniqueKey: r.UniqueKey, AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
 	if p, set, err := parsePriorityName(r.Priority); err != nil {
 		return f, fmt.Errorf("priority: %w", err)
 	} else if set {
@@ -566,7 +566,7 @@ func (s *Server) searchLocal(ctx context.Context, f mirror.Filter) (*searchResul
 	if errors.As(err, &de) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		readsDeadline.Inc()
 		if de != nil && len(de.Unindexed) > 0 {
-			return nil, codeFilterNeedsIndex.err(fmt.Sprintf("the search found no match within %s: no index serves %s, tested job by job; narrow it with queue, state, created_after/created_before, batch_id or job_id_prefix",
+			return nil, codeFilterNeedsIndex.err(fmt.Sprintf("the search found no match within %s: no index serves %s, tested job by job; narrow it with queue, state, created_after/created_before, batch_id, depends_on or job_id_prefix",
 				s.cfg.ReadTimeout, strings.Join(de.Unindexed, ", ")))
 		}
 		return nil, codeReadsBusy.err("the search found no match within " + s.cfg.ReadTimeout.String() + " (the node is loaded); retry after the Retry-After delay")

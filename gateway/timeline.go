@@ -31,7 +31,11 @@ func jobTimeline(v *statemachine.JobView) []timelineEntry {
 		tl = append(tl, timelineEntry{at: j.CreatedAt, typ: "scheduled", detail: "runs at " + time.Unix(0, j.ScheduledAt).UTC().Format(TimeFormat)})
 	}
 	if n := len(j.DependsOn); n > 0 {
-		tl = append(tl, timelineEntry{at: j.CreatedAt, typ: "held", detail: "waiting on " + strconv.Itoa(n) + " dependencies"})
+		what := " dependencies"
+		if n == 1 {
+			what = " dependency"
+		}
+		tl = append(tl, timelineEntry{at: j.CreatedAt, typ: "held", detail: "waiting on " + strconv.Itoa(n) + what})
 	}
 	currentShown := false
 	for i := range v.Errors {

@@ -124,6 +124,7 @@ func (m *Mirror) write(p *pending) error {
 				if err := m.w.upsert(b, ch.shard, ch.idx, m.gen[ch.shard], ch.c.View); err != nil {
 					return err
 				}
+				b.insertDeps(id, ch.c.View.Job.DependsOn)
 				for i := range ch.errs {
 					b.insertError(id, &ch.errs[i])
 				}
@@ -280,8 +281,10 @@ func (m *Mirror) rebuild(sh int) {
 		m.log.Info().Int("shard", sh).Msg("mirror changes were dropped during the rebuild: rebuilding again")
 		m.rebuilds <- sh
 	}
-	if _, err := m.db.Exec(`DELETE FROM job_errors WHERE job_id IN (SELECT id FROM jobs WHERE shard = ? AND gen < ?)`, sh, gen); err != nil {
-		m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
+	for _, table := range []string{"job_errors", "job_deps"} {
+		if _, err := m.db.Exec(`DELETE FROM `+table+` WHERE job_id IN (SELECT id FROM jobs WHERE shard = ? AND gen < ?)`, sh, gen); err != nil {
+			m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
+		}
 	}
 	if _, err := m.db.Exec(`DELETE FROM jobs WHERE shard = ? AND gen < ?`, sh, gen); err != nil {
 		m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
@@ -326,6 +329,7 @@ func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error 
 			// The scan's row wins only if no newer event wrote it; the errors
 			// are rewritten from the full history either way.
 			b.setGen(v.Job.ID, gen)
+			b.insertDeps(v.Job.ID, v.Job.DependsOn)
 			b.deleteErrors(v.Job.ID)
 			for k := range v.Errors {
 				b.insertError(v.Job.ID, &v.Errors[k])

@@ -269,8 +269,9 @@ func (m *Mirror) closeDB() {
 // schemaVersion changes whenever the tables do: an older file is rebuilt.
 // 4: payload is the last column of jobs. 5: payload_size (a payload kept
 // as its prefix, Config.PayloadMax), before the payload: a column added
-// in place would go after it.
-const schemaVersion = 5
+// in place would go after it. 6: job_deps (a job's depends_on, searched
+// by the dependency).
+const schemaVersion = 6
 
 func (m *Mirror) migrate() error {
 	var v int
@@ -343,6 +344,12 @@ CREATE TABLE job_errors (
     at      INTEGER NOT NULL
 );
 CREATE INDEX idx_job_errors_job ON job_errors(job_id);
+CREATE TABLE job_deps (
+    job_id TEXT NOT NULL,  -- the held job
+    dep_id TEXT NOT NULL,  -- a job it depends on
+    PRIMARY KEY (job_id, dep_id)
+) WITHOUT ROWID;
+CREATE INDEX idx_job_deps_dep ON job_deps(dep_id);
 CREATE TABLE mirror_state (
     shard INTEGER PRIMARY KEY,
     idx   INTEGER NOT NULL,
@@ -499,6 +506,7 @@ func (m *Mirror) drop(sh int) error {
 			args []any
 		}{
 			{`DELETE FROM job_errors WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
+			{`DELETE FROM job_deps WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM jobs WHERE id >= ? AND id < ?`, []any{lo, hi}},
 			{`DELETE FROM mirror_state WHERE shard = ?`, []any{sh}},
 		} {

@@ -46,10 +46,13 @@ type Filter struct {
 	HasErrors       *bool
 	ErrorContains   string
 	BatchID         string
-	UniqueKey       string
-	AttemptMin      *int
-	AttemptMax      *int
-	JobIDPrefix     string
+	// DependsOn: the jobs enqueued with this job in their depends_on
+	// (its children).
+	DependsOn   string
+	UniqueKey   string
+	AttemptMin  *int
+	AttemptMax  *int
+	JobIDPrefix string
 	// Shards restricts the search to these shards (0-based); nil: every
 	// shard the mirror holds; empty and non-nil: none.
 	Shards []int
@@ -143,7 +146,7 @@ func (e *DeadlineError) Unwrap() error { return e.Err }
 
 // Unindexed names the filter's criteria no index of the mirror serves:
 // each is tested on every row the indexed criteria (queue, state,
-// created_at, batch_id, unique_key, job_id_prefix) leave.
+// created_at, batch_id, depends_on, unique_key, job_id_prefix) leave.
 func (f *Filter) Unindexed() []string {
 	var out []string
 	add := func(set bool, name string) {
@@ -255,6 +258,9 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 	}
 	if f.BatchID != "" {
 		add("batch_id = " + ps.Add(f.BatchID))
+	}
+	if f.DependsOn != "" {
+		add("id IN (SELECT job_id FROM job_deps WHERE dep_id = " + ps.Add(f.DependsOn) + ")")
 	}
 	if f.UniqueKey != "" {
 		add("unique_key = " + ps.Add(f.UniqueKey))

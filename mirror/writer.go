@@ -37,6 +37,8 @@ const (
 	stInsErr
 	stSetGen
 	stSaveIdx
+	stDelDeps
+	stInsDep
 	stFixed // upserts follow
 )
 
@@ -47,6 +49,8 @@ var fixedSQL = [stFixed]string{
 	stSetGen:  `UPDATE jobs SET gen = ? WHERE id = ?`,
 	stSaveIdx: `INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
 ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
+	stDelDeps: `DELETE FROM job_deps WHERE job_id = ?`,
+	stInsDep:  `INSERT OR IGNORE INTO job_deps (job_id, dep_id) VALUES (?,?)`,
 }
 
 // openWriter opens the writer's connection with a page cache of
@@ -341,6 +345,19 @@ func (b *batch) deleteJob(id string) {
 	b.op(stDelJob, 1)
 	b.text(id)
 	b.deleteErrors(id)
+	b.op(stDelDeps, 1)
+	b.text(id)
+}
+
+// insertDeps records the jobs a job depends on. A job's depends_on never
+// changes: every change of it inserts the same rows again (ignored), which
+// costs only jobs that have dependencies.
+func (b *batch) insertDeps(id string, deps []statemachine.Dep) {
+	for i := range deps {
+		b.op(stInsDep, 2)
+		b.text(id)
+		b.text(deps[i].ID)
+	}
 }
 
 func (b *batch) deleteErrors(id string) {

@@ -38,7 +38,7 @@ func newSearchCmd() *cobra.Command {
 		{"completed-after", &body.CompletedAfter, "RFC 3339 time or a date"}, {"completed-before", &body.CompletedBefore, "RFC 3339 time or a date"},
 		{"expire-after", &body.ExpireAfter, "RFC 3339 time or a date"}, {"expire-before", &body.ExpireBefore, "RFC 3339 time or a date"},
 		{"worker-id", &body.WorkerID, "processed by this worker"}, {"error-contains", &body.ErrorContains, "substring of any attempt's error"},
-		{"batch-id", &body.BatchID, ""}, {"unique-key", &body.UniqueKey, ""}, {"job-id-prefix", &body.JobIDPrefix, ""},
+		{"batch-id", &body.BatchID, ""}, {"depends-on", &body.DependsOn, "jobs waiting on this job ID (its children)"}, {"unique-key", &body.UniqueKey, ""}, {"job-id-prefix", &body.JobIDPrefix, ""},
 		{"sort", &body.Sort, "created_at, scheduled_at, started_at, completed_at, priority, attempt"}, {"order", &body.Order, "asc or desc"},
 	}
 	var hasErrors string

@@ -311,6 +311,7 @@ type SearchRequest struct {
 	HasErrors       *bool             `json:"has_errors,omitempty"`
 	ErrorContains   string            `json:"error_contains,omitempty"`
 	BatchID         string            `json:"batch_id,omitempty"`
+	DependsOn       string            `json:"depends_on,omitempty"` // jobs enqueued with this job in their depends_on
 	UniqueKey       string            `json:"unique_key,omitempty"`
 	AttemptMin      *int              `json:"attempt_min,omitempty"`
 	AttemptMax      *int              `json:"attempt_max,omitempty"`

@@ -39,7 +39,7 @@ test.afterAll(async () => { await srv?.stop() })
 test('the audit page shows management calls, filters them by method, refreshes', async ({ browser }) => {
   // axe is injected as an inline script, which the CSP refuses (ui.spec
   // checks the page under the CSP).
-  const ctx = await browser.newContext({ bypassCSP: true })
+  const ctx = await browser.newContext({ bypassCSP: true, viewport: { width: 1440, height: 900 } })
   const page = await ctx.newPage()
   await page.goto(srv.url + '/ui/')
   await page.getByLabel('API key').fill(ADMIN)
@@ -64,7 +64,7 @@ test('the audit page shows management calls, filters them by method, refreshes',
   const order = await rows.evaluateAll((rs) => rs.map((r) => r.textContent ?? ''))
   expect(order.findIndex((t) => t.includes('/resume'))).toBeLessThan(order.findIndex((t) => t.includes('pause queue audit.q')))
   expect(await axeViolations(page)).toEqual([])
-  await page.screenshot({ path: `${SHOTS}/audit-desktop.png`, fullPage: true })
+  await page.screenshot({ path: `${SHOTS}/audit-records-desktop.png`, fullPage: true, animations: 'disabled', caret: 'hide' })
 
   // Filter by method: only the key's revocation is a DELETE.
   await page.getByLabel('Method').selectOption('DELETE')

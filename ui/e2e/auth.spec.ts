@@ -28,7 +28,7 @@ test.beforeAll(async () => {
 
 test.afterAll(async () => { await srv?.stop() })
 
-test('a server that needs keys: login, a wrong key refused, the dashboard, log out', async ({ page }) => {
+test('a server that needs keys: login, a wrong key refused, the dashboard, log out', async ({ page, browser }) => {
   await page.addInitScript(() => {
     document.addEventListener('securitypolicyviolation', (e) => {
       const w = window as unknown as { __csp?: string[] }
@@ -41,7 +41,17 @@ test('a server that needs keys: login, a wrong key refused, the dashboard, log o
   await expect(key).toBeVisible()
   await expect(page.getByText('This server needs an API key.')).toBeVisible()
   await expect(page.getByTestId('stat-pending')).toHaveCount(0)
-  await page.screenshot({ path: `${SHOTS}/login-desktop.png` })
+  // The login's screenshots: desktop and phone, light and dark.
+  for (const [size, viewport] of [['desktop', { width: 1440, height: 900 }], ['phone', { width: 390, height: 844 }]] as const) {
+    for (const theme of ['light', 'dark'] as const) {
+      const ctx = await browser.newContext({ viewport, colorScheme: theme })
+      const p = await ctx.newPage()
+      await p.goto(srv.url + '/ui/')
+      await p.getByLabel('API key').waitFor()
+      await p.screenshot({ path: `${SHOTS}/login-${size}${theme === 'dark' ? '-dark' : ''}.png`, animations: 'disabled', caret: 'hide' })
+      await ctx.close()
+    }
+  }
 
   // A wrong key: refused, with a message; still the login.
   await key.fill('corvo_0000000000000000_' + 'x'.repeat(43))
@@ -140,7 +150,8 @@ test('an admin makes a namespace on the Namespaces page, works in it, and delete
   const row = page.locator('tr[data-namespace="e2e-tmp"]')
   await expect(row).toContainText('made by the browser test')
   await expect(row.getByTestId('ns-keys')).toHaveText('0')
-  await page.screenshot({ path: `${SHOTS}/namespaces-desktop.png` })
+  await page.setViewportSize({ width: 1440, height: 900 })
+  await page.screenshot({ path: `${SHOTS}/namespaces-admin-desktop.png`, animations: 'disabled', caret: 'hide' })
 
   // The picker now offers it: switching shows its (empty) queues.
   const picker = page.getByRole('combobox', { name: 'Namespace' })

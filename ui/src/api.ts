@@ -87,6 +87,8 @@ export interface SearchFilter {
   created_before?: string
   worker_id?: string
   job_id_prefix?: string
+  batch_id?: string
+  depends_on?: string // jobs enqueued with this job ID in their depends_on (its children)
   has_errors?: boolean
   sort?: string
   order?: 'asc' | 'desc'
@@ -137,7 +139,11 @@ export interface ClusterStatus {
   meta?: ClusterShard
   mirror?: { lag_entries: number }
 }
-export interface Batch { id: string; total: number; pending: number; succeeded: number; failed: number; callback_queue: string; callback_job_id: string | null; created_at: string; completed_at: string | null }
+export interface Batch {
+  id: string; total: number; pending: number; succeeded: number; failed: number
+  callback_queue: string; callback_payload?: unknown; callback_job_id: string | null
+  created_at: string; completed_at: string | null
+}
 export interface Health { status: string; shards: number; shards_led: number }
 
 // The audit log (docs/api.md, "Audit log"): one record per audited call.

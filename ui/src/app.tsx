@@ -6,21 +6,27 @@ import { startLive, stopLive, useLiveStatus } from './live'
 import { checkAuth, logout, useAuth } from './auth'
 import type { WhoAmI } from './api'
 import { NamespacePicker } from './components/NamespacePicker'
-import { NamespacesPage } from './pages/Namespaces'
 import { NAMESPACES_PERMISSION } from './namespace'
+import { AUDIT_PERMISSION } from './audit'
 import { Login } from './pages/Login'
 import { Toasts } from './components/ui'
+import { lazy } from './components/lazy'
 import { EnqueueDialog } from './components/EnqueueDialog'
 import { Dashboard } from './pages/Dashboard'
 import { QueuesPage } from './pages/Queues'
 import { QueueDetail } from './pages/QueueDetail'
 import { JobsPage } from './pages/Jobs'
 import { JobDetail } from './pages/JobDetail'
-import { WorkersPage } from './pages/Workers'
-import { SchedulesPage } from './pages/Schedules'
-import { ClusterPage } from './pages/Cluster'
-import { BulkPage } from './pages/Bulk'
-import { AuditPage, AUDIT_PERMISSION } from './pages/Audit'
+
+// The pages an operator opens every day are in the main bundle; the
+// others are chunks of their own, loaded when first opened.
+const WorkersPage = lazy(() => import('./pages/Workers').then((m) => m.WorkersPage))
+const SchedulesPage = lazy(() => import('./pages/Schedules').then((m) => m.SchedulesPage))
+const ClusterPage = lazy(() => import('./pages/Cluster').then((m) => m.ClusterPage))
+const BulkPage = lazy(() => import('./pages/Bulk').then((m) => m.BulkPage))
+const BatchPage = lazy(() => import('./pages/Batch').then((m) => m.BatchPage))
+const AuditPage = lazy(() => import('./pages/Audit').then((m) => m.AuditPage))
+const NamespacesPage = lazy(() => import('./pages/Namespaces').then((m) => m.NamespacesPage))
 
 // A page with `perm` is offered only to a key holding that permission.
 const NAV: { path: string; label: string; icon: string; key?: string; perm?: string }[] = [
@@ -57,6 +63,7 @@ function page(path: string, query: URLSearchParams, who: WhoAmI) {
   if (path === '/dead') return <JobsPage query={query} preset="dead" />
   if (path === '/held') return <JobsPage query={query} preset="held" />
   if ((m = match('/jobs/:id', path))) return <JobDetail id={m.id} />
+  if ((m = match('/batches/:id', path))) return <BatchPage key={m.id} id={m.id} query={query} />
   if (path === '/workers') return <WorkersPage />
   if (path === '/schedules') return <SchedulesPage />
   if (path === '/bulk') return <BulkPage />
@@ -73,7 +80,7 @@ function page(path: string, query: URLSearchParams, who: WhoAmI) {
 
 function active(navPath: string, path: string) {
   if (navPath === '/') return path === '/'
-  if (navPath === '/jobs') return path === '/jobs' || (path.startsWith('/jobs/'))
+  if (navPath === '/jobs') return path === '/jobs' || path.startsWith('/jobs/') || path.startsWith('/batches/')
   return path === navPath || path.startsWith(navPath + '/')
 }
 

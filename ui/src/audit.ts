@@ -4,6 +4,9 @@
 import type { AuditPage, AuditRecord } from './api'
 import { toRFC3339 } from './search'
 
+// The permission the audit page needs (the sidebar offers it only then).
+export const AUDIT_PERMISSION = 'audit:read'
+
 export interface AuditForm {
   namespace: string // admins only: other keys read their own namespace
   key_id: string

@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest'
-import { describe as describeForm, emptyForm, filterFromForm, formFromQuery, parseTags, queryFromForm, toRFC3339 } from './search'
+import { activeFilters, describe as describeForm, emptyForm, filterFromForm, formFromQuery, parseTags, queryFromForm, toRFC3339 } from './search'
 
 describe('search in the URL', () => {
   it('round-trips every field through the query string', () => {
     const f = { ...emptyForm(), queue: 'emails.send', states: ['dead', 'retrying'] as const, priority: 'high' as const, tags: 'tenant=acme, region=eu',
-      payload: 'user@example.com', jq: '.to | endswith("x") and .n > 1', error: 'SMTP', after: '2026-02-10T09:30', before: '2026-02-11', worker: 'w1', id: 'job_2_', sort: 'attempt', order: 'asc' as const }
+      payload: 'user@example.com', jq: '.to | endswith("x") and .n > 1', error: 'SMTP', after: '2026-02-10T09:30', before: '2026-02-11', worker: 'w1', id: 'job_2_',
+      batch: 'batch_1_01J', parent: 'job_0_01J', sort: 'attempt', order: 'asc' as const }
     const q = queryFromForm({ ...f, states: [...f.states] })
     expect(q.getAll('tag')).toEqual(['tenant=acme', 'region=eu'])
     const back = formFromQuery(new URLSearchParams(q.toString()))
@@ -29,6 +30,14 @@ describe('filterFromForm', () => {
   it('builds the API search body', () => {
     const f = filterFromForm({ ...emptyForm(), queue: 'q', states: ['dead'], tags: 'a=1,=bad, b = 2 ,c', jq: '.a', error: 'boom', after: '2026-02-10T00:00:00Z' })
     expect(f).toEqual({ sort: 'created_at', order: 'desc', queue: 'q', state: ['dead'], tags: { a: '1', b: '2' }, payload_jq: '.a', error_contains: 'boom', created_after: '2026-02-10T00:00:00.000Z' })
+  })
+  it("asks for a batch's members and a job's children", () => {
+    const f = filterFromForm(formFromQuery(new URLSearchParams('batch=batch_1_01J&depends_on=job_0_01J')))
+    expect(f).toEqual({ sort: 'created_at', order: 'desc', batch_id: 'batch_1_01J', depends_on: 'job_0_01J' })
+    expect(describeForm({ ...emptyForm(), batch: 'b', parent: 'j' })).toBe('batch b, waiting on j')
+    const withBoth = { ...emptyForm(), batch: 'b', parent: 'j' }
+    expect(activeFilters(withBoth)).toBe(2)
+    expect(activeFilters(withBoth, { batch: true })).toBe(1) // the batch page's own batch is not a filter the user set
   })
   it('describes a filter in words', () => {
     expect(describeForm(emptyForm())).toBe('every job')

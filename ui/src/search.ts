@@ -14,6 +14,8 @@ export interface SearchForm {
   before: string
   worker: string
   id: string
+  batch: string  // batch_id: a batch's members
+  parent: string // depends_on: the jobs waiting on this job
   sort: string
   order: 'asc' | 'desc'
 }
@@ -21,7 +23,7 @@ export interface SearchForm {
 export const SORTS = ['created_at', 'scheduled_at', 'started_at', 'completed_at', 'priority', 'attempt'] as const
 
 export function emptyForm(): SearchForm {
-  return { queue: '', states: [], priority: '', tags: '', payload: '', jq: '', error: '', after: '', before: '', worker: '', id: '', sort: 'created_at', order: 'desc' }
+  return { queue: '', states: [], priority: '', tags: '', payload: '', jq: '', error: '', after: '', before: '', worker: '', id: '', batch: '', parent: '', sort: 'created_at', order: 'desc' }
 }
 
 export function formFromQuery(q: URLSearchParams): SearchForm {
@@ -38,6 +40,8 @@ export function formFromQuery(q: URLSearchParams): SearchForm {
   f.before = q.get('before') ?? ''
   f.worker = q.get('worker') ?? ''
   f.id = q.get('id') ?? ''
+  f.batch = q.get('batch') ?? ''
+  f.parent = q.get('depends_on') ?? ''
   const s = q.get('sort') ?? ''
   f.sort = (SORTS as readonly string[]).includes(s) ? s : 'created_at'
   f.order = q.get('order') === 'asc' ? 'asc' : 'desc'
@@ -59,6 +63,8 @@ export function queryFromForm(f: SearchForm, includeQueue = true): URLSearchPara
   if (f.before) q.set('before', f.before)
   if (f.worker) q.set('worker', f.worker)
   if (f.id) q.set('id', f.id)
+  if (f.batch) q.set('batch', f.batch)
+  if (f.parent) q.set('depends_on', f.parent)
   if (f.sort !== 'created_at') q.set('sort', f.sort)
   if (f.order !== 'desc') q.set('order', f.order)
   return q
@@ -102,6 +108,8 @@ export function filterFromForm(f: SearchForm): SearchFilter {
   if (b) out.created_before = b
   if (f.worker) out.worker_id = f.worker
   if (f.id) out.job_id_prefix = f.id
+  if (f.batch) out.batch_id = f.batch
+  if (f.parent) out.depends_on = f.parent
   return out
 }
 
@@ -119,17 +127,20 @@ export function describe(f: SearchForm): string {
   if (f.before) parts.push(`created before ${f.before}`)
   if (f.worker) parts.push(`worker ${f.worker}`)
   if (f.id) parts.push(`id starts with ${f.id}`)
+  if (f.batch) parts.push(`batch ${f.batch}`)
+  if (f.parent) parts.push(`waiting on ${f.parent}`)
   return parts.length ? parts.join(', ') : 'every job'
 }
 
 // activeFilters counts what a search form sets beyond the page's own
 // (its fixed queue or states) and the default sort: 0 means "every job",
 // where a collapsible form starts collapsed.
-export function activeFilters(f: SearchForm, fixed: { queue?: boolean; states?: boolean; sort?: string } = {}): number {
+export function activeFilters(f: SearchForm, fixed: { queue?: boolean; states?: boolean; batch?: boolean; sort?: string } = {}): number {
   let n = 0
   if (!fixed.queue && f.queue) n++
   if (!fixed.states && f.states.length) n++
-  for (const v of [f.priority, f.tags, f.payload, f.jq, f.error, f.after, f.before, f.worker, f.id]) if (v) n++
+  if (!fixed.batch && f.batch) n++
+  for (const v of [f.priority, f.tags, f.payload, f.jq, f.error, f.after, f.before, f.worker, f.id, f.parent]) if (v) n++
   if (f.sort !== (fixed.sort ?? 'created_at') || f.order !== 'desc') n++
   return n
 }

@@ -257,6 +257,8 @@ export interface SearchRequest {
   has_errors?: boolean;
   error_contains?: string;
   batch_id?: string;
+  /** Jobs enqueued with this job ID in their depends_on (its children). */
+  depends_on?: string;
   unique_key?: string;
   attempt_min?: number;
   attempt_max?: number;

@@ -1,22 +1,12 @@
 // A uPlot line chart that follows the theme and its container's width.
 // uPlot: ~20 KB gzipped, draws thousands of points on a canvas in well
-// under a millisecond per frame, no dependencies.
+// under a millisecond per frame, no dependencies. Loaded as a chunk of its
+// own (charts.tsx) after the page first paints.
 import { useEffect, useRef } from 'preact/hooks'
 import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
 
-export interface ChartSeries { label: string; color: string; fill?: boolean }
-
-interface Props {
-  title: string
-  series: ChartSeries[]
-  data: [number[], ...(number | null)[][]]
-  height?: number
-  unit?: (v: number) => string
-  summary: string // text alternative for screen readers
-}
-
-export const PALETTE = ['#3b82f6', '#10b981', '#ef4444', '#f59e0b', '#8b5cf6', '#06b6d4', '#ec4899', '#84cc16']
+import type { ChartProps } from './charts'
 
 function axisColor() {
   return getComputedStyle(document.documentElement).getPropertyValue('--muted').trim() || '#888'
@@ -32,7 +22,7 @@ export function xRange(min: number | null, max: number | null, now: number): [nu
   return [Math.min(min, max - 60), max]
 }
 
-export function Chart({ title, series, data, height = 180, unit, summary }: Props) {
+export function Chart({ title, series, data, height = 180, unit, summary }: ChartProps) {
   const box = useRef<HTMLDivElement>(null)
   const plot = useRef<uPlot | null>(null)
   const key = series.map((s) => s.label + s.color).join('|') + (document.documentElement.dataset.theme ?? '')

@@ -17,6 +17,7 @@ interface Props {
   query: URLSearchParams
   fixedQueue?: string         // the queue page: the queue is not a form field
   fixedStates?: JobState[]    // dead letters, held jobs
+  fixedBatch?: string         // the batch page: its members
   actions?: BulkAction[]      // which bulk actions to offer (default: all)
   collapsible?: boolean       // the form folds to one line while no filter is set
   defaultSort?: string        // the sort when the URL names none (default created_at)
@@ -24,19 +25,20 @@ interface Props {
 
 const FINISHED: JobState[] = ['completed', 'dead', 'cancelled']
 
-export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions, collapsible, defaultSort = 'created_at' }: Props) {
+export function JobSearch({ basePath, query, fixedQueue, fixedStates, fixedBatch, actions, collapsible, defaultSort = 'created_at' }: Props) {
   const applied = formFromQuery(query)
   if (fixedQueue) applied.queue = fixedQueue
   if (fixedStates) applied.states = fixedStates
+  if (fixedBatch) applied.batch = fixedBatch
   if (!query.get('sort')) applied.sort = defaultSort
-  const nFilters = activeFilters(applied, { queue: !!fixedQueue, states: !!fixedStates, sort: defaultSort })
+  const nFilters = activeFilters(applied, { queue: !!fixedQueue, states: !!fixedStates, batch: !!fixedBatch, sort: defaultSort })
   const [form, setForm] = useState<SearchForm>(applied)
   const [cursors, setCursors] = useState<(string | null)[]>([null])
   const [selected, setSelected] = useState<Set<string>>(new Set())
   const [bulk, setBulk] = useState<{ action: BulkAction; target: BulkTarget } | null>(null)
   const [deleting, setDeleting] = useState<JobRow | null>(null)
   const [open, setOpen] = useState(!collapsible || nFilters > 0)
-  const [more, setMore] = useState(!!(applied.priority || applied.tags || applied.after || applied.before || applied.worker || applied.id || applied.error))
+  const [more, setMore] = useState(!!(applied.priority || applied.tags || applied.after || applied.before || applied.worker || applied.id || applied.error || applied.parent || (applied.batch && !fixedBatch)))
   const key = basePath + '?' + query.toString()
   const dead = fixedStates?.length === 1 && fixedStates[0] === 'dead'
 
@@ -58,12 +60,13 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions, c
     const f = { ...form }
     const q = queryFromForm(f, !fixedQueue)
     if (fixedStates) q.delete('state')
+    if (fixedBatch) q.delete('batch')
     if (f.sort === defaultSort) q.delete('sort')
     else if (f.sort === 'created_at') q.set('sort', 'created_at')
     navigate(basePath + (q.toString() ? '?' + q.toString() : ''))
   }
   const reset = () => {
-    const f: SearchForm = { ...formFromQuery(new URLSearchParams()), queue: fixedQueue ?? '', states: fixedStates ?? [], sort: defaultSort }
+    const f: SearchForm = { ...formFromQuery(new URLSearchParams()), queue: fixedQueue ?? '', states: fixedStates ?? [], batch: fixedBatch ?? '', sort: defaultSort }
     setForm(f)
     navigate(basePath)
   }
@@ -156,6 +159,8 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions, c
               <label>Created before<input name="before" type="datetime-local" value={form.before} onInput={(e) => set('before', (e.target as HTMLInputElement).value)} /></label>
               <label>Worker<input name="worker" value={form.worker} onInput={(e) => set('worker', (e.target as HTMLInputElement).value)} /></label>
               <label>Job ID prefix<input name="id" class="mono" value={form.id} onInput={(e) => set('id', (e.target as HTMLInputElement).value)} /></label>
+              {!fixedBatch && <label>Batch ID<input name="batch" class="mono" value={form.batch} onInput={(e) => set('batch', (e.target as HTMLInputElement).value)} placeholder="batch_…" /></label>}
+              <label>Waiting on job<input name="depends_on" class="mono" value={form.parent} onInput={(e) => set('parent', (e.target as HTMLInputElement).value)} placeholder="job_…" /></label>
               <label>Sort
                 <span class="row">
                   <select name="sort" value={form.sort} onChange={(e) => set('sort', (e.target as HTMLSelectElement).value)}>
@@ -220,8 +225,8 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, actions, c
               <tr>
                 <th scope="col" class="check"><input type="checkbox" aria-label="Select every job on this page" checked={allOnPage} onChange={toggleAll} /></th>
                 <th scope="col">Job ID</th>
-                {!dead && <th scope="col">State</th>}
-                {!fixedQueue && <th scope="col">Queue</th>}
+                {!dead && <th scope="col" class="hide-xs">State</th>}
+                {!fixedQueue && <th scope="col" class="hide-xs">Queue</th>}
                 <th scope="col" class="num hide-sm">Attempts</th>
                 {dead && <th scope="col" class="hide-sm">Reason</th>}
                 <th scope="col" class="hide-sm">Payload</th>
@@ -283,10 +288,10 @@ export function JobRowView({ j, dead, showQueue, checked, onToggle, onAct, onDel
       <td class="check"><input type="checkbox" aria-label={`Select ${j.id}`} checked={checked} onChange={onToggle} /></td>
       <td class="mono nowrap">
         <a href={link} title={j.id}>{shortId(j.id)}</a>
-        <div class={`show-sm sub ${j.last_error ? 'err' : 'muted'}`}>{j.last_error ?? rowPayload(j, 34)}</div>
+        <div class={`show-sm sub ${j.last_error ? 'err' : 'muted'}`}>{!dead && <span class="show-xs"><StateBadge state={j.state} /> </span>}{showQueue && <span class="show-xs muted">{j.queue} · </span>}{j.last_error ?? rowPayload(j, 34)}</div>
       </td>
-      {!dead && <td class="nowrap"><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>}
-      {showQueue && <td class="nowrap"><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
+      {!dead && <td class="nowrap hide-xs"><StateBadge state={j.state} />{j.priority !== 'normal' && <span class={`prio p-${j.priority}`}>{j.priority}</span>}</td>}
+      {showQueue && <td class="nowrap hide-xs"><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></td>}
       <td class="num hide-sm nowrap" data-testid="attempts">{fmtAttemptShort(j.attempt, j.max_retries)}</td>
       {dead && <td class="hide-sm err-cell" title={why} data-testid="reason"><span class="err">{why}</span></td>}
       <td class="mono muted hide-sm payload-cell" title={j.payload_omitted ? undefined : payload}>

@@ -6,11 +6,9 @@ import { navigate } from '../router'
 import { fmtAgo, fmtInt, fmtTime } from '../format'
 import {
   appendAuditPage, auditFormFromQuery, auditParams, auditProblem, auditQueryFromForm, AUDIT_METHODS,
-  emptyAuditForm, emptyAuditList, statusTone, whoLabel, type AuditForm, type AuditList,
+  emptyAuditForm, emptyAuditList, statusTone, whoLabel, type AuditForm, type AuditList, AUDIT_PERMISSION,
 } from '../audit'
 import { Empty, ErrorNote } from '../components/ui'
-
-export const AUDIT_PERMISSION = 'audit:read'
 
 export function AuditPage({ query, who }: { query: URLSearchParams; who: WhoAmI }) {
   const allowed = who.permissions.includes(AUDIT_PERMISSION)

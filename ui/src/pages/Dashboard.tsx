@@ -4,7 +4,7 @@ import { href } from '../router'
 import { fmtAgo, fmtAttemptShort, fmtDuration, fmtNum, fmtRate, shortId } from '../format'
 import { isConnected } from '../workers'
 import { history, loadHistory, recordQueues, totals, ALL } from '../queues'
-import { Chart, PALETTE } from '../components/Chart'
+import { Chart, PALETTE } from '../components/charts'
 import { Empty, ErrorNote, Stat, StateBadge } from '../components/ui'
 import { QueueTable } from './Queues'
 

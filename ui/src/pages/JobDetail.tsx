@@ -1,8 +1,8 @@
 import { useState } from 'preact/hooks'
-import { api, ApiError, PRIORITIES, type Job, type Priority, type TimelineEntry } from '../api'
+import { api, ApiError, PRIORITIES, type Job, type Priority, type SearchPage, type TimelineEntry } from '../api'
 import { useLive, type JobEvent } from '../live'
 import { href, navigate } from '../router'
-import { fmtAttempt, fmtClock, fmtDuration, fmtTime, pretty, shortId } from '../format'
+import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, pretty, shortId } from '../format'
 import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
 
 // timelineOf gives the server's timeline when it has one, else one
@@ -106,6 +106,7 @@ export function JobDetail({ id }: { id: string }) {
             {j.unique_key && <><dt>Unique key</dt><dd class="mono">{j.unique_key}</dd></>}
             {Object.keys(j.tags).length > 0 && <><dt>Tags</dt><dd>{Object.entries(j.tags).map(([k, v]) => <span class="tag" key={k}>{k}:{v}</span>)}</dd></>}
             {j.depends_on && j.depends_on.length > 0 && <><dt>Depends on</dt><dd><Dependencies ids={j.depends_on} done={j.dependencies_done ?? 0} /></dd></>}
+            <Dependents id={j.id} />
             {j.batch_id && <><dt>Batch</dt><dd><BatchInfo id={j.batch_id} /></dd></>}
             {j.chain_id && <><dt>Chain</dt><dd class="mono">{j.chain_id} · step {j.chain_step}</dd></>}
           </dl>
@@ -195,11 +196,38 @@ export function Dependencies({ ids, done }: { ids: string[]; done: number }) {
   )
 }
 
+// Dependents names and links the jobs that wait on this one (enqueued
+// with it in their depends_on): the first CHILD_LOOKUPS, and a search for
+// all of them. Nothing when none do (or the server cannot tell).
+export const CHILD_LOOKUPS = 20
+export function Dependents({ id }: { id: string }) {
+  const { data } = useLive<SearchPage | null>(
+    (s) => api.search({ depends_on: id, sort: 'created_at', order: 'asc', limit: CHILD_LOOKUPS }, s).catch(() => null),
+    'children:' + id,
+    { match: (e): boolean => e.job_id === id || !!data?.jobs.some((c) => c.id === e.job_id), minGapMs: 1000, pollLiveMs: 20_000, pollOfflineMs: 5000 },
+  )
+  if (!data || data.total === 0) return null
+  return (
+    <>
+      <dt>Waited on by</dt>
+      <dd data-testid="dependents">
+        <span class="muted">{data.total === 1 ? '1 job' : `${fmtNum(data.total)} jobs`}</span>
+        <ul class="deps">
+          {data.jobs.map((c) => (
+            <li key={c.id}><a class="mono" href={href(`/jobs/${encodeURIComponent(c.id)}`)} title={c.id}>{shortId(c.id)}</a> <StateBadge state={c.state} /></li>
+          ))}
+          {data.has_more && <li><a href={href('/jobs', `depends_on=${encodeURIComponent(id)}`)}>all {fmtNum(data.total)} →</a></li>}
+        </ul>
+      </dd>
+    </>
+  )
+}
+
 function BatchInfo({ id }: { id: string }) {
   const { data } = useLive((s) => api.batch(id, s), 'batch:' + id, { minGapMs: 2000, pollLiveMs: 15_000, pollOfflineMs: 5000 })
   return (
-    <span>
-      <span class="mono">{id}</span>
+    <span data-testid="job-batch">
+      <a class="mono" href={href(`/batches/${encodeURIComponent(id)}`)}>{id}</a>
       {data && <span class="muted"> ({data.succeeded + data.failed} of {data.total} finished{data.failed ? `, ${data.failed} failed` : ''}{data.callback_job_id ? <>; callback <a href={href(`/jobs/${encodeURIComponent(data.callback_job_id)}`)} class="mono">{shortId(data.callback_job_id)}</a></> : ''})</span>}
     </span>
   )

@@ -15,8 +15,8 @@ export function PauseButton({ q, onDone }: { q: Queue; onDone?: () => void }) {
     onDone?.()
   }
   return (
-    <button class="btn small" disabled={busy} onClick={run} aria-label={`${q.paused ? 'Resume' : 'Pause'} queue ${q.name}`}>
-      {q.paused ? '▶ Resume' : '‖ Pause'}
+    <button class="btn small" disabled={busy} onClick={run} aria-label={`${q.paused ? 'Resume' : 'Pause'} queue ${q.name}`} title={`${q.paused ? 'Resume' : 'Pause'} queue ${q.name}`}>
+      {q.paused ? '▶' : '‖'}<span class="hide-xs">{q.paused ? ' Resume' : ' Pause'}</span>
     </button>
   )
 }
@@ -33,11 +33,11 @@ export function QueueTable({ queues, compact, onChange }: { queues: Queue[]; com
             {!compact && <th scope="col" class="num hide-sm">Scheduled</th>}
             <th scope="col" class="num hide-sm">Retrying</th>
             <th scope="col" class="num hide-sm">Held</th>
-            <th scope="col" class="num">Done</th>
+            <th scope="col" class="num hide-xs">Done</th>
             <th scope="col" class="num">Dead</th>
             <th scope="col" class="num hide-sm">Rate</th>
-            <th scope="col" class="num hide-sm" title="From runnable to started, over the last 5 minutes">Wait p50/p95/p99</th>
-            <th scope="col" class="num hide-sm" title="From started to finished, over the last 5 minutes">Run p50/p95/p99</th>
+            <th scope="col" class="num hide-sm" title="From runnable to started, over the last 5 minutes">Wait p50/95/99</th>
+            <th scope="col" class="num hide-sm" title="From started to finished, over the last 5 minutes">Run p50/95/99</th>
             {!compact && <th scope="col" class="hide-sm">Limits</th>}
             <th scope="col"><span class="sr-only">Actions</span></th>
           </tr>
@@ -54,7 +54,7 @@ export function QueueTable({ queues, compact, onChange }: { queues: Queue[]; com
               {!compact && <td class="num hide-sm">{fmtNum(q.scheduled)}</td>}
               <td class="num hide-sm">{fmtNum(q.retrying)}</td>
               <td class="num hide-sm" data-testid="q-held">{q.held ? <a href={href('/held', `queue=${encodeURIComponent(q.name)}`)}>{fmtNum(q.held)}</a> : '0'}</td>
-              <td class="num">{fmtNum(q.completed)}</td>
+              <td class="num hide-xs">{fmtNum(q.completed)}</td>
               <td class="num">{q.dead ? <a href={href('/dead', `queue=${encodeURIComponent(q.name)}`)} class="bad">{fmtNum(q.dead)}</a> : '0'}</td>
               <td class="num hide-sm">{q.paused ? '—' : fmtRate(rates(q, 0, undefined).done)}</td>
               <td class="num hide-sm" data-testid="q-wait">{fmtQuantiles(q.latency?.wait_ms)}</td>

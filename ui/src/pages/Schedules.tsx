@@ -27,15 +27,15 @@ export function SchedulesPage() {
       <ErrorNote error={error} />
       {data && (data.length ? (
         <div class="table-wrap">
-          <table class="grid">
-            <thead><tr><th scope="col">Name</th><th scope="col">Cron</th><th scope="col">Queue</th><th scope="col">Next run</th><th scope="col" class="hide-sm">Last run</th><th scope="col" class="hide-sm">Payload</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
+          <table class="grid schedules-table">
+            <thead><tr><th scope="col">Name</th><th scope="col">Cron</th><th scope="col" class="hide-xs">Queue</th><th scope="col">Next run</th><th scope="col" class="hide-sm">Last run</th><th scope="col" class="hide-sm">Payload</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
             <tbody>
               {data.map((s) => (
                 <tr key={s.id} data-schedule={s.name} class={s.paused ? 'paused' : ''}>
                   <th scope="row">{s.name}{s.paused && <span class="badge s-paused" data-testid="schedule-paused">paused</span>}</th>
-                  <td class="mono">{s.cron} <span class="muted small">{s.timezone}</span></td>
-                  <td><a href={href(`/queues/${encodeURIComponent(s.queue)}`)}>{s.queue}</a></td>
-                  <td title={s.next_run ?? ''}>{s.paused ? <span class="muted">paused</span> : s.next_run ? `${fmtTime(s.next_run)} (${fmtAgo(s.next_run)})` : '—'}</td>
+                  <td class="mono" title={s.timezone}>{s.cron} <span class="muted small hide-xs">{s.timezone}</span></td>
+                  <td class="hide-xs"><a href={href(`/queues/${encodeURIComponent(s.queue)}`)}>{s.queue}</a></td>
+                  <td title={s.next_run ? fmtTime(s.next_run) : ''}>{s.paused ? <span class="muted">paused</span> : s.next_run ? <><span class="hide-sm">{fmtTime(s.next_run)} (</span>{fmtAgo(s.next_run)}<span class="hide-sm">)</span></> : '—'}</td>
                   <td class="hide-sm" title={s.last_run ? fmtTime(s.last_run) : undefined}>
                     {fmtAgo(s.last_run)}
                     {s.last_job_id && <> · <a class="mono" data-testid="last-job" href={href(`/jobs/${encodeURIComponent(s.last_job_id)}`)} title={s.last_job_id}>{shortId(s.last_job_id)}</a></>}
