@@ -261,5 +261,7 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 		b = appendNullableString(b, st.Hostname)
 		b = append(b, '}')
 	}
+	b = append(b, `,"usage":`...)
+	b = appendJobUsage(b, v.Usage)
 	return append(b, '}')
 }

@@ -267,8 +267,8 @@ func (m *Mirror) closeDB() {
 // schemaVersion changes whenever the tables do: an older file is rebuilt.
 // 4: payload is the last column of jobs. 5: payload_size (a payload kept
 // as its prefix, Config.PayloadMax), before the payload: a column added
-// in place would go after it.
-const schemaVersion = 5
+// in place would go after it. 6: job_usage.
+const schemaVersion = 6
 
 func (m *Mirror) migrate() error {
 	var v int
@@ -341,6 +341,25 @@ CREATE TABLE job_errors (
     at      INTEGER NOT NULL
 );
 CREATE INDEX idx_job_errors_job ON job_errors(job_id);
+CREATE TABLE job_usage (
+    job_id                TEXT NOT NULL,
+    n                     INTEGER NOT NULL,  -- the record's number in the job (statemachine.UsageRecord)
+    shard                 INTEGER NOT NULL,
+    attempt               INTEGER NOT NULL,
+    phase                 TEXT NOT NULL,     -- heartbeat, ack, fail
+    queue                 TEXT NOT NULL,     -- the job's queue when reported
+    model                 TEXT,
+    provider              TEXT,
+    input_tokens          INTEGER NOT NULL,
+    output_tokens         INTEGER NOT NULL,
+    cache_creation_tokens INTEGER NOT NULL,
+    cache_read_tokens     INTEGER NOT NULL,
+    cost_nanos            INTEGER NOT NULL,  -- 1e-9 USD
+    latency_ms            INTEGER NOT NULL,
+    at                    INTEGER NOT NULL,
+    PRIMARY KEY (job_id, n)
+) WITHOUT ROWID;
+CREATE INDEX idx_job_usage_at ON job_usage(at);
 CREATE TABLE mirror_state (
     shard INTEGER PRIMARY KEY,
     idx   INTEGER NOT NULL,
@@ -497,6 +516,7 @@ func (m *Mirror) drop(sh int) error {
 			args []any
 		}{
 			{`DELETE FROM job_errors WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
+			{`DELETE FROM job_usage WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM jobs WHERE id >= ? AND id < ?`, []any{lo, hi}},
 			{`DELETE FROM mirror_state WHERE shard = ?`, []any{sh}},
 		} {

@@ -37,6 +37,8 @@ const (
 	stInsErr
 	stSetGen
 	stSaveIdx
+	stDelUsage
+	stPutUsage
 	stFixed // upserts follow
 )
 
@@ -47,6 +49,9 @@ var fixedSQL = [stFixed]string{
 	stSetGen:  `UPDATE jobs SET gen = ? WHERE id = ?`,
 	stSaveIdx: `INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
 ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
+	stDelUsage: `DELETE FROM job_usage WHERE job_id = ?`,
+	stPutUsage: `INSERT OR REPLACE INTO job_usage (job_id, n, shard, attempt, phase, queue, model, provider, input_tokens,
+output_tokens, cache_creation_tokens, cache_read_tokens, cost_nanos, latency_ms, at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 }
 
 // openWriter opens the writer's connection with a page cache of
@@ -334,6 +339,42 @@ func (b *batch) deleteJob(id string) {
 	b.op(stDelJob, 1)
 	b.text(id)
 	b.deleteErrors(id)
+	b.deleteUsage(id)
+}
+
+func (b *batch) deleteUsage(id string) {
+	b.op(stDelUsage, 1)
+	b.text(id)
+}
+
+// putUsage writes a usage record (a later one of the same number
+// replaces it: a heartbeat's cumulative report).
+func (b *batch) putUsage(id string, shard int, r *statemachine.UsageRecord) {
+	b.op(stPutUsage, 15)
+	b.text(id)
+	b.int(int64(r.N))
+	b.int(int64(shard))
+	b.int(int64(r.Attempt))
+	b.text(r.Phase.String())
+	b.text(r.Queue)
+	b.nullText(r.Model)
+	b.nullText(r.Provider)
+	b.int(r.InputTokens)
+	b.int(r.OutputTokens)
+	b.int(r.CacheCreationTokens)
+	b.int(r.CacheReadTokens)
+	b.int(r.CostNanos)
+	b.int(r.LatencyMs)
+	b.int(r.At)
+}
+
+// nullText appends s, or NULL when it is empty.
+func (b *batch) nullText(s string) {
+	if s == "" {
+		b.buf = append(b.buf, 0)
+		return
+	}
+	b.text(s)
 }
 
 func (b *batch) deleteErrors(id string) {

@@ -31,6 +31,7 @@ type applier struct {
 	changed   map[string]*JobView
 	deleted   map[string]bool
 	newErrors map[string][]JobError
+	newUsage  map[string][]UsageRecord
 
 	// Lifecycle events (EmitEvents), in apply order; evPos numbers them
 	// within the entry.
@@ -49,7 +50,7 @@ type applier struct {
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
 	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
 	if s.cfg.EmitChanges {
-		a.changed, a.deleted, a.newErrors = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}
+		a.changed, a.deleted, a.newErrors, a.newUsage = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}, map[string][]UsageRecord{}
 	}
 	return a
 }
@@ -69,6 +70,7 @@ func (a *applier) noteDeleted(id string) {
 	}
 	delete(a.changed, id)
 	delete(a.newErrors, id)
+	delete(a.newUsage, id)
 	a.deleted[id] = true
 }
 
@@ -80,7 +82,7 @@ func (a *applier) changeList() []JobChange {
 	out := make([]JobChange, 0, len(a.changed)+len(a.deleted))
 	for id, v := range a.changed {
 		cv := &JobView{Job: cloneJob(v.Job), State: cloneState(v.State)}
-		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id]})
+		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id]})
 	}
 	for id := range a.deleted {
 		out = append(out, JobChange{ID: id, Deleted: true})
@@ -820,9 +822,18 @@ func (a *applier) held(id string, h Holder) (*Job, JobState, Result, bool) {
 }
 
 func (a *applier) ack(o *AckOp) Result {
+	if o.Usage != nil {
+		if err := o.Usage.Check(); err != nil {
+			return Result{Status: StatusInvalid, Message: err.Error()}
+		}
+	}
 	j, st, r, ok := a.held(o.JobID, o.Holder)
 	if !ok {
 		return r
+	}
+	var used []UsageRecord
+	if o.Usage != nil {
+		used = []UsageRecord{a.addUsage(j, &st, PhaseAck, o.Usage)}
 	}
 	a.releaseLease(j.ID, &st)
 	st.State = StateCompleted
@@ -833,13 +844,22 @@ func (a *applier) ack(o *AckOp) Result {
 	a.finish(j, &st)
 	a.ackStep = ""
 	a.move(j.Queue, StateActive, StateCompleted)
-	return Result{State: StateCompleted, Queue: j.Queue}
+	return Result{State: StateCompleted, Queue: j.Queue, Usage: used}
 }
 
 func (a *applier) failJob(o *FailOp) Result {
+	if o.Usage != nil {
+		if err := o.Usage.Check(); err != nil {
+			return Result{Status: StatusInvalid, Message: err.Error()}
+		}
+	}
 	j, st, r, ok := a.held(o.JobID, o.Holder)
 	if !ok {
 		return r
+	}
+	var used []UsageRecord
+	if o.Usage != nil {
+		used = []UsageRecord{a.addUsage(j, &st, PhaseFail, o.Usage)}
 	}
 	a.releaseLease(j.ID, &st)
 	je := a.addError(j, &st, o.Error, o.Backtrace)
@@ -849,6 +869,7 @@ func (a *applier) failJob(o *FailOp) Result {
 	a.stats(j.Queue).Failed++
 	r = a.afterFailure(j, &st, je)
 	r.Queue = j.Queue
+	r.Usage = used
 	return r
 }
 
@@ -920,6 +941,9 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 		}
 		if hj.Checkpoint != nil {
 			st.Checkpoint = hj.Checkpoint
+		}
+		if hj.Usage != nil && hj.Usage.Check() == nil { // the gateway refuses a bad one
+			res.Usage = append(res.Usage, a.addUsage(j, &st, PhaseHeartbeat, hj.Usage))
 		}
 		a.releaseLease(j.ID, &st)
 		if st.CancelRequested {

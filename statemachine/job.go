@@ -374,6 +374,8 @@ type JobState struct {
 	LastError       string
 	DepsDone        uint32 // dependencies reported completed (a held job waiting on depends_on)
 	ProgressAt      int64  // when Progress was reported (0: never, or before it was recorded)
+	UsageKeys       uint32 // number of usage records (ju|, usage.go)
+	CostNanos       int64  // the job's cost so far, the sum of its usage records (1e-9 USD)
 }
 
 // stateVersion is the first byte of every state record; it never changes
@@ -400,11 +402,16 @@ func (s *JobState) appendTo(b []byte) []byte {
 	e.uvarint(uint64(s.Errors))
 	e.str(s.LastError)
 	e.uvarint(uint64(s.DepsDone))
-	// Appended fields (wire.go). ProgressAt is left out while zero, so a
-	// state that never reported progress keeps its first-release bytes; a
-	// field appended after it must write ProgressAt whenever it is written.
-	if s.ProgressAt != 0 {
+	// Appended fields (wire.go). Each is left out while it and every
+	// field after it are zero, so a state that never used them keeps its
+	// earlier bytes; a field is written whenever a later one is.
+	usage := s.UsageKeys != 0 || s.CostNanos != 0
+	if s.ProgressAt != 0 || usage {
 		e.varint(s.ProgressAt)
+	}
+	if usage {
+		e.uvarint(uint64(s.UsageKeys))
+		e.varint(s.CostNanos)
 	}
 	return e.b
 }
@@ -433,6 +440,10 @@ func (s *JobState) decode(d *dec) {
 	s.DepsDone = uint32(d.uvarint())
 	if d.more() {
 		s.ProgressAt = d.varint()
+	}
+	if d.more() {
+		s.UsageKeys = uint32(d.uvarint())
+		s.CostNanos = d.varint()
 	}
 }
 
@@ -489,6 +500,7 @@ type JobView struct {
 	Job    Job
 	State  JobState
 	Errors []JobError
+	Usage  []UsageRecord // its usage records, oldest first (lookups; not in op results)
 }
 
 // AttemptsRemaining follows DECISIONS.md: max_retries − attempt, never

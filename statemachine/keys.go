@@ -33,6 +33,8 @@ const (
 	pfxDedup     = "rq|"       // rq|{entry id:16}                        → compact results
 	pfxRate      = "rl|"       // rl|{queue}\x00{fetched:8BE}{seq:8BE}   → "" (throttled queues' sliding window)
 	pfxAudit     = "au|"       // au|{namespace}\x00{at:8BE}{id} → AuditRecord
+	pfxUsage     = "ju|"       // ju|{id}\x00{n:4BE} → the job's n-th UsageRecord
+	pfxUsageDay  = "ud|"       // ud|{day:4BE}{queue} → UsageTotals (the queue's usage on a UTC day)
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 

@@ -341,11 +341,20 @@ type AckOp struct {
 	// StepStatus steers a chain: "" or "continue" runs the next step,
 	// "exit" skips the rest (and runs on_exit).
 	StepStatus string
+	Usage      *Usage // what the attempt used beyond its heartbeats (nil: none)
 }
 
 // Code implements Op.
 func (*AckOp) Code() OpCode { return OpAck }
 func (o *AckOp) appendBody(b []byte) []byte {
+	e := enc{b: o.appendFields(b)}
+	appendOptUsage(&e, o.Usage) // appended later (wire.go)
+	return e.b
+}
+
+// appendFields writes the ack's first-release fields: AckFetchOp holds
+// them inline, so the fields appended later go at the end of each op.
+func (o *AckOp) appendFields(b []byte) []byte {
 	e := enc{b: b}
 	e.str(o.JobID)
 	o.Holder.append(&e)
@@ -354,6 +363,10 @@ func (o *AckOp) appendBody(b []byte) []byte {
 	return e.b
 }
 func (o *AckOp) decode(d *dec) {
+	o.decodeFields(d)
+	o.Usage = decodeOptUsage(d)
+}
+func (o *AckOp) decodeFields(d *dec) {
 	o.JobID = d.str()
 	o.Holder.decode(d)
 	o.Result = d.bytes()
@@ -371,11 +384,14 @@ type AckFetchOp struct {
 // Code implements Op.
 func (*AckFetchOp) Code() OpCode { return OpAckFetch }
 func (o *AckFetchOp) appendBody(b []byte) []byte {
-	return o.Fetch.appendBody(o.Ack.appendBody(b))
+	e := enc{b: o.Fetch.appendBody(o.Ack.appendFields(b))}
+	appendOptUsage(&e, o.Ack.Usage)
+	return e.b
 }
 func (o *AckFetchOp) decode(d *dec) {
-	o.Ack.decode(d)
+	o.Ack.decodeFields(d)
 	o.Fetch.decode(d)
+	o.Ack.Usage = decodeOptUsage(d)
 }
 
 // UnclaimOp hands back an active job whose fetch answer never reached its
@@ -430,6 +446,7 @@ type FailOp struct {
 	Error      string
 	Backtrace  string
 	Checkpoint []byte // optional: stored before the job is retried
+	Usage      *Usage // what the attempt used beyond its heartbeats (nil: none)
 }
 
 // Code implements Op.
@@ -441,6 +458,7 @@ func (o *FailOp) appendBody(b []byte) []byte {
 	e.str(o.Error)
 	e.str(o.Backtrace)
 	e.bytes(o.Checkpoint)
+	appendOptUsage(&e, o.Usage) // appended later (wire.go)
 	return e.b
 }
 func (o *FailOp) decode(d *dec) {
@@ -449,6 +467,7 @@ func (o *FailOp) decode(d *dec) {
 	o.Error = d.str()
 	o.Backtrace = d.str()
 	o.Checkpoint = d.bytes()
+	o.Usage = decodeOptUsage(d)
 }
 
 // HeartbeatJob is one job in a heartbeat.
@@ -457,6 +476,7 @@ type HeartbeatJob struct {
 	Progress   []byte // raw JSON, nil = unchanged
 	Checkpoint []byte // raw JSON, nil = unchanged
 	Attempt    uint32 // the lease's attempt; 0 = not checked
+	Usage      *Usage // the attempt's usage so far, cumulative (nil: none)
 }
 
 // HeartbeatOp extends the leases of active jobs and stores progress and
@@ -480,10 +500,23 @@ func (o *HeartbeatOp) appendBody(b []byte) []byte {
 	// Appended later: the attempts, one per job, after the body above so
 	// that ops already in Raft logs (which end there) decode unchanged.
 	// Left out when no job names one: the encoding is then the old one.
-	if slices.ContainsFunc(o.Jobs, func(j HeartbeatJob) bool { return j.Attempt != 0 }) {
+	// Then, appended later still, the usage of each job (a flag, and the
+	// usage when set), left out when no job has any; the attempts are
+	// written whenever the usage is.
+	usage := slices.ContainsFunc(o.Jobs, func(j HeartbeatJob) bool { return j.Usage != nil })
+	if usage || slices.ContainsFunc(o.Jobs, func(j HeartbeatJob) bool { return j.Attempt != 0 }) {
 		e.uvarint(uint64(len(o.Jobs)))
 		for i := range o.Jobs {
 			e.uvarint(uint64(o.Jobs[i].Attempt))
+		}
+	}
+	if usage {
+		e.uvarint(uint64(len(o.Jobs)))
+		for i := range o.Jobs {
+			e.boolean(o.Jobs[i].Usage != nil)
+			if u := o.Jobs[i].Usage; u != nil {
+				u.append(&e)
+			}
 		}
 	}
 	return e.b
@@ -513,6 +546,19 @@ func (o *HeartbeatOp) decode(d *dec) {
 			return
 		}
 		o.Jobs[i].Attempt = uint32(a)
+	}
+	if !d.more() {
+		return // no usage
+	}
+	if d.uvarint() != n {
+		d.fail()
+		return
+	}
+	for i := range o.Jobs {
+		if d.boolean() {
+			o.Jobs[i].Usage = &Usage{}
+			o.Jobs[i].Usage.decode(d)
+		}
 	}
 }
 
@@ -785,6 +831,10 @@ type Result struct {
 	Cursor            []byte // DropQueueOp: where to go on (nil: done)
 	Jobs              []JobView
 	Heartbeats        []HeartbeatStatus
+	// Usage is what each usage report the op applied changed (ack, fail,
+	// heartbeat): a report, or a heartbeat's report less the one it
+	// replaced.
+	Usage []UsageRecord
 }
 
 // encodeResults writes op results. With compact set, fetched jobs are stored
@@ -816,6 +866,16 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 		e.uvarint(uint64(len(r.Heartbeats)))
 		for _, h := range r.Heartbeats {
 			e.u8(uint8(h))
+		}
+	}
+	// Appended later (wire.go, rule 5): each result's usage, after every
+	// result, left out when none has any.
+	if slices.ContainsFunc(rs, func(r Result) bool { return len(r.Usage) > 0 }) {
+		for i := range rs {
+			e.uvarint(uint64(len(rs[i].Usage)))
+			for k := range rs[i].Usage {
+				e.bytes(rs[i].Usage[k].appendTo(nil))
+			}
 		}
 	}
 	return e.b
@@ -873,6 +933,21 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 		}
 		for k := uint64(0); k < nh; k++ {
 			r.Heartbeats = append(r.Heartbeats, HeartbeatStatus(d.u8()))
+		}
+	}
+	for i := 0; i < len(rs) && d.more(); i++ {
+		nu := d.uvarint()
+		if nu > MaxOpsPerEntry {
+			return nil, false, errShort
+		}
+		for k := uint64(0); k < nu && d.err == nil; k++ {
+			var rec UsageRecord
+			ud := dec{b: d.bytes()}
+			rec.decode(&ud)
+			if ud.err != nil {
+				return nil, false, errShort
+			}
+			rs[i].Usage = append(rs[i].Usage, rec)
 		}
 	}
 	if d.err != nil {

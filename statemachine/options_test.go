@@ -159,6 +159,7 @@ func TestRecordsSkipFieldsOfLaterBuilds(t *testing.T) {
 
 	// A state or error record with more than this build knows.
 	st := fullStateV1()
+	st.UsageKeys, st.CostNanos = 3, 1234 // every field this build knows
 	var gs JobState
 	d = dec{b: append(st.appendTo(nil), later...)}
 	gs.decode(&d)

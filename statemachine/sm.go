@@ -88,6 +88,9 @@ type JobChange struct {
 	Deleted   bool
 	View      *JobView   // nil when Deleted
 	NewErrors []JobError // errors recorded in this Update
+	// NewUsage lists the usage records written in this Update, oldest
+	// first; a heartbeat's record replaces the record of the same N.
+	NewUsage []UsageRecord
 }
 
 // Config configures one shard's state machine.

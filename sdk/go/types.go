@@ -93,6 +93,8 @@ type HeartbeatJob struct {
 	// for another attempt is "lost" and changes nothing, and a server
 	// run with --strict-leases refuses one without it.
 	Attempt int `json:"attempt,omitempty"`
+	// Usage is the attempt's usage so far (cumulative).
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Job is the full job document (GET /api/v1/jobs/{id}).
@@ -140,6 +142,7 @@ type Job struct {
 	LastError        *string           `json:"last_error"`
 	Errors           []JobError        `json:"errors"`
 	Worker           *JobWorker        `json:"worker"`
+	Usage            *JobUsage         `json:"usage"` // nil: no usage reported
 	// Timeline is sent by GET /api/v1/jobs/{id} only.
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
 }
