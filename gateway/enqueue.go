@@ -261,6 +261,7 @@ type enqueueRequest struct {
 	UniquePeriod   *int64            `json:"unique_period"`
 	Chain          *chainRequest     `json:"chain"`
 	DependsOn      []string          `json:"depends_on"`
+	ResultSchema   jsontext.Value    `json:"result_schema"`
 }
 
 // toJob validates a request and builds the job an EnqueueOp carries (ID
@@ -380,6 +381,15 @@ func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (s
 			return j, wrap(invalid("field \"unique_period\" must be 0–%d seconds (0: until the job finishes)", maxUniquePeriod))
 		}
 		j.UniquePeriod = *r.UniquePeriod
+	}
+	if rs := rawOrNil(r.ResultSchema); rs != nil {
+		if len(rs) > maxResultSchema {
+			return j, wrap(invalid("field \"result_schema\" must be at most %d bytes", maxResultSchema))
+		}
+		if _, err := compileSchema(rs); err != nil {
+			return j, wrap(invalid("field \"result_schema\" is not a valid JSON Schema: %v", err))
+		}
+		j.ResultSchema = rs
 	}
 	if len(r.DependsOn) > maxDependsOn {
 		return j, wrap(invalid("at most %d jobs in \"depends_on\"", maxDependsOn))

@@ -36,16 +36,33 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var r *statemachine.Result
+	var violations []schemaViolation
 	combined := false
 	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
 		ack := statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus(), Usage: req.usage}
-		if combined = next != nil && next.onShard(s, sh); combined {
-			r, aerr = s.proposeJob(sh, &statemachine.AckFetchOp{Ack: ack, Fetch: next.op()})
-		} else {
-			r, aerr = s.proposeJob(sh, &ack)
+		propose := func() {
+			if combined = next != nil && next.onShard(s, sh); combined {
+				r, aerr = s.proposeJob(sh, &statemachine.AckFetchOp{Ack: ack, Fetch: next.op()})
+			} else {
+				r, aerr = s.proposeJob(sh, &ack)
+			}
+		}
+		propose()
+		if aerr != nil && aerr.code == codeResultSchemaInvalid.Code {
+			// The job has a result_schema: validate, then ack again
+			// (resultschema.go).
+			if violations, aerr = s.checkResult(sh, id, ack.Result); aerr != nil || len(violations) > 0 {
+				return aerr
+			}
+			ack.SchemaChecked = true
+			propose()
 		}
 		return aerr
 	}); !ok {
+		return
+	}
+	if len(violations) > 0 {
+		writeSchemaInvalid(ctx, violations)
 		return
 	}
 	s.counters(r.Queue).completed.Inc()
@@ -192,6 +209,9 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		s.counters(r.Queue).completed.Inc()
 		countUsage(r.Usage)
 	})
+	if s.recheckSchemas(&req, &out) {
+		combined = false // the fetch the entry carried ran before these acks
+	}
 	b := append([]byte(`{"acked":`), appendInt(nil, int64(out.applied))...)
 	b = append(b, `,"errors":`...)
 	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
@@ -205,6 +225,42 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		fail = out.whole
 	}
 	writeMulti(ctx, 200, fail, append(b, '}'))
+}
+
+// recheckSchemas validates the results of the batch's acks the state
+// machine refused for want of a schema check (jobs with a result_schema)
+// and proposes the valid ones again; an invalid one stays failed with
+// result_schema_invalid and the reason. It reports whether it acked any.
+func (s *Server) recheckSchemas(req *ackBatchRequest, out *multiOutcome) bool {
+	acked := false
+	kept := out.failed[:0]
+	for _, f := range out.failed {
+		if f.err.code != codeResultSchemaInvalid.Code {
+			kept = append(kept, f)
+			continue
+		}
+		a := &req.Acks[f.item]
+		sh, _ := s.rt.ShardForJob(*a.JobID)
+		ack := &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus(), Usage: a.usage, SchemaChecked: true}
+		vs, aerr := s.checkResult(sh, ack.JobID, ack.Result)
+		if aerr == nil && len(vs) > 0 {
+			aerr = codeResultSchemaInvalid.err(schemaMessage(vs))
+		}
+		var r *statemachine.Result
+		if aerr == nil {
+			r, aerr = s.proposeJob(sh, ack)
+		}
+		if aerr != nil {
+			kept = append(kept, itemFailure{f.item, aerr})
+			continue
+		}
+		acked = true
+		out.applied++
+		s.counters(r.Queue).completed.Inc()
+		countUsage(r.Usage)
+	}
+	out.failed = kept
+	return acked
 }
 
 // appendNextJobs writes an ack batch's fetch: `,"jobs":[…]`, and

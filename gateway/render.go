@@ -261,6 +261,8 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 		b = appendNullableString(b, st.Hostname)
 		b = append(b, '}')
 	}
+	b = append(b, `,"result_schema":`...)
+	b = appendRaw(b, j.ResultSchema, "null")
 	b = append(b, `,"usage":`...)
 	b = appendJobUsage(b, v.Usage)
 	return append(b, '}')

@@ -784,6 +784,8 @@ func resultError(r *statemachine.Result) *apiError {
 		return codeConflict.err(r.Message)
 	case statemachine.StatusInvalid:
 		return invalid("%s", r.Message)
+	case statemachine.StatusSchemaRequired:
+		return codeResultSchemaInvalid.err(r.Message) // the ack handlers validate and try again
 	}
 	return nil
 }

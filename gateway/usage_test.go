@@ -135,3 +135,67 @@ func TestAPIUsageBadInput(t *testing.T) {
 		require.Equal(t, 400, code, "%s: %s", qs, body)
 	}
 }
+
+// TestAPIResultSchema: a schema that does not compile is a 400 at
+// enqueue; an ack whose result fails the schema is a 422 with the
+// violations and leaves the job active under its lease, and the worker
+// acks again with a valid result; in an ack batch the invalid item fails
+// alone.
+func TestAPIResultSchema(t *testing.T) {
+	t.Parallel()
+	q := uq("llm-schema")
+	schema := map[string]any{"type": "object", "required": []string{"vendor", "amount"},
+		"properties": map[string]any{"vendor": map[string]any{"type": "string"}, "amount": map[string]any{"type": "number"}}}
+	code, body := call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "result_schema": map[string]any{"type": "wat"}})
+	require.Equal(t, 400, code, string(body))
+	require.Contains(t, string(body), "result_schema")
+	code, body = call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []map[string]any{{"queue": q, "result_schema": map[string]any{"minimum": "x"}}}})
+	require.Equal(t, 400, code, string(body))
+
+	id := enqueue(t, map[string]any{"queue": q, "result_schema": schema})
+	j, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	worker := "w-" + t.Name()
+	code, body = call(t, "POST", "/api/v1/ack/"+id, map[string]any{"worker_id": worker, "attempt": j.Attempt, "result": map[string]any{"vendor": 7},
+		"usage": map[string]any{"input_tokens": 5}})
+	require.Equal(t, 422, code, string(body))
+	bad := mustJSON[struct {
+		Code   string `json:"code"`
+		Errors []struct {
+			Path    string `json:"path"`
+			Message string `json:"message"`
+		} `json:"validation_errors"`
+	}](t, body)
+	require.Equal(t, corvo.CodeResultSchemaInvalid, bad.Code)
+	require.Len(t, bad.Errors, 2, string(body))
+	require.Equal(t, "", bad.Errors[0].Path, "the missing member is the object's")
+	require.Equal(t, "/vendor", bad.Errors[1].Path)
+	doc := getJob(t, id)
+	require.Equal(t, "active", doc.State)
+	code, body = call(t, "GET", "/api/v1/jobs/"+id, nil)
+	require.Equal(t, 200, code)
+	require.Nil(t, mustJSON[corvo.Job](t, body).Usage, "a refused ack records no usage")
+
+	code, body = call(t, "POST", "/api/v1/ack/"+id, map[string]any{"worker_id": worker, "attempt": j.Attempt, "result": map[string]any{"vendor": "Acme", "amount": 12.5}})
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, "completed", getJob(t, id).State)
+
+	// An ack batch: one valid, one invalid, one without a schema.
+	ids := []string{enqueue(t, map[string]any{"queue": q, "result_schema": schema}), enqueue(t, map[string]any{"queue": q, "result_schema": schema}),
+		enqueue(t, map[string]any{"queue": q})}
+	for range ids {
+		_, ok := fetchOne(t, 1, q)
+		require.True(t, ok)
+	}
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": []map[string]any{
+		{"job_id": ids[0], "result": map[string]any{"vendor": "A", "amount": 1}},
+		{"job_id": ids[1], "result": "nope"},
+		{"job_id": ids[2], "result": "anything"}}})
+	require.Equal(t, 200, code, string(body))
+	res := mustJSON[corvo.AckBatchResult](t, body)
+	require.Equal(t, 2, res.Acked)
+	require.Len(t, res.Errors, 1)
+	require.Equal(t, ids[1], res.Errors[0].JobID)
+	require.Equal(t, corvo.CodeResultSchemaInvalid, res.Errors[0].Code)
+	require.Equal(t, []string{"completed", "active", "completed"}, []string{getJob(t, ids[0]).State, getJob(t, ids[1]).State, getJob(t, ids[2]).State})
+}

@@ -831,6 +831,9 @@ func (a *applier) ack(o *AckOp) Result {
 	if !ok {
 		return r
 	}
+	if len(j.ResultSchema) > 0 && !o.SchemaChecked {
+		return Result{Status: StatusSchemaRequired, State: StateActive, Queue: j.Queue, Message: "the job's result must be validated against its result_schema"}
+	}
 	var used []UsageRecord
 	if o.Usage != nil {
 		used = []UsageRecord{a.addUsage(j, &st, PhaseAck, o.Usage)}

@@ -145,6 +145,10 @@ type JobOptions struct {
 	Tags          []byte // raw JSON object, nil when none
 	UniqueKey     string
 	UniquePeriod  int64 // seconds
+	// ResultSchema is the JSON Schema (2020-12) an ack's result must
+	// satisfy (raw JSON, nil: none). The gateway validates (the state
+	// machine only asks that it did: AckOp.SchemaChecked).
+	ResultSchema []byte
 }
 
 // DefaultJobOptions are the options of a job created without any.
@@ -167,12 +171,14 @@ func (o JobOptions) inherited() JobOptions {
 	o.ScheduledAt = 0
 	o.ExpireAfter, o.ExpireAfterMs = "", 0
 	o.UniqueKey, o.UniquePeriod = "", 0
+	o.ResultSchema = nil
 	return o
 }
 
 // clone copies the options' slices (decoded ones alias their input).
 func (o JobOptions) clone() JobOptions {
 	o.Tags = cloneBytes(o.Tags)
+	o.ResultSchema = cloneBytes(o.ResultSchema)
 	return o
 }
 
@@ -307,6 +313,11 @@ func (j *Job) appendTo(b []byte) []byte {
 		e.str(d.ID)
 		e.uvarint(uint64(d.Shard))
 	}
+	// Appended fields (wire.go), each left out while it and every later
+	// one are empty.
+	if len(j.ResultSchema) > 0 {
+		e.bytes(j.ResultSchema)
+	}
 	return e.b
 }
 
@@ -350,6 +361,9 @@ func (j *Job) decode(d *dec) {
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		j.DependsOn = append(j.DependsOn, Dep{ID: d.str(), Shard: uint32(d.uvarint())})
+	}
+	if d.more() {
+		j.ResultSchema = d.bytes()
 	}
 }
 

@@ -342,14 +342,40 @@ type AckOp struct {
 	// "exit" skips the rest (and runs on_exit).
 	StepStatus string
 	Usage      *Usage // what the attempt used beyond its heartbeats (nil: none)
+	// SchemaChecked says the gateway validated Result against the job's
+	// result_schema: an ack of a job with one applies only then.
+	SchemaChecked bool
 }
 
 // Code implements Op.
 func (*AckOp) Code() OpCode { return OpAck }
 func (o *AckOp) appendBody(b []byte) []byte {
 	e := enc{b: o.appendFields(b)}
-	appendOptUsage(&e, o.Usage) // appended later (wire.go)
+	o.appendLater(&e)
 	return e.b
+}
+
+// appendLater writes the fields appended to the ack after its first
+// release (wire.go), each left out while it and every later one are
+// unset: the usage (a flag, then the usage), then SchemaChecked.
+func (o *AckOp) appendLater(e *enc) {
+	if o.Usage == nil && !o.SchemaChecked {
+		return
+	}
+	e.boolean(o.Usage != nil)
+	if o.Usage != nil {
+		o.Usage.append(e)
+	}
+	if o.SchemaChecked {
+		e.boolean(true)
+	}
+}
+
+func (o *AckOp) decodeLater(d *dec) {
+	o.Usage = decodeOptUsage(d)
+	if d.more() {
+		o.SchemaChecked = d.boolean()
+	}
 }
 
 // appendFields writes the ack's first-release fields: AckFetchOp holds
@@ -364,7 +390,7 @@ func (o *AckOp) appendFields(b []byte) []byte {
 }
 func (o *AckOp) decode(d *dec) {
 	o.decodeFields(d)
-	o.Usage = decodeOptUsage(d)
+	o.decodeLater(d)
 }
 func (o *AckOp) decodeFields(d *dec) {
 	o.JobID = d.str()
@@ -385,13 +411,13 @@ type AckFetchOp struct {
 func (*AckFetchOp) Code() OpCode { return OpAckFetch }
 func (o *AckFetchOp) appendBody(b []byte) []byte {
 	e := enc{b: o.Fetch.appendBody(o.Ack.appendFields(b))}
-	appendOptUsage(&e, o.Ack.Usage)
+	o.Ack.appendLater(&e)
 	return e.b
 }
 func (o *AckFetchOp) decode(d *dec) {
 	o.Ack.decodeFields(d)
 	o.Fetch.decode(d)
-	o.Ack.Usage = decodeOptUsage(d)
+	o.Ack.decodeLater(d)
 }
 
 // UnclaimOp hands back an active job whose fetch answer never reached its
@@ -804,6 +830,9 @@ const (
 	StatusNotFound Status = 1 // no such job
 	StatusConflict Status = 2 // wrong state, or not held under this lease
 	StatusInvalid  Status = 3 // rejected by the state machine
+	// StatusSchemaRequired: an ack of a job with a result_schema that the
+	// gateway did not validate (AckOp.SchemaChecked); nothing changed.
+	StatusSchemaRequired Status = 4
 )
 
 // HeartbeatStatus is the answer for one job of a heartbeat.

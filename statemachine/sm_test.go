@@ -403,6 +403,9 @@ func randomLog(tb *testBundle, n int) {
 			if tb.rnd.IntN(4) == 0 {
 				j.ExpireAfterMs = int64(1000 + tb.rnd.IntN(20000))
 			}
+			if tb.rnd.IntN(5) == 0 {
+				j.ResultSchema = []byte(`{"type":"object"}`)
+			}
 			switch tb.rnd.IntN(6) {
 			case 0:
 				j.Chain = &Chain{ID: id, Steps: []ChainTarget{{Queue: "a"}, {Queue: "b"}, {Queue: "c"}}, OnFailure: &ChainTarget{Queue: "c"}, OnExit: &ChainTarget{Queue: "a"}}
@@ -417,7 +420,8 @@ func randomLog(tb *testBundle, n int) {
 		case k < 6:
 			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
 		case k == 6 && tb.rnd.IntN(2) == 0:
-			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))], StepStatus: []string{"", "continue", "exit"}[tb.rnd.IntN(3)], Usage: randomUsage(tb)}
+			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))], StepStatus: []string{"", "continue", "exit"}[tb.rnd.IntN(3)], Usage: randomUsage(tb),
+				SchemaChecked: tb.rnd.IntN(2) == 0}
 		case k == 6 && tb.rnd.IntN(2) == 0:
 			op = &AckFetchOp{Ack: AckOp{JobID: ids[tb.rnd.IntN(len(ids))], Usage: randomUsage(tb)}, Fetch: FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(2))}}
 		case k == 6:

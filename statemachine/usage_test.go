@@ -145,3 +145,22 @@ func TestUsageMovesWithTheJob(t *testing.T) {
 	require.Equal(t, int64(70), got.State.CostNanos)
 	require.Equal(t, int64(7), got.Usage[0].InputTokens)
 }
+
+// TestAckNeedsSchemaCheck: an ack of a job with a result_schema applies
+// only when the gateway says it validated the result; otherwise nothing
+// changes and the job stays active.
+func TestAckNeedsSchemaCheck(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("q", PriorityNormal, func(j *Job) { j.ResultSchema = []byte(`{"type":"object"}`) })
+	tb.fetch(1, "q")
+	r := tb.one(&AckOp{JobID: id, Result: []byte(`{}`), Usage: usageOf(1, 1, 1, "m")})
+	require.Equal(t, StatusSchemaRequired, r.Status)
+	v := tb.get(id)
+	require.Equal(t, StateActive, v.State.State)
+	require.Empty(t, v.Usage)
+	r = tb.one(&AckFetchOp{Ack: AckOp{JobID: id, Result: []byte(`{}`), SchemaChecked: true}, Fetch: FetchOp{Queues: []string{"q"}, WorkerID: "w1", Count: 1}})
+	require.Equal(t, StatusOK, r.Status, r.Message)
+	require.Equal(t, StateCompleted, tb.get(id).State.State)
+	require.Equal(t, []byte(`{"type":"object"}`), tb.get(id).Job.ResultSchema)
+}

@@ -23,6 +23,10 @@ type EnqueueRequest struct {
 	UniquePeriod   int               `json:"unique_period,omitempty"` // seconds
 	DependsOn      []string          `json:"depends_on,omitempty"`
 	Chain          *Chain            `json:"chain,omitempty"`
+	// ResultSchema is a JSON Schema (2020-12) the job's result must
+	// satisfy: an ack with a result that does not is answered 422
+	// result_schema_invalid and the job stays active.
+	ResultSchema any `json:"result_schema,omitempty"`
 }
 
 // Chain is a sequential pipeline (the job is its first step).
@@ -142,6 +146,7 @@ type Job struct {
 	LastError        *string           `json:"last_error"`
 	Errors           []JobError        `json:"errors"`
 	Worker           *JobWorker        `json:"worker"`
+	ResultSchema     json.RawMessage   `json:"result_schema"`
 	Usage            *JobUsage         `json:"usage"` // nil: no usage reported
 	// Timeline is sent by GET /api/v1/jobs/{id} only.
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
