@@ -275,9 +275,9 @@ func (s *Server) handleUsageSummary(ctx *fasthttp.RequestCtx) {
 	}
 	rctx, cancel := s.readContext(ctx)
 	defer cancel()
-	if only == nil {
-		s.awaitMirror(rctx)
-	}
+	// Read your writes, on every node a part runs on too: a report
+	// acknowledged before the summary was asked is in it.
+	s.awaitMirror(rctx)
 	f.Shards = local
 	sum, err := s.cfg.Mirror.UsageSummary(rctx, f)
 	if errors.Is(err, mirror.ErrBadFilter) {
