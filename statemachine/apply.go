@@ -38,6 +38,11 @@ type applier struct {
 	events []JobEvent
 	evPos  uint32
 
+	// inFetch is set while a fetch runs; fetchAdds are the pending keys
+	// added meanwhile (fetch).
+	inFetch   bool
+	fetchAdds [][]byte
+
 	rateSeq uint32 // tiebreak of rate-window keys within one entry
 	ackStep string // the step_status of the ack being applied (chains)
 	outSeq  uint32 // numbers outbox records within one entry
@@ -482,6 +487,9 @@ func (a *applier) addPending(j *Job) {
 	k := pendingKey(j.Queue, j.Priority, j.CreatedAt, j.Seq)
 	a.set(k, []byte(j.ID))
 	a.s.lowerCursor(j.Queue, k)
+	if a.inFetch {
+		a.fetchAdds = append(a.fetchAdds, k)
+	}
 	a.ready[j.Queue] = struct{}{}
 	// The head cache stays exact: a first pending job is the head, and a
 	// new key before the known head replaces it.
@@ -620,6 +628,22 @@ func (a *applier) fetch(o *FetchOp) Result {
 	store := make([]fetchHead, 0, len(o.Queues))
 	var ptrs [8]*fetchHead
 	heads := ptrs[:0]
+	// A claim can add pending jobs (an expired job dies, and its chain's
+	// on_failure handler is enqueued here): the positions this fetch
+	// leaves as heads and cursors do not see them, so they are applied
+	// again once it has (this defer runs last).
+	a.inFetch, a.fetchAdds = true, a.fetchAdds[:0]
+	defer func() {
+		a.inFetch = false
+		for _, k := range a.fetchAdds {
+			q, _ := pendingQueue(k)
+			a.s.lowerCursor(q, k)
+			if h := a.s.heads[q]; h != nil && bytes.Compare(k, h) < 0 {
+				a.s.heads[q] = k
+			}
+		}
+		a.fetchAdds = a.fetchAdds[:0]
+	}()
 	defer func() {
 		for _, h := range heads {
 			if h.it != nil {

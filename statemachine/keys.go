@@ -68,6 +68,15 @@ func pendingKey(queue string, prio Priority, created int64, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 
+// pendingQueue is the queue of a pending key.
+func pendingQueue(k []byte) (string, bool) {
+	rest := k[len(pfxPending):]
+	if len(rest) < 18 || rest[len(rest)-18] != 0 {
+		return "", false
+	}
+	return string(rest[:len(rest)-18]), true
+}
+
 // pendingSuffix splits the part of a pending key after its queue prefix.
 func pendingSuffix(suffix []byte) (prio Priority, created int64, ok bool) {
 	if len(suffix) != 17 {
