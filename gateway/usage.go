@@ -328,6 +328,11 @@ func (s *Server) handleUsageSummary(ctx *fasthttp.RequestCtx) {
 type usagePart struct {
 	Groups []usagePartGroup `json:"groups"`
 	Totals usagePartGroup   `json:"totals"`
+	Cache  struct {
+		Hits       int64 `json:"hits"`
+		Misses     int64 `json:"misses"`
+		SavedNanos int64 `json:"saved_nanos"`
+	} `json:"cache"`
 }
 
 type usagePartGroup struct {
@@ -348,6 +353,7 @@ func partGroup(g *mirror.UsageGroup) usagePartGroup {
 
 func partOf(s *mirror.UsageSummary) *usagePart {
 	p := &usagePart{Groups: make([]usagePartGroup, len(s.Groups)), Totals: partGroup(&s.Totals)}
+	p.Cache.Hits, p.Cache.Misses, p.Cache.SavedNanos = s.Cache.Hits, s.Cache.Misses, s.Cache.SavedNanos
 	for i := range s.Groups {
 		p.Groups[i] = partGroup(&s.Groups[i])
 	}
@@ -368,6 +374,9 @@ func addGroup(g *mirror.UsageGroup, p *usagePartGroup) {
 // groups ordered by cost, then key.
 func mergeUsage(s *mirror.UsageSummary, p *usagePart) {
 	addGroup(&s.Totals, &p.Totals)
+	s.Cache.Hits += p.Cache.Hits
+	s.Cache.Misses += p.Cache.Misses
+	s.Cache.SavedNanos += p.Cache.SavedNanos
 	for i := range p.Groups {
 		pg := &p.Groups[i]
 		at := slices.IndexFunc(s.Groups, func(g mirror.UsageGroup) bool {
@@ -436,5 +445,18 @@ func appendUsageSummary(b []byte, period, groupBy, groupBySent string, s *mirror
 	}
 	b = append(b, `],"totals":{`...)
 	b = appendUsageGroup(b, &s.Totals)
+	c := &s.Cache
+	b = append(b, `},"cache":{"hits":`...)
+	b = appendInt(b, c.Hits)
+	b = append(b, `,"misses":`...)
+	b = appendInt(b, c.Misses)
+	b = append(b, `,"hit_rate":`...)
+	if c.Hits+c.Misses == 0 {
+		b = append(b, '0')
+	} else {
+		b = strconv.AppendFloat(b, float64(c.Hits)/float64(c.Hits+c.Misses), 'f', 4, 64)
+	}
+	b = append(b, `,"estimated_savings_usd":`...)
+	b = appendUSD(b, c.SavedNanos)
 	return append(b, "}}"...)
 }

@@ -199,3 +199,55 @@ func TestAPIResultSchema(t *testing.T) {
 	require.Equal(t, corvo.CodeResultSchemaInvalid, res.Errors[0].Code)
 	require.Equal(t, []string{"completed", "active", "completed"}, []string{getJob(t, ids[0]).State, getJob(t, ids[1]).State, getJob(t, ids[2]).State})
 }
+
+// TestAPIResultCache: a completed job with a cache answers a later enqueue
+// of the same payload (exact, whatever its key order) or the same named
+// members (key) in the queue at once, completed, with its result; the
+// hit never reaches a worker; the summary counts hits, misses and the
+// savings (the cost of the job the result came from); bad cache options
+// are 400s.
+func TestAPIResultCache(t *testing.T) {
+	t.Parallel()
+	q := uq("llm-cache")
+	cache := map[string]any{"enabled": true, "ttl": "1h"}
+	first := enqueue(t, map[string]any{"queue": q, "payload": map[string]any{"q": "capital of France", "n": 1}, "cache": cache})
+	j, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	require.Equal(t, first, j.JobID)
+	code, body := call(t, "POST", "/api/v1/ack/"+first, map[string]any{"result": map[string]any{"answer": "Paris"},
+		"usage": map[string]any{"input_tokens": 100, "cost_usd": 0.25}})
+	require.Equal(t, 200, code, string(body))
+
+	code, body = call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]any{"n": 1.0, "q": "capital of France"}, "cache": cache})
+	require.Equal(t, 201, code, string(body))
+	hit := mustJSON[corvo.Enqueued](t, body)
+	require.True(t, hit.Cached)
+	require.Equal(t, first, hit.CachedFrom)
+	require.Equal(t, "completed", hit.Status)
+	require.JSONEq(t, `{"answer":"Paris"}`, string(hit.Result))
+	require.Equal(t, "completed", getJob(t, hit.JobID).State)
+	_, ok = fetchOne(t, 0, q)
+	require.False(t, ok, "a cache hit never reaches a worker")
+
+	// key: only the named members count.
+	keyed := map[string]any{"enabled": true, "ttl": "1h", "match": "key", "cache_key_fields": []string{"q"}}
+	code, body = call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []map[string]any{
+		{"queue": q, "payload": map[string]any{"q": "capital of France", "n": 2}, "cache": keyed},
+		{"queue": q, "payload": map[string]any{"q": "capital of Spain"}, "cache": cache},
+		{"queue": q, "payload": map[string]any{"q": "capital of France", "n": 1}, "cache": cache}}})
+	require.Equal(t, 201, code, string(body))
+	b := mustJSON[corvo.BatchEnqueued](t, body)
+	require.Equal(t, []bool{false, false, true}, b.Cached, "a key-matched job has another key than an exact one: a miss")
+
+	code, body = call(t, "GET", "/api/v1/usage/summary?period=24h&group_by=queue", nil)
+	require.Equal(t, 200, code, string(body))
+	s := mustJSON[corvo.UsageSummary](t, body)
+	require.GreaterOrEqual(t, s.Cache.Hits, int64(1))
+	require.GreaterOrEqual(t, s.Cache.EstimatedSavingsUSD, 0.25)
+
+	for _, bad := range []map[string]any{{"enabled": true}, {"ttl": "1h"}, {"enabled": true, "ttl": "forever"}, {"enabled": true, "ttl": "1h", "match": "fuzzy"},
+		{"enabled": true, "ttl": "1h", "match": "key"}, {"enabled": true, "ttl": "1h", "cache_key_fields": []string{"q"}}, {"enabled": true, "ttl": "1h", "color": 1}} {
+		code, body := call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]any{"q": 1}, "cache": bad})
+		require.Equal(t, 400, code, "%v: %s", bad, body)
+	}
+}

@@ -267,7 +267,7 @@ func (m *Mirror) closeDB() {
 // schemaVersion changes whenever the tables do: an older file is rebuilt.
 // 4: payload is the last column of jobs. 5: payload_size (a payload kept
 // as its prefix, Config.PayloadMax), before the payload: a column added
-// in place would go after it. 6: job_usage.
+// in place would go after it. 6: job_usage; cache_key, cached_from, saved_nanos.
 const schemaVersion = 6
 
 func (m *Mirror) migrate() error {
@@ -326,6 +326,9 @@ CREATE TABLE jobs (
     last_error       TEXT,
     checkpoint       TEXT,
     result           TEXT,
+    cache_key        TEXT,              -- the job's result cache key (statemachine.JobOptions.CacheKey)
+    cached_from      TEXT,              -- completed from the cache: the job whose result it took
+    saved_nanos      INTEGER,           -- … and that job's cost (1e-9 USD)
     payload_size     INTEGER,           -- NULL: payload is whole; else its full size, payload its first bytes
     payload          TEXT NOT NULL
 ) WITHOUT ROWID;

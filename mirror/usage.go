@@ -40,6 +40,14 @@ type UsageGroup struct {
 type UsageSummary struct {
 	Groups []UsageGroup
 	Totals UsageGroup
+	Cache  CacheStats
+}
+
+// CacheStats counts the jobs enqueued in the period with a cache key:
+// those completed from the cache (hits, and the cost of the jobs they
+// took their results from) and the others (misses).
+type CacheStats struct {
+	Hits, Misses, SavedNanos int64
 }
 
 // UsageSummary adds up the usage records that match f.
@@ -111,6 +119,9 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 	if err := rows.Close(); err != nil {
 		return nil, err
 	}
+	if err := m.cacheStats(ctx, f, out); err != nil {
+		return nil, err
+	}
 	if key == "" {
 		return out, nil
 	}
@@ -128,4 +139,24 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 		out.Groups = append(out.Groups, g)
 	}
 	return out, rows.Err()
+}
+
+func (m *Mirror) cacheStats(ctx context.Context, f UsageFilter, out *UsageSummary) error {
+	var ps Params
+	where := []string{"cache_key IS NOT NULL", "created_at >= " + ps.Add(f.Since)}
+	if f.Namespace != "" {
+		where = append(where, namespaceCond(f.Namespace, &ps))
+	}
+	if f.Shards != nil {
+		in := make([]string, len(f.Shards))
+		for i, sh := range f.Shards {
+			in[i] = ps.Add(sh)
+		}
+		where = append(where, "shard IN ("+strings.Join(in, ",")+")")
+	}
+	var hits, misses, saved sql.NullInt64
+	err := m.rdb.QueryRowContext(ctx, "SELECT SUM(cached_from IS NOT NULL), SUM(cached_from IS NULL), SUM(saved_nanos) FROM jobs WHERE "+
+		strings.Join(where, " AND "), ps.Args...).Scan(&hits, &misses, &saved)
+	out.Cache = CacheStats{Hits: hits.Int64, Misses: misses.Int64, SavedNanos: saved.Int64}
+	return err
 }

@@ -217,16 +217,16 @@ func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), l
 var jobCols = [...]string{"id", "shard", "idx", "gen", "queue", "state", "priority", "attempt", "max_retries",
 	"payload", "error_count", "created_at",
 	"tags", "unique_key", "batch_id", "chain_id", "worker_id", "hostname", "progress", "checkpoint", "result",
-	"reason", "last_error", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at", "lease_expires_at",
-	"payload_size"}
+	"reason", "last_error", "cache_key", "cached_from", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at",
+	"lease_expires_at", "payload_size", "saved_nanos"}
 
 const firstOptional = 12
 
 // optional is a row's optional columns; a column is set when its text is
 // non-empty or its number non-zero.
 type optional struct {
-	text  [11]string // tags … last_error
-	times [7]int64   // scheduled_at … lease_expires_at, payload_size
+	text  [13]string // tags … last_error, cache_key, cached_from
+	times [8]int64   // scheduled_at … lease_expires_at, payload_size, saved_nanos
 }
 
 func (o *optional) mask() uint32 {
@@ -267,8 +267,8 @@ func upsertSQL(mask uint32) string {
 func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemachine.JobView) error {
 	j, st := &v.Job, &v.State
 	var o optional
-	o.text = [11]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
-		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError}
+	o.text = [13]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
+		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError, j.CacheKey, j.CachedFrom}
 	if j.Chain != nil {
 		o.text[3] = j.Chain.ID
 	}
@@ -277,7 +277,7 @@ func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemach
 		sched = j.ScheduledAt
 	}
 	payload, size := keptPayload(j.Payload, w.payloadMax)
-	o.times = [7]int64{sched, st.StartedAt, st.CompletedAt, st.FailedAt, j.ExpireAt, st.LeaseExpiresAt, size}
+	o.times = [8]int64{sched, st.StartedAt, st.CompletedAt, st.FailedAt, j.ExpireAt, st.LeaseExpiresAt, size, j.SavedNanos}
 	mask := o.mask()
 	si, ok := w.upserts[mask]
 	if !ok {

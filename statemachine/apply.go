@@ -566,6 +566,10 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		}
 		a.lockUnique(j)
 	}
+	j.CachedFrom, j.SavedNanos = "", 0 // the state machine's to set
+	if c, from, ok := a.cacheHit(j); ok {
+		return a.enqueueCached(j, c, from)
+	}
 	if j.ExpireAfterMs > 0 {
 		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
@@ -868,6 +872,7 @@ func (a *applier) ack(o *AckOp) Result {
 	st.Result = o.Result
 	st.CancelRequested = false
 	a.ackStep = o.StepStatus
+	a.cacheResult(j, &st)
 	a.finish(j, &st)
 	a.ackStep = ""
 	a.move(j.Queue, StateActive, StateCompleted)

@@ -149,6 +149,12 @@ type JobOptions struct {
 	// satisfy (raw JSON, nil: none). The gateway validates (the state
 	// machine only asks that it did: AckOp.SchemaChecked).
 	ResultSchema []byte
+	// CacheKey, when set, makes the job's result a cache entry of its
+	// queue for CacheTTLms once it completes, and lets the job complete
+	// at once from an entry younger than CacheTTLms (cache.go). The
+	// gateway hashes it from the payload.
+	CacheKey   string
+	CacheTTLms int64
 }
 
 // DefaultJobOptions are the options of a job created without any.
@@ -172,6 +178,7 @@ func (o JobOptions) inherited() JobOptions {
 	o.ExpireAfter, o.ExpireAfterMs = "", 0
 	o.UniqueKey, o.UniquePeriod = "", 0
 	o.ResultSchema = nil
+	o.CacheKey, o.CacheTTLms = "", 0
 	return o
 }
 
@@ -197,6 +204,10 @@ type Job struct {
 	BatchShard uint32 // the shard holding the batch record, when BatchID is set
 	Chain      *Chain // nil unless the job is a step of a chain
 	DependsOn  []Dep  // jobs that must complete before this one may run
+	// A job completed from the cache at enqueue: the job whose result it
+	// took, and that job's cost (what the hit saved).
+	CachedFrom string
+	SavedNanos int64
 }
 
 // Dep names a job another job waits for, with the shard it lives on.
@@ -315,8 +326,18 @@ func (j *Job) appendTo(b []byte) []byte {
 	}
 	// Appended fields (wire.go), each left out while it and every later
 	// one are empty.
-	if len(j.ResultSchema) > 0 {
+	cache := j.CacheKey != "" || j.CacheTTLms != 0
+	cached := j.CachedFrom != "" || j.SavedNanos != 0
+	if len(j.ResultSchema) > 0 || cache || cached {
 		e.bytes(j.ResultSchema)
+	}
+	if cache || cached {
+		e.str(j.CacheKey)
+		e.varint(j.CacheTTLms)
+	}
+	if cached {
+		e.str(j.CachedFrom)
+		e.varint(j.SavedNanos)
 	}
 	return e.b
 }
@@ -364,6 +385,14 @@ func (j *Job) decode(d *dec) {
 	}
 	if d.more() {
 		j.ResultSchema = d.bytes()
+	}
+	if d.more() {
+		j.CacheKey = d.str()
+		j.CacheTTLms = d.varint()
+	}
+	if d.more() {
+		j.CachedFrom = d.str()
+		j.SavedNanos = d.varint()
 	}
 }
 

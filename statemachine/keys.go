@@ -35,6 +35,8 @@ const (
 	pfxAudit     = "au|"       // au|{namespace}\x00{at:8BE}{id} → AuditRecord
 	pfxUsage     = "ju|"       // ju|{id}\x00{n:4BE} → the job's n-th UsageRecord
 	pfxUsageDay  = "ud|"       // ud|{day:4BE}{queue} → UsageTotals (the queue's usage on a UTC day)
+	pfxCache     = "ck|"       // ck|{queue}\x00{cache key} → CacheEntry (cache.go)
+	pfxCacheX    = "cx|"       // cx|{expires:8BE}{queue}\x00{cache key} → "" (expiring cache entries)
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 

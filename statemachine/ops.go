@@ -864,6 +864,9 @@ type Result struct {
 	// heartbeat): a report, or a heartbeat's report less the one it
 	// replaced.
 	Usage []UsageRecord
+	// CachedFrom: the enqueue found a cached result and the job was
+	// created completed with that job's result.
+	CachedFrom string
 }
 
 // encodeResults writes op results. With compact set, fetched jobs are stored
@@ -899,12 +902,20 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 	}
 	// Appended later (wire.go, rule 5): each result's usage, after every
 	// result, left out when none has any.
-	if slices.ContainsFunc(rs, func(r Result) bool { return len(r.Usage) > 0 }) {
+	// Then each result's CachedFrom, left out when none has one (the
+	// usage lists are then written, empty or not).
+	cached := slices.ContainsFunc(rs, func(r Result) bool { return r.CachedFrom != "" })
+	if cached || slices.ContainsFunc(rs, func(r Result) bool { return len(r.Usage) > 0 }) {
 		for i := range rs {
 			e.uvarint(uint64(len(rs[i].Usage)))
 			for k := range rs[i].Usage {
 				e.bytes(rs[i].Usage[k].appendTo(nil))
 			}
+		}
+	}
+	if cached {
+		for i := range rs {
+			e.str(rs[i].CachedFrom)
 		}
 	}
 	return e.b
@@ -978,6 +989,9 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 			}
 			rs[i].Usage = append(rs[i].Usage, rec)
 		}
+	}
+	for i := 0; i < len(rs) && d.more(); i++ {
+		rs[i].CachedFrom = d.str()
 	}
 	if d.err != nil {
 		return nil, false, d.err

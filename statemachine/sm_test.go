@@ -406,6 +406,9 @@ func randomLog(tb *testBundle, n int) {
 			if tb.rnd.IntN(5) == 0 {
 				j.ResultSchema = []byte(`{"type":"object"}`)
 			}
+			if tb.rnd.IntN(3) == 0 {
+				j.CacheKey, j.CacheTTLms = fmt.Sprint("c", tb.rnd.IntN(3)), int64(1000+tb.rnd.IntN(30000))
+			}
 			switch tb.rnd.IntN(6) {
 			case 0:
 				j.Chain = &Chain{ID: id, Steps: []ChainTarget{{Queue: "a"}, {Queue: "b"}, {Queue: "c"}}, OnFailure: &ChainTarget{Queue: "c"}, OnExit: &ChainTarget{Queue: "a"}}

@@ -78,6 +78,18 @@ type UsageSummary struct {
 	GroupBy *string      `json:"group_by"`
 	Groups  []UsageGroup `json:"groups"`
 	Totals  UsageTotals  `json:"totals"`
+	Cache   UsageCache   `json:"cache"`
+}
+
+// UsageCache counts the jobs enqueued in the period with a cache: those
+// completed from the cache (hits: they never reached a worker) and the
+// others, and what the hits saved (the cost of the jobs they took their
+// results from).
+type UsageCache struct {
+	Hits                int64   `json:"hits"`
+	Misses              int64   `json:"misses"`
+	HitRate             float64 `json:"hit_rate"`
+	EstimatedSavingsUSD float64 `json:"estimated_savings_usd"`
 }
 
 // UsageTotals adds up the usage reported in a period: tokens, cost, the
