@@ -67,8 +67,22 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 	b := append([]byte(`{"job_id":`), appendString(nil, job.ID)...)
 	b = append(b, `,"status":`...)
 	b = appendString(b, stateName(rs[0].State))
-	b = append(b, `,"unique_existing":false}`...)
-	writeJSON(ctx, 201, b)
+	b = append(b, `,"unique_existing":false`...)
+	if from := rs[0].CachedFrom; from != "" {
+		// Completed from the cache: the result is the new job's (a read
+		// of the shard that just wrote it).
+		b = append(b, `,"cached":true,"cached_from":`...)
+		b = appendString(b, from)
+		b = append(b, `,"result":`...)
+		var result []byte
+		if v, err := s.read(sh, statemachine.GetJobQuery{ID: job.ID}); err == nil {
+			if jv, _ := v.(*statemachine.JobView); jv != nil {
+				result = jv.State.Result
+			}
+		}
+		b = appendRaw(b, result, "null")
+	}
+	writeJSON(ctx, 201, append(b, '}'))
 }
 
 // POST /api/v1/enqueue/batch — the jobs of each shard travel in one entry,
@@ -128,6 +142,7 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 		p.add(sh, i, &statemachine.EnqueueOp{Job: job})
 	}
 	var existing []bool // which job_ids name a live job that already held the unique key
+	var cached []bool   // which jobs completed from the cache
 	out := s.proposeAll(context.Background(), p, func(item int, op statemachine.Op, r *statemachine.Result) {
 		e, ok := op.(*statemachine.EnqueueOp)
 		switch {
@@ -139,6 +154,12 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 			ids[item], existing[item] = r.JobID, true
 		default:
 			s.counters(e.Job.Queue).enqueued.Inc()
+			if r.CachedFrom != "" {
+				if cached == nil {
+					cached = make([]bool, len(ids))
+				}
+				cached[item] = true
+			}
 		}
 	})
 	b := []byte(`{"job_ids":[`)
@@ -153,6 +174,16 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 	if existing != nil {
 		b = append(b, `,"unique_existing":[`...)
 		for i, f := range existing {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendBool(b, f)
+		}
+		b = append(b, ']')
+	}
+	if cached != nil {
+		b = append(b, `,"cached":[`...)
+		for i, f := range cached {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -261,6 +292,8 @@ type enqueueRequest struct {
 	UniquePeriod   *int64            `json:"unique_period"`
 	Chain          *chainRequest     `json:"chain"`
 	DependsOn      []string          `json:"depends_on"`
+	ResultSchema   jsontext.Value    `json:"result_schema"`
+	Cache          *cacheRequest     `json:"cache"`
 }
 
 // toJob validates a request and builds the job an EnqueueOp carries (ID
@@ -380,6 +413,18 @@ func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (s
 			return j, wrap(invalid("field \"unique_period\" must be 0–%d seconds (0: until the job finishes)", maxUniquePeriod))
 		}
 		j.UniquePeriod = *r.UniquePeriod
+	}
+	if rs := rawOrNil(r.ResultSchema); rs != nil {
+		if len(rs) > maxResultSchema {
+			return j, wrap(invalid("field \"result_schema\" must be at most %d bytes", maxResultSchema))
+		}
+		if _, err := compileSchema(rs); err != nil {
+			return j, wrap(invalid("field \"result_schema\" is not a valid JSON Schema: %v", err))
+		}
+		j.ResultSchema = rs
+	}
+	if aerr := r.Cache.apply(&j); aerr != nil {
+		return j, wrap(aerr)
 	}
 	if len(r.DependsOn) > maxDependsOn {
 		return j, wrap(invalid("at most %d jobs in \"depends_on\"", maxDependsOn))

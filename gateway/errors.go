@@ -63,6 +63,8 @@ var (
 		Meaning: "a bulk operation names or matches more than 100,000 jobs"}
 	codeUnsupportedMediaType = &errorCode{Code: "unsupported_media_type", Status: 415,
 		Meaning: "a `POST` or `PUT` whose `Content-Type` is not `application/json` (missing, `text/plain`, a form…), even with an empty body"}
+	codeResultSchemaInvalid = &errorCode{Code: "result_schema_invalid", Status: 422,
+		Meaning: "an ack's result does not match the job's `result_schema`; `validation_errors` lists why (`[{\"path\", \"message\"}]`); the job stays active under its lease, so the worker may ack again"}
 	codeHeadersTooLarge = &errorCode{Code: "headers_too_large", Status: 431,
 		Meaning: "the request line and headers together are over 8 KiB"}
 	codeOverloaded = &errorCode{Code: "overloaded", Status: 429,
@@ -92,7 +94,7 @@ var errorCodes = []*errorCode{
 	codeNotFound, codeMethodNotAllowed,
 	codeConflict, codeRemoveFailed, codeWrongNode,
 	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,
-	codeHeadersTooLarge,
+	codeResultSchemaInvalid, codeHeadersTooLarge,
 	codeOverloaded, codeRateLimited, codeBulkBusy, codeReadsBusy,
 	codeInternal, codeJoinFailed,
 	codeUnavailable, codeShuttingDown,

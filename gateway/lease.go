@@ -36,19 +36,37 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var r *statemachine.Result
+	var violations []schemaViolation
 	combined := false
 	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
-		ack := statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus()}
-		if combined = next != nil && next.onShard(s, sh); combined {
-			r, aerr = s.proposeJob(sh, &statemachine.AckFetchOp{Ack: ack, Fetch: next.op()})
-		} else {
-			r, aerr = s.proposeJob(sh, &ack)
+		ack := statemachine.AckOp{JobID: id, Holder: req.holder(), Result: rawOrNil(req.Result), StepStatus: req.stepStatus(), Usage: req.usage}
+		propose := func() {
+			if combined = next != nil && next.onShard(s, sh); combined {
+				r, aerr = s.proposeJob(sh, &statemachine.AckFetchOp{Ack: ack, Fetch: next.op()})
+			} else {
+				r, aerr = s.proposeJob(sh, &ack)
+			}
+		}
+		propose()
+		if aerr != nil && aerr.code == codeResultSchemaInvalid.Code {
+			// The job has a result_schema: validate, then ack again
+			// (resultschema.go).
+			if violations, aerr = s.checkResult(sh, id, ack.Result); aerr != nil || len(violations) > 0 {
+				return aerr
+			}
+			ack.SchemaChecked = true
+			propose()
 		}
 		return aerr
 	}); !ok {
 		return
 	}
+	if len(violations) > 0 {
+		writeSchemaInvalid(ctx, violations)
+		return
+	}
 	s.counters(r.Queue).completed.Inc()
+	countUsage(r.Usage)
 	if next == nil {
 		writeJSON(ctx, 200, []byte(`{"status":"completed"}`))
 		return
@@ -171,7 +189,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			onShard = -2
 		}
 		proposed++
-		p.add(sh, i, &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus()})
+		p.add(sh, i, &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus(), Usage: a.usage})
 	}
 	next, aerr := s.nextFetch(ctx, req.Fetch, req.Acks[0].WorkerID)
 	if aerr != nil {
@@ -189,7 +207,11 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.counters(r.Queue).completed.Inc()
+		countUsage(r.Usage)
 	})
+	if s.recheckSchemas(&req, &out) {
+		combined = false // the fetch the entry carried ran before these acks
+	}
 	b := append([]byte(`{"acked":`), appendInt(nil, int64(out.applied))...)
 	b = append(b, `,"errors":`...)
 	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
@@ -203,6 +225,42 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		fail = out.whole
 	}
 	writeMulti(ctx, 200, fail, append(b, '}'))
+}
+
+// recheckSchemas validates the results of the batch's acks the state
+// machine refused for want of a schema check (jobs with a result_schema)
+// and proposes the valid ones again; an invalid one stays failed with
+// result_schema_invalid and the reason. It reports whether it acked any.
+func (s *Server) recheckSchemas(req *ackBatchRequest, out *multiOutcome) bool {
+	acked := false
+	kept := out.failed[:0]
+	for _, f := range out.failed {
+		if f.err.code != codeResultSchemaInvalid.Code {
+			kept = append(kept, f)
+			continue
+		}
+		a := &req.Acks[f.item]
+		sh, _ := s.rt.ShardForJob(*a.JobID)
+		ack := &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus(), Usage: a.usage, SchemaChecked: true}
+		vs, aerr := s.checkResult(sh, ack.JobID, ack.Result)
+		if aerr == nil && len(vs) > 0 {
+			aerr = codeResultSchemaInvalid.err(schemaMessage(vs))
+		}
+		var r *statemachine.Result
+		if aerr == nil {
+			r, aerr = s.proposeJob(sh, ack)
+		}
+		if aerr != nil {
+			kept = append(kept, itemFailure{f.item, aerr})
+			continue
+		}
+		acked = true
+		out.applied++
+		s.counters(r.Queue).completed.Inc()
+		countUsage(r.Usage)
+	}
+	out.failed = kept
+	return acked
 }
 
 // appendNextJobs writes an ack batch's fetch: `,"jobs":[…]`, and
@@ -248,11 +306,12 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 	}
 	var r *statemachine.Result
 	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
-		r, aerr = s.proposeJob(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint)})
+		r, aerr = s.proposeJob(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint), Usage: req.usage})
 		return aerr
 	}); !ok {
 		return
 	}
+	countUsage(r.Usage)
 	c := s.counters(r.Queue)
 	c.failed.Inc()
 	if r.State == statemachine.StateDead {
@@ -289,6 +348,17 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ids := req.sortedIDs()
+	usage := make(map[string]*statemachine.Usage)
+	for _, id := range ids {
+		u, aerr := req.Jobs[id].Usage.toUsage("heartbeat job " + id)
+		if aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+		if u != nil {
+			usage[id] = u
+		}
+	}
 	if s.cfg.StrictLeases {
 		for _, id := range ids {
 			if noAttempt(req.Jobs[id].Attempt) {
@@ -317,13 +387,14 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 		if hj.Attempt != nil {
 			attempt = *hj.Attempt
 		}
-		op.Jobs = append(op.Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint), Attempt: attempt})
+		op.Jobs = append(op.Jobs, statemachine.HeartbeatJob{JobID: id, Progress: rawOrNil(hj.Progress), Checkpoint: rawOrNil(hj.Checkpoint), Attempt: attempt, Usage: usage[id]})
 	}
 	out := s.proposeAll(context.Background(), p, func(_ int, op statemachine.Op, r *statemachine.Result) {
 		hb := op.(*statemachine.HeartbeatOp)
 		for i, hs := range r.Heartbeats {
 			status[hb.Jobs[i].JobID] = heartbeatName(hs)
 		}
+		countUsage(r.Usage)
 	})
 	if out.err != nil {
 		// A heartbeat is answered whole: the worker sends it again.
@@ -399,7 +470,9 @@ func (h holderFields) holder() statemachine.Holder {
 type ackRequest struct {
 	Result     jsontext.Value `json:"result"`
 	StepStatus *string        `json:"step_status"`
+	Usage      *usageRequest  `json:"usage"`
 	holderFields
+	usage *statemachine.Usage // Usage, validated
 }
 
 func (r *ackRequest) stepStatus() string {
@@ -414,6 +487,10 @@ func (r *ackRequest) stepStatus() string {
 func (r *ackRequest) validate(strict bool, what string) *apiError {
 	if r.StepStatus != nil && *r.StepStatus != "continue" && *r.StepStatus != "exit" {
 		return invalid("field \"step_status\": unknown value %q (use continue or exit)", *r.StepStatus)
+	}
+	var aerr *apiError
+	if r.usage, aerr = r.Usage.toUsage(what); aerr != nil {
+		return aerr
 	}
 	return r.checkLease(strict, what)
 }
@@ -432,7 +509,9 @@ type failRequest struct {
 	Error      *string        `json:"error"`
 	Backtrace  string         `json:"backtrace"`
 	Checkpoint jsontext.Value `json:"checkpoint"`
+	Usage      *usageRequest  `json:"usage"`
 	holderFields
+	usage *statemachine.Usage // Usage, validated
 }
 
 // validate checks the failure, and its lease as ackRequest.validate does.
@@ -443,6 +522,10 @@ func (r *failRequest) validate(strict bool, what string) *apiError {
 	if len(*r.Error) > maxErrorText || len(r.Backtrace) > maxErrorText {
 		return invalid("error and backtrace must be at most %d bytes each", maxErrorText)
 	}
+	var aerr *apiError
+	if r.usage, aerr = r.Usage.toUsage(what); aerr != nil {
+		return aerr
+	}
 	return r.checkLease(strict, what)
 }
 
@@ -450,6 +533,7 @@ type heartbeatJob struct {
 	Progress   jsontext.Value `json:"progress"`
 	Checkpoint jsontext.Value `json:"checkpoint"`
 	Attempt    *uint32        `json:"attempt"` // the lease's; a wrong one: lost
+	Usage      *usageRequest  `json:"usage"`   // the attempt's so far (cumulative)
 }
 
 type heartbeatRequest struct {

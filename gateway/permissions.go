@@ -30,6 +30,7 @@ var permissions = map[string]auth.Permission{
 
 	"GET /api/v1/jobs/{id}":                  auth.PermJobsRead,
 	"POST /api/v1/jobs/search":               auth.PermJobsRead,
+	"GET /api/v1/usage/summary":              auth.PermQueuesRead,
 	"GET /api/v1/dead":                       auth.PermJobsRead,
 	"GET /api/v1/events":                     auth.PermJobsRead,
 	"GET /api/v1/batches/{id}":               auth.PermJobsRead,

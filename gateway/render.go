@@ -275,5 +275,13 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 		b = appendNullableString(b, st.Hostname)
 		b = append(b, '}')
 	}
+	b = append(b, `,"cache_key":`...)
+	b = appendNullableString(b, j.CacheKey)
+	b = append(b, `,"cached_from":`...)
+	b = appendNullableString(b, j.CachedFrom)
+	b = append(b, `,"result_schema":`...)
+	b = appendRaw(b, j.ResultSchema, "null")
+	b = append(b, `,"usage":`...)
+	b = appendJobUsage(b, v.Usage)
 	return append(b, '}')
 }

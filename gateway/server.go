@@ -178,6 +178,7 @@ type Mirror interface {
 	GetBulk(ctx context.Context, id string) (*mirror.BulkRecord, error)
 	ListBulk(ctx context.Context, limit int, ns string) ([]mirror.BulkRecord, error)
 	InterruptBulk(ctx context.Context, at int64) (int64, error)
+	UsageSummary(ctx context.Context, f mirror.UsageFilter) (*mirror.UsageSummary, error)
 }
 
 // WithDefaults fills unset fields.
@@ -339,6 +340,7 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "GET", "/api/v1/workers", s.handleWorkers)
 	s.route(r, "GET", "/api/v1/dead", s.handleDead)
 	s.route(r, "POST", "/api/v1/jobs/search", s.handleSearch)
+	s.route(r, "GET", "/api/v1/usage/summary", s.handleUsageSummary)
 	s.route(r, "POST", "/api/v1/jobs/bulk", s.handleBulk)
 	s.route(r, "POST", "/api/v1/admin/rebuild-mirror", s.handleRebuildMirror)
 	s.route(r, "GET", "/api/v1/events", s.handleEvents)
@@ -782,6 +784,8 @@ func resultError(r *statemachine.Result) *apiError {
 		return codeConflict.err(r.Message)
 	case statemachine.StatusInvalid:
 		return invalid("%s", r.Message)
+	case statemachine.StatusSchemaRequired:
+		return codeResultSchemaInvalid.err(r.Message) // the ack handlers validate and try again
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ type change struct {
 	idx   uint64
 	c     statemachine.JobChange
 	errs  []statemachine.JobError
+	usage []statemachine.UsageRecord
 }
 
 // hostCheckInterval is how often the mirror asks the source whether it
@@ -102,9 +103,12 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 	for i := range info.Changes {
 		c := info.Changes[i]
 		prev := p.changes[c.ID]
-		ch := &change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors}
+		ch := &change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors, usage: c.NewUsage}
 		if prev != nil && !c.Deleted && !prev.c.Deleted {
 			ch.errs = append(prev.errs, c.NewErrors...)
+			// In order: a later record of the same number replaces an
+			// earlier one when written.
+			ch.usage = append(append([]statemachine.UsageRecord(nil), prev.usage...), c.NewUsage...)
 		}
 		p.changes[c.ID] = ch
 	}
@@ -127,6 +131,9 @@ func (m *Mirror) write(p *pending) error {
 				b.insertDeps(id, ch.c.View.Job.DependsOn)
 				for i := range ch.errs {
 					b.insertError(id, &ch.errs[i])
+				}
+				for i := range ch.usage {
+					b.putUsage(id, ch.shard, &ch.usage[i])
 				}
 			}
 			if err := b.spill(); err != nil {
@@ -281,7 +288,7 @@ func (m *Mirror) rebuild(sh int) {
 		m.log.Info().Int("shard", sh).Msg("mirror changes were dropped during the rebuild: rebuilding again")
 		m.rebuilds <- sh
 	}
-	for _, table := range []string{"job_errors", "job_deps"} {
+	for _, table := range []string{"job_errors", "job_deps", "job_usage"} {
 		if _, err := m.db.Exec(`DELETE FROM `+table+` WHERE job_id IN (SELECT id FROM jobs WHERE shard = ? AND gen < ?)`, sh, gen); err != nil {
 			m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
 		}
@@ -333,6 +340,10 @@ func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error 
 			b.deleteErrors(v.Job.ID)
 			for k := range v.Errors {
 				b.insertError(v.Job.ID, &v.Errors[k])
+			}
+			b.deleteUsage(v.Job.ID)
+			for k := range v.Usage {
+				b.putUsage(v.Job.ID, sh, &v.Usage[k])
 			}
 			if err := b.spill(); err != nil {
 				return err

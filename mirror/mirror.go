@@ -270,8 +270,8 @@ func (m *Mirror) closeDB() {
 // 4: payload is the last column of jobs. 5: payload_size (a payload kept
 // as its prefix, Config.PayloadMax), before the payload: a column added
 // in place would go after it. 6: job_deps (a job's depends_on, searched
-// by the dependency).
-const schemaVersion = 6
+// by the dependency). 7: job_usage; cache_key, cached_from, saved_nanos.
+const schemaVersion = 7
 
 func (m *Mirror) migrate() error {
 	var v int
@@ -329,6 +329,9 @@ CREATE TABLE jobs (
     last_error       TEXT,
     checkpoint       TEXT,
     result           TEXT,
+    cache_key        TEXT,              -- the job's result cache key (statemachine.JobOptions.CacheKey)
+    cached_from      TEXT,              -- completed from the cache: the job whose result it took
+    saved_nanos      INTEGER,           -- … and that job's cost (1e-9 USD)
     payload_size     INTEGER,           -- NULL: payload is whole; else its full size, payload its first bytes
     payload          TEXT NOT NULL
 ) WITHOUT ROWID;
@@ -350,6 +353,25 @@ CREATE TABLE job_deps (
     PRIMARY KEY (job_id, dep_id)
 ) WITHOUT ROWID;
 CREATE INDEX idx_job_deps_dep ON job_deps(dep_id);
+CREATE TABLE job_usage (
+    job_id                TEXT NOT NULL,
+    n                     INTEGER NOT NULL,  -- the record's number in the job (statemachine.UsageRecord)
+    shard                 INTEGER NOT NULL,
+    attempt               INTEGER NOT NULL,
+    phase                 TEXT NOT NULL,     -- heartbeat, ack, fail
+    queue                 TEXT NOT NULL,     -- the job's queue when reported
+    model                 TEXT,
+    provider              TEXT,
+    input_tokens          INTEGER NOT NULL,
+    output_tokens         INTEGER NOT NULL,
+    cache_creation_tokens INTEGER NOT NULL,
+    cache_read_tokens     INTEGER NOT NULL,
+    cost_nanos            INTEGER NOT NULL,  -- 1e-9 USD
+    latency_ms            INTEGER NOT NULL,
+    at                    INTEGER NOT NULL,
+    PRIMARY KEY (job_id, n)
+) WITHOUT ROWID;
+CREATE INDEX idx_job_usage_at ON job_usage(at);
 CREATE TABLE mirror_state (
     shard INTEGER PRIMARY KEY,
     idx   INTEGER NOT NULL,
@@ -507,6 +529,7 @@ func (m *Mirror) drop(sh int) error {
 		}{
 			{`DELETE FROM job_errors WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM job_deps WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
+			{`DELETE FROM job_usage WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM jobs WHERE id >= ? AND id < ?`, []any{lo, hi}},
 			{`DELETE FROM mirror_state WHERE shard = ?`, []any{sh}},
 		} {

@@ -39,6 +39,8 @@ const (
 	stSaveIdx
 	stDelDeps
 	stInsDep
+	stDelUsage
+	stPutUsage
 	stFixed // upserts follow
 )
 
@@ -51,6 +53,9 @@ var fixedSQL = [stFixed]string{
 ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
 	stDelDeps: `DELETE FROM job_deps WHERE job_id = ?`,
 	stInsDep:  `INSERT OR IGNORE INTO job_deps (job_id, dep_id) VALUES (?,?)`,
+	stDelUsage: `DELETE FROM job_usage WHERE job_id = ?`,
+	stPutUsage: `INSERT OR REPLACE INTO job_usage (job_id, n, shard, attempt, phase, queue, model, provider, input_tokens,
+output_tokens, cache_creation_tokens, cache_read_tokens, cost_nanos, latency_ms, at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 }
 
 // openWriter opens the writer's connection with a page cache of
@@ -223,16 +228,16 @@ func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), l
 var jobCols = [...]string{"id", "shard", "idx", "gen", "queue", "state", "priority", "attempt", "max_retries",
 	"payload", "error_count", "created_at",
 	"tags", "unique_key", "batch_id", "chain_id", "worker_id", "hostname", "progress", "checkpoint", "result",
-	"reason", "last_error", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at", "lease_expires_at",
-	"payload_size"}
+	"reason", "last_error", "cache_key", "cached_from", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at",
+	"lease_expires_at", "payload_size", "saved_nanos"}
 
 const firstOptional = 12
 
 // optional is a row's optional columns; a column is set when its text is
 // non-empty or its number non-zero.
 type optional struct {
-	text  [11]string // tags … last_error
-	times [7]int64   // scheduled_at … lease_expires_at, payload_size
+	text  [13]string // tags … last_error, cache_key, cached_from
+	times [8]int64   // scheduled_at … lease_expires_at, payload_size, saved_nanos
 }
 
 func (o *optional) mask() uint32 {
@@ -273,8 +278,8 @@ func upsertSQL(mask uint32) string {
 func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemachine.JobView) error {
 	j, st := &v.Job, &v.State
 	var o optional
-	o.text = [11]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
-		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError}
+	o.text = [13]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
+		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError, j.CacheKey, j.CachedFrom}
 	if j.Chain != nil {
 		o.text[3] = j.Chain.ID
 	}
@@ -283,7 +288,7 @@ func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemach
 		sched = j.ScheduledAt
 	}
 	payload, size := keptPayload(j.Payload, w.payloadMax)
-	o.times = [7]int64{sched, st.StartedAt, st.CompletedAt, st.FailedAt, j.ExpireAt, st.LeaseExpiresAt, size}
+	o.times = [8]int64{sched, st.StartedAt, st.CompletedAt, st.FailedAt, j.ExpireAt, st.LeaseExpiresAt, size, j.SavedNanos}
 	mask := o.mask()
 	si, ok := w.upserts[mask]
 	if !ok {
@@ -347,6 +352,7 @@ func (b *batch) deleteJob(id string) {
 	b.deleteErrors(id)
 	b.op(stDelDeps, 1)
 	b.text(id)
+	b.deleteUsage(id)
 }
 
 // insertDeps records the jobs a job depends on. A job's depends_on never
@@ -358,6 +364,41 @@ func (b *batch) insertDeps(id string, deps []statemachine.Dep) {
 		b.text(id)
 		b.text(deps[i].ID)
 	}
+}
+
+func (b *batch) deleteUsage(id string) {
+	b.op(stDelUsage, 1)
+	b.text(id)
+}
+
+// putUsage writes a usage record (a later one of the same number
+// replaces it: a heartbeat's cumulative report).
+func (b *batch) putUsage(id string, shard int, r *statemachine.UsageRecord) {
+	b.op(stPutUsage, 15)
+	b.text(id)
+	b.int(int64(r.N))
+	b.int(int64(shard))
+	b.int(int64(r.Attempt))
+	b.text(r.Phase.String())
+	b.text(r.Queue)
+	b.nullText(r.Model)
+	b.nullText(r.Provider)
+	b.int(r.InputTokens)
+	b.int(r.OutputTokens)
+	b.int(r.CacheCreationTokens)
+	b.int(r.CacheReadTokens)
+	b.int(r.CostNanos)
+	b.int(r.LatencyMs)
+	b.int(r.At)
+}
+
+// nullText appends s, or NULL when it is empty.
+func (b *batch) nullText(s string) {
+	if s == "" {
+		b.buf = append(b.buf, 0)
+		return
+	}
+	b.text(s)
 }
 
 func (b *batch) deleteErrors(id string) {

@@ -65,6 +65,9 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 		if o.StepStatus != "" && o.StepStatus != "continue" && o.StepStatus != "exit" {
 			return fmt.Errorf("unknown step status %q", o.StepStatus)
 		}
+		if err := checkUsage(o.Usage); err != nil {
+			return err
+		}
 		return v.job(sh, o.JobID)
 	case *statemachine.AckFetchOp:
 		if err := v.op(sh, &o.Ack); err != nil {
@@ -74,6 +77,9 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 	case *statemachine.AcksFetchOp:
 		return v.op(sh, &o.Fetch)
 	case *statemachine.FailOp:
+		if err := checkUsage(o.Usage); err != nil {
+			return err
+		}
 		return v.job(sh, o.JobID)
 	case *statemachine.UnclaimOp:
 		return v.job(sh, o.JobID)
@@ -83,6 +89,9 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 		}
 		for i := range o.Jobs {
 			if err := v.job(sh, o.Jobs[i].JobID); err != nil {
+				return err
+			}
+			if err := checkUsage(o.Jobs[i].Usage); err != nil {
 				return err
 			}
 		}
@@ -343,4 +352,12 @@ func (v *validator) importOp(sh int, o *statemachine.ImportOp) error {
 		}
 		return v.queue(sh, sc.Queue)
 	}
+}
+
+// checkUsage applies the public API's bounds to a usage report (nil: none).
+func checkUsage(u *statemachine.Usage) error {
+	if u == nil {
+		return nil
+	}
+	return u.Check()
 }

@@ -31,11 +31,17 @@ type applier struct {
 	changed   map[string]*JobView
 	deleted   map[string]bool
 	newErrors map[string][]JobError
+	newUsage  map[string][]UsageRecord
 
 	// Lifecycle events (EmitEvents), in apply order; evPos numbers them
 	// within the entry.
 	events []JobEvent
 	evPos  uint32
+
+	// inFetch is set while a fetch runs; fetchAdds are the pending keys
+	// added meanwhile (fetch).
+	inFetch   bool
+	fetchAdds [][]byte
 
 	rateSeq uint32 // tiebreak of rate-window keys within one entry
 	ackStep string // the step_status of the ack being applied (chains)
@@ -49,7 +55,7 @@ type applier struct {
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
 	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
 	if s.cfg.EmitChanges {
-		a.changed, a.deleted, a.newErrors = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}
+		a.changed, a.deleted, a.newErrors, a.newUsage = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}, map[string][]UsageRecord{}
 	}
 	return a
 }
@@ -69,6 +75,7 @@ func (a *applier) noteDeleted(id string) {
 	}
 	delete(a.changed, id)
 	delete(a.newErrors, id)
+	delete(a.newUsage, id)
 	a.deleted[id] = true
 }
 
@@ -80,7 +87,7 @@ func (a *applier) changeList() []JobChange {
 	out := make([]JobChange, 0, len(a.changed)+len(a.deleted))
 	for id, v := range a.changed {
 		cv := &JobView{Job: cloneJob(v.Job), State: cloneState(v.State)}
-		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id]})
+		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id]})
 	}
 	for id := range a.deleted {
 		out = append(out, JobChange{ID: id, Deleted: true})
@@ -480,6 +487,9 @@ func (a *applier) addPending(j *Job) {
 	k := pendingKey(j.Queue, j.Priority, j.CreatedAt, j.Seq)
 	a.set(k, []byte(j.ID))
 	a.s.lowerCursor(j.Queue, k)
+	if a.inFetch {
+		a.fetchAdds = append(a.fetchAdds, k)
+	}
 	a.ready[j.Queue] = struct{}{}
 	// The head cache stays exact: a first pending job is the head, and a
 	// new key before the known head replaces it.
@@ -556,6 +566,10 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		}
 		a.lockUnique(j)
 	}
+	j.CachedFrom, j.SavedNanos = "", 0 // the state machine's to set
+	if c, from, ok := a.cacheHit(j); ok {
+		return a.enqueueCached(j, c, from)
+	}
 	if j.ExpireAfterMs > 0 {
 		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
@@ -618,6 +632,22 @@ func (a *applier) fetch(o *FetchOp) Result {
 	store := make([]fetchHead, 0, len(o.Queues))
 	var ptrs [8]*fetchHead
 	heads := ptrs[:0]
+	// A claim can add pending jobs (an expired job dies, and its chain's
+	// on_failure handler is enqueued here): the positions this fetch
+	// leaves as heads and cursors do not see them, so they are applied
+	// again once it has (this defer runs last).
+	a.inFetch, a.fetchAdds = true, a.fetchAdds[:0]
+	defer func() {
+		a.inFetch = false
+		for _, k := range a.fetchAdds {
+			q, _ := pendingQueue(k)
+			a.s.lowerCursor(q, k)
+			if h := a.s.heads[q]; h != nil && bytes.Compare(k, h) < 0 {
+				a.s.heads[q] = k
+			}
+		}
+		a.fetchAdds = a.fetchAdds[:0]
+	}()
 	defer func() {
 		for _, h := range heads {
 			if h.it != nil {
@@ -820,9 +850,21 @@ func (a *applier) held(id string, h Holder) (*Job, JobState, Result, bool) {
 }
 
 func (a *applier) ack(o *AckOp) Result {
+	if o.Usage != nil {
+		if err := o.Usage.Check(); err != nil {
+			return Result{Status: StatusInvalid, Message: err.Error()}
+		}
+	}
 	j, st, r, ok := a.held(o.JobID, o.Holder)
 	if !ok {
 		return r
+	}
+	if len(j.ResultSchema) > 0 && !o.SchemaChecked {
+		return Result{Status: StatusSchemaRequired, State: StateActive, Queue: j.Queue, Message: "the job's result must be validated against its result_schema"}
+	}
+	var used []UsageRecord
+	if o.Usage != nil {
+		used = []UsageRecord{a.addUsage(j, &st, PhaseAck, o.Usage)}
 	}
 	a.releaseLease(j.ID, &st)
 	st.State = StateCompleted
@@ -830,16 +872,26 @@ func (a *applier) ack(o *AckOp) Result {
 	st.Result = o.Result
 	st.CancelRequested = false
 	a.ackStep = o.StepStatus
+	a.cacheResult(j, &st)
 	a.finish(j, &st)
 	a.ackStep = ""
 	a.move(j.Queue, StateActive, StateCompleted)
-	return Result{State: StateCompleted, Queue: j.Queue}
+	return Result{State: StateCompleted, Queue: j.Queue, Usage: used}
 }
 
 func (a *applier) failJob(o *FailOp) Result {
+	if o.Usage != nil {
+		if err := o.Usage.Check(); err != nil {
+			return Result{Status: StatusInvalid, Message: err.Error()}
+		}
+	}
 	j, st, r, ok := a.held(o.JobID, o.Holder)
 	if !ok {
 		return r
+	}
+	var used []UsageRecord
+	if o.Usage != nil {
+		used = []UsageRecord{a.addUsage(j, &st, PhaseFail, o.Usage)}
 	}
 	a.releaseLease(j.ID, &st)
 	je := a.addError(j, &st, o.Error, o.Backtrace)
@@ -849,6 +901,7 @@ func (a *applier) failJob(o *FailOp) Result {
 	a.stats(j.Queue).Failed++
 	r = a.afterFailure(j, &st, je)
 	r.Queue = j.Queue
+	r.Usage = used
 	return r
 }
 
@@ -920,6 +973,9 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 		}
 		if hj.Checkpoint != nil {
 			st.Checkpoint = hj.Checkpoint
+		}
+		if hj.Usage != nil && hj.Usage.Check() == nil { // the gateway refuses a bad one
+			res.Usage = append(res.Usage, a.addUsage(j, &st, PhaseHeartbeat, hj.Usage))
 		}
 		a.releaseLease(j.ID, &st)
 		if st.CancelRequested {

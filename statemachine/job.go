@@ -145,6 +145,16 @@ type JobOptions struct {
 	Tags          []byte // raw JSON object, nil when none
 	UniqueKey     string
 	UniquePeriod  int64 // seconds
+	// ResultSchema is the JSON Schema (2020-12) an ack's result must
+	// satisfy (raw JSON, nil: none). The gateway validates (the state
+	// machine only asks that it did: AckOp.SchemaChecked).
+	ResultSchema []byte
+	// CacheKey, when set, makes the job's result a cache entry of its
+	// queue for CacheTTLms once it completes, and lets the job complete
+	// at once from an entry younger than CacheTTLms (cache.go). The
+	// gateway hashes it from the payload.
+	CacheKey   string
+	CacheTTLms int64
 }
 
 // DefaultJobOptions are the options of a job created without any.
@@ -167,12 +177,15 @@ func (o JobOptions) inherited() JobOptions {
 	o.ScheduledAt = 0
 	o.ExpireAfter, o.ExpireAfterMs = "", 0
 	o.UniqueKey, o.UniquePeriod = "", 0
+	o.ResultSchema = nil
+	o.CacheKey, o.CacheTTLms = "", 0
 	return o
 }
 
 // clone copies the options' slices (decoded ones alias their input).
 func (o JobOptions) clone() JobOptions {
 	o.Tags = cloneBytes(o.Tags)
+	o.ResultSchema = cloneBytes(o.ResultSchema)
 	return o
 }
 
@@ -191,6 +204,10 @@ type Job struct {
 	BatchShard uint32 // the shard holding the batch record, when BatchID is set
 	Chain      *Chain // nil unless the job is a step of a chain
 	DependsOn  []Dep  // jobs that must complete before this one may run
+	// A job completed from the cache at enqueue: the job whose result it
+	// took, and that job's cost (what the hit saved).
+	CachedFrom string
+	SavedNanos int64
 }
 
 // Dep names a job another job waits for, with the shard it lives on.
@@ -307,6 +324,21 @@ func (j *Job) appendTo(b []byte) []byte {
 		e.str(d.ID)
 		e.uvarint(uint64(d.Shard))
 	}
+	// Appended fields (wire.go), each left out while it and every later
+	// one are empty.
+	cache := j.CacheKey != "" || j.CacheTTLms != 0
+	cached := j.CachedFrom != "" || j.SavedNanos != 0
+	if len(j.ResultSchema) > 0 || cache || cached {
+		e.bytes(j.ResultSchema)
+	}
+	if cache || cached {
+		e.str(j.CacheKey)
+		e.varint(j.CacheTTLms)
+	}
+	if cached {
+		e.str(j.CachedFrom)
+		e.varint(j.SavedNanos)
+	}
 	return e.b
 }
 
@@ -351,6 +383,17 @@ func (j *Job) decode(d *dec) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		j.DependsOn = append(j.DependsOn, Dep{ID: d.str(), Shard: uint32(d.uvarint())})
 	}
+	if d.more() {
+		j.ResultSchema = d.bytes()
+	}
+	if d.more() {
+		j.CacheKey = d.str()
+		j.CacheTTLms = d.varint()
+	}
+	if d.more() {
+		j.CachedFrom = d.str()
+		j.SavedNanos = d.varint()
+	}
 }
 
 // JobState is the small, mutable part of a job (key js|{id}). A pending job
@@ -374,6 +417,8 @@ type JobState struct {
 	LastError       string
 	DepsDone        uint32 // dependencies reported completed (a held job waiting on depends_on)
 	ProgressAt      int64  // when Progress was reported (0: never, or before it was recorded)
+	UsageKeys       uint32 // number of usage records (ju|, usage.go)
+	CostNanos       int64  // the job's cost so far, the sum of its usage records (1e-9 USD)
 }
 
 // stateVersion is the first byte of every state record; it never changes
@@ -400,11 +445,16 @@ func (s *JobState) appendTo(b []byte) []byte {
 	e.uvarint(uint64(s.Errors))
 	e.str(s.LastError)
 	e.uvarint(uint64(s.DepsDone))
-	// Appended fields (wire.go). ProgressAt is left out while zero, so a
-	// state that never reported progress keeps its first-release bytes; a
-	// field appended after it must write ProgressAt whenever it is written.
-	if s.ProgressAt != 0 {
+	// Appended fields (wire.go). Each is left out while it and every
+	// field after it are zero, so a state that never used them keeps its
+	// earlier bytes; a field is written whenever a later one is.
+	usage := s.UsageKeys != 0 || s.CostNanos != 0
+	if s.ProgressAt != 0 || usage {
 		e.varint(s.ProgressAt)
+	}
+	if usage {
+		e.uvarint(uint64(s.UsageKeys))
+		e.varint(s.CostNanos)
 	}
 	return e.b
 }
@@ -433,6 +483,10 @@ func (s *JobState) decode(d *dec) {
 	s.DepsDone = uint32(d.uvarint())
 	if d.more() {
 		s.ProgressAt = d.varint()
+	}
+	if d.more() {
+		s.UsageKeys = uint32(d.uvarint())
+		s.CostNanos = d.varint()
 	}
 }
 
@@ -489,6 +543,7 @@ type JobView struct {
 	Job    Job
 	State  JobState
 	Errors []JobError
+	Usage  []UsageRecord // its usage records, oldest first (lookups; not in op results)
 }
 
 // AttemptsRemaining follows DECISIONS.md: max_retries − attempt, never

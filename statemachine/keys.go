@@ -33,6 +33,10 @@ const (
 	pfxDedup     = "rq|"       // rq|{entry id:16}                        → compact results
 	pfxRate      = "rl|"       // rl|{queue}\x00{fetched:8BE}{seq:8BE}   → "" (throttled queues' sliding window)
 	pfxAudit     = "au|"       // au|{namespace}\x00{at:8BE}{id} → AuditRecord
+	pfxUsage     = "ju|"       // ju|{id}\x00{n:4BE} → the job's n-th UsageRecord
+	pfxUsageDay  = "ud|"       // ud|{day:4BE}{queue} → UsageTotals (the queue's usage on a UTC day)
+	pfxCache     = "ck|"       // ck|{queue}\x00{cache key} → CacheEntry (cache.go)
+	pfxCacheX    = "cx|"       // cx|{expires:8BE}{queue}\x00{cache key} → "" (expiring cache entries)
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 
@@ -64,6 +68,15 @@ func pendingKey(queue string, prio Priority, created int64, seq uint64) []byte {
 	k = append(k, byte(prio))
 	k = binary.BigEndian.AppendUint64(k, uint64(created))
 	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// pendingQueue is the queue of a pending key.
+func pendingQueue(k []byte) (string, bool) {
+	rest := k[len(pfxPending):]
+	if len(rest) < 18 || rest[len(rest)-18] != 0 {
+		return "", false
+	}
+	return string(rest[:len(rest)-18]), true
 }
 
 // pendingSuffix splits the part of a pending key after its queue prefix.

@@ -67,6 +67,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.listAudit(q)
 	case ExportQuery:
 		return s.export(q)
+	case UsageDayQuery:
+		return s.usageDay(q.Day)
 	case AppliedQuery:
 		return s.appliedAtomic.Load(), nil
 	case OpenedAtQuery:
@@ -121,7 +123,15 @@ func (s *StateMachine) getJob(id string) (*JobView, error) {
 		}
 		v.Errors = append(v.Errors, je)
 	}
-	return v, it.Error()
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	if v.State.UsageKeys > 0 {
+		if v.Usage, err = readUsage(s.db, id); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 func (s *StateMachine) peek(queues []string) ([]QueueHead, error) {

@@ -341,11 +341,46 @@ type AckOp struct {
 	// StepStatus steers a chain: "" or "continue" runs the next step,
 	// "exit" skips the rest (and runs on_exit).
 	StepStatus string
+	Usage      *Usage // what the attempt used beyond its heartbeats (nil: none)
+	// SchemaChecked says the gateway validated Result against the job's
+	// result_schema: an ack of a job with one applies only then.
+	SchemaChecked bool
 }
 
 // Code implements Op.
 func (*AckOp) Code() OpCode { return OpAck }
 func (o *AckOp) appendBody(b []byte) []byte {
+	e := enc{b: o.appendFields(b)}
+	o.appendLater(&e)
+	return e.b
+}
+
+// appendLater writes the fields appended to the ack after its first
+// release (wire.go), each left out while it and every later one are
+// unset: the usage (a flag, then the usage), then SchemaChecked.
+func (o *AckOp) appendLater(e *enc) {
+	if o.Usage == nil && !o.SchemaChecked {
+		return
+	}
+	e.boolean(o.Usage != nil)
+	if o.Usage != nil {
+		o.Usage.append(e)
+	}
+	if o.SchemaChecked {
+		e.boolean(true)
+	}
+}
+
+func (o *AckOp) decodeLater(d *dec) {
+	o.Usage = decodeOptUsage(d)
+	if d.more() {
+		o.SchemaChecked = d.boolean()
+	}
+}
+
+// appendFields writes the ack's first-release fields: AckFetchOp holds
+// them inline, so the fields appended later go at the end of each op.
+func (o *AckOp) appendFields(b []byte) []byte {
 	e := enc{b: b}
 	e.str(o.JobID)
 	o.Holder.append(&e)
@@ -354,6 +389,10 @@ func (o *AckOp) appendBody(b []byte) []byte {
 	return e.b
 }
 func (o *AckOp) decode(d *dec) {
+	o.decodeFields(d)
+	o.decodeLater(d)
+}
+func (o *AckOp) decodeFields(d *dec) {
 	o.JobID = d.str()
 	o.Holder.decode(d)
 	o.Result = d.bytes()
@@ -371,11 +410,14 @@ type AckFetchOp struct {
 // Code implements Op.
 func (*AckFetchOp) Code() OpCode { return OpAckFetch }
 func (o *AckFetchOp) appendBody(b []byte) []byte {
-	return o.Fetch.appendBody(o.Ack.appendBody(b))
+	e := enc{b: o.Fetch.appendBody(o.Ack.appendFields(b))}
+	o.Ack.appendLater(&e)
+	return e.b
 }
 func (o *AckFetchOp) decode(d *dec) {
-	o.Ack.decode(d)
+	o.Ack.decodeFields(d)
 	o.Fetch.decode(d)
+	o.Ack.decodeLater(d)
 }
 
 // UnclaimOp hands back an active job whose fetch answer never reached its
@@ -430,6 +472,7 @@ type FailOp struct {
 	Error      string
 	Backtrace  string
 	Checkpoint []byte // optional: stored before the job is retried
+	Usage      *Usage // what the attempt used beyond its heartbeats (nil: none)
 }
 
 // Code implements Op.
@@ -441,6 +484,7 @@ func (o *FailOp) appendBody(b []byte) []byte {
 	e.str(o.Error)
 	e.str(o.Backtrace)
 	e.bytes(o.Checkpoint)
+	appendOptUsage(&e, o.Usage) // appended later (wire.go)
 	return e.b
 }
 func (o *FailOp) decode(d *dec) {
@@ -449,6 +493,7 @@ func (o *FailOp) decode(d *dec) {
 	o.Error = d.str()
 	o.Backtrace = d.str()
 	o.Checkpoint = d.bytes()
+	o.Usage = decodeOptUsage(d)
 }
 
 // HeartbeatJob is one job in a heartbeat.
@@ -457,6 +502,7 @@ type HeartbeatJob struct {
 	Progress   []byte // raw JSON, nil = unchanged
 	Checkpoint []byte // raw JSON, nil = unchanged
 	Attempt    uint32 // the lease's attempt; 0 = not checked
+	Usage      *Usage // the attempt's usage so far, cumulative (nil: none)
 }
 
 // HeartbeatOp extends the leases of active jobs and stores progress and
@@ -480,10 +526,23 @@ func (o *HeartbeatOp) appendBody(b []byte) []byte {
 	// Appended later: the attempts, one per job, after the body above so
 	// that ops already in Raft logs (which end there) decode unchanged.
 	// Left out when no job names one: the encoding is then the old one.
-	if slices.ContainsFunc(o.Jobs, func(j HeartbeatJob) bool { return j.Attempt != 0 }) {
+	// Then, appended later still, the usage of each job (a flag, and the
+	// usage when set), left out when no job has any; the attempts are
+	// written whenever the usage is.
+	usage := slices.ContainsFunc(o.Jobs, func(j HeartbeatJob) bool { return j.Usage != nil })
+	if usage || slices.ContainsFunc(o.Jobs, func(j HeartbeatJob) bool { return j.Attempt != 0 }) {
 		e.uvarint(uint64(len(o.Jobs)))
 		for i := range o.Jobs {
 			e.uvarint(uint64(o.Jobs[i].Attempt))
+		}
+	}
+	if usage {
+		e.uvarint(uint64(len(o.Jobs)))
+		for i := range o.Jobs {
+			e.boolean(o.Jobs[i].Usage != nil)
+			if u := o.Jobs[i].Usage; u != nil {
+				u.append(&e)
+			}
 		}
 	}
 	return e.b
@@ -513,6 +572,19 @@ func (o *HeartbeatOp) decode(d *dec) {
 			return
 		}
 		o.Jobs[i].Attempt = uint32(a)
+	}
+	if !d.more() {
+		return // no usage
+	}
+	if d.uvarint() != n {
+		d.fail()
+		return
+	}
+	for i := range o.Jobs {
+		if d.boolean() {
+			o.Jobs[i].Usage = &Usage{}
+			o.Jobs[i].Usage.decode(d)
+		}
 	}
 }
 
@@ -758,6 +830,9 @@ const (
 	StatusNotFound Status = 1 // no such job
 	StatusConflict Status = 2 // wrong state, or not held under this lease
 	StatusInvalid  Status = 3 // rejected by the state machine
+	// StatusSchemaRequired: an ack of a job with a result_schema that the
+	// gateway did not validate (AckOp.SchemaChecked); nothing changed.
+	StatusSchemaRequired Status = 4
 )
 
 // HeartbeatStatus is the answer for one job of a heartbeat.
@@ -785,6 +860,13 @@ type Result struct {
 	Cursor            []byte // DropQueueOp: where to go on (nil: done)
 	Jobs              []JobView
 	Heartbeats        []HeartbeatStatus
+	// Usage is what each usage report the op applied changed (ack, fail,
+	// heartbeat): a report, or a heartbeat's report less the one it
+	// replaced.
+	Usage []UsageRecord
+	// CachedFrom: the enqueue found a cached result and the job was
+	// created completed with that job's result.
+	CachedFrom string
 }
 
 // encodeResults writes op results. With compact set, fetched jobs are stored
@@ -816,6 +898,24 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 		e.uvarint(uint64(len(r.Heartbeats)))
 		for _, h := range r.Heartbeats {
 			e.u8(uint8(h))
+		}
+	}
+	// Appended later (wire.go, rule 5): each result's usage, after every
+	// result, left out when none has any.
+	// Then each result's CachedFrom, left out when none has one (the
+	// usage lists are then written, empty or not).
+	cached := slices.ContainsFunc(rs, func(r Result) bool { return r.CachedFrom != "" })
+	if cached || slices.ContainsFunc(rs, func(r Result) bool { return len(r.Usage) > 0 }) {
+		for i := range rs {
+			e.uvarint(uint64(len(rs[i].Usage)))
+			for k := range rs[i].Usage {
+				e.bytes(rs[i].Usage[k].appendTo(nil))
+			}
+		}
+	}
+	if cached {
+		for i := range rs {
+			e.str(rs[i].CachedFrom)
 		}
 	}
 	return e.b
@@ -874,6 +974,24 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 		for k := uint64(0); k < nh; k++ {
 			r.Heartbeats = append(r.Heartbeats, HeartbeatStatus(d.u8()))
 		}
+	}
+	for i := 0; i < len(rs) && d.more(); i++ {
+		nu := d.uvarint()
+		if nu > MaxOpsPerEntry {
+			return nil, false, errShort
+		}
+		for k := uint64(0); k < nu && d.err == nil; k++ {
+			var rec UsageRecord
+			ud := dec{b: d.bytes()}
+			rec.decode(&ud)
+			if ud.err != nil {
+				return nil, false, errShort
+			}
+			rs[i].Usage = append(rs[i].Usage, rec)
+		}
+	}
+	for i := 0; i < len(rs) && d.more(); i++ {
+		rs[i].CachedFrom = d.str()
 	}
 	if d.err != nil {
 		return nil, false, d.err

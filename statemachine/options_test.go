@@ -78,7 +78,8 @@ func TestJobOptionsEveryFieldIsStored(t *testing.T) {
 // inherited unless it is listed here.
 func TestJobOptionsInherited(t *testing.T) {
 	t.Parallel()
-	notInherited := map[string]bool{"ScheduledAt": true, "ExpireAfter": true, "ExpireAfterMs": true, "UniqueKey": true, "UniquePeriod": true}
+	notInherited := map[string]bool{"ScheduledAt": true, "ExpireAfter": true, "ExpireAfterMs": true, "UniqueKey": true, "UniquePeriod": true,
+		"ResultSchema": true, "CacheKey": true, "CacheTTLms": true}
 	o := everyOption(t)
 	in := o.inherited()
 	ov, iv := reflect.ValueOf(o), reflect.ValueOf(in)
@@ -138,6 +139,8 @@ func TestRecordsSkipFieldsOfLaterBuilds(t *testing.T) {
 	t.Parallel()
 	later := []byte{0x07, 'l', 'a', 't', 'e', 'r', 0x01, 0x02} // a str and a varint
 	j := minJobV1()
+	j.ResultSchema = []byte(`{"type":"object"}`) // up to the last field this build knows
+	j.CacheKey, j.CacheTTLms, j.CachedFrom, j.SavedNanos = "k", 1000, "job_0_from", 5
 	rec := append(j.appendTo(nil), later...)
 	var got Job
 	d := dec{b: rec}
@@ -159,6 +162,7 @@ func TestRecordsSkipFieldsOfLaterBuilds(t *testing.T) {
 
 	// A state or error record with more than this build knows.
 	st := fullStateV1()
+	st.UsageKeys, st.CostNanos = 3, 1234 // every field this build knows
 	var gs JobState
 	d = dec{b: append(st.appendTo(nil), later...)}
 	gs.decode(&d)

@@ -164,9 +164,39 @@ func (o *MoveOutOp) decode(d *dec) {
 type MoveInOp struct{ JobView }
 
 // Code implements Op.
-func (*MoveInOp) Code() OpCode                 { return OpMoveIn }
-func (o *MoveInOp) appendBody(b []byte) []byte { return o.JobView.appendTo(b) }
-func (o *MoveInOp) decode(d *dec)              { o.JobView.decode(d) }
+func (*MoveInOp) Code() OpCode { return OpMoveIn }
+func (o *MoveInOp) appendBody(b []byte) []byte {
+	e := enc{b: o.JobView.appendTo(b)}
+	// Appended later (wire.go): the usage records, left out when none.
+	if len(o.Usage) > 0 {
+		e.uvarint(uint64(len(o.Usage)))
+		for i := range o.Usage {
+			e.bytes(o.Usage[i].appendTo(nil))
+		}
+	}
+	return e.b
+}
+func (o *MoveInOp) decode(d *dec) {
+	o.JobView.decode(d)
+	if !d.more() {
+		return
+	}
+	n := d.uvarint()
+	if n > 1<<20 {
+		d.fail()
+		return
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var rec UsageRecord
+		rd := dec{b: d.bytes()}
+		rec.decode(&rd)
+		if rd.err != nil {
+			d.fail()
+			return
+		}
+		o.Usage = append(o.Usage, rec)
+	}
+}
 
 func movedKey(id string) []byte { return append([]byte(pfxMoved), id...) }
 
@@ -186,6 +216,14 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 		return Result{Status: StatusConflict, State: st.State, Message: "a job with dependency links cannot move to another shard"}
 	}
 	errs := a.errorsOf(j0.ID, st.Errors)
+	var used []UsageRecord
+	if st.UsageKeys > 0 {
+		var err error
+		if used, err = readUsage(a.b, j0.ID); err != nil {
+			a.fail(err)
+			return Result{}
+		}
+	}
 	// Off every index here, then gone.
 	if st.State.Terminal() {
 		a.del(timeIndexKey(pfxFinished, st.CompletedAt, j0.ID))
@@ -209,7 +247,7 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 	if o.ResetAttempt {
 		st.Attempt = 0
 	}
-	a.emit(o.Target, &MoveInOp{JobView{Job: j, State: st, Errors: errs}})
+	a.emit(o.Target, &MoveInOp{JobView{Job: j, State: st, Errors: errs, Usage: used}})
 	return Result{State: from, JobID: o.NewID, Queue: o.Queue}
 }
 
@@ -250,6 +288,15 @@ func (a *applier) moveIn(o *MoveInOp) Result {
 		a.set(errorKey(j.ID, uint32(i+1)), o.Errors[i].appendTo(nil))
 	}
 	st.Errors = uint32(len(o.Errors))
+	for i := range o.Usage {
+		rec := o.Usage[i]
+		rec.N = uint32(i + 1)
+		a.set(usageKey(j.ID, rec.N), rec.appendTo(nil))
+		if a.newUsage != nil {
+			a.newUsage[j.ID] = append(a.newUsage[j.ID], rec)
+		}
+	}
+	st.UsageKeys = uint32(len(o.Usage))
 	a.stats(j.Queue)
 	switch st.State {
 	case StatePending:

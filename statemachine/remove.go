@@ -51,6 +51,8 @@ func (a *applier) dropKeys(j *Job, st *JobState) {
 			a.fail(err)
 		}
 	}
+	a.dropUsage(j.ID, st)
+	a.uncache(j)
 	if len(j.DependsOn) > 0 {
 		pfx := append(append([]byte(pfxDepDone), j.ID...), 0)
 		if err := a.b.DeleteRange(pfx, prefixEnd(pfx), nil); err != nil {

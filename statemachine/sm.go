@@ -89,6 +89,9 @@ type JobChange struct {
 	Deleted   bool
 	View      *JobView   // nil when Deleted
 	NewErrors []JobError // errors recorded in this Update
+	// NewUsage lists the usage records written in this Update, oldest
+	// first; a heartbeat's record replaces the record of the same N.
+	NewUsage []UsageRecord
 }
 
 // Config configures one shard's state machine.
@@ -131,7 +134,7 @@ type StateMachine struct {
 	// the future of the entry that inserts them, and a scan up to now moves
 	// the cursor to now, so the cursors only ever advance. Like the pending
 	// cursors, they change costs, never results.
-	dueCursor, leaseCursor, expireCursor, uniqueCursor, purgeCursor, workerCursor []byte
+	dueCursor, leaseCursor, expireCursor, uniqueCursor, purgeCursor, workerCursor, cacheCursor []byte
 	// workers mirrors w| records touched since open (write-through).
 	workers map[string]*Worker
 	// outbox counts the records awaiting delivery.
@@ -228,7 +231,7 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 func (s *StateMachine) resetCaches() {
 	s.stats = make(map[string]*QueueStats)
 	s.configs = make(map[string]*QueueConfig)
-	s.dueCursor, s.leaseCursor, s.expireCursor, s.uniqueCursor, s.purgeCursor, s.workerCursor = nil, nil, nil, nil, nil, nil
+	s.dueCursor, s.leaseCursor, s.expireCursor, s.uniqueCursor, s.purgeCursor, s.workerCursor, s.cacheCursor = nil, nil, nil, nil, nil, nil, nil
 	s.workers = make(map[string]*Worker)
 	s.heads = make(map[string][]byte)
 	s.jobsMu.Lock()

@@ -406,6 +406,12 @@ func randomLog(tb *testBundle, n int) {
 			if tb.rnd.IntN(4) == 0 {
 				j.ExpireAfterMs = int64(1000 + tb.rnd.IntN(20000))
 			}
+			if tb.rnd.IntN(5) == 0 {
+				j.ResultSchema = []byte(`{"type":"object"}`)
+			}
+			if tb.rnd.IntN(3) == 0 {
+				j.CacheKey, j.CacheTTLms = fmt.Sprint("c", tb.rnd.IntN(3)), int64(1000+tb.rnd.IntN(30000))
+			}
 			switch tb.rnd.IntN(6) {
 			case 0:
 				j.Chain = &Chain{ID: id, Steps: []ChainTarget{{Queue: "a"}, {Queue: "b"}, {Queue: "c"}}, OnFailure: &ChainTarget{Queue: "c"}, OnExit: &ChainTarget{Queue: "a"}}
@@ -420,9 +426,10 @@ func randomLog(tb *testBundle, n int) {
 		case k < 6:
 			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
 		case k == 6 && tb.rnd.IntN(2) == 0:
-			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))], StepStatus: []string{"", "continue", "exit"}[tb.rnd.IntN(3)]}
+			op = &AckOp{JobID: ids[tb.rnd.IntN(len(ids))], StepStatus: []string{"", "continue", "exit"}[tb.rnd.IntN(3)], Usage: randomUsage(tb),
+				SchemaChecked: tb.rnd.IntN(2) == 0}
 		case k == 6 && tb.rnd.IntN(2) == 0:
-			op = &AckFetchOp{Ack: AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}, Fetch: FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(2))}}
+			op = &AckFetchOp{Ack: AckOp{JobID: ids[tb.rnd.IntN(len(ids))], Usage: randomUsage(tb)}, Fetch: FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(2))}}
 		case k == 6:
 			// An ack batch with its fetch: two acks, then the fetch.
 			tb.apply(&AckOp{JobID: ids[tb.rnd.IntN(len(ids))]}, &AckOp{JobID: ids[tb.rnd.IntN(len(ids))]},
@@ -431,7 +438,10 @@ func randomLog(tb *testBundle, n int) {
 		case k == 7 && tb.rnd.IntN(4) == 0:
 			op = &UnclaimOp{JobID: ids[tb.rnd.IntN(len(ids))], Holder: Holder{WorkerID: "w", Attempt: uint32(1 + tb.rnd.IntN(2))}}
 		case k == 7:
-			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e"}
+			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e", Usage: randomUsage(tb)}
+		case k == 8 && tb.rnd.IntN(2) == 0:
+			op = &HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: ids[tb.rnd.IntN(len(ids))], Usage: randomUsage(tb)},
+				{JobID: ids[tb.rnd.IntN(len(ids))], Progress: []byte(`{"p":1}`), Usage: randomUsage(tb)}}}
 		case k == 8:
 			op = &PromoteOp{}
 		default:
@@ -480,6 +490,15 @@ func randomLog(tb *testBundle, n int) {
 		}
 		tb.apply(op)
 	}
+}
+
+// randomUsage is a usage report half the time (nil otherwise).
+func randomUsage(tb *testBundle) *Usage {
+	if tb.rnd.IntN(2) == 0 {
+		return nil
+	}
+	return &Usage{InputTokens: int64(tb.rnd.IntN(5000)), OutputTokens: int64(tb.rnd.IntN(900)), CacheReadTokens: int64(tb.rnd.IntN(100)),
+		Model: []string{"m1", "m2"}[tb.rnd.IntN(2)], Provider: "p", CostNanos: int64(tb.rnd.IntN(1e7)), LatencyMs: int64(tb.rnd.IntN(3000))}
 }
 
 func TestStateMachineDeterministic(t *testing.T) {

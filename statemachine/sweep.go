@@ -13,6 +13,8 @@ func (a *applier) sweep(o *SweepOp) Result {
 	if o.PurgeBefore > 0 {
 		n += a.purge(o.PurgeBefore, limit)
 	}
+	a.pruneUsageDays()
+	n += a.pruneCache(limit)
 	return Result{Count: uint32(n)}
 }
 

@@ -82,6 +82,7 @@ type Ack struct {
 	StepStatus string `json:"step_status,omitempty"` // chains: continue or exit
 	WorkerID   string `json:"worker_id,omitempty"`
 	Attempt    int    `json:"attempt,omitempty"`
+	Usage      *Usage `json:"usage,omitempty"` // beyond the attempt's heartbeats
 }
 
 // Ack completes a job.
@@ -143,6 +144,7 @@ type Failure struct {
 	Checkpoint any    `json:"checkpoint,omitempty"`
 	WorkerID   string `json:"worker_id,omitempty"`
 	Attempt    int    `json:"attempt,omitempty"`
+	Usage      *Usage `json:"usage,omitempty"` // beyond the attempt's heartbeats
 }
 
 // Fail reports a failed attempt; the server decides what follows.

@@ -22,6 +22,7 @@ const (
 	CodeConflict                = "conflict"                  // 409
 	CodeRemoveFailed            = "remove_failed"             // 409
 	CodeWrongNode               = "wrong_node"                // 409
+	CodeResultSchemaInvalid     = "result_schema_invalid"     // 422
 	CodePayloadTooLarge         = "payload_too_large"         // 413
 	CodeBatchTooLarge           = "batch_too_large"           // 413
 	CodeBulkTooLarge            = "bulk_too_large"            // 413

@@ -23,6 +23,21 @@ type EnqueueRequest struct {
 	UniquePeriod   int               `json:"unique_period,omitempty"` // seconds
 	DependsOn      []string          `json:"depends_on,omitempty"`
 	Chain          *Chain            `json:"chain,omitempty"`
+	// ResultSchema is a JSON Schema (2020-12) the job's result must
+	// satisfy: an ack with a result that does not is answered 422
+	// result_schema_invalid and the job stays active.
+	ResultSchema any `json:"result_schema,omitempty"`
+	// Cache makes a completed job's result answer later enqueues of the
+	// same payload (or payload members) in the queue within the TTL.
+	Cache *CacheOptions `json:"cache,omitempty"`
+}
+
+// CacheOptions is an enqueue's "cache".
+type CacheOptions struct {
+	Enabled        bool     `json:"enabled"`
+	TTL            string   `json:"ttl"`                        // e.g. "24h"
+	Match          string   `json:"match,omitempty"`            // exact (default) or key
+	CacheKeyFields []string `json:"cache_key_fields,omitempty"` // with match key
 }
 
 // Chain is a sequential pipeline (the job is its first step).
@@ -43,6 +58,11 @@ type Enqueued struct {
 	JobID          string `json:"job_id"`
 	Status         string `json:"status"`
 	UniqueExisting bool   `json:"unique_existing"`
+	// Cached: the job was completed at once from the cache (CachedFrom
+	// names the job whose result it took, Result is that result).
+	Cached     bool            `json:"cached,omitempty"`
+	CachedFrom string          `json:"cached_from,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
 }
 
 // Batch groups jobs with a callback when all have finished.
@@ -56,6 +76,7 @@ type BatchEnqueued struct {
 	JobIDs         []string `json:"job_ids"`
 	BatchID        *string  `json:"batch_id"`
 	UniqueExisting []bool   `json:"unique_existing,omitempty"`
+	Cached         []bool   `json:"cached,omitempty"`
 }
 
 // FetchedJob is a job handed to a worker.
@@ -93,6 +114,8 @@ type HeartbeatJob struct {
 	// for another attempt is "lost" and changes nothing, and a server
 	// run with --strict-leases refuses one without it.
 	Attempt int `json:"attempt,omitempty"`
+	// Usage is the attempt's usage so far (cumulative).
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Job is the full job document (GET /api/v1/jobs/{id}).
@@ -140,6 +163,10 @@ type Job struct {
 	LastError        *string           `json:"last_error"`
 	Errors           []JobError        `json:"errors"`
 	Worker           *JobWorker        `json:"worker"`
+	CacheKey         *string           `json:"cache_key"`
+	CachedFrom       *string           `json:"cached_from"`
+	ResultSchema     json.RawMessage   `json:"result_schema"`
+	Usage            *JobUsage         `json:"usage"` // nil: no usage reported
 	// Timeline is sent by GET /api/v1/jobs/{id} only.
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
 }

@@ -38,6 +38,9 @@ type Worker struct {
 	mu       sync.Mutex
 	inflight map[string]*JobContext
 	slots    chan struct{}
+	// hbRound is closed when the heartbeat in flight is answered (nil:
+	// none in flight): a finished job's usage waits for it (usageLeft).
+	hbRound chan struct{}
 
 	// queues are the ones Run fetches from; draining is set when Run's
 	// context ends (acks then fetch nothing more); plainAcks when the
@@ -91,6 +94,11 @@ type JobContext struct {
 	progress   any
 	checkpoint any
 	exit       bool
+	// usage is the attempt's usage so far (ReportUsage); hbUsage what a
+	// heartbeat the server applied reported of it, hbSent what the one in
+	// flight reports.
+	usage, hbUsage, hbSent Usage
+	reported               bool
 }
 
 // ErrCancelled is the cause of a job context the server cancelled.
@@ -124,6 +132,55 @@ func (j *JobContext) Checkpoint(ctx context.Context, v any) error {
 	}
 	j.w.apply(st)
 	return nil
+}
+
+// ReportUsage adds what an LLM call of the job used to the attempt's
+// usage: heartbeats carry the running total (the server keeps the
+// attempt's latest), and the job's ack or fail carries what no applied
+// heartbeat has reported yet, so the server's totals come out exact.
+func (j *JobContext) ReportUsage(u Usage) {
+	j.mu.Lock()
+	j.usage.Add(u)
+	j.reported = true
+	j.mu.Unlock()
+}
+
+// Usage is the attempt's usage reported so far.
+func (j *JobContext) Usage() Usage {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.usage
+}
+
+// usageLeft is what the job's ack or fail must report: the usage no
+// applied heartbeat reported (nil: none). It first waits for a heartbeat
+// in flight (round), so that what it reported is known.
+func (j *JobContext) usageLeft(ctx context.Context, round chan struct{}) *Usage {
+	if round != nil {
+		select {
+		case <-round:
+		case <-ctx.Done():
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.reported {
+		return nil
+	}
+	u := j.usage
+	u.InputTokens -= j.hbUsage.InputTokens
+	u.OutputTokens -= j.hbUsage.OutputTokens
+	u.CacheCreationTokens -= j.hbUsage.CacheCreationTokens
+	u.CacheReadTokens -= j.hbUsage.CacheReadTokens
+	u.CostUSD -= j.hbUsage.CostUSD
+	u.LatencyMs -= j.hbUsage.LatencyMs
+	if u.CostUSD < 0 { // float rounding of a difference that is zero
+		u.CostUSD = 0
+	}
+	if u == (Usage{Model: u.Model, Provider: u.Provider}) && j.hbUsage != (Usage{}) {
+		return nil // the heartbeats reported it all
+	}
+	return &u
 }
 
 // ExitChain makes the ack of a chain step skip the remaining steps.
@@ -235,12 +292,14 @@ func (w *Worker) start(base context.Context, j FetchedJob) *JobContext {
 	return jc
 }
 
-func (w *Worker) finish(jc *JobContext) bool {
+// finish takes a job out of the running set (no heartbeat started from
+// now on carries it) and returns the heartbeat in flight, which may.
+func (w *Worker) finish(jc *JobContext) (bool, chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.inflight[jc.JobID]
 	delete(w.inflight, jc.JobID)
-	return ok
+	return ok, w.hbRound
 }
 
 // handle runs a job and reports its outcome; an ack (batched with the
@@ -249,7 +308,8 @@ func (w *Worker) finish(jc *JobContext) bool {
 func (w *Worker) handle(jc *JobContext) *FetchedJob {
 	h := w.handlers[jc.Queue]
 	result, err := w.safeCall(h, jc)
-	if !w.finish(jc) {
+	ok, round := w.finish(jc)
+	if !ok {
 		return nil // failed by the drain already
 	}
 	if cause := context.Cause(jc.ctx); errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrLeaseLost) {
@@ -257,14 +317,15 @@ func (w *Worker) handle(jc *JobContext) *FetchedJob {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	usage := jc.usageLeft(ctx, round)
 	if err != nil {
 		jc.mu.Lock()
 		cp := jc.checkpoint
 		jc.mu.Unlock()
-		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt})
+		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: usage})
 		return nil
 	}
-	a := Ack{JobID: jc.JobID, WorkerID: w.opt.ID, Attempt: jc.Attempt}
+	a := Ack{JobID: jc.JobID, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: usage}
 	if result != nil {
 		// Encoded here, so that a result that cannot be is this job's
 		// failure to ack (as a lone ack's would be), never its batch's.
@@ -309,27 +370,51 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		jobs := w.heartbeatBody()
+		jobs, ctxs, round := w.heartbeatBody()
 		if len(jobs) == 0 {
 			continue
 		}
 		st, err := w.c.Heartbeat(ctx, w.opt.ID, jobs)
 		if err == nil {
+			for id, s := range st {
+				if jc := ctxs[id]; jc != nil && s == "ok" {
+					jc.mu.Lock()
+					jc.hbUsage = jc.hbSent
+					jc.mu.Unlock()
+				}
+			}
 			w.apply(st)
 		}
+		w.mu.Lock()
+		w.hbRound = nil
+		w.mu.Unlock()
+		close(round)
 	}
 }
 
-func (w *Worker) heartbeatBody() map[string]HeartbeatJob {
+// heartbeatBody is the next heartbeat: every running job, with its
+// progress, checkpoint and usage so far; it opens a round (closed once
+// the heartbeat is answered).
+func (w *Worker) heartbeatBody() (map[string]HeartbeatJob, map[string]*JobContext, chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	jobs := make(map[string]HeartbeatJob, len(w.inflight))
+	ctxs := make(map[string]*JobContext, len(w.inflight))
 	for id, jc := range w.inflight {
 		jc.mu.Lock()
-		jobs[id] = HeartbeatJob{Progress: jc.progress, Checkpoint: jc.checkpoint, Attempt: jc.Attempt}
+		hj := HeartbeatJob{Progress: jc.progress, Checkpoint: jc.checkpoint, Attempt: jc.Attempt}
+		if jc.reported {
+			u := jc.usage
+			hj.Usage, jc.hbSent = &u, u
+		}
 		jc.mu.Unlock()
+		jobs[id], ctxs[id] = hj, jc
 	}
-	return jobs
+	if len(jobs) == 0 {
+		return nil, nil, nil
+	}
+	w.hbRound = make(chan struct{})
+	return jobs, ctxs, w.hbRound
 }
 
 // apply acts on heartbeat answers: cancelled or lost jobs get their
@@ -367,6 +452,6 @@ func (w *Worker) failRemaining() {
 		jc.mu.Lock()
 		cp := jc.checkpoint
 		jc.mu.Unlock()
-		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: "worker_shutdown", Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt})
+		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: "worker_shutdown", Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: jc.usageLeft(ctx, nil)})
 	}
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	corvo "github.com/corvohq/corvo/sdk/go"
+)
+
+// corvo usage: GET /api/v1/usage/summary.
+func newUsageCmd() *cobra.Command {
+	var c clientFlags
+	var period, groupBy string
+	cmd := &cobra.Command{
+		Use:   "usage",
+		Short: "Show the tokens and cost workers reported, by queue, model, provider or tag",
+		Example: `  corvo usage
+  corvo usage --period 7d --group-by model
+  corvo usage --period 30d --group-by tag:tenant -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := c.validate(); err != nil {
+				return err
+			}
+			q := url.Values{}
+			q.Set("period", period)
+			if groupBy != "" {
+				q.Set("group_by", groupBy)
+			}
+			out, _, err := c.call("GET", "/api/v1/usage/summary?"+q.Encode(), nil)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if c.output == "json" {
+				_, err = fmt.Fprintln(w, strings.TrimSpace(string(out)))
+				return err
+			}
+			var s corvo.UsageSummary
+			if err := json.Unmarshal(out, &s); err != nil {
+				return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
+			}
+			return printUsage(w, &s, groupBy)
+		},
+	}
+	c.register(cmd)
+	cmd.Flags().StringVar(&period, "period", "24h", "period counted back from now: 24h, 7d or 30d")
+	cmd.Flags().StringVar(&groupBy, "group-by", "", "group by queue, model, provider or tag:<key> (default: totals only)")
+	return cmd
+}
+
+func printUsage(w io.Writer, s *corvo.UsageSummary, groupBy string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := strings.ToUpper(groupBy)
+	if head == "" {
+		head = "TOTAL"
+	}
+	if _, err := fmt.Fprintln(tw, head+"\tINPUT\tOUTPUT\tCACHE WRITE\tCACHE READ\tCOST USD\tJOBS\tUSD/JOB"); err != nil {
+		return err
+	}
+	row := func(key string, t *corvo.UsageTotals) error {
+		_, err := fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", key, t.InputTokens, t.OutputTokens, t.CacheCreationTokens,
+			t.CacheReadTokens, usd(t.CostUSD), t.Jobs, usd(t.CostPerJobUSD))
+		return err
+	}
+	for i := range s.Groups {
+		g := &s.Groups[i]
+		key := "(none)"
+		if g.Key != nil {
+			key = *g.Key
+		}
+		if err := row(key, &g.UsageTotals); err != nil {
+			return err
+		}
+	}
+	if groupBy != "" {
+		head = "total"
+	} else {
+		head = "last " + s.Period
+	}
+	if err := row(head, &s.Totals); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// usd prints dollars with the precision they were reported to.
+func usd(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
