@@ -177,7 +177,7 @@ func Open(cfg Config) (*Mirror, error) {
 		losses: make([]atomic.Int64, shards),
 		gen:    make([]int64, shards), rebuilds: make(chan int, shards+1),
 		shrinks: make(chan struct{}, 1),
-		hosted: make([]atomic.Bool, shards), refill: make([]atomic.Bool, shards), drops: make(chan dropReq),
+		hosted:  make([]atomic.Bool, shards), refill: make([]atomic.Bool, shards), drops: make(chan dropReq),
 		dropped:  metrics.GetOrCreateCounter(`corvo_mirror_dropped_updates_total`),
 		applied:  metrics.GetOrCreateCounter(`corvo_mirror_applied_changes_total`),
 		progress: make(chan struct{}), hurry: make(chan struct{}, 1),

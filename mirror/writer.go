@@ -51,8 +51,8 @@ var fixedSQL = [stFixed]string{
 	stSetGen:  `UPDATE jobs SET gen = ? WHERE id = ?`,
 	stSaveIdx: `INSERT INTO mirror_state (shard, idx, gen) VALUES (?,?,?)
 ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
-	stDelDeps: `DELETE FROM job_deps WHERE job_id = ?`,
-	stInsDep:  `INSERT OR IGNORE INTO job_deps (job_id, dep_id) VALUES (?,?)`,
+	stDelDeps:  `DELETE FROM job_deps WHERE job_id = ?`,
+	stInsDep:   `INSERT OR IGNORE INTO job_deps (job_id, dep_id) VALUES (?,?)`,
 	stDelUsage: `DELETE FROM job_usage WHERE job_id = ?`,
 	stPutUsage: `INSERT OR REPLACE INTO job_usage (job_id, n, shard, attempt, phase, queue, model, provider, input_tokens,
 output_tokens, cache_creation_tokens, cache_read_tokens, cost_nanos, latency_ms, at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
