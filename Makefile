@@ -8,7 +8,7 @@ DATA_DIR  ?= ./corvo-data
 BIND      ?= 127.0.0.1:8080
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test sdk-ts-pack sdk-py-test
+.PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test sdk-ts-pack sdk-py-test ui-screenshots
 
 all: build ## Build the corvo binary
 
@@ -83,10 +83,16 @@ ui-check: ui-deps ## Fail when the committed ui/dist differs from a fresh build 
 	  if diff -r ui/dist "$$tmp/dist" >/dev/null; then echo "ui/dist matches its sources"; \
 	  else diff -r ui/dist "$$tmp/dist" | head -20; echo "ui/dist is stale: run 'make ui' and commit ui/dist"; exit 1; fi
 
-ui-e2e: build ui-deps ## Browser tests of the UI (headless chromium) against a real server; writes the screenshots in ui/screenshots/ (commit them)
+# ui-e2e writes its screenshots under ui/test-results/ so a test run leaves
+# the checkout as it was; ui-screenshots writes the committed ones.
+SHOTS ?= test-results/screenshots
+ui-e2e: build ui-deps ## Browser tests of the UI (headless chromium) against a real server; screenshots in ui/test-results/screenshots/
 	$(GO) build -o bin/oidc-issuer ./internal/oidctest/cmd/oidc-issuer
-	rm -f ui/screenshots/*.png
-	@CORVO_CHROMIUM=$$(scripts/ensure-chromium.sh) && cd ui && CORVO_CHROMIUM="$$CORVO_CHROMIUM" npx playwright test
+	rm -rf ui/$(SHOTS)/*.png
+	@CORVO_CHROMIUM=$$(scripts/ensure-chromium.sh) && cd ui && CORVO_CHROMIUM="$$CORVO_CHROMIUM" CORVO_SCREENSHOTS=$(SHOTS) npx playwright test
+
+ui-screenshots: ## Run the browser tests and write every screen's screenshot to ui/screenshots/ (commit them after a UI change)
+	$(MAKE) ui-e2e SHOTS=screenshots
 
 ui-dev: ui-deps ## Vite dev server on :5173 with hot reload, proxying the API to CORVO_URL (default http://127.0.0.1:8080)
 	cd ui && npm run dev

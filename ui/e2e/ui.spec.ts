@@ -287,8 +287,8 @@ test("a job's parents and children link both ways", async ({ page }) => {
   await expect(page.locator(`tr[data-job="${c}"]`)).toBeVisible()
 })
 
-// The screenshots in ui/screenshots/ (committed; `make ui-e2e` writes
-// them again): every screen at desktop (1440×900) and phone (390×844)
+// The screenshots in ui/screenshots/ (committed; `make ui-screenshots`
+// writes them again, `make ui-e2e` under ui/test-results/): every screen at desktop (1440×900) and phone (390×844)
 // width, light and dark, from the seeded data above plus a fixed round of
 // traffic.
 test('screenshots of every screen at desktop and phone width, light and dark', async ({ browser }) => {
