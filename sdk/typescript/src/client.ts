@@ -256,6 +256,7 @@ export class Client {
       const a = await this.routed<T>(o.route, method, path, payload, headers, o);
       if (a) return a;
     }
+    let resent = false;
     for (let attempt = 0; ; attempt++) {
       const [base, at] = this.base();
       let res: Reply;
@@ -263,7 +264,11 @@ export class Client {
         res = await this.send(base, path, method, headers, payload, o.signal);
       } catch (err) {
         if (o.signal?.aborted) throw o.signal.reason ?? err;
-        if (stale(err) && attempt < retries) continue; // a kept-alive connection the node had closed: again, at once
+        if (stale(err) && !resent) {
+          resent = true; // a kept-alive connection the node had closed: again, at once (not a retry)
+          attempt--;
+          continue;
+        }
         // Connection refused or reset: another node may answer.
         this.failover(at);
         if (attempt >= retries) throw err;

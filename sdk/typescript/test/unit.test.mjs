@@ -87,6 +87,69 @@ test("a node answering 503 shutting_down or refusing connections sends the clien
   }
 });
 
+/** A server counting its connections; answer(req, n, conn) handles the n-th request (conn: its connection's number). */
+async function counting(answer) {
+  const seen = [];
+  let conns = 0;
+  const srv = createServer(async (req, res) => {
+    let raw = "";
+    for await (const chunk of req) raw += chunk;
+    const conn = req.socket.connNo;
+    seen.push({ method: req.method, path: req.url, headers: req.headers, raw, conn });
+    answer(req, res, seen.length, conn);
+  });
+  srv.on("connection", (sock) => (sock.connNo = ++conns));
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${srv.address().port}`, seen, conns: () => conns, close: () => new Promise((r) => srv.close(r)) };
+}
+
+test("requests share kept-alive connections: calls one after another use one, calls at once one each, then reuse them", async () => {
+  const s = await counting((req, res) => {
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ queue: "q", paused: true }));
+  });
+  try {
+    const c = new Client(s.url, single);
+    for (let i = 0; i < 5; i++) await c.pauseQueue("q");
+    assert.equal(s.conns(), 1, "a call after another opened a new connection");
+    await Promise.all(Array.from({ length: 3 }, () => c.pauseQueue("q")));
+    assert.equal(s.conns(), 3);
+    await Promise.all(Array.from({ length: 3 }, () => c.pauseQueue("q")));
+    assert.equal(s.conns(), 3, "calls at once did not reuse the idle connections");
+    // A POST without a body says so, rather than sending an empty chunked one.
+    assert.equal(s.seen[0].headers["content-length"], "0");
+    assert.equal(s.seen[0].headers["transfer-encoding"], undefined);
+    assert.equal(s.seen[0].raw, "");
+  } finally {
+    await s.close();
+  }
+});
+
+test("a request on a kept-alive connection the server closed is sent again on a new one, to the same URL, as no retry", async () => {
+  const s = await counting((req, res, n) => {
+    if (n === 2) return req.socket.destroy(); // closed as the request came in
+    res.writeHead(201, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ job_id: "job_0_" + n, status: "pending", unique_existing: false }));
+  });
+  const other = await fake(() => ({ status: 500, body: { error: "the failover went here", code: "internal" } }));
+  try {
+    // No retries: the resend is not one (a retry would throw).
+    const c = new Client([s.url, other.url], { ...single, maxRetries: 0 });
+    assert.equal((await c.enqueue({ queue: "q", payload: { a: 1 } })).job_id, "job_0_1");
+    assert.equal((await c.enqueue({ queue: "q", payload: { a: 2 } })).job_id, "job_0_3");
+    assert.deepEqual(s.seen.map((r) => [r.path, r.conn, JSON.parse(r.raw).payload.a]), [
+      ["/api/v1/enqueue", 1, 1],
+      ["/api/v1/enqueue", 1, 2],
+      ["/api/v1/enqueue", 2, 2],
+    ]);
+    assert.equal(other.seen.length, 0, "the client moved to the next URL");
+    assert.equal(c.urls[0], s.url);
+  } finally {
+    await s.close();
+    await other.close();
+  }
+});
+
 test("enqueue: a call goes out at once when idle; calls made while 2 are in flight go together as one batch", async () => {
   const held = [];
   let n = 0;
