@@ -150,6 +150,58 @@ test("a request on a kept-alive connection the server closed is sent again on a 
   }
 });
 
+test("answers are read however they come: split byte by byte, chunked with extensions and trailers, after a 100, ended by the connection closing; Connection: close is honoured", async () => {
+  const { createServer: tcpServer } = await import("node:net");
+  const json = (o) => JSON.stringify(o);
+  const body = json({ id: "job_0_x", payload: { s: "héllo ✓" } }); // multi-byte characters, split below
+  const answers = [
+    // 1: an interim 100, then a chunked answer with a chunk extension and a trailer, one byte per write.
+    { bytes: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        "5;ext=1\r\n" + '{"que' + "\r\n" + "8\r\n" + 'ues":[]}' + "\r\n0\r\nX-Trailer: y\r\n\r\n", byByte: true },
+    // 2: on the same connection, a Content-Length answer split inside a character, then Connection: close.
+    { bytes: Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`), Buffer.from(body)]), byByte: true },
+    // 3: on a new connection, an HTTP/1.0 answer without a length: it ends when the connection does.
+    { bytes: "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + json({ queues: [{ name: "q" }] }), close: true },
+    // 4: a new connection again, kept alive.
+    { bytes: `HTTP/1.1 204 No Content\r\n\r\n` },
+  ];
+  const conns = [];
+  let n = 0;
+  const srv = tcpServer((sock) => {
+    const no = conns.push(sock);
+    let buf = "";
+    sock.setNoDelay(true);
+    sock.on("data", async (d) => {
+      buf += d.toString("latin1");
+      if (!buf.includes("\r\n\r\n")) return;
+      buf = "";
+      const a = answers[n++];
+      a.conn = no;
+      const bytes = Buffer.from(a.bytes);
+      if (a.byByte) {
+        for (let i = 0; i < bytes.length; i++) {
+          sock.write(bytes.subarray(i, i + 1));
+          await new Promise((r) => setImmediate(r));
+        }
+      } else sock.write(bytes);
+      if (a.close) sock.end();
+    });
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const c = new Client(`http://127.0.0.1:${srv.address().port}`, single);
+    assert.deepEqual(await c.queues(), []);
+    assert.deepEqual(await c.job("job_0_x"), JSON.parse(body));
+    assert.deepEqual(await c.queues(), [{ name: "q" }]);
+    await c.deleteSchedule("s");
+    assert.equal(n, 4);
+    assert.deepEqual(answers.map((a) => a.conn), [1, 1, 2, 3], "connections not reused, or reused after close");
+  } finally {
+    for (const s of conns) s.destroy();
+    await new Promise((r) => srv.close(r));
+  }
+});
+
 test("enqueue: a call goes out at once when idle; calls made while 2 are in flight go together as one batch", async () => {
   const held = [];
   let n = 0;
