@@ -67,8 +67,8 @@ export interface ClientOptions {
   /** The cluster secret, for removeNode() (a node-to-node route). */
   clusterSecret?: string;
   /**
-   * A fetch implementation to send every request with. Default: node:http
-   * and node:https over kept-alive connections (the event and progress
+   * A fetch implementation to send every request with. Default: HTTP/1.1
+   * over kept-alive node:net/node:tls connections (transport.ts; the event and progress
    * streams and backup() use the global fetch).
    */
   fetch?: typeof fetch;
@@ -146,7 +146,7 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 /** A transport error of a request that never reached a server (nothing listens, no route): sending it elsewhere cannot apply it twice. */
 function dialFailed(err: unknown): boolean {
   const e = err as { code?: string; cause?: { code?: string } } | undefined;
-  const code = e?.code ?? e?.cause?.code; // node:http's, or fetch's cause
+  const code = e?.code ?? e?.cause?.code; // node:net's, or fetch's cause
   return code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENETUNREACH" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "UND_ERR_CONNECT_TIMEOUT";
 }
 
