@@ -2,7 +2,12 @@
 // `corvo bench --client sdk --mode e2e`: --producers loops calling
 // client.enqueue (coalesced by the client) while one Worker of
 // --concurrency slots runs a no-op handler, untuned, until --jobs jobs
-// have been handled. Prints one JSON line.
+// have been handled. Prints one JSON line, with the node process's CPU
+// milliseconds per job (user + system).
+//
+// --mode enqueue runs the producers alone (the jobs stay in the queue);
+// --mode work runs the worker alone over --jobs jobs already queued (by
+// an enqueue run before it): each side measured without the other.
 //
 //   npm run build && node bench/e2e.mjs --url http://127.0.0.1:8080 --jobs 50000 --producers 16 --concurrency 32
 import { parseArgs } from "node:util";
@@ -11,6 +16,7 @@ import { Client, Worker } from "../dist/index.js";
 const { values: a } = parseArgs({
   options: {
     url: { type: "string", default: "http://127.0.0.1:8080" },
+    mode: { type: "string", default: "e2e" },
     jobs: { type: "string", default: "50000" },
     producers: { type: "string", default: "16" },
     concurrency: { type: "string", default: "32" },
@@ -18,6 +24,9 @@ const { values: a } = parseArgs({
     "payload-size": { type: "string", default: "64" },
   },
 });
+if (!["e2e", "enqueue", "work"].includes(a.mode)) throw new Error(`unknown --mode ${a.mode} (e2e, enqueue or work)`);
+const produce = a.mode !== "work";
+const work = a.mode !== "enqueue";
 const jobs = Number(a.jobs);
 const payload = { data: "x".repeat(Math.max(0, Number(a["payload-size"]) - 12)) };
 const client = new Client(a.url);
@@ -28,23 +37,33 @@ const done = new Promise((r) => (allHandled = r));
 worker.register(a.queue, () => {
   if (++handled === jobs) allHandled();
 });
+const cpu0 = process.cpuUsage();
 const start = performance.now();
-const running = worker.run();
+const running = work ? worker.run() : undefined;
 let next = 0;
 let enqueued = 0;
-await Promise.all(
-  Array.from({ length: Number(a.producers) }, async () => {
-    while (next < jobs) {
-      next++;
-      await client.enqueue({ queue: a.queue, payload });
-      enqueued++;
-    }
-  }),
-);
+if (produce) {
+  await Promise.all(
+    Array.from({ length: Number(a.producers) }, async () => {
+      while (next < jobs) {
+        next++;
+        await client.enqueue({ queue: a.queue, payload });
+        enqueued++;
+      }
+    }),
+  );
+}
 const enqueueSecs = (performance.now() - start) / 1000;
-await done;
+if (work) await done;
 const secs = (performance.now() - start) / 1000;
-worker.stop();
-await running;
-console.log(JSON.stringify({ sdk: "typescript", jobs, producers: Number(a.producers), concurrency: Number(a.concurrency),
-  seconds: +secs.toFixed(2), e2e_jobs_s: Math.round(jobs / secs), enqueue_jobs_s: Math.round(enqueued / enqueueSecs) }));
+const cpu = process.cpuUsage(cpu0);
+if (work) {
+  worker.stop();
+  await running;
+}
+const out = { sdk: "typescript", mode: a.mode, jobs, producers: produce ? Number(a.producers) : 0, concurrency: work ? Number(a.concurrency) : 0,
+  seconds: +secs.toFixed(2), cpu_ms_per_job: +((cpu.user + cpu.system) / 1000 / jobs).toFixed(3) };
+if (a.mode === "e2e") out.e2e_jobs_s = Math.round(jobs / secs);
+if (produce) out.enqueue_jobs_s = Math.round(enqueued / enqueueSecs);
+if (a.mode === "work") out.work_jobs_s = Math.round(jobs / secs);
+console.log(JSON.stringify(out));

@@ -1,4 +1,5 @@
 import { CorvoError, ConflictError } from "./errors.js";
+import { fetchSend, httpSend, type Reply, type Send, staleConnection } from "./transport.js";
 import { downForMs, ForwardedHeader, planPlacement, type Placement, placementRefreshMs, shardForQueue, shardOfJobId, storedQueue } from "./placement.js";
 import type {
   AckBatchResult,
@@ -65,7 +66,11 @@ export interface ClientOptions {
   coalesceEnqueues?: boolean;
   /** The cluster secret, for removeNode() (a node-to-node route). */
   clusterSecret?: string;
-  /** The fetch implementation (default: the global fetch). */
+  /**
+   * A fetch implementation to send every request with. Default: HTTP/1.1
+   * over kept-alive node:net/node:tls connections (transport.ts; the event and progress
+   * streams and backup() use the global fetch).
+   */
   fetch?: typeof fetch;
   /**
    * Route each request that names one queue or one job straight to a node
@@ -138,10 +143,16 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** A fetch() error of a request that never reached a server (nothing listens, no route): sending it elsewhere cannot apply it twice. */
+/** A transport error of a request that never reached a server (nothing listens, no route): sending it elsewhere cannot apply it twice. */
 function dialFailed(err: unknown): boolean {
-  const code = (err as { cause?: { code?: string } })?.cause?.code;
+  const e = err as { code?: string; cause?: { code?: string } } | undefined;
+  const code = e?.code ?? e?.cause?.code; // node:net's, or fetch's cause
   return code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENETUNREACH" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "UND_ERR_CONNECT_TIMEOUT";
+}
+
+/** An error of a request sent on a kept-alive connection the server had closed (transport.ts). */
+function stale(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as Record<symbol, unknown>)[staleConnection] === true;
 }
 
 function retryAfterMs(h: string | null): number {
@@ -181,6 +192,7 @@ export class Client {
   private readonly clusterSecret?: string;
   private readonly coalesce: boolean;
   private readonly fetchImpl: typeof fetch;
+  private readonly send: Send;
   private senders = 0;
   private waiting: PendingEnqueue[] = [];
   // Placement routing (placement.ts).
@@ -204,6 +216,7 @@ export class Client {
     this.maxRetries = opts.maxRetries ?? 5;
     this.coalesce = opts.coalesceEnqueues ?? true;
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.send = opts.fetch ? fetchSend(opts.fetch) : httpSend();
     this.placeOff = opts.placement === false;
   }
 
@@ -243,20 +256,26 @@ export class Client {
       const a = await this.routed<T>(o.route, method, path, payload, headers, o);
       if (a) return a;
     }
+    let resent = false;
     for (let attempt = 0; ; attempt++) {
       const [base, at] = this.base();
-      let res: Response;
+      let res: Reply;
       try {
-        res = await this.fetchImpl(base + path, { method, headers, body: payload, signal: o.signal });
+        res = await this.send(base, path, method, headers, payload, o.signal);
       } catch (err) {
         if (o.signal?.aborted) throw o.signal.reason ?? err;
+        if (stale(err) && !resent) {
+          resent = true; // a kept-alive connection the node had closed: again, at once (not a retry)
+          attempt--;
+          continue;
+        }
         // Connection refused or reset: another node may answer.
         this.failover(at);
         if (attempt >= retries) throw err;
         await sleep(this.nodes.length > 1 && attempt < this.nodes.length ? 0 : 50 * 2 ** Math.min(attempt, 5), o.signal);
         continue;
       }
-      const a = await this.answer<T>(res, o);
+      const a = this.answer<T>(res, o);
       if (!(a instanceof CorvoError)) return a;
       const err = a;
       if ((res.status !== 429 && res.status !== 503) || attempt >= retries) throw err;
@@ -270,16 +289,16 @@ export class Client {
   }
 
   /** Reads an answer: its data, or the error it carries. */
-  private async answer<T>(res: Response, o: RequestOptions): Promise<Answer<T> | CorvoError> {
-    if (this.place && res.headers.get(ForwardedHeader)) this.refreshPlacement(); // sent to a node that does not host it
-    const text = await res.text();
+  private answer<T>(res: Reply, o: RequestOptions): Answer<T> | CorvoError {
+    if (this.place && res.header(ForwardedHeader)) this.refreshPlacement(); // sent to a node that does not host it
+    const text = res.text;
     if (res.status < 400) {
       let data: unknown = undefined;
       if (o.text) data = text;
       else if (text !== "") data = JSON.parse(text);
       return { status: res.status, data: data as T };
     }
-    return CorvoError.from(res.status, text, retryAfterMs(res.headers.get("retry-after")));
+    return CorvoError.from(res.status, text, retryAfterMs(res.header("retry-after")));
   }
 
   /**
@@ -299,18 +318,25 @@ export class Client {
     headers: Record<string, string>,
     o: RequestOptions,
   ): Promise<Answer<T> | undefined> {
-    for (const node of route) {
-      let res: Response;
+    let resent = false;
+    for (let i = 0; i < route.length; i++) {
+      const node = route[i];
+      let res: Reply;
       try {
-        res = await this.fetchImpl(node + path, { method, headers, body: payload, signal: o.signal });
+        res = await this.send(node, path, method, headers, payload, o.signal);
       } catch (err) {
         if (o.signal?.aborted) throw o.signal.reason ?? err;
+        if (stale(err) && !resent) {
+          resent = true; // a kept-alive connection the node had closed: again, once
+          i--;
+          continue;
+        }
         this.markDown(node);
         this.refreshPlacement();
         if (dialFailed(err)) continue;
         return undefined; // reset or closed: the usual way retries it
       }
-      const a = await this.answer<T>(res, o);
+      const a = this.answer<T>(res, o);
       if (!(a instanceof CorvoError)) return a;
       if (a.status === 503) {
         this.refreshPlacement();

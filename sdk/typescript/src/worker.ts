@@ -32,9 +32,10 @@ export type Handler<P = any> = (job: FetchedJob<P>, ctx: JobContext) => unknown 
 
 /** A running job's context: progress, checkpoints, cancellation. */
 export class JobContext {
-  /** Aborted when the server cancels the job (reason JobCancelledError), the lease is lost (LeaseLostError) or the drain's grace runs out (WorkerShutdownError). */
-  readonly signal: AbortSignal;
-  /** @internal */ readonly ac = new AbortController();
+  // The controller is made when the handler first reads `signal` (most
+  // never do) or when the job is aborted.
+  private ac: AbortController | null = null;
+  /** @internal Why the job was aborted (undefined: it was not). */ reason: Error | undefined = undefined;
   /** @internal */ lastProgress: unknown = undefined;
   /** @internal */ lastCheckpoint: unknown = undefined;
   /** @internal */ exit = false;
@@ -44,13 +45,28 @@ export class JobContext {
     private readonly w: Worker,
     /** The job. */ readonly job: FetchedJob,
   ) {
-    this.signal = this.ac.signal;
     this.lastCheckpoint = job.checkpoint ?? undefined;
+  }
+
+  /** Aborted when the server cancels the job (reason JobCancelledError), the lease is lost (LeaseLostError) or the drain's grace runs out (WorkerShutdownError). */
+  get signal(): AbortSignal {
+    if (!this.ac) {
+      this.ac = new AbortController();
+      if (this.reason) this.ac.abort(this.reason);
+    }
+    return this.ac.signal;
   }
 
   /** True once the job's signal is aborted: stop, the server has moved on. */
   get cancelled(): boolean {
-    return this.signal.aborted;
+    return this.reason !== undefined;
+  }
+
+  /** @internal Aborts the job's signal (once). */
+  abort(reason: Error): void {
+    if (this.reason) return;
+    this.reason = reason;
+    this.ac?.abort(reason);
   }
 
   /**
@@ -258,8 +274,8 @@ export class Worker {
     }
     if (this.inflight.get(job.job_id) !== ctx) return null; // failed by the drain already
     this.inflight.delete(job.job_id);
-    const why = ctx.signal.reason;
-    if (ctx.signal.aborted && (why instanceof JobCancelledError || why instanceof LeaseLostError)) {
+    const why = ctx.reason;
+    if (why instanceof JobCancelledError || why instanceof LeaseLostError) {
       return null; // the server has moved on: nothing to report
     }
     if (failed) {
@@ -401,7 +417,7 @@ export class Worker {
           .catch((err) => this.opt.onError?.(err)),
       ),
     );
-    for (const ctx of left) ctx.ac.abort(new WorkerShutdownError());
+    for (const ctx of left) ctx.abort(new WorkerShutdownError());
   }
 
   // ---- heartbeats
@@ -434,9 +450,9 @@ export class Worker {
   apply(st: Record<string, HeartbeatStatus>): void {
     for (const [id, s] of Object.entries(st)) {
       const ctx = this.inflight.get(id);
-      if (!ctx || ctx.signal.aborted) continue;
-      if (s === "cancel") ctx.ac.abort(new JobCancelledError());
-      else if (s === "lost" || s === "not_found") ctx.ac.abort(new LeaseLostError());
+      if (!ctx || ctx.reason) continue;
+      if (s === "cancel") ctx.abort(new JobCancelledError());
+      else if (s === "lost" || s === "not_found") ctx.abort(new LeaseLostError());
     }
   }
 }

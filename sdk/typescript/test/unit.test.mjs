@@ -87,6 +87,121 @@ test("a node answering 503 shutting_down or refusing connections sends the clien
   }
 });
 
+/** A server counting its connections; answer(req, n, conn) handles the n-th request (conn: its connection's number). */
+async function counting(answer) {
+  const seen = [];
+  let conns = 0;
+  const srv = createServer(async (req, res) => {
+    let raw = "";
+    for await (const chunk of req) raw += chunk;
+    const conn = req.socket.connNo;
+    seen.push({ method: req.method, path: req.url, headers: req.headers, raw, conn });
+    answer(req, res, seen.length, conn);
+  });
+  srv.on("connection", (sock) => (sock.connNo = ++conns));
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${srv.address().port}`, seen, conns: () => conns, close: () => new Promise((r) => srv.close(r)) };
+}
+
+test("requests share kept-alive connections: calls one after another use one, calls at once one each, then reuse them", async () => {
+  const s = await counting((req, res) => {
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ queue: "q", paused: true }));
+  });
+  try {
+    const c = new Client(s.url, single);
+    for (let i = 0; i < 5; i++) await c.pauseQueue("q");
+    assert.equal(s.conns(), 1, "a call after another opened a new connection");
+    await Promise.all(Array.from({ length: 3 }, () => c.pauseQueue("q")));
+    assert.equal(s.conns(), 3);
+    await Promise.all(Array.from({ length: 3 }, () => c.pauseQueue("q")));
+    assert.equal(s.conns(), 3, "calls at once did not reuse the idle connections");
+    // A POST without a body says so, rather than sending an empty chunked one.
+    assert.equal(s.seen[0].headers["content-length"], "0");
+    assert.equal(s.seen[0].headers["transfer-encoding"], undefined);
+    assert.equal(s.seen[0].raw, "");
+  } finally {
+    await s.close();
+  }
+});
+
+test("a request on a kept-alive connection the server closed is sent again on a new one, to the same URL, as no retry", async () => {
+  const s = await counting((req, res, n) => {
+    if (n === 2) return req.socket.destroy(); // closed as the request came in
+    res.writeHead(201, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ job_id: "job_0_" + n, status: "pending", unique_existing: false }));
+  });
+  const other = await fake(() => ({ status: 500, body: { error: "the failover went here", code: "internal" } }));
+  try {
+    // No retries: the resend is not one (a retry would throw).
+    const c = new Client([s.url, other.url], { ...single, maxRetries: 0 });
+    assert.equal((await c.enqueue({ queue: "q", payload: { a: 1 } })).job_id, "job_0_1");
+    assert.equal((await c.enqueue({ queue: "q", payload: { a: 2 } })).job_id, "job_0_3");
+    assert.deepEqual(s.seen.map((r) => [r.path, r.conn, JSON.parse(r.raw).payload.a]), [
+      ["/api/v1/enqueue", 1, 1],
+      ["/api/v1/enqueue", 1, 2],
+      ["/api/v1/enqueue", 2, 2],
+    ]);
+    assert.equal(other.seen.length, 0, "the client moved to the next URL");
+    assert.equal(c.urls[0], s.url);
+  } finally {
+    await s.close();
+    await other.close();
+  }
+});
+
+test("answers are read however they come: split byte by byte, chunked with extensions and trailers, after a 100, ended by the connection closing; Connection: close is honoured", async () => {
+  const { createServer: tcpServer } = await import("node:net");
+  const json = (o) => JSON.stringify(o);
+  const body = json({ id: "job_0_x", payload: { s: "héllo ✓" } }); // multi-byte characters, split below
+  const answers = [
+    // 1: an interim 100, then a chunked answer with a chunk extension and a trailer, one byte per write.
+    { bytes: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        "5;ext=1\r\n" + '{"que' + "\r\n" + "8\r\n" + 'ues":[]}' + "\r\n0\r\nX-Trailer: y\r\n\r\n", byByte: true },
+    // 2: on the same connection, a Content-Length answer split inside a character, then Connection: close.
+    { bytes: Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`), Buffer.from(body)]), byByte: true },
+    // 3: on a new connection, an HTTP/1.0 answer without a length: it ends when the connection does.
+    { bytes: "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + json({ queues: [{ name: "q" }] }), close: true },
+    // 4: a new connection again, kept alive.
+    { bytes: `HTTP/1.1 204 No Content\r\n\r\n` },
+  ];
+  const conns = [];
+  let n = 0;
+  const srv = tcpServer((sock) => {
+    const no = conns.push(sock);
+    let buf = "";
+    sock.setNoDelay(true);
+    sock.on("data", async (d) => {
+      buf += d.toString("latin1");
+      if (!buf.includes("\r\n\r\n")) return;
+      buf = "";
+      const a = answers[n++];
+      a.conn = no;
+      const bytes = Buffer.from(a.bytes);
+      if (a.byByte) {
+        for (let i = 0; i < bytes.length; i++) {
+          sock.write(bytes.subarray(i, i + 1));
+          await new Promise((r) => setImmediate(r));
+        }
+      } else sock.write(bytes);
+      if (a.close) sock.end();
+    });
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const c = new Client(`http://127.0.0.1:${srv.address().port}`, single);
+    assert.deepEqual(await c.queues(), []);
+    assert.deepEqual(await c.job("job_0_x"), JSON.parse(body));
+    assert.deepEqual(await c.queues(), [{ name: "q" }]);
+    await c.deleteSchedule("s");
+    assert.equal(n, 4);
+    assert.deepEqual(answers.map((a) => a.conn), [1, 1, 2, 3], "connections not reused, or reused after close");
+  } finally {
+    for (const s of conns) s.destroy();
+    await new Promise((r) => srv.close(r));
+  }
+});
+
 test("enqueue: a call goes out at once when idle; calls made while 2 are in flight go together as one batch", async () => {
   const held = [];
   let n = 0;
