@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/corvohq/corvo/gateway/events"
@@ -78,12 +79,14 @@ func (m *nodeMemory) start(host *shard.Host, ring int, quiet func()) {
 // memtables and block cache, and the mirror's SQLite caches. They refill
 // from disk as the load comes back; what the SSE ring keeps stays.
 func (n *Node) releaseCaches() {
+	start := time.Now()
 	if err := n.host.ReleaseMemory(); err != nil {
 		n.log.Warn().Err(err).Msg("releasing the shards' caches failed")
 	}
 	if n.mir != nil {
 		n.mir.ReleaseMemory()
 	}
+	n.log.Info().Dur("took", time.Since(start)).Msg("quiet: the caches were given back")
 }
 
 // close stops the watch (after start).

@@ -22,9 +22,10 @@ const (
 	ReleaseFloor = 16 << 20
 	// QuietAfterDefault, QuietBytesDefault: a node whose accounts took
 	// less than QuietBytes over QuietAfter is quiet, and gives back its
-	// caches (WatchConfig.QuietRelease).
+	// caches (WatchConfig.QuietRelease): idle long-polls and the
+	// maintenance ticks stay under it, a few jobs a second do not.
 	QuietAfterDefault = 30 * time.Second
-	QuietBytesDefault = 1 << 20
+	QuietBytesDefault = 64 << 10
 )
 
 // WatchConfig configures Watch; tests inject the measures and the clock.
