@@ -37,7 +37,7 @@ func newNodeMemory(plan membudget.Plan) *nodeMemory {
 	membudget.LimitCArenas()
 	b := membudget.New(plan)
 	return &nodeMemory{budget: b,
-		bodies:    b.Account("request_bodies", plan.Bodies),
+		bodies:    b.ActivityAccount("request_bodies", plan.Bodies),
 		proposals: b.Account("proposals", plan.Proposals),
 		mirrorQ:   b.Account("mirror_buffer", plan.Mirror),
 		stop:      make(chan struct{}), done: make(chan struct{})}

@@ -25,8 +25,9 @@ type Budget struct {
 	over atomic.Bool
 	// resident is the last measured process memory (Watch).
 	resident atomic.Int64
-	// taken counts every byte the accounts ever took: how busy the node
-	// is (Watch's quiet release).
+	// taken counts every byte the activity accounts (request bodies)
+	// ever took: how busy the node's clients keep it (Watch's quiet
+	// release; the node's own maintenance proposals do not count).
 	taken atomic.Int64
 }
 
@@ -43,6 +44,8 @@ type Account struct {
 	name string
 	max  int64
 	used atomic.Int64
+	// activity: what it takes counts as the node being busy (Budget.taken).
+	activity bool
 	// refused counts refusals (corvo_memory_refused_total{consumer}).
 	refused *metrics.Counter
 }
@@ -60,6 +63,15 @@ func (b *Budget) Plan() Plan { return b.plan }
 func (b *Budget) Account(name string, max int64) *Account {
 	return &Account{b: b, name: name, max: max,
 		refused: metrics.GetOrCreateCounter(`corvo_memory_refused_total{consumer="` + name + `"}`)}
+}
+
+// ActivityAccount is Account for what clients send (request bodies): what
+// it takes also says the node is busy, which holds Watch's quiet release
+// off.
+func (b *Budget) ActivityAccount(name string, max int64) *Account {
+	a := b.Account(name, max)
+	a.activity = true
+	return a
 }
 
 // Used is what the accounts hold together.
@@ -101,7 +113,9 @@ func (a *Account) TryAcquire(n int64) bool {
 		a.refused.Inc()
 		return false
 	}
-	a.b.taken.Add(n)
+	if a.activity {
+		a.b.taken.Add(n)
+	}
 	return true
 }
 
@@ -113,7 +127,9 @@ func (a *Account) Acquire(n int64) {
 	}
 	a.used.Add(n)
 	a.b.used.Add(n)
-	a.b.taken.Add(n)
+	if a.activity {
+		a.b.taken.Add(n)
+	}
 }
 
 // Release gives back n bytes taken by TryAcquire or Acquire.

@@ -203,11 +203,12 @@ func TestGauges(t *testing.T) {
 func TestWatcherQuietRelease(t *testing.T) {
 	t.Parallel()
 	b := New(NewPlan(1<<30, 4))
-	acct := b.Account("bodies", 1<<30)
+	acct := b.ActivityAccount("bodies", 1<<30)
 	now := time.Unix(1000, 0)
 	quiet, releases := 0, 0
 	w := &watcher{b: b, busyAt: now, cfg: WatchConfig{Resident: func() int64 { return 100 << 20 }, Reclaimable: func() int64 { return 0 },
-		Release: func() { releases++ }, QuietRelease: func() { quiet++ }, Now: func() time.Time { return now }}.withDefaults()}
+		Release: func() { releases++ }, QuietRelease: func() { quiet++ },
+		Now: func() time.Time { return now }}.withDefaults()}
 	step := func(d time.Duration) { now = now.Add(d); w.step() }
 	// Busy: a megabyte taken every 10 s keeps the caches.
 	for range 10 {
@@ -225,15 +226,31 @@ func TestWatcherQuietRelease(t *testing.T) {
 	step(time.Millisecond)
 	require.Equal(t, 1, quiet)
 	require.Equal(t, 1, releases)
-	// Still quiet: not again.
+	// Still quiet, whatever the node's own proposals take: not again.
+	proposals := b.Account("proposals", 1<<30)
+	proposals.Acquire(10 * QuietBytesDefault)
+	proposals.Release(10 * QuietBytesDefault)
 	step(QuietAfterDefault)
 	step(QuietAfterDefault)
 	require.Equal(t, 1, quiet)
-	// Busy again, then quiet: released again.
-	acct.Acquire(QuietBytesDefault / 2)
-	step(time.Second)
-	require.Equal(t, 1, quiet)
+	// Work in hand (bytes held, not new) holds the release off like new
+	// bytes do.
+	held := b.Account("mirror_buffer", 1<<30)
+	held.Acquire(QuietBytesDefault)
 	step(QuietAfterDefault)
+	step(QuietAfterDefault)
+	require.Equal(t, 1, quiet)
+	held.Release(QuietBytesDefault)
+	step(QuietAfterDefault - time.Millisecond)
+	require.Equal(t, 1, quiet)
+	step(time.Millisecond)
 	require.Equal(t, 2, quiet)
-	require.Equal(t, 2, releases)
+	// Busy again, then quiet: released again.
+	acct.Acquire(QuietBytesDefault)
+	acct.Release(QuietBytesDefault)
+	step(time.Second)
+	require.Equal(t, 2, quiet)
+	step(QuietAfterDefault)
+	require.Equal(t, 3, quiet)
+	require.Equal(t, 3, releases)
 }

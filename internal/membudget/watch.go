@@ -20,10 +20,11 @@ const (
 	// ReleaseFloor: less reclaimable heap than this is not worth a
 	// collection.
 	ReleaseFloor = 16 << 20
-	// QuietAfterDefault, QuietBytesDefault: a node whose accounts took
-	// less than QuietBytes over QuietAfter is quiet, and gives back its
-	// caches (WatchConfig.QuietRelease): idle long-polls and the
-	// maintenance ticks stay under it, a few jobs a second do not.
+	// QuietAfterDefault, QuietBytesDefault: a node whose clients sent
+	// less than QuietBytes of request bodies over QuietAfter, and whose
+	// accounts hold less than that, is quiet and gives back its caches
+	// (WatchConfig.QuietRelease): idle long-polls stay under it, a few
+	// jobs a second do not.
 	QuietAfterDefault = 30 * time.Second
 	QuietBytesDefault = 64 << 10
 )
@@ -48,9 +49,12 @@ type WatchConfig struct {
 	// less than QuietBytes since the last time it was busy), and again
 	// only after it was busy once more; Release follows it.
 	QuietRelease func()
-	QuietAfter   time.Duration
-	QuietBytes   int64
-	Now          func() time.Time
+	// Busy, when set, says the node still has work in hand although its
+	// accounts take nothing new (the mirror catching up): not quiet yet.
+	Busy       func() bool
+	QuietAfter time.Duration
+	QuietBytes int64
+	Now        func() time.Time
 }
 
 func (c WatchConfig) withDefaults() WatchConfig {
@@ -134,7 +138,9 @@ func (w *watcher) step() {
 		w.b.over.Store(false)
 	}
 	now := w.cfg.Now()
-	if taken := w.b.taken.Load(); taken-w.busyTaken >= w.cfg.QuietBytes {
+	// Busy: clients sent QuietBytes since the last busy step, or the
+	// accounts hold that much now (work in hand: the mirror catching up).
+	if taken := w.b.taken.Load(); taken-w.busyTaken >= w.cfg.QuietBytes || w.b.used.Load() >= w.cfg.QuietBytes {
 		w.busyAt, w.busyTaken, w.quietDone = now, taken, false
 	}
 	quiet := w.cfg.QuietRelease != nil && !w.quietDone && now.Sub(w.busyAt) >= w.cfg.QuietAfter
