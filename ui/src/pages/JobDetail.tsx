@@ -1,9 +1,10 @@
 import { useState } from 'preact/hooks'
-import { api, ApiError, PRIORITIES, type Job, type Priority, type SearchPage, type TimelineEntry } from '../api'
+import { api, ApiError, PRIORITIES, type Job, type JobUsage, type Priority, type SearchPage, type TimelineEntry } from '../api'
 import { useLive, type JobEvent } from '../live'
 import { href, navigate } from '../router'
 import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, pretty, shortId } from '../format'
 import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
+import { fmtUSD, modelsOf, usageByAttempt } from '../cost'
 
 // timelineOf gives the server's timeline when it has one, else one
 // reconstructed from the job's own fields (less detailed: no progress).
@@ -109,6 +110,14 @@ export function JobDetail({ id }: { id: string }) {
             <Dependents id={j.id} />
             {j.batch_id && <><dt>Batch</dt><dd><BatchInfo id={j.batch_id} /></dd></>}
             {j.chain_id && <><dt>Chain</dt><dd class="mono">{j.chain_id} · step {j.chain_step}</dd></>}
+            {j.cached_from && (
+              <><dt>Cached from</dt><dd data-testid="cached-from">
+                <a class="mono" href={href(`/jobs/${encodeURIComponent(j.cached_from)}`)} title={j.cached_from}>{shortId(j.cached_from)}</a>
+                <span class="muted"> — its result, from the cache: this job never reached a worker</span>
+              </dd></>
+            )}
+            {j.cache_key && !j.cached_from && <><dt>Result cache</dt><dd><span class="muted">key</span> <span class="mono" title={j.cache_key}>{j.cache_key.slice(0, 16)}…</span></dd></>}
+            {j.usage && <><dt>Cost</dt><dd data-testid="job-cost">{fmtUSD(j.usage.cost_usd)} <span class="muted">({fmtNum(j.usage.input_tokens)} tokens in, {fmtNum(j.usage.output_tokens)} out)</span></dd></>}
           </dl>
 
           {progress && (
@@ -117,6 +126,8 @@ export function JobDetail({ id }: { id: string }) {
               <ProgressBar progress={progress} label="Job progress" />
             </div>
           )}
+
+          {j.usage && <UsagePanel usage={j.usage} />}
 
           <div class="block">
             <h2>Payload</h2>
@@ -169,6 +180,58 @@ export function JobDetail({ id }: { id: string }) {
         </Dialog>
       )}
     </section>
+  )
+}
+
+// UsagePanel is what the job's LLM calls used: its totals, the models and
+// providers, and each report (per attempt: the latest heartbeat's running
+// total, then the ack's or fail's own), with each attempt's subtotal.
+export function UsagePanel({ usage }: { usage: JobUsage }) {
+  const attempts = usageByAttempt(usage)
+  const models = modelsOf(usage)
+  return (
+    <div class="block" data-testid="usage">
+      <h2>Usage and cost</h2>
+      <div class="stats">
+        <div class="stat"><span class="stat-label">Cost</span><span class="stat-value" data-testid="usage-cost">{fmtUSD(usage.cost_usd)}</span></div>
+        <div class="stat"><span class="stat-label">Input tokens</span><span class="stat-value">{fmtNum(usage.input_tokens)}</span></div>
+        <div class="stat"><span class="stat-label">Output tokens</span><span class="stat-value">{fmtNum(usage.output_tokens)}</span></div>
+        <div class="stat"><span class="stat-label">Cache read</span><span class="stat-value">{fmtNum(usage.cache_read_tokens)}</span>{usage.cache_creation_tokens > 0 && <span class="stat-hint">{fmtNum(usage.cache_creation_tokens)} written</span>}</div>
+      </div>
+      {models && <p class="small"><span class="muted">Models:</span> {models}</p>}
+      <div class="table-wrap">
+        <table class="grid usage-table">
+          <thead>
+            <tr>
+              <th scope="col">Attempt</th><th scope="col">Phase</th><th scope="col" class="hide-xs">Model</th><th scope="col" class="hide-sm">Provider</th>
+              <th scope="col" class="num">Tokens in / out</th><th scope="col" class="num">Cost</th><th scope="col" class="num hide-sm">Latency</th><th scope="col" class="hide-sm">At</th>
+            </tr>
+          </thead>
+          <tbody>
+            {attempts.map((a) => [
+              ...a.reports.map((r, i) => (
+                <tr key={`${a.attempt}-${i}`} data-phase={r.phase}>
+                  <td>{i === 0 ? a.attempt : ''}</td>
+                  <td>{r.phase === 'heartbeat' ? 'heartbeats' : r.phase}</td>
+                  <td class="hide-xs">{r.model ?? <span class="muted">—</span>}</td>
+                  <td class="hide-sm">{r.provider ?? <span class="muted">—</span>}</td>
+                  <td class="num">{fmtNum(r.input_tokens)} / {fmtNum(r.output_tokens)}</td>
+                  <td class="num">{fmtUSD(r.cost_usd)}</td>
+                  <td class="num hide-sm">{r.latency_ms ? fmtDuration(r.latency_ms) : '—'}</td>
+                  <td class="hide-sm"><time dateTime={r.at} title={r.at}>{fmtClock(r.at)}</time></td>
+                </tr>
+              )),
+              attempts.length > 1 && a.reports.length > 1 && (
+                <tr key={`${a.attempt}-sum`} class="subtotal">
+                  <td /><td class="muted">attempt {a.attempt}</td><td class="hide-xs" /><td class="hide-sm" />
+                  <td class="num">{fmtNum(a.input_tokens)} / {fmtNum(a.output_tokens)}</td><td class="num">{fmtUSD(a.cost_usd)}</td><td class="hide-sm" /><td class="hide-sm" />
+                </tr>
+              ),
+            ])}
+          </tbody>
+        </table>
+      </div>
+    </div>
   )
 }
 
