@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest'
 import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/preact'
 import { costPerJob, fmtPercent, fmtUSD, modelsOf, shares, spendSeries, usageByAttempt } from './cost'
 import { CostPage, CostPanels, type CostData } from './pages/Cost'
-import { UsagePanel } from './pages/JobDetail'
+import { UsagePanel } from './components/UsagePanel'
 import type { JobUsage, UsageGroup, UsageReport, UsageSummary } from './api'
 
 afterEach(() => { cleanup(); vi.unstubAllGlobals() })
@@ -32,6 +32,10 @@ describe('money', () => {
     expect(fmtUSD(0)).toBe('$0')
     expect(fmtUSD(0.00004)).toBe('<$0.0001')
     expect(fmtUSD(0.0351)).toBe('$0.0351')
+    expect(fmtUSD(0.25)).toBe('$0.25')
+    expect(fmtUSD(0.5)).toBe('$0.50')
+    expect(fmtUSD(0.125)).toBe('$0.125')
+    expect(fmtUSD(0.4375)).toBe('$0.4375')
     expect(fmtUSD(47.234)).toBe('$47.23')
     expect(fmtUSD(1204.5)).toBe('$1,204.50')
     expect(fmtUSD(12345.6)).toBe('$12,346')
@@ -98,7 +102,7 @@ describe('a job\'s usage', () => {
   it('is a panel with the totals and a row per report', () => {
     render(<UsagePanel usage={u} />)
     const panel = screen.getByTestId('usage')
-    expect(within(panel).getByTestId('usage-cost').textContent).toBe('$0.3000')
+    expect(within(panel).getByTestId('usage-cost').textContent).toBe('$0.30')
     expect(panel.querySelectorAll('tbody tr[data-phase]').length).toBe(4)
     expect(panel.querySelectorAll('tbody tr.subtotal').length).toBe(2)
     expect(panel.textContent).toContain('Models: m1 (p1), m2')
@@ -121,7 +125,7 @@ describe('the cost page', () => {
     expect(screen.getByTestId('cost-jobs').textContent).toBe('6')
     expect(screen.getByTestId('cost-per-job').textContent).toBe('$0.6667')
     expect(screen.getByTestId('cost-hit-rate').textContent).toBe('25%')
-    expect(screen.getByTestId('cost-savings').textContent).toBe('$0.5000')
+    expect(screen.getByTestId('cost-savings').textContent).toBe('$0.50')
     const byQueue = screen.getByTestId('cost-by-queue')
     const rows = byQueue.querySelectorAll('tbody tr')
     expect([...rows].map((r) => r.getAttribute('data-key'))).toEqual(['llm.summarize', 'llm.classify'])

@@ -2,19 +2,7 @@
 // spend-over-time series, shares for the bars, a job's usage by attempt.
 import { USAGE_PERIODS, type JobUsage, type UsageGroup, type UsagePeriod, type UsageReport, type UsageSummary } from './api'
 
-// fmtUSD: 0 → "$0", 0.00004 → "<$0.0001", 0.0351 → "$0.0351",
-// 47.234 → "$47.23", 12345.6 → "$12,346". Cents hide what most single
-// LLM calls cost, so below a dollar it shows four decimals.
-export function fmtUSD(n: number | null | undefined): string {
-  if (n === null || n === undefined || !Number.isFinite(n)) return '—'
-  if (n === 0) return '$0'
-  const sign = n < 0 ? '-' : ''
-  const a = Math.abs(n)
-  if (a < 0.0001) return `${sign}<$0.0001`
-  if (a < 1) return `${sign}$${a.toFixed(4)}`
-  if (a < 10_000) return `${sign}$${a.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`
-  return `${sign}$${Math.round(a).toLocaleString('en-US')}`
-}
+export { fmtUSD } from './format'
 
 // fmtPercent: 0.2427 → "24.3%", 0.25 → "25%", 0 → "0%", 1 → "100%".
 export function fmtPercent(r: number): string {

@@ -115,7 +115,7 @@ function Totals({ data }: { data: CostData | undefined }) {
       <Stat label="Cost per job" value={v(() => fmtUSD(costPerJob(t!)))} testid="cost-per-job" />
       <Stat label="Input tokens" value={v(() => fmtNum(t!.input_tokens))} hint={t && t.cache_read_tokens ? `${fmtNum(t.cache_read_tokens)} read from cache` : undefined} testid="cost-input" />
       <Stat label="Output tokens" value={v(() => fmtNum(t!.output_tokens))} testid="cost-output" />
-      <Stat label="Cache hit rate" value={v(() => fmtPercent(c!.hit_rate))} hint={c ? `${fmtNum(c.hits)} hits, ${fmtNum(c.misses)} misses` : undefined} testid="cost-hit-rate" />
+      <Stat label="Cache hit rate" value={v(() => fmtPercent(c!.hit_rate))} hint={c ? `${fmtNum(c.hits)} ${c.hits === 1 ? 'hit' : 'hits'}, ${fmtNum(c.misses)} ${c.misses === 1 ? 'miss' : 'misses'}` : undefined} testid="cost-hit-rate" />
       <Stat label="Saved by the cache" value={v(() => fmtUSD(c!.estimated_savings_usd))} hint="estimated" testid="cost-savings" tone={c && c.estimated_savings_usd > 0 ? 'good' : ''} />
     </div>
   )

@@ -1,10 +1,13 @@
 import { useState } from 'preact/hooks'
-import { api, ApiError, PRIORITIES, type Job, type JobUsage, type Priority, type SearchPage, type TimelineEntry } from '../api'
+import { api, ApiError, PRIORITIES, type Job, type Priority, type SearchPage, type TimelineEntry } from '../api'
 import { useLive, type JobEvent } from '../live'
 import { href, navigate } from '../router'
-import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, pretty, shortId } from '../format'
+import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, fmtUSD, pretty, shortId } from '../format'
 import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
-import { fmtUSD, modelsOf, usageByAttempt } from '../cost'
+import { lazy } from '../components/lazy'
+
+// The usage panel is a chunk of its own: most jobs have no usage.
+const UsagePanel = lazy(() => import('../components/UsagePanel').then((m) => m.UsagePanel))
 
 // timelineOf gives the server's timeline when it has one, else one
 // reconstructed from the job's own fields (less detailed: no progress).
@@ -94,7 +97,7 @@ export function JobDetail({ id }: { id: string }) {
         <>
           <dl class="facts">
             <dt>Queue</dt><dd><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></dd>
-            <dt>State</dt><dd data-testid="job-state"><StateBadge state={j.state} /> {fmtAttempt(j.attempt, j.max_retries)}{j.cancel_requested ? ' · cancel requested' : ''}{j.reason ? ` · ${j.reason}` : ''}</dd>
+            <dt>State</dt><dd data-testid="job-state"><StateBadge state={j.state} /> {j.cached_from && j.attempt === 0 ? 'from the result cache' : fmtAttempt(j.attempt, j.max_retries)}{j.cancel_requested ? ' · cancel requested' : ''}{j.reason ? ` · ${j.reason}` : ''}</dd>
             <dt>Priority</dt><dd>{j.priority}</dd>
             {j.worker && <><dt>Worker</dt><dd>{j.worker.id}{j.worker.hostname ? ` on ${j.worker.hostname}` : ''}</dd></>}
             <dt>Created</dt><dd>{fmtTime(j.created_at)}</dd>
@@ -138,7 +141,7 @@ export function JobDetail({ id }: { id: string }) {
 
           <div class="block">
             <h2>Attempt history</h2>
-            {j.attempt === 0 && j.errors.length === 0 ? <p class="muted">Not run yet.</p> : (
+            {j.attempt === 0 && j.errors.length === 0 ? <p class="muted">{j.cached_from ? 'Never ran: completed with the result of the job it was cached from.' : 'Not run yet.'}</p> : (
               <div class="table-wrap">
                 <table class="grid">
                   <thead><tr><th scope="col">#</th><th scope="col">Started</th><th scope="col">Duration</th><th scope="col">Result</th></tr></thead>
@@ -180,58 +183,6 @@ export function JobDetail({ id }: { id: string }) {
         </Dialog>
       )}
     </section>
-  )
-}
-
-// UsagePanel is what the job's LLM calls used: its totals, the models and
-// providers, and each report (per attempt: the latest heartbeat's running
-// total, then the ack's or fail's own), with each attempt's subtotal.
-export function UsagePanel({ usage }: { usage: JobUsage }) {
-  const attempts = usageByAttempt(usage)
-  const models = modelsOf(usage)
-  return (
-    <div class="block" data-testid="usage">
-      <h2>Usage and cost</h2>
-      <div class="stats">
-        <div class="stat"><span class="stat-label">Cost</span><span class="stat-value" data-testid="usage-cost">{fmtUSD(usage.cost_usd)}</span></div>
-        <div class="stat"><span class="stat-label">Input tokens</span><span class="stat-value">{fmtNum(usage.input_tokens)}</span></div>
-        <div class="stat"><span class="stat-label">Output tokens</span><span class="stat-value">{fmtNum(usage.output_tokens)}</span></div>
-        <div class="stat"><span class="stat-label">Cache read</span><span class="stat-value">{fmtNum(usage.cache_read_tokens)}</span>{usage.cache_creation_tokens > 0 && <span class="stat-hint">{fmtNum(usage.cache_creation_tokens)} written</span>}</div>
-      </div>
-      {models && <p class="small"><span class="muted">Models:</span> {models}</p>}
-      <div class="table-wrap">
-        <table class="grid usage-table">
-          <thead>
-            <tr>
-              <th scope="col">Attempt</th><th scope="col">Phase</th><th scope="col" class="hide-xs">Model</th><th scope="col" class="hide-sm">Provider</th>
-              <th scope="col" class="num">Tokens in / out</th><th scope="col" class="num">Cost</th><th scope="col" class="num hide-sm">Latency</th><th scope="col" class="hide-sm">At</th>
-            </tr>
-          </thead>
-          <tbody>
-            {attempts.map((a) => [
-              ...a.reports.map((r, i) => (
-                <tr key={`${a.attempt}-${i}`} data-phase={r.phase}>
-                  <td>{i === 0 ? a.attempt : ''}</td>
-                  <td>{r.phase === 'heartbeat' ? 'heartbeats' : r.phase}</td>
-                  <td class="hide-xs">{r.model ?? <span class="muted">—</span>}</td>
-                  <td class="hide-sm">{r.provider ?? <span class="muted">—</span>}</td>
-                  <td class="num">{fmtNum(r.input_tokens)} / {fmtNum(r.output_tokens)}</td>
-                  <td class="num">{fmtUSD(r.cost_usd)}</td>
-                  <td class="num hide-sm">{r.latency_ms ? fmtDuration(r.latency_ms) : '—'}</td>
-                  <td class="hide-sm"><time dateTime={r.at} title={r.at}>{fmtClock(r.at)}</time></td>
-                </tr>
-              )),
-              attempts.length > 1 && a.reports.length > 1 && (
-                <tr key={`${a.attempt}-sum`} class="subtotal">
-                  <td /><td class="muted">attempt {a.attempt}</td><td class="hide-xs" /><td class="hide-sm" />
-                  <td class="num">{fmtNum(a.input_tokens)} / {fmtNum(a.output_tokens)}</td><td class="num">{fmtUSD(a.cost_usd)}</td><td class="hide-sm" /><td class="hide-sm" />
-                </tr>
-              ),
-            ])}
-          </tbody>
-        </table>
-      </div>
-    </div>
   )
 }
 
