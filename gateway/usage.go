@@ -210,7 +210,7 @@ func countUsage(recs []statemachine.UsageRecord) {
 // usagePeriods are the summary's periods.
 var usagePeriods = map[string]time.Duration{"24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}
 
-// GET /api/v1/usage/summary?period=24h|7d|30d&group_by=queue|model|provider|tag:<key>
+// GET /api/v1/usage/summary?period=24h|7d|30d&group_by=queue|model|provider|tag:<key>|hour|day
 // — the usage reported in the period, by group and in total, over this
 // node's mirror for the shards it holds and other nodes' for the others
 // (a part: ?shards=, with exact nano-dollar costs).
@@ -238,12 +238,12 @@ func (s *Server) handleUsageSummary(ctx *fasthttp.RequestCtx) {
 	groupBy := string(args.Peek("group_by"))
 	f := mirror.UsageFilter{Since: s.clock.Now().Add(-d).UnixNano(), Namespace: s.searchNamespace(ctx)}
 	switch {
-	case groupBy == "", groupBy == "queue", groupBy == "model", groupBy == "provider":
+	case groupBy == "", groupBy == "queue", groupBy == "model", groupBy == "provider", mirror.TimeGroupBy(groupBy):
 		f.GroupBy = groupBy
 	case strings.HasPrefix(groupBy, "tag:"):
 		f.GroupBy, f.TagKey = "tag", groupBy[len("tag:"):]
 	default:
-		writeError(ctx, invalid("group_by: unknown value %q (use queue, model, provider or tag:<key>)", groupBy))
+		writeError(ctx, invalid("group_by: unknown value %q (use queue, model, provider, tag:<key>, hour or day)", groupBy))
 		return
 	}
 	if since := args.Peek("since"); len(since) > 0 { // a part carries the asking node's bound
@@ -317,7 +317,7 @@ func (s *Server) handleUsageSummary(ctx *fasthttp.RequestCtx) {
 				writeError(ctx, codeUnavailable.err("another node answered a malformed usage summary"))
 				return
 			}
-			mergeUsage(sum, &p)
+			mergeUsage(sum, &p, mirror.TimeGroupBy(f.GroupBy))
 		}
 	}
 	writeJSON(ctx, 200, appendUsageSummary(nil, period, f.GroupBy, groupBy, sum))
@@ -371,8 +371,9 @@ func addGroup(g *mirror.UsageGroup, p *usagePartGroup) {
 }
 
 // mergeUsage adds another node's part to s, group by group, and keeps the
-// groups ordered by cost, then key.
-func mergeUsage(s *mirror.UsageSummary, p *usagePart) {
+// groups ordered by cost, then key (byTime: by key alone, the buckets'
+// starts, oldest first).
+func mergeUsage(s *mirror.UsageSummary, p *usagePart, byTime bool) {
 	addGroup(&s.Totals, &p.Totals)
 	s.Cache.Hits += p.Cache.Hits
 	s.Cache.Misses += p.Cache.Misses
@@ -389,7 +390,7 @@ func mergeUsage(s *mirror.UsageSummary, p *usagePart) {
 		addGroup(&s.Groups[at], pg)
 	}
 	slices.SortStableFunc(s.Groups, func(a, b mirror.UsageGroup) int {
-		if a.CostNanos != b.CostNanos {
+		if !byTime && a.CostNanos != b.CostNanos {
 			if a.CostNanos > b.CostNanos {
 				return -1
 			}

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/mirror"
 	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
@@ -250,4 +253,109 @@ func TestAPIResultCache(t *testing.T) {
 		code, body := call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]any{"q": 1}, "cache": bad})
 		require.Equal(t, 400, code, "%v: %s", bad, body)
 	}
+}
+
+// TestSearchUsageFilters: model finds the jobs with a report of that
+// model, min_cost_usd the jobs whose reports add up to at least that
+// cost (exactly: a sum equal to the bound matches); a job without usage
+// matches neither; a bad bound is a 400.
+func TestSearchUsageFilters(t *testing.T) {
+	t.Parallel()
+	q := uq("llm-search")
+	mA, mB := uq("model-a"), uq("model-b")
+	a, b, c := enqueue(t, map[string]any{"queue": q}), enqueue(t, map[string]any{"queue": q}), enqueue(t, map[string]any{"queue": q})
+	for range 3 {
+		_, ok := fetchOne(t, 1, q)
+		require.True(t, ok)
+	}
+	code, body := call(t, "POST", "/api/v1/heartbeat", map[string]any{"worker_id": "w-" + t.Name(), "jobs": map[string]any{
+		b: map[string]any{"usage": map[string]any{"model": mB, "cost_usd": 0.1}}}})
+	require.Equal(t, 200, code, string(body))
+	code, body = call(t, "POST", "/api/v1/ack/batch", map[string]any{"acks": []map[string]any{
+		{"job_id": a, "usage": map[string]any{"model": mA, "cost_usd": 0.5}},
+		{"job_id": b, "usage": map[string]any{"model": mB, "cost_usd": 0.2}},
+		{"job_id": c}}})
+	require.Equal(t, 200, code, string(body))
+
+	ids := func(f map[string]any) []string {
+		t.Helper()
+		f["queue"], f["order"], f["sort"] = q, "asc", "created_at"
+		var out []string
+		for _, j := range search(t, f).Jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{a}, ids(map[string]any{"model": mA}))
+	require.Equal(t, []string{b}, ids(map[string]any{"model": mB}))
+	require.Equal(t, []string{a, b}, ids(map[string]any{"min_cost_usd": 0.3}), "0.1 + 0.2 is 0.3 exactly, in nano-dollars")
+	require.Equal(t, []string{a}, ids(map[string]any{"min_cost_usd": 0.300000001}))
+	require.Equal(t, []string{a, b}, ids(map[string]any{"min_cost_usd": 0}), "a job without usage never matches")
+	require.Empty(t, ids(map[string]any{"model": mB, "min_cost_usd": 0.4}))
+	for _, bad := range []string{`-1`, `"1"`, `1e10`} {
+		code, body := call(t, "POST", "/api/v1/jobs/search", `{"queue":"`+q+`","min_cost_usd":`+bad+`}`)
+		require.Equal(t, 400, code, "%s: %s", bad, body)
+	}
+}
+
+// TestAPIUsageSummaryByTime: group_by hour and day answer the period's
+// buckets, keyed by their start (UTC, RFC 3339), oldest first, adding up
+// to the totals; this test's report is in the bucket of now.
+func TestAPIUsageSummaryByTime(t *testing.T) {
+	t.Parallel()
+	q := uq("llm-time")
+	id := enqueue(t, map[string]any{"queue": q})
+	_, ok := fetchOne(t, 1, q)
+	require.True(t, ok)
+	before := time.Now().UTC()
+	code, body := call(t, "POST", "/api/v1/ack/"+id, map[string]any{"usage": map[string]any{"input_tokens": 11, "cost_usd": 0.125}})
+	require.Equal(t, 200, code, string(body))
+	after := time.Now().UTC()
+	for _, c := range []struct {
+		groupBy string
+		trunc   func(time.Time) time.Time
+	}{
+		{"hour", func(t time.Time) time.Time { return t.Truncate(time.Hour) }},
+		{"day", func(t time.Time) time.Time { return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC) }},
+	} {
+		code, body := call(t, "GET", "/api/v1/usage/summary?period=7d&group_by="+c.groupBy, nil)
+		require.Equal(t, 200, code, string(body))
+		s := mustJSON[corvo.UsageSummary](t, body)
+		require.NotEmpty(t, s.Groups, c.groupBy)
+		var cost float64
+		var keys []string
+		for _, g := range s.Groups {
+			require.NotNil(t, g.Key)
+			at, err := time.Parse(time.RFC3339, *g.Key)
+			require.NoError(t, err, *g.Key)
+			require.Equal(t, c.trunc(at), at, "%s: a bucket's key is its start", *g.Key)
+			keys = append(keys, *g.Key)
+			cost += g.CostUSD
+		}
+		require.True(t, slices.IsSorted(keys), "%s: oldest first: %v", c.groupBy, keys)
+		require.InDelta(t, s.Totals.CostUSD, cost, 1e-6, "the buckets add up to the totals")
+		last := keys[len(keys)-1]
+		require.Contains(t, []string{c.trunc(before).Format(time.RFC3339), c.trunc(after).Format(time.RFC3339)}, last, "the report is in the bucket of now")
+		require.GreaterOrEqual(t, s.Groups[len(s.Groups)-1].CostUSD, 0.125)
+	}
+}
+
+// TestMergeUsageByTime: another node's buckets merge into this node's by
+// key, and the merged buckets are ordered by key, not by cost.
+func TestMergeUsageByTime(t *testing.T) {
+	k := func(s string) *string { return &s }
+	s := &mirror.UsageSummary{Groups: []mirror.UsageGroup{{Key: k("2026-02-11T10:00:00Z"), CostNanos: 5, Jobs: 1}, {Key: k("2026-02-11T12:00:00Z"), CostNanos: 1, Jobs: 1}}}
+	mergeUsage(s, &usagePart{Groups: []usagePartGroup{{Key: k("2026-02-11T11:00:00Z"), CostNanos: 100, Jobs: 2}, {Key: k("2026-02-11T12:00:00Z"), CostNanos: 7, Jobs: 1}}}, true)
+	var keys []string
+	var costs []int64
+	for _, g := range s.Groups {
+		keys = append(keys, *g.Key)
+		costs = append(costs, g.CostNanos)
+	}
+	require.Equal(t, []string{"2026-02-11T10:00:00Z", "2026-02-11T11:00:00Z", "2026-02-11T12:00:00Z"}, keys)
+	require.Equal(t, []int64{5, 100, 8}, costs)
+	require.Equal(t, int64(2), s.Groups[2].Jobs)
+
+	mergeUsage(s, &usagePart{}, false)
+	require.Equal(t, "2026-02-11T11:00:00Z", *s.Groups[0].Key, "by cost when not by time")
 }

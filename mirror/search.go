@@ -48,11 +48,16 @@ type Filter struct {
 	BatchID         string
 	// DependsOn: the jobs enqueued with this job in their depends_on
 	// (its children).
-	DependsOn   string
-	UniqueKey   string
-	AttemptMin  *int
-	AttemptMax  *int
-	JobIDPrefix string
+	DependsOn string
+	// Model: the jobs with a usage record of that model (any attempt).
+	Model string
+	// MinCostNanos: the jobs whose usage records add up to at least this
+	// cost (1e-9 USD); nil: unset. A job without usage never matches.
+	MinCostNanos *int64
+	UniqueKey    string
+	AttemptMin   *int
+	AttemptMax   *int
+	JobIDPrefix  string
 	// Shards restricts the search to these shards (0-based); nil: every
 	// shard the mirror holds; empty and non-nil: none.
 	Shards []int
@@ -158,6 +163,8 @@ func (f *Filter) Unindexed() []string {
 	add(f.PayloadContains != "", "payload_contains")
 	add(len(f.Tags) > 0, "tags")
 	add(f.ErrorContains != "", "error_contains")
+	add(f.Model != "", "model")
+	add(f.MinCostNanos != nil, "min_cost_usd")
 	add(f.WorkerID != "", "worker_id")
 	add(f.HasErrors != nil, "has_errors")
 	add(f.AttemptMin != nil || f.AttemptMax != nil, "attempt_min/attempt_max")
@@ -261,6 +268,17 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 	}
 	if f.DependsOn != "" {
 		add("id IN (SELECT job_id FROM job_deps WHERE dep_id = " + ps.Add(f.DependsOn) + ")")
+	}
+	// The usage criteria read job_usage, whose only index is by time:
+	// every record is read (Unindexed names them).
+	if f.Model != "" {
+		add("id IN (SELECT job_id FROM job_usage WHERE model = " + ps.Add(f.Model) + ")")
+	}
+	if f.MinCostNanos != nil {
+		if *f.MinCostNanos < 0 {
+			return "", fmt.Errorf("%w: min_cost_usd must not be negative", ErrBadFilter)
+		}
+		add("id IN (SELECT job_id FROM job_usage GROUP BY job_id HAVING SUM(cost_nanos) >= " + ps.Add(*f.MinCostNanos) + ")")
 	}
 	if f.UniqueKey != "" {
 		add("unique_key = " + ps.Add(f.UniqueKey))

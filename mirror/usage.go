@@ -11,8 +11,10 @@ import (
 // GET /api/v1/usage/summary).
 type UsageFilter struct {
 	Since int64 // Unix ns: records reported at or after it
-	// GroupBy is "" (totals only), "queue", "model", "provider" or "tag"
-	// (TagKey names the tag).
+	// GroupBy is "" (totals only), "queue", "model", "provider", "tag"
+	// (TagKey names the tag), or "hour" or "day": buckets of time (UTC),
+	// keyed by their start in RFC 3339 ("2026-11-26T20:00:00Z") and
+	// ordered by it.
 	GroupBy string
 	TagKey  string
 	// Namespace restricts it to one namespace's queues ("": every queue).
@@ -34,6 +36,10 @@ type UsageGroup struct {
 	Jobs                int64 // distinct jobs with a record in the group
 	Reports             int64 // records
 }
+
+// TimeGroupBy reports whether a group_by is a time bucket (hour, day):
+// such groups are ordered by their key, not by cost.
+func TimeGroupBy(groupBy string) bool { return groupBy == "hour" || groupBy == "day" }
 
 // UsageSummary is the answer to a UsageFilter: its groups, ordered by
 // cost (highest first) then key, and the totals.
@@ -83,6 +89,10 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 		}
 		from = "job_usage u LEFT JOIN jobs j ON j.id = u.job_id"
 		key = "json_extract(j.tags, " + ps.Add(`$."`+f.TagKey+`"`) + ")"
+	case "hour":
+		key = "strftime('%Y-%m-%dT%H:00:00Z', u.at / 1000000000, 'unixepoch')"
+	case "day":
+		key = "strftime('%Y-%m-%dT00:00:00Z', u.at / 1000000000, 'unixepoch')"
 	default:
 		return nil, fmt.Errorf("%w: unknown group_by %q", ErrBadFilter, f.GroupBy)
 	}
@@ -126,7 +136,11 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 		return out, nil
 	}
 	// A key that is not text (a number in a tag) groups by its text.
-	rows, err = m.rdb.QueryContext(ctx, "SELECT CAST("+key+" AS TEXT) AS k, "+sums+cond+" GROUP BY k ORDER BY SUM(u.cost_nanos) DESC, k", ps.Args...)
+	order := " ORDER BY SUM(u.cost_nanos) DESC, k"
+	if TimeGroupBy(f.GroupBy) {
+		order = " ORDER BY k"
+	}
+	rows, err = m.rdb.QueryContext(ctx, "SELECT CAST("+key+" AS TEXT) AS k, "+sums+cond+" GROUP BY k"+order, ps.Args...)
 	if err != nil {
 		return nil, err
 	}

@@ -84,3 +84,42 @@ func TestMirrorUsageSummary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, s.Totals, s2.Totals)
 }
+
+// TestMirrorUsageSummaryByTime: group_by hour and day bucket the records
+// by the UTC hour or day they were reported in, keyed by the bucket's
+// start, oldest first, whatever their cost; the buckets add up to the
+// totals.
+func TestMirrorUsageSummaryByTime(t *testing.T) {
+	t.Parallel()
+	m := openTest(t)
+	ctx := context.Background()
+	a, b := view(1, "llm.a", "completed", `{}`), view(2, "llm.b", "completed", `{}`)
+	feed(t, m, 2,
+		statemachine.JobChange{ID: a.Job.ID, View: a, NewUsage: []statemachine.UsageRecord{
+			usageRec(1, statemachine.PhaseAck, "llm.a", "m1", 10, 100, base-26*3600e9),  // 2026-02-10T08
+			usageRec(2, statemachine.PhaseAck, "llm.a", "m1", 20, 5000, base+59*60e9)}}, // 2026-02-11T10:59
+		statemachine.JobChange{ID: b.Job.ID, View: b, NewUsage: []statemachine.UsageRecord{
+			usageRec(1, statemachine.PhaseAck, "llm.b", "m2", 30, 300, base+3600e9), // 2026-02-11T11:00
+			usageRec(2, statemachine.PhaseAck, "llm.b", "m2", 40, 400, base)}})      // 2026-02-11T10:00
+
+	key := func(g UsageGroup) string { return *g.Key }
+	s, err := m.UsageSummary(ctx, UsageFilter{Since: 0, GroupBy: "hour"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"2026-02-10T08:00:00Z", "2026-02-11T10:00:00Z", "2026-02-11T11:00:00Z"},
+		[]string{key(s.Groups[0]), key(s.Groups[1]), key(s.Groups[2])}, "oldest first, not by cost")
+	require.Equal(t, []int64{100, 5400, 300}, []int64{s.Groups[0].CostNanos, s.Groups[1].CostNanos, s.Groups[2].CostNanos})
+	require.Equal(t, int64(2), s.Groups[1].Jobs)
+	require.Equal(t, int64(5800), s.Totals.CostNanos)
+
+	s, err = m.UsageSummary(ctx, UsageFilter{Since: 0, GroupBy: "day"})
+	require.NoError(t, err)
+	require.Len(t, s.Groups, 2)
+	require.Equal(t, "2026-02-10T00:00:00Z", key(s.Groups[0]))
+	require.Equal(t, "2026-02-11T00:00:00Z", key(s.Groups[1]))
+	require.Equal(t, []int64{10, 90}, []int64{s.Groups[0].InputTokens, s.Groups[1].InputTokens})
+
+	s, err = m.UsageSummary(ctx, UsageFilter{Since: base - 3600e9, GroupBy: "day"})
+	require.NoError(t, err)
+	require.Len(t, s.Groups, 1, "the period bounds the buckets' records")
+	require.Equal(t, int64(5700), s.Groups[0].CostNanos)
+}

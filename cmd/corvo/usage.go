@@ -52,7 +52,7 @@ func newUsageCmd() *cobra.Command {
 	}
 	c.register(cmd)
 	cmd.Flags().StringVar(&period, "period", "24h", "period counted back from now: 24h, 7d or 30d")
-	cmd.Flags().StringVar(&groupBy, "group-by", "", "group by queue, model, provider or tag:<key> (default: totals only)")
+	cmd.Flags().StringVar(&groupBy, "group-by", "", "group by queue, model, provider, tag:<key>, or hour or day (spend over time, oldest first) (default: totals only)")
 	return cmd
 }
 

@@ -311,7 +311,9 @@ type SearchRequest struct {
 	HasErrors       *bool             `json:"has_errors,omitempty"`
 	ErrorContains   string            `json:"error_contains,omitempty"`
 	BatchID         string            `json:"batch_id,omitempty"`
-	DependsOn       string            `json:"depends_on,omitempty"` // jobs enqueued with this job in their depends_on
+	DependsOn       string            `json:"depends_on,omitempty"`   // jobs enqueued with this job in their depends_on
+	Model           string            `json:"model,omitempty"`        // jobs with a usage report of this model
+	MinCostUSD      *float64          `json:"min_cost_usd,omitempty"` // jobs whose usage cost at least this much
 	UniqueKey       string            `json:"unique_key,omitempty"`
 	AttemptMin      *int              `json:"attempt_min,omitempty"`
 	AttemptMax      *int              `json:"attempt_max,omitempty"`

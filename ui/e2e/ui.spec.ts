@@ -287,8 +287,82 @@ test("a job's parents and children link both ways", async ({ page }) => {
   await expect(page.locator(`tr[data-job="${c}"]`)).toBeVisible()
 })
 
+// Usage seeded through the API as workers report it (acks and a
+// heartbeat with usage) and a result cache hit; the screenshots show them.
+let usageJobs: { summarize: string[]; classify: string; cached: string }
+
+test('the cost page shows the seeded spend, by queue, model, provider and tag, and the cache', async ({ page }) => {
+  const model = 'claude-sonnet-4-5'
+  const cache = { enabled: true, ttl: '1h' }
+  const summarize = await enqueueBatch([0, 1, 2].map((i) => ({ queue: 'llm.summarize', payload: { doc: `d${i}` }, tags: { tenant: i ? 'acme' : 'globex' }, cache })))
+  const [classify] = await enqueueBatch([{ queue: 'llm.classify', payload: { text: 'hello' }, tags: { tenant: 'acme' } }])
+  const costs = [0.75, 0.5, 0.25]
+  for (const j of await fetchJobs('llm.summarize', 'e2e-llm', 3)) {
+    const i = summarize.indexOf(j.job_id)
+    await call('POST', `/api/v1/ack/${j.job_id}`, { worker_id: 'e2e-llm', result: { summary: `s${i}` },
+      usage: { input_tokens: 1000 * (i + 1), output_tokens: 100 * (i + 1), cache_read_tokens: 50, model, provider: 'anthropic', cost_usd: costs[i], latency_ms: 1200 } })
+  }
+  expect((await fetchJobs('llm.classify', 'e2e-llm', 1))[0]?.job_id).toBe(classify)
+  // A running total on a heartbeat, then what came after it on the ack.
+  await call('POST', '/api/v1/heartbeat', { worker_id: 'e2e-llm', jobs: { [classify]: { usage: { input_tokens: 300, output_tokens: 20, model: 'gpt-4o-mini', provider: 'openai', cost_usd: 0.125 } } } })
+  await call('POST', `/api/v1/ack/${classify}`, { worker_id: 'e2e-llm', result: { label: 'greeting' }, usage: { input_tokens: 200, output_tokens: 10, model: 'gpt-4o-mini', provider: 'openai', cost_usd: 0.125, latency_ms: 400 } })
+  // The same document again: answered from the cache, never fetched.
+  const hit = await call<{ job_id: string; cached: boolean; cached_from: string }>('POST', '/api/v1/enqueue', { queue: 'llm.summarize', payload: { doc: 'd2' }, cache })
+  expect(hit.cached).toBe(true)
+  expect(hit.cached_from).toBe(summarize[2])
+  usageJobs = { summarize, classify, cached: hit.job_id }
+
+  await page.goto('/ui/cost')
+  await expect(page.getByRole('link', { name: 'Cost', exact: true })).toHaveAttribute('aria-current', 'page')
+  await expect(page.getByTestId('cost-spend')).toHaveText('$1.75')
+  await expect(page.getByTestId('cost-jobs')).toHaveText('4')
+  await expect(page.getByTestId('cost-per-job')).toHaveText('$0.4375')
+  await expect(page.getByTestId('cost-input')).toHaveText('6,500')
+  await expect(page.getByTestId('cost-hit-rate')).toHaveText('25%') // 1 hit, 3 misses: the jobs enqueued with a cache
+  await expect(page.getByTestId('cost-savings')).toHaveText('$0.25')
+  const row = (what: string, key: string) => page.getByTestId(`cost-by-${what}`).locator(`tr[data-key="${key}"]`)
+  await expect(row('queue', 'llm.summarize').locator('td').first()).toHaveText('$1.50')
+  await expect(row('queue', 'llm.classify').locator('td').first()).toHaveText('$0.25')
+  await expect(row('model', model).locator('td').nth(1)).toHaveText('3')
+  await expect(row('provider', 'openai').locator('td').first()).toHaveText('$0.25')
+  // Spend over time: a point per hour of the last 24, this hour's the spend.
+  await expect(page.locator('figure.chart')).toHaveAttribute('data-points', '25')
+  // By tag: entered, and kept in the URL.
+  await page.getByLabel('Tag key').fill('tenant')
+  await page.getByRole('button', { name: 'Show' }).click()
+  await expect(page).toHaveURL(/\/ui\/cost\?tag=tenant$/)
+  await expect(row('tag', 'acme').locator('td').first()).toHaveText('$1.00')
+  await expect(row('tag', 'globex').locator('td').first()).toHaveText('$0.75')
+  // Another period keeps the tag.
+  await page.getByText('7d', { exact: true }).click()
+  await expect(page).toHaveURL(/\/ui\/cost\?period=7d&tag=tenant$/)
+  await expect(page.getByTestId('cost-spend')).toHaveText('$1.75')
+  await expect(page.locator('figure.chart')).toHaveAttribute('data-points', '169')
+
+  // A model leads to its jobs: the search by model.
+  await row('model', model).getByRole('link', { name: model }).click()
+  await expect(page).toHaveURL(new RegExp(`/ui/jobs\\?model=${model}$`))
+  await expect(page.getByTestId('result-count')).toContainText('3 results')
+  // The cost filter, from the form.
+  await page.goto('/ui/jobs?min_cost=0.5')
+  await expect(page.getByTestId('result-count')).toContainText('2 results')
+  await expect(page.locator(`tr[data-job="${summarize[0]}"]`)).toBeVisible()
+
+  // The job pages: the usage panel, and the cached job's source.
+  await page.goto(`/ui/jobs/${classify}`)
+  await expect(page.getByTestId('usage-cost')).toHaveText('$0.25')
+  await expect(page.getByTestId('usage').locator('tbody tr[data-phase]')).toHaveCount(2)
+  await expect(page.getByTestId('job-cost')).toContainText('$0.25')
+  await page.goto(`/ui/jobs/${hit.job_id}`)
+  await expect(page.getByTestId('job-state')).toHaveText('completed from the result cache')
+  await page.getByTestId('cached-from').getByRole('link').click()
+  await expect(page).toHaveURL(new RegExp(`/ui/jobs/${summarize[2]}$`))
+  await expect(page.getByTestId('usage-cost')).toHaveText('$0.25')
+})
+
 // The screenshots in ui/screenshots/ (committed; `make ui-screenshots`
-// writes them again, `make ui-e2e` under ui/test-results/): every screen at desktop (1440×900) and phone (390×844)
+// writes them again, `make ui-e2e` under ui/test-results/): every screen
+// at desktop (1440×900) and phone (390×844)
 // width, light and dark, from the seeded data above plus a fixed round of
 // traffic.
 test('screenshots of every screen at desktop and phone width, light and dark', async ({ browser }) => {
@@ -336,6 +410,9 @@ test('screenshots of every screen at desktop and phone width, light and dark', a
     ['workers', '/ui/workers'],
     ['schedules', '/ui/schedules'],
     ['bulk', '/ui/bulk'],
+    ['cost', '/ui/cost?tag=tenant'],
+    ['job-usage', `/ui/jobs/${usageJobs.classify}`],
+    ['job-cached', `/ui/jobs/${usageJobs.cached}`],
     ['cluster', '/ui/cluster'],
     ['audit', '/ui/audit'],
     ['namespaces', '/ui/namespaces'],
@@ -357,6 +434,7 @@ test('screenshots of every screen at desktop and phone width, light and dark', a
           await expect(page.locator('figure.chart').first()).toHaveAttribute('data-points', /^([4-9]|\d\d+)$/, { timeout: 30_000 })
         }
         if (name === 'job-detail') await expect(page.getByTestId('dependents')).toBeVisible()
+        if (name === 'cost') await expect(page.getByTestId('cost-by-tag').locator('tbody tr').first()).toBeVisible()
         if (name === 'batch') await expect(page.locator('tr[data-job]').first()).toBeVisible()
         // Nothing is wider than the screen (tables scroll inside their box),
         // and a list of jobs fits a phone whole: no column, no row action cut off.
@@ -499,7 +577,7 @@ for (const theme of ['light', 'dark'] as const) {
     const found: string[] = []
     const check = async (where: string) => { for (const v of await axeViolations(page)) found.push(`${where}: ${v}`) }
     for (const path of ['/ui/', '/ui/queues', '/ui/queues/emails.send', '/ui/jobs?state=pending,retrying', '/ui/dead', '/ui/held',
-      `/ui/jobs/${s.progress_job}`, `/ui/batches/${batchId}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster', '/ui/audit', '/ui/namespaces']) {
+      `/ui/jobs/${s.progress_job}`, `/ui/batches/${batchId}`, '/ui/cost?tag=tenant', `/ui/jobs/${usageJobs.classify}`, `/ui/jobs/${usageJobs.cached}`, '/ui/workers', '/ui/schedules', '/ui/bulk', '/ui/cluster', '/ui/audit', '/ui/namespaces']) {
       await page.goto(path)
       await page.locator('main h1').first().waitFor()
       await expect(page.locator('main')).not.toContainText('Searching…')

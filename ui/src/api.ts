@@ -42,6 +42,27 @@ export interface Progress { current?: number; total?: number; message?: string }
 export interface JobError { attempt: number; error: string; backtrace?: string; at: string }
 export interface TimelineEntry { at: string; type: string; attempt?: number; worker_id?: string; detail?: string }
 
+// Usage and cost (docs/api.md "Usage and cost"): what a job's LLM calls
+// used, reported by its worker on heartbeats, acks and fails.
+export interface UsageCounts {
+  input_tokens: number; output_tokens: number; cache_creation_tokens: number; cache_read_tokens: number; cost_usd: number
+}
+export type UsagePhase = 'heartbeat' | 'ack' | 'fail'
+export interface UsageReport extends UsageCounts {
+  attempt: number; phase: UsagePhase; model: string | null; provider: string | null; latency_ms: number; at: string
+}
+export interface JobUsage extends UsageCounts { reports: UsageReport[] }
+
+export const USAGE_PERIODS = ['24h', '7d', '30d'] as const
+export type UsagePeriod = (typeof USAGE_PERIODS)[number]
+export interface UsageGroup extends UsageCounts { key: string | null; jobs: number; reports: number; cost_per_job_usd: number }
+export interface UsageSummary {
+  period: UsagePeriod; group_by: string | null
+  groups: UsageGroup[]
+  totals: Omit<UsageGroup, 'key'>
+  cache: { hits: number; misses: number; hit_rate: number; estimated_savings_usd: number }
+}
+
 export interface Job {
   id: string; queue: string; payload: unknown; state: JobState; priority: Priority
   attempt: number; max_retries: number; attempts_remaining: number
@@ -61,6 +82,10 @@ export interface Job {
   errors: JobError[]
   worker: { id: string; hostname: string } | null
   timeline?: TimelineEntry[]
+  // Usage (null until a worker reports some) and the result cache: the
+  // job whose cached result completed this one.
+  usage?: JobUsage | null
+  cache_key?: string | null; cached_from?: string | null
 }
 
 export interface JobRow {
@@ -90,6 +115,8 @@ export interface SearchFilter {
   batch_id?: string
   depends_on?: string // jobs enqueued with this job ID in their depends_on (its children)
   has_errors?: boolean
+  model?: string        // jobs with a usage report of this model
+  min_cost_usd?: number // jobs whose usage cost at least this much
   sort?: string
   order?: 'asc' | 'desc'
   cursor?: string | null
@@ -280,6 +307,10 @@ export const api = {
   runSchedule: (id: string) => call<{ job_id: string; status: string }>('POST', `${A}/schedules/${enc(id)}/run`),
   pauseSchedule: (id: string) => call<Schedule>('POST', `${A}/schedules/${enc(id)}/pause`),
   resumeSchedule: (id: string) => call<Schedule>('POST', `${A}/schedules/${enc(id)}/resume`),
+  // group_by: queue, model, provider, tag:<key>, hour or day (buckets of
+  // time, oldest first); none: totals only.
+  usageSummary: (period: UsagePeriod, groupBy?: string, s?: AbortSignal) =>
+    call<UsageSummary>('GET', `${A}/usage/summary?period=${enc(period)}${groupBy ? `&group_by=${enc(groupBy)}` : ''}`, undefined, s),
   batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
   rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
   cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),

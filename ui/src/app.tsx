@@ -26,6 +26,7 @@ const ClusterPage = lazy(() => import('./pages/Cluster').then((m) => m.ClusterPa
 const BulkPage = lazy(() => import('./pages/Bulk').then((m) => m.BulkPage))
 const BatchPage = lazy(() => import('./pages/Batch').then((m) => m.BatchPage))
 const AuditPage = lazy(() => import('./pages/Audit').then((m) => m.AuditPage))
+const CostPage = lazy(() => import('./pages/Cost').then((m) => m.CostPage))
 const NamespacesPage = lazy(() => import('./pages/Namespaces').then((m) => m.NamespacesPage))
 
 // A page with `perm` is offered only to a key holding that permission.
@@ -35,6 +36,7 @@ const NAV: { path: string; label: string; icon: string; key?: string; perm?: str
   { path: '/jobs', label: 'Jobs', icon: '⌕', key: 'j' },
   { path: '/dead', label: 'Dead letters', icon: '✕', key: 'x' },
   { path: '/held', label: 'Held', icon: '◐', key: 'h' },
+  { path: '/cost', label: 'Cost', icon: '$', key: 'u' },
   { path: '/workers', label: 'Workers', icon: '⚙', key: 'w' },
   { path: '/schedules', label: 'Schedules', icon: '◷', key: 's' },
   { path: '/bulk', label: 'Bulk operations', icon: '⇶', key: 'b' },
@@ -64,6 +66,7 @@ function page(path: string, query: URLSearchParams, who: WhoAmI) {
   if (path === '/held') return <JobsPage query={query} preset="held" />
   if ((m = match('/jobs/:id', path))) return <JobDetail id={m.id} />
   if ((m = match('/batches/:id', path))) return <BatchPage key={m.id} id={m.id} query={query} />
+  if (path === '/cost') return <CostPage query={query} />
   if (path === '/workers') return <WorkersPage />
   if (path === '/schedules') return <SchedulesPage />
   if (path === '/bulk') return <BulkPage />

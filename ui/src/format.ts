@@ -135,3 +135,17 @@ export function rowPayload(j: { payload: unknown; payload_omitted?: boolean; pay
   if (j.payload_omitted) return `payload of ${fmtBytes(j.payload_bytes ?? 0)} — open the job`
   return preview(j.payload, max)
 }
+
+// fmtUSD: 0 → "$0", 0.00004 → "<$0.0001", 0.0351 → "$0.0351", 0.25 →
+// "$0.25", 47.234 → "$47.23", 12345.6 → "$12,346". Cents hide what most
+// single LLM calls cost, so below a dollar it shows up to four decimals.
+export function fmtUSD(n: number | null | undefined): string {
+  if (n === null || n === undefined || !Number.isFinite(n)) return '—'
+  if (n === 0) return '$0'
+  const sign = n < 0 ? '-' : ''
+  const a = Math.abs(n)
+  if (a < 0.0001) return `${sign}<$0.0001`
+  if (a < 1) return `${sign}$${a.toFixed(4).replace(/(\.\d\d\d*?)0+$/, '$1')}`
+  if (a < 10_000) return `${sign}$${a.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`
+  return `${sign}$${Math.round(a).toLocaleString('en-US')}`
+}

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest'
-import { activeFilters, describe as describeForm, emptyForm, filterFromForm, formFromQuery, parseTags, queryFromForm, toRFC3339 } from './search'
+import { activeFilters, describe as describeForm, emptyForm, filterFromForm, formFromQuery, parseCost, parseTags, queryFromForm, toRFC3339 } from './search'
 
 describe('search in the URL', () => {
   it('round-trips every field through the query string', () => {
     const f = { ...emptyForm(), queue: 'emails.send', states: ['dead', 'retrying'] as const, priority: 'high' as const, tags: 'tenant=acme, region=eu',
       payload: 'user@example.com', jq: '.to | endswith("x") and .n > 1', error: 'SMTP', after: '2026-02-10T09:30', before: '2026-02-11', worker: 'w1', id: 'job_2_',
-      batch: 'batch_1_01J', parent: 'job_0_01J', sort: 'attempt', order: 'asc' as const }
+      batch: 'batch_1_01J', parent: 'job_0_01J', model: 'claude-sonnet-4-5', minCost: '0.05', sort: 'attempt', order: 'asc' as const }
     const q = queryFromForm({ ...f, states: [...f.states] })
     expect(q.getAll('tag')).toEqual(['tenant=acme', 'region=eu'])
     const back = formFromQuery(new URLSearchParams(q.toString()))
@@ -57,5 +57,27 @@ describe('parseTags and toRFC3339', () => {
     expect(new Date(toRFC3339('2026-02-10')!).getTime()).toBe(new Date(2026, 1, 10).getTime())
     expect(toRFC3339('yesterday')).toBeUndefined()
     expect(toRFC3339('')).toBeUndefined()
+  })
+})
+
+describe('cost and model filters', () => {
+  it('send model and min_cost_usd, and count as filters', () => {
+    const f = { ...emptyForm(), model: 'gpt-4o', minCost: '$0.25' }
+    expect(filterFromForm(f)).toMatchObject({ model: 'gpt-4o', min_cost_usd: 0.25 })
+    expect(queryFromForm(f).toString()).toBe('model=gpt-4o&min_cost=%240.25')
+    expect(describeForm(f)).toBe('model gpt-4o, cost at least $0.25')
+    expect(activeFilters(f)).toBe(2)
+  })
+
+  it('leave out a cost bound that is not a non-negative number', () => {
+    for (const bad of ['', ' ', 'abc', '-1', '1e3', '0.5.1', '$']) {
+      expect(parseCost(bad), bad).toBeUndefined()
+      expect(filterFromForm({ ...emptyForm(), minCost: bad }).min_cost_usd, bad).toBeUndefined()
+    }
+    expect(parseCost(' 3 ')).toBe(3)
+    expect(parseCost('0')).toBe(0)
+    expect(parseCost('.5')).toBe(0.5)
+    expect(parseCost('2.')).toBe(2)
+    expect(filterFromForm({ ...emptyForm(), minCost: '0' }).min_cost_usd).toBe(0)
   })
 })

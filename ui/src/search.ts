@@ -16,6 +16,8 @@ export interface SearchForm {
   id: string
   batch: string  // batch_id: a batch's members
   parent: string // depends_on: the jobs waiting on this job
+  model: string  // jobs with a usage report of this model
+  minCost: string // min_cost_usd, as typed ("0.05")
   sort: string
   order: 'asc' | 'desc'
 }
@@ -23,7 +25,7 @@ export interface SearchForm {
 export const SORTS = ['created_at', 'scheduled_at', 'started_at', 'completed_at', 'priority', 'attempt'] as const
 
 export function emptyForm(): SearchForm {
-  return { queue: '', states: [], priority: '', tags: '', payload: '', jq: '', error: '', after: '', before: '', worker: '', id: '', batch: '', parent: '', sort: 'created_at', order: 'desc' }
+  return { queue: '', states: [], priority: '', tags: '', payload: '', jq: '', error: '', after: '', before: '', worker: '', id: '', batch: '', parent: '', model: '', minCost: '', sort: 'created_at', order: 'desc' }
 }
 
 export function formFromQuery(q: URLSearchParams): SearchForm {
@@ -42,6 +44,8 @@ export function formFromQuery(q: URLSearchParams): SearchForm {
   f.id = q.get('id') ?? ''
   f.batch = q.get('batch') ?? ''
   f.parent = q.get('depends_on') ?? ''
+  f.model = q.get('model') ?? ''
+  f.minCost = q.get('min_cost') ?? ''
   const s = q.get('sort') ?? ''
   f.sort = (SORTS as readonly string[]).includes(s) ? s : 'created_at'
   f.order = q.get('order') === 'asc' ? 'asc' : 'desc'
@@ -65,6 +69,8 @@ export function queryFromForm(f: SearchForm, includeQueue = true): URLSearchPara
   if (f.id) q.set('id', f.id)
   if (f.batch) q.set('batch', f.batch)
   if (f.parent) q.set('depends_on', f.parent)
+  if (f.model) q.set('model', f.model)
+  if (f.minCost) q.set('min_cost', f.minCost)
   if (f.sort !== 'created_at') q.set('sort', f.sort)
   if (f.order !== 'desc') q.set('order', f.order)
   return q
@@ -110,7 +116,20 @@ export function filterFromForm(f: SearchForm): SearchFilter {
   if (f.id) out.job_id_prefix = f.id
   if (f.batch) out.batch_id = f.batch
   if (f.parent) out.depends_on = f.parent
+  if (f.model) out.model = f.model
+  const c = parseCost(f.minCost)
+  if (c !== undefined) out.min_cost_usd = c
   return out
+}
+
+// parseCost reads a cost bound as typed ("0.05", "$1.20", " 3 "): a
+// non-negative number of dollars, or undefined (empty or not a number:
+// no bound).
+export function parseCost(v: string): number | undefined {
+  const t = v.trim().replace(/^\$/, '')
+  if (!t || !/^\d*\.?\d+$|^\d+\.$/.test(t)) return undefined
+  const n = Number(t)
+  return Number.isFinite(n) && n >= 0 ? n : undefined
 }
 
 // describe says in words what a filter matches, for confirmations.
@@ -129,6 +148,9 @@ export function describe(f: SearchForm): string {
   if (f.id) parts.push(`id starts with ${f.id}`)
   if (f.batch) parts.push(`batch ${f.batch}`)
   if (f.parent) parts.push(`waiting on ${f.parent}`)
+  if (f.model) parts.push(`model ${f.model}`)
+  const c = parseCost(f.minCost)
+  if (c !== undefined) parts.push(`cost at least $${c}`)
   return parts.length ? parts.join(', ') : 'every job'
 }
 
@@ -140,7 +162,7 @@ export function activeFilters(f: SearchForm, fixed: { queue?: boolean; states?: 
   if (!fixed.queue && f.queue) n++
   if (!fixed.states && f.states.length) n++
   if (!fixed.batch && f.batch) n++
-  for (const v of [f.priority, f.tags, f.payload, f.jq, f.error, f.after, f.before, f.worker, f.id, f.parent]) if (v) n++
+  for (const v of [f.priority, f.tags, f.payload, f.jq, f.error, f.after, f.before, f.worker, f.id, f.parent, f.model, f.minCost]) if (v) n++
   if (f.sort !== (fixed.sort ?? 'created_at') || f.order !== 'desc') n++
   return n
 }

@@ -38,7 +38,7 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, fixedBatch
   const [bulk, setBulk] = useState<{ action: BulkAction; target: BulkTarget } | null>(null)
   const [deleting, setDeleting] = useState<JobRow | null>(null)
   const [open, setOpen] = useState(!collapsible || nFilters > 0)
-  const [more, setMore] = useState(!!(applied.priority || applied.tags || applied.after || applied.before || applied.worker || applied.id || applied.error || applied.parent || (applied.batch && !fixedBatch)))
+  const [more, setMore] = useState(!!(applied.priority || applied.tags || applied.after || applied.before || applied.worker || applied.id || applied.error || applied.parent || applied.model || applied.minCost || (applied.batch && !fixedBatch)))
   const key = basePath + '?' + query.toString()
   const dead = fixedStates?.length === 1 && fixedStates[0] === 'dead'
 
@@ -160,6 +160,8 @@ export function JobSearch({ basePath, query, fixedQueue, fixedStates, fixedBatch
               <label>Worker<input name="worker" value={form.worker} onInput={(e) => set('worker', (e.target as HTMLInputElement).value)} /></label>
               <label>Job ID prefix<input name="id" class="mono" value={form.id} onInput={(e) => set('id', (e.target as HTMLInputElement).value)} /></label>
               {!fixedBatch && <label>Batch ID<input name="batch" class="mono" value={form.batch} onInput={(e) => set('batch', (e.target as HTMLInputElement).value)} placeholder="batch_…" /></label>}
+              <label>Model<input name="model" value={form.model} onInput={(e) => set('model', (e.target as HTMLInputElement).value)} placeholder="claude-sonnet-4-5" spellcheck={false} /></label>
+              <label>Cost at least (USD)<input name="min_cost" inputMode="decimal" value={form.minCost} onInput={(e) => set('minCost', (e.target as HTMLInputElement).value)} placeholder="0.05" /></label>
               <label>Waiting on job<input name="depends_on" class="mono" value={form.parent} onInput={(e) => set('parent', (e.target as HTMLInputElement).value)} placeholder="job_…" /></label>
               <label>Sort
                 <span class="row">

@@ -2,8 +2,12 @@ import { useState } from 'preact/hooks'
 import { api, ApiError, PRIORITIES, type Job, type Priority, type SearchPage, type TimelineEntry } from '../api'
 import { useLive, type JobEvent } from '../live'
 import { href, navigate } from '../router'
-import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, pretty, shortId } from '../format'
+import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, fmtUSD, pretty, shortId } from '../format'
 import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
+import { lazy } from '../components/lazy'
+
+// The usage panel is a chunk of its own: most jobs have no usage.
+const UsagePanel = lazy(() => import('../components/UsagePanel').then((m) => m.UsagePanel))
 
 // timelineOf gives the server's timeline when it has one, else one
 // reconstructed from the job's own fields (less detailed: no progress).
@@ -93,7 +97,7 @@ export function JobDetail({ id }: { id: string }) {
         <>
           <dl class="facts">
             <dt>Queue</dt><dd><a href={href(`/queues/${encodeURIComponent(j.queue)}`)}>{j.queue}</a></dd>
-            <dt>State</dt><dd data-testid="job-state"><StateBadge state={j.state} /> {fmtAttempt(j.attempt, j.max_retries)}{j.cancel_requested ? ' · cancel requested' : ''}{j.reason ? ` · ${j.reason}` : ''}</dd>
+            <dt>State</dt><dd data-testid="job-state"><StateBadge state={j.state} /> {j.cached_from && j.attempt === 0 ? 'from the result cache' : fmtAttempt(j.attempt, j.max_retries)}{j.cancel_requested ? ' · cancel requested' : ''}{j.reason ? ` · ${j.reason}` : ''}</dd>
             <dt>Priority</dt><dd>{j.priority}</dd>
             {j.worker && <><dt>Worker</dt><dd>{j.worker.id}{j.worker.hostname ? ` on ${j.worker.hostname}` : ''}</dd></>}
             <dt>Created</dt><dd>{fmtTime(j.created_at)}</dd>
@@ -109,6 +113,14 @@ export function JobDetail({ id }: { id: string }) {
             <Dependents id={j.id} />
             {j.batch_id && <><dt>Batch</dt><dd><BatchInfo id={j.batch_id} /></dd></>}
             {j.chain_id && <><dt>Chain</dt><dd class="mono">{j.chain_id} · step {j.chain_step}</dd></>}
+            {j.cached_from && (
+              <><dt>Cached from</dt><dd data-testid="cached-from">
+                <a class="mono" href={href(`/jobs/${encodeURIComponent(j.cached_from)}`)} title={j.cached_from}>{shortId(j.cached_from)}</a>
+                <span class="muted"> — its result, from the cache: this job never reached a worker</span>
+              </dd></>
+            )}
+            {j.cache_key && !j.cached_from && <><dt>Result cache</dt><dd><span class="muted">key</span> <span class="mono" title={j.cache_key}>{j.cache_key.slice(0, 16)}…</span></dd></>}
+            {j.usage && <><dt>Cost</dt><dd data-testid="job-cost">{fmtUSD(j.usage.cost_usd)} <span class="muted">({fmtNum(j.usage.input_tokens)} tokens in, {fmtNum(j.usage.output_tokens)} out)</span></dd></>}
           </dl>
 
           {progress && (
@@ -117,6 +129,8 @@ export function JobDetail({ id }: { id: string }) {
               <ProgressBar progress={progress} label="Job progress" />
             </div>
           )}
+
+          {j.usage && <UsagePanel usage={j.usage} />}
 
           <div class="block">
             <h2>Payload</h2>
@@ -127,7 +141,7 @@ export function JobDetail({ id }: { id: string }) {
 
           <div class="block">
             <h2>Attempt history</h2>
-            {j.attempt === 0 && j.errors.length === 0 ? <p class="muted">Not run yet.</p> : (
+            {j.attempt === 0 && j.errors.length === 0 ? <p class="muted">{j.cached_from ? 'Never ran: completed with the result of the job it was cached from.' : 'Not run yet.'}</p> : (
               <div class="table-wrap">
                 <table class="grid">
                   <thead><tr><th scope="col">#</th><th scope="col">Started</th><th scope="col">Duration</th><th scope="col">Result</th></tr></thead>

@@ -1,0 +1,167 @@
+// @vitest-environment jsdom
+// The cost page's arithmetic and panels, and the job page's usage panel.
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/preact'
+import { costPerJob, fmtPercent, fmtUSD, modelsOf, shares, spendSeries, usageByAttempt } from './cost'
+import { CostPage, CostPanels, type CostData } from './pages/Cost'
+import { UsagePanel } from './components/UsagePanel'
+import type { JobUsage, UsageGroup, UsageReport, UsageSummary } from './api'
+
+afterEach(() => { cleanup(); vi.unstubAllGlobals() })
+
+const group = (key: string | null, cost: number, jobs = 1, over: Partial<UsageGroup> = {}): UsageGroup => ({
+  key, cost_usd: cost, jobs, reports: jobs, input_tokens: 100, output_tokens: 10, cache_creation_tokens: 0, cache_read_tokens: 0,
+  cost_per_job_usd: jobs ? cost / jobs : 0, ...over,
+})
+const summary = (groups: UsageGroup[], over: Partial<UsageSummary> = {}): UsageSummary => {
+  const cost = groups.reduce((t, g) => t + g.cost_usd, 0)
+  const jobs = groups.reduce((t, g) => t + g.jobs, 0)
+  return {
+    period: '24h', group_by: 'queue', groups,
+    totals: { cost_usd: cost, jobs, reports: jobs, input_tokens: 100 * groups.length, output_tokens: 10 * groups.length, cache_creation_tokens: 0, cache_read_tokens: 0, cost_per_job_usd: jobs ? cost / jobs : 0 },
+    cache: { hits: 1, misses: 3, hit_rate: 0.25, estimated_savings_usd: 0.5 },
+    ...over,
+  }
+}
+const report = (attempt: number, phase: UsageReport['phase'], cost: number, model: string | null = 'm1', provider: string | null = 'p1'): UsageReport => ({
+  attempt, phase, cost_usd: cost, input_tokens: 10, output_tokens: 2, cache_creation_tokens: 0, cache_read_tokens: 0, model, provider, latency_ms: 900, at: '2026-02-11T10:00:00Z',
+})
+
+describe('money', () => {
+  it('shows small costs to a hundredth of a cent and large ones whole', () => {
+    expect(fmtUSD(0)).toBe('$0')
+    expect(fmtUSD(0.00004)).toBe('<$0.0001')
+    expect(fmtUSD(0.0351)).toBe('$0.0351')
+    expect(fmtUSD(0.25)).toBe('$0.25')
+    expect(fmtUSD(0.5)).toBe('$0.50')
+    expect(fmtUSD(0.125)).toBe('$0.125')
+    expect(fmtUSD(0.4375)).toBe('$0.4375')
+    expect(fmtUSD(47.234)).toBe('$47.23')
+    expect(fmtUSD(1204.5)).toBe('$1,204.50')
+    expect(fmtUSD(12345.6)).toBe('$12,346')
+    expect(fmtUSD(null)).toBe('—')
+    expect(fmtPercent(0.2427)).toBe('24.3%')
+    expect(fmtPercent(0.25)).toBe('25%')
+    expect(fmtPercent(0)).toBe('0%')
+    expect(fmtPercent(1)).toBe('100%')
+  })
+
+  it('works out the cost per job when the server does not give it', () => {
+    expect(costPerJob({ cost_usd: 3, jobs: 4 })).toBe(0.75)
+    expect(costPerJob({ cost_usd: 3, jobs: 0 })).toBe(0)
+    expect(costPerJob({ cost_usd: 3, jobs: 4, cost_per_job_usd: 0.7 })).toBe(0.7)
+  })
+})
+
+describe('spend over time', () => {
+  const now = Date.parse('2026-02-11T10:30:00Z') / 1000
+  it('fills the hours the server left out with 0, oldest first, up to the hour of now', () => {
+    const s = summary([group('2026-02-10T12:00:00Z', 1), group('2026-02-11T10:00:00Z', 2.5), group('2026-02-11T08:00:00Z', 0.5)], { group_by: 'hour' })
+    const [ts, cost] = spendSeries(s, '24h', now)
+    expect(ts.length).toBe(25) // 10:00 yesterday … 10:00 today
+    expect(ts[0]).toBe(Date.parse('2026-02-10T10:00:00Z') / 1000)
+    expect(ts[24]).toBe(Date.parse('2026-02-11T10:00:00Z') / 1000)
+    expect(ts.every((t, i) => i === 0 || t - ts[i - 1] === 3600)).toBe(true)
+    expect(cost[2]).toBe(1)
+    expect(cost[22]).toBe(0.5)
+    expect(cost[24]).toBe(2.5)
+    expect(cost.reduce((a, b) => a + b, 0)).toBe(4)
+  })
+
+  it('uses days over 30 days', () => {
+    const [ts, cost] = spendSeries(summary([group('2026-02-01T00:00:00Z', 7)], { group_by: 'day' }), '30d', now)
+    expect(ts.length).toBe(31)
+    expect(ts[30] - ts[29]).toBe(86400)
+    expect(cost[ts.indexOf(Date.parse('2026-02-01T00:00:00Z') / 1000)]).toBe(7)
+  })
+})
+
+describe('shares', () => {
+  it('sizes each bar against the largest group', () => {
+    const r = shares([group('a', 4), group('b', 1), group(null, 0)])
+    expect(r.map((x) => x.share)).toEqual([1, 0.25, 0])
+    expect(shares([group('a', 0)])[0].share).toBe(0)
+  })
+})
+
+describe('a job\'s usage', () => {
+  const u: JobUsage = {
+    input_tokens: 40, output_tokens: 8, cache_creation_tokens: 0, cache_read_tokens: 5, cost_usd: 0.3,
+    reports: [report(1, 'heartbeat', 0.1), report(1, 'fail', 0.0000001, 'm2', null), report(2, 'heartbeat', 0.1999999), report(2, 'ack', 0, null, null)],
+  }
+  it('groups the reports by attempt with exact subtotals', () => {
+    const a = usageByAttempt(u)
+    expect(a.map((x) => x.attempt)).toEqual([1, 2])
+    expect(a[0].cost_usd).toBe(0.1000001)
+    expect(a[1].cost_usd).toBe(0.1999999)
+    expect(a[0].models).toEqual(['m1', 'm2'])
+    expect(a[1].input_tokens).toBe(20)
+    expect(modelsOf(u)).toBe('m1 (p1), m2')
+  })
+
+  it('is a panel with the totals and a row per report', () => {
+    render(<UsagePanel usage={u} />)
+    const panel = screen.getByTestId('usage')
+    expect(within(panel).getByTestId('usage-cost').textContent).toBe('$0.30')
+    expect(panel.querySelectorAll('tbody tr[data-phase]').length).toBe(4)
+    expect(panel.querySelectorAll('tbody tr.subtotal').length).toBe(2)
+    expect(panel.textContent).toContain('Models: m1 (p1), m2')
+  })
+})
+
+describe('the cost page', () => {
+  const data: CostData = {
+    period: '24h', tagKey: '',
+    totals: summary([group('llm.summarize', 3, 2), group('llm.classify', 1, 4)]),
+    byModel: summary([group('claude-sonnet-4-5', 3.5, 5), group(null, 0.5, 1)], { group_by: 'model' }),
+    byProvider: summary([group('anthropic', 4, 6)], { group_by: 'provider' }),
+    overTime: summary([group(new Date(Math.floor(Date.now() / 3600_000) * 3600_000).toISOString().replace('.000Z', 'Z'), 4, 6)], { group_by: 'hour' }),
+    byTag: null,
+  }
+
+  it('shows the totals, the cache and a table per grouping', () => {
+    render(<CostPanels data={data} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.getByTestId('cost-spend').textContent).toBe('$4.00')
+    expect(screen.getByTestId('cost-jobs').textContent).toBe('6')
+    expect(screen.getByTestId('cost-per-job').textContent).toBe('$0.6667')
+    expect(screen.getByTestId('cost-hit-rate').textContent).toBe('25%')
+    expect(screen.getByTestId('cost-savings').textContent).toBe('$0.50')
+    const byQueue = screen.getByTestId('cost-by-queue')
+    const rows = byQueue.querySelectorAll('tbody tr')
+    expect([...rows].map((r) => r.getAttribute('data-key'))).toEqual(['llm.summarize', 'llm.classify'])
+    expect(rows[0].querySelector('a')!.getAttribute('href')).toBe('/ui/queues/llm.summarize')
+    expect((rows[1].querySelector('.share-fill') as HTMLElement).style.width).toBe('33.3%')
+    const byModel = screen.getByTestId('cost-by-model')
+    expect(byModel.querySelector('tbody tr a')!.getAttribute('href')).toBe('/ui/jobs?model=claude-sonnet-4-5')
+    expect(byModel.textContent).toContain('(none)')
+  })
+
+  it('says how to report usage when there is none', () => {
+    const none = summary([], { cache: { hits: 0, misses: 0, hit_rate: 0, estimated_savings_usd: 0 } })
+    render(<CostPanels data={{ ...data, totals: none }} period="7d" tagKey="" onTag={() => {}} />)
+    expect(screen.getByText(/No usage reported in the last 7 days/)).toBeTruthy()
+  })
+
+  it('asks the summary by queue, model, provider, hour and the tag, and splits by a tag key entered', async () => {
+    const asked: string[] = []
+    vi.stubGlobal('fetch', vi.fn(async (u: string) => {
+      asked.push(u)
+      const by = new URL(u, 'http://x').searchParams.get('group_by') ?? ''
+      const body = by.startsWith('tag:') ? summary([group('acme', 2)], { group_by: by }) : summary([group('k', 1)], { group_by: by })
+      return new Response(JSON.stringify(body), { status: 200, headers: { 'Content-Type': 'application/json' } })
+    }))
+    const { unmount } = render(<CostPage query={new URLSearchParams('period=7d&tag=tenant')} />)
+    await waitFor(() => expect(screen.getByTestId('cost-by-tag').textContent).toContain('acme'))
+    expect(asked.map((u) => new URL(u, 'http://x').search).sort()).toEqual([
+      '?period=7d&group_by=hour', '?period=7d&group_by=model', '?period=7d&group_by=provider', '?period=7d&group_by=queue', '?period=7d&group_by=tag%3Atenant',
+    ])
+    expect(screen.getByRole('heading', { name: 'By tag tenant' })).toBeTruthy()
+    unmount()
+
+    const tags: string[] = []
+    render(<CostPanels data={data} period="24h" tagKey="" onTag={(k) => tags.push(k)} />)
+    fireEvent.input(screen.getByLabelText('Tag key'), { target: { value: ' customer ' } })
+    fireEvent.submit(screen.getByRole('form', { name: 'Spend by tag' }))
+    expect(tags).toEqual(['customer'])
+  })
+})

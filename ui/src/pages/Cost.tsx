@@ -1,0 +1,200 @@
+// The cost page: what the workers' LLM calls cost (usage reported on
+// acks and heartbeats) over a period — totals, the result cache's
+// savings, spend over time, and spend by queue, model, provider and tag.
+// Each part is a panel of its own (CostPanels): budgets, providers and
+// routing add theirs to the list.
+import { useState } from 'preact/hooks'
+import type { ComponentChildren } from 'preact'
+import { api, USAGE_PERIODS, type UsageGroup, type UsagePeriod, type UsageSummary } from '../api'
+import { useLive } from '../live'
+import { href, navigate } from '../router'
+import { fmtNum } from '../format'
+import { bucketOf, costPerJob, fmtPercent, fmtUSD, isPeriod, shares, spendSeries } from '../cost'
+import { Chart, PALETTE } from '../components/charts'
+import { Empty, ErrorNote, Stat } from '../components/ui'
+
+export interface CostData {
+  period: UsagePeriod
+  tagKey: string
+  totals: UsageSummary // by queue (its totals and cache are the page's)
+  byModel: UsageSummary
+  byProvider: UsageSummary
+  overTime: UsageSummary
+  byTag: UsageSummary | null
+}
+
+export async function loadCost(period: UsagePeriod, tagKey: string, s: AbortSignal): Promise<CostData> {
+  const [totals, byModel, byProvider, overTime, byTag] = await Promise.all([
+    api.usageSummary(period, 'queue', s),
+    api.usageSummary(period, 'model', s),
+    api.usageSummary(period, 'provider', s),
+    api.usageSummary(period, bucketOf(period), s),
+    tagKey ? api.usageSummary(period, `tag:${tagKey}`, s) : Promise.resolve(null),
+  ])
+  return { period, tagKey, totals, byModel, byProvider, overTime, byTag }
+}
+
+const PERIOD_TEXT: Record<UsagePeriod, string> = { '24h': 'last 24 hours', '7d': 'last 7 days', '30d': 'last 30 days' }
+
+function costQuery(period: UsagePeriod, tag: string) {
+  const q = new URLSearchParams()
+  if (period !== '24h') q.set('period', period)
+  if (tag) q.set('tag', tag)
+  return q.toString()
+}
+
+export function CostPage({ query }: { query: URLSearchParams }) {
+  const p = query.get('period')
+  const period: UsagePeriod = isPeriod(p) ? p : '24h'
+  const tagKey = (query.get('tag') ?? '').trim()
+  const { data, error } = useLive(
+    (s) => loadCost(period, tagKey, s),
+    `cost:${period}:${tagKey}`,
+    // Usage arrives with acks, fails and heartbeats: reload after job
+    // events, at most every 10 s (five summaries a reload).
+    { minGapMs: 10_000, pollLiveMs: 30_000, pollOfflineMs: 15_000 },
+  )
+  const go = (per: UsagePeriod, tag: string) => {
+    const q = costQuery(per, tag)
+    navigate('/cost' + (q ? '?' + q : ''))
+  }
+
+  return (
+    <section aria-labelledby="h-cost">
+      <div class="page-head">
+        <h1 id="h-cost">Cost</h1>
+        <fieldset class="chips period" aria-label="Period">
+          {USAGE_PERIODS.map((x) => (
+            <label key={x} class={`chip ${x === period ? 'on' : ''}`}>
+              <input type="radio" name="period" value={x} checked={x === period} onChange={() => go(x, tagKey)} />{x}
+            </label>
+          ))}
+        </fieldset>
+        <span class="muted">{PERIOD_TEXT[period]}</span>
+      </div>
+      <ErrorNote error={error} />
+      <CostPanels data={data} period={period} tagKey={tagKey} onTag={(t) => go(period, t)} />
+    </section>
+  )
+}
+
+// CostPanels lays out the page's panels in order; a new panel (budget
+// used, provider limits) is one more entry here, reading the same data or
+// loading its own.
+export function CostPanels({ data, period, tagKey, onTag }: { data: CostData | undefined; period: UsagePeriod; tagKey: string; onTag: (key: string) => void }) {
+  if (data && data.totals.totals.reports === 0 && data.totals.cache.hits + data.totals.cache.misses === 0) {
+    return (
+      <Empty>
+        No usage reported in the {PERIOD_TEXT[period]}. Workers report what their LLM calls used on an ack or a heartbeat
+        (<span class="mono">"usage": {'{'}"input_tokens", "output_tokens", "model", "provider", "cost_usd"{'}'}</span>); it shows here within seconds.
+      </Empty>
+    )
+  }
+  return (
+    <>
+      <Totals data={data} />
+      <SpendOverTime data={data} period={period} />
+      <div class="cost-groups">
+        <Breakdown title="By queue" what="queue" summary={data?.totals} link={(k) => href(`/queues/${encodeURIComponent(k)}`)} />
+        <Breakdown title="By model" what="model" summary={data?.byModel} link={(k) => href('/jobs', `model=${encodeURIComponent(k)}`)} />
+        <Breakdown title="By provider" what="provider" summary={data?.byProvider} />
+        <TagBreakdown tagKey={tagKey} summary={data?.byTag} loaded={!!data} onTag={onTag} />
+      </div>
+    </>
+  )
+}
+
+function Totals({ data }: { data: CostData | undefined }) {
+  const t = data?.totals.totals
+  const c = data?.totals.cache
+  const v = (f: () => string) => (data ? f() : '…')
+  return (
+    <div class="stats cost-stats" aria-label="Totals">
+      <Stat label="Spend" value={v(() => fmtUSD(t!.cost_usd))} testid="cost-spend" tone="info" />
+      <Stat label="Jobs" value={v(() => fmtNum(t!.jobs))} hint={t ? `${fmtNum(t.reports)} reports` : undefined} testid="cost-jobs" />
+      <Stat label="Cost per job" value={v(() => fmtUSD(costPerJob(t!)))} testid="cost-per-job" />
+      <Stat label="Input tokens" value={v(() => fmtNum(t!.input_tokens))} hint={t && t.cache_read_tokens ? `${fmtNum(t.cache_read_tokens)} read from cache` : undefined} testid="cost-input" />
+      <Stat label="Output tokens" value={v(() => fmtNum(t!.output_tokens))} testid="cost-output" />
+      <Stat label="Cache hit rate" value={v(() => fmtPercent(c!.hit_rate))} hint={c ? `${fmtNum(c.hits)} ${c.hits === 1 ? 'hit' : 'hits'}, ${fmtNum(c.misses)} ${c.misses === 1 ? 'miss' : 'misses'}` : undefined} testid="cost-hit-rate" />
+      <Stat label="Saved by the cache" value={v(() => fmtUSD(c!.estimated_savings_usd))} hint="estimated" testid="cost-savings" tone={c && c.estimated_savings_usd > 0 ? 'good' : ''} />
+    </div>
+  )
+}
+
+function SpendOverTime({ data, period }: { data: CostData | undefined; period: UsagePeriod }) {
+  const [ts, cost] = data ? spendSeries(data.overTime, period, Date.now() / 1000) : [[], []]
+  const per = bucketOf(period)
+  const peak = cost.reduce((m, x) => Math.max(m, x), 0)
+  return (
+    <div class="charts">
+      <Chart
+        title={`Spend per ${per} (USD)`}
+        summary={data ? `${fmtUSD(data.totals.totals.cost_usd)} in the period, at most ${fmtUSD(peak)} in an ${per === 'hour' ? 'hour' : 'day'}` : 'loading'}
+        unit={(x) => fmtUSD(x)}
+        series={[{ label: 'spend', color: PALETTE[0], fill: true }]}
+        data={[ts, cost]}
+      />
+    </div>
+  )
+}
+
+// Breakdown is one grouping of the summary as a table: each group's
+// spend with a bar (relative to the largest), jobs, tokens and cost per
+// job.
+export function Breakdown({ title, what, summary, link, children }: {
+  title: string; what: string; summary: UsageSummary | null | undefined
+  link?: (key: string) => string; children?: ComponentChildren
+}) {
+  const total = summary?.totals.cost_usd ?? 0
+  return (
+    <div class="panel cost-group" data-testid={`cost-by-${what}`}>
+      <h2>{title}</h2>
+      {children}
+      {summary && (summary.groups.length === 0 ? <p class="muted">No usage in the period.</p> : (
+        <div class="table-wrap">
+          <table class="grid cost-table">
+            <thead>
+              <tr>
+                <th scope="col">{what[0].toUpperCase() + what.slice(1)}</th>
+                <th scope="col" class="num">Spend</th>
+                <th scope="col" class="num">Jobs</th>
+                <th scope="col" class="num hide-sm">Tokens in / out</th>
+                <th scope="col" class="num hide-xs">Per job</th>
+              </tr>
+            </thead>
+            <tbody>
+              {shares(summary.groups).map(({ key, group, share }) => (
+                <tr key={key ?? '\u0000none'} data-key={key ?? ''}>
+                  <th scope="row" class="key-cell">
+                    {key === null ? <span class="muted">(none)</span> : link ? <a href={link(key)}>{key}</a> : key}
+                    <div class="share" aria-hidden="true"><div class="share-fill" style={{ width: `${Math.max(share * 100, group.cost_usd > 0 ? 1 : 0).toFixed(1)}%` }} /></div>
+                  </th>
+                  <td class="num nowrap" title={total > 0 ? `${fmtPercent(group.cost_usd / total)} of the spend` : undefined}>{fmtUSD(group.cost_usd)}</td>
+                  <td class="num">{fmtNum(group.jobs)}</td>
+                  <td class="num hide-sm nowrap">{fmtNum(group.input_tokens)} / {fmtNum(group.output_tokens)}</td>
+                  <td class="num hide-xs nowrap">{fmtUSD(costPerJob(group as UsageGroup))}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      ))}
+    </div>
+  )
+}
+
+function TagBreakdown({ tagKey, summary, loaded, onTag }: { tagKey: string; summary: UsageSummary | null | undefined; loaded: boolean; onTag: (key: string) => void }) {
+  const [key, setKey] = useState(tagKey)
+  const submit = (e: Event) => { e.preventDefault(); onTag(key.trim()) }
+  return (
+    <Breakdown title={tagKey ? `By tag ${tagKey}` : 'By tag'} what="tag" summary={summary}>
+      <form class="tag-form" onSubmit={submit} aria-label="Spend by tag">
+        <label>Tag key
+          <input name="tag" value={key} placeholder="tenant" onInput={(e) => setKey((e.target as HTMLInputElement).value)} spellcheck={false} />
+        </label>
+        <button type="submit" class="btn small">Show</button>
+      </form>
+      {loaded && !tagKey && <p class="muted small">Enter a tag key (a job's tags, e.g. tenant or customer) to split the spend by its values.</p>}
+    </Breakdown>
+  )
+}
