@@ -213,6 +213,9 @@ class SearchFilter(TypedDict, total=False):
     has_errors: bool
     error_contains: str
     batch_id: str
+    depends_on: str  # the jobs that wait on this job ID (its children)
+    model: str  # jobs with a usage report of this model
+    min_cost_usd: float  # jobs whose usage reports add up to at least this cost
     unique_key: str
     attempt_min: int
     attempt_max: int

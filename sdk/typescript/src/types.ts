@@ -259,6 +259,10 @@ export interface SearchRequest {
   batch_id?: string;
   /** Jobs enqueued with this job ID in their depends_on (its children). */
   depends_on?: string;
+  /** Jobs with a usage report of this model. */
+  model?: string;
+  /** Jobs whose usage reports add up to at least this cost (USD). */
+  min_cost_usd?: number;
   unique_key?: string;
   attempt_min?: number;
   attempt_max?: number;
