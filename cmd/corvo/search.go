@@ -38,11 +38,12 @@ func newSearchCmd() *cobra.Command {
 		{"completed-after", &body.CompletedAfter, "RFC 3339 time or a date"}, {"completed-before", &body.CompletedBefore, "RFC 3339 time or a date"},
 		{"expire-after", &body.ExpireAfter, "RFC 3339 time or a date"}, {"expire-before", &body.ExpireBefore, "RFC 3339 time or a date"},
 		{"worker-id", &body.WorkerID, "processed by this worker"}, {"error-contains", &body.ErrorContains, "substring of any attempt's error"},
-		{"batch-id", &body.BatchID, ""}, {"depends-on", &body.DependsOn, "jobs waiting on this job ID (its children)"}, {"unique-key", &body.UniqueKey, ""}, {"job-id-prefix", &body.JobIDPrefix, ""},
+		{"batch-id", &body.BatchID, ""}, {"depends-on", &body.DependsOn, "jobs waiting on this job ID (its children)"}, {"model", &body.Model, "jobs with a usage report of this model"}, {"unique-key", &body.UniqueKey, ""}, {"job-id-prefix", &body.JobIDPrefix, ""},
 		{"sort", &body.Sort, "created_at, scheduled_at, started_at, completed_at, priority, attempt"}, {"order", &body.Order, "asc or desc"},
 	}
 	var hasErrors string
 	var attemptMin, attemptMax int
+	var minCost float64
 	cmd := &cobra.Command{
 		Use:   "search",
 		Short: "Search jobs (every filter of the API); --output json prints a JSON array to pipe into 'corvo bulk'",
@@ -90,6 +91,9 @@ func newSearchCmd() *cobra.Command {
 			}
 			if cmd.Flags().Changed("attempt-max") {
 				body.AttemptMax = &attemptMax
+			}
+			if cmd.Flags().Changed("min-cost") {
+				body.MinCostUSD = &minCost
 			}
 			// Page through the matches up to --limit; into a pipe (the
 			// input of 'corvo bulk'), every match unless --limit says
@@ -169,6 +173,7 @@ func newSearchCmd() *cobra.Command {
 	fl.StringVar(&hasErrors, "has-errors", "", "true or false")
 	fl.IntVar(&attemptMin, "attempt-min", 0, "at least this many attempts")
 	fl.IntVar(&attemptMax, "attempt-max", 0, "at most this many attempts")
+	fl.Float64Var(&minCost, "min-cost", 0, "jobs whose usage reports add up to at least this cost (USD)")
 	fl.IntVar(&limit, "limit", 1000, "the most jobs to list; 0: every match (the default when the output is not a terminal, e.g. piped into 'corvo bulk')")
 	return cmd
 }

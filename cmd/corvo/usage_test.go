@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,4 +210,18 @@ func TestUsageLLMWorkload(t *testing.T) {
 	for _, tenant := range tenants {
 		require.Contains(t, table, tenant)
 	}
+	// corvo search by model and by cost finds the jobs the workload made.
+	out, code = runCLIKey(t, nodes[0].url, testAdminKey, "search", "--model", models[0], "-o", "json")
+	require.Equal(t, 0, code, out)
+	require.Len(t, decode[[]corvo.SearchHit](t, []byte(out)), jobs/len(models))
+	var costs []int64
+	for _, js := range perJob {
+		costs = append(costs, js.costNanos)
+	}
+	slices.Sort(costs)
+	threshold := costs[len(costs)/2]
+	want := len(costs) - slices.Index(costs, threshold)
+	out, code = runCLIKey(t, nodes[0].url, testAdminKey, "search", "--min-cost", fmt.Sprintf("%.9f", float64(threshold)/1e9), "-o", "json")
+	require.Equal(t, 0, code, out)
+	require.Len(t, decode[[]corvo.SearchHit](t, []byte(out)), want)
 }
