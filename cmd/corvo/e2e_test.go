@@ -477,6 +477,51 @@ func TestE2EExampleWorker(t *testing.T) {
 	code, body := do(t, "GET", s.url+"/api/v1/jobs/"+ok[0], nil)
 	require.Equal(t, 200, code)
 	require.Contains(t, string(body), `"result":{"sent":true,"to":"u0@example.com"}`)
+
+	// SIGTERM mid-job, with a grace shorter than the job: nothing is lost —
+	// the job comes back with its checkpoint, and the next worker goes on
+	// from there.
+	long := s.enqueue2(t, map[string]any{"queue": "emails.send", "payload": map[string]any{"to": "list@example.com", "steps": 60}})
+	run := func() (*exec.Cmd, *lockedBuffer) {
+		w := exec.Command(bin)
+		w.Env = append(os.Environ(), "CORVO_URL="+s.url, "CORVO_CONCURRENCY=1", "CORVO_SHUTDOWN_GRACE=100ms")
+		logs := &lockedBuffer{}
+		w.Stdout, w.Stderr = logs, logs
+		require.NoError(t, w.Start())
+		return w, logs
+	}
+	w, logs = run()
+	var mark struct {
+		Done int `json:"done"`
+	}
+	for mark.Done < 3 {
+		require.True(t, time.Now().Before(deadline.Add(30*time.Second)), "no checkpoint; worker said:\n%s", logs.String())
+		if cp := s.job(t, long).Checkpoint; len(cp) > 0 && string(cp) != "null" {
+			require.NoError(t, json.Unmarshal(cp, &mark))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), logs.String())
+	j := s.job(t, long)
+	require.Contains(t, []string{"pending", "retrying"}, j.State, "handed back by the drain")
+	require.Len(t, j.Errors, 1)
+	require.Equal(t, "worker_shutdown", j.Errors[0].Error)
+	var kept struct {
+		Done int `json:"done"`
+	}
+	require.NoError(t, json.Unmarshal(j.Checkpoint, &kept))
+	require.GreaterOrEqual(t, kept.Done, 3)
+	w, logs = run()
+	for s.job(t, long).State != "completed" {
+		require.True(t, time.Now().Before(deadline.Add(60*time.Second)), "never completed; worker said:\n%s", logs.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), logs.String())
+	code, body = do(t, "GET", s.url+"/api/v1/jobs/"+long, nil)
+	require.Equal(t, 200, code)
+	require.Contains(t, string(body), fmt.Sprintf(`"resumed_at":%d`, kept.Done), "the retry went on from the checkpoint")
 }
 
 func (s *server) enqueue2(t *testing.T, job map[string]any) string {
