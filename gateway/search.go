@@ -34,7 +34,7 @@ func (r *searchRequest) selectsAll() bool {
 		r.CreatedAfter != "" || r.CreatedBefore != "" || r.ScheduledAfter != "" || r.ScheduledBefore != "" ||
 		r.StartedAfter != "" || r.StartedBefore != "" || r.CompletedAfter != "" || r.CompletedBefore != "" ||
 		r.ExpireAfter != "" || r.ExpireBefore != "" || r.WorkerID != "" || r.HasErrors != nil || r.ErrorContains != "" ||
-		r.BatchID != "" || r.DependsOn != "" || r.UniqueKey != "" || r.AttemptMin != nil || r.AttemptMax != nil || r.JobIDPrefix != ""
+		r.BatchID != "" || r.DependsOn != "" || r.UniqueKey != "" || r.RouteTarget != "" || r.AttemptMin != nil || r.AttemptMax != nil || r.JobIDPrefix != ""
 	if narrowed {
 		return false
 	}
@@ -54,7 +54,7 @@ func (r *searchRequest) selectsAll() bool {
 func (r *searchRequest) filter(ns string) (mirror.Filter, error) {
 	f := mirror.Filter{Namespace: ns, Queue: r.storedQueue(ns), States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
 		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, DependsOn: r.DependsOn,
-		UniqueKey: r.UniqueKey, AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
+		UniqueKey: r.UniqueKey, RouteTarget: r.RouteTarget, AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
 	if p, set, err := parsePriorityName(r.Priority); err != nil {
 		return f, fmt.Errorf("priority: %w", err)
 	} else if set {

@@ -271,7 +271,8 @@ func (m *Mirror) closeDB() {
 // as its prefix, Config.PayloadMax), before the payload: a column added
 // in place would go after it. 6: job_deps (a job's depends_on, searched
 // by the dependency). 7: job_usage; cache_key, cached_from, saved_nanos.
-const schemaVersion = 7
+// 8: route_target; job_scores.
+const schemaVersion = 8
 
 func (m *Mirror) migrate() error {
 	var v int
@@ -332,6 +333,7 @@ CREATE TABLE jobs (
     cache_key        TEXT,              -- the job's result cache key (statemachine.JobOptions.CacheKey)
     cached_from      TEXT,              -- completed from the cache: the job whose result it took
     saved_nanos      INTEGER,           -- … and that job's cost (1e-9 USD)
+    route_target     TEXT,              -- a routed job's current model (statemachine.Routing.Target)
     payload_size     INTEGER,           -- NULL: payload is whole; else its full size, payload its first bytes
     payload          TEXT NOT NULL
 ) WITHOUT ROWID;
@@ -340,6 +342,7 @@ CREATE INDEX idx_jobs_created ON jobs(created_at);
 CREATE INDEX idx_jobs_state_created ON jobs(state, created_at);
 CREATE INDEX idx_jobs_batch ON jobs(batch_id) WHERE batch_id IS NOT NULL;
 CREATE INDEX idx_jobs_unique ON jobs(unique_key) WHERE unique_key IS NOT NULL;
+CREATE INDEX idx_jobs_route_target ON jobs(route_target) WHERE route_target IS NOT NULL;
 CREATE TABLE job_errors (
     job_id  TEXT NOT NULL,
     attempt INTEGER NOT NULL,

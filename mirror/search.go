@@ -48,8 +48,10 @@ type Filter struct {
 	BatchID         string
 	// DependsOn: the jobs enqueued with this job in their depends_on
 	// (its children).
-	DependsOn   string
-	UniqueKey   string
+	DependsOn string
+	UniqueKey string
+	// RouteTarget: routed jobs whose current model is this one.
+	RouteTarget string
 	AttemptMin  *int
 	AttemptMax  *int
 	JobIDPrefix string
@@ -264,6 +266,9 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 	}
 	if f.UniqueKey != "" {
 		add("unique_key = " + ps.Add(f.UniqueKey))
+	}
+	if f.RouteTarget != "" {
+		add("route_target = " + ps.Add(f.RouteTarget))
 	}
 	if f.AttemptMin != nil {
 		add("attempt >= " + ps.Add(*f.AttemptMin))

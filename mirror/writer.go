@@ -228,7 +228,7 @@ func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), l
 var jobCols = [...]string{"id", "shard", "idx", "gen", "queue", "state", "priority", "attempt", "max_retries",
 	"payload", "error_count", "created_at",
 	"tags", "unique_key", "batch_id", "chain_id", "worker_id", "hostname", "progress", "checkpoint", "result",
-	"reason", "last_error", "cache_key", "cached_from", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at",
+	"reason", "last_error", "cache_key", "cached_from", "route_target", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at",
 	"lease_expires_at", "payload_size", "saved_nanos"}
 
 const firstOptional = 12
@@ -236,7 +236,7 @@ const firstOptional = 12
 // optional is a row's optional columns; a column is set when its text is
 // non-empty or its number non-zero.
 type optional struct {
-	text  [13]string // tags … last_error, cache_key, cached_from
+	text  [14]string // tags … last_error, cache_key, cached_from, route_target
 	times [8]int64   // scheduled_at … lease_expires_at, payload_size, saved_nanos
 }
 
@@ -278,8 +278,11 @@ func upsertSQL(mask uint32) string {
 func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemachine.JobView) error {
 	j, st := &v.Job, &v.State
 	var o optional
-	o.text = [13]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
-		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError, j.CacheKey, j.CachedFrom}
+	o.text = [14]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
+		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError, j.CacheKey, j.CachedFrom, ""}
+	if j.Routing != nil {
+		o.text[13] = j.Routing.Target(st.RouteIndex)
+	}
 	if j.Chain != nil {
 		o.text[3] = j.Chain.ID
 	}

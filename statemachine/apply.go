@@ -574,9 +574,15 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
 	}
+	st := a.stats(j.Queue)
+	if j.Routing != nil {
+		j.Routing.Start = 0 // the state machine's to set
+		if j.Routing.Strategy == RouteRoundRobin && len(j.Routing.Models) > 0 {
+			j.Routing.Start = uint32(uint64(st.Enqueued) % uint64(len(j.Routing.Models)))
+		}
+	}
 	a.scratch = j.appendTo(a.scratch[:0])
 	a.set(jobKey(j.ID), a.scratch)
-	st := a.stats(j.Queue)
 	st.Enqueued++
 	a.s.jobs.add(j, JobState{State: StatePending})
 	if len(j.DependsOn) > 0 {
@@ -899,7 +905,13 @@ func (a *applier) failJob(o *FailOp) Result {
 		st.Checkpoint = o.Checkpoint
 	}
 	a.stats(j.Queue).Failed++
-	r = a.afterFailure(j, &st, je)
+	var routedOn bool
+	if o.ProviderError {
+		r, routedOn = a.routeFallback(j, &st, je)
+	}
+	if !routedOn {
+		r = a.afterFailure(j, &st, je)
+	}
 	r.Queue = j.Queue
 	r.Usage = used
 	return r
@@ -927,7 +939,9 @@ func (a *applier) afterFailure(j *Job, st *JobState, je *JobError) Result {
 		a.move(j.Queue, StateActive, st.State)
 		return Result{State: st.State, AttemptsRemaining: 0}
 	}
-	delay := BackoffDelayMs(j.Backoff, j.BaseDelayMs, j.MaxDelayMs, st.Attempt)
+	// Another attempt: a routed job starts again from its first model.
+	st.RouteIndex = 0
+	delay := BackoffDelayMs(j.Backoff, j.BaseDelayMs, j.MaxDelayMs, st.Attempt-min(st.Attempt, st.RouteFallbacks))
 	if delay <= 0 {
 		st.State, st.DueAt = StatePending, 0
 		je.RetryAt = a.now

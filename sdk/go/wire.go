@@ -313,6 +313,7 @@ type SearchRequest struct {
 	BatchID         string            `json:"batch_id,omitempty"`
 	DependsOn       string            `json:"depends_on,omitempty"` // jobs enqueued with this job in their depends_on
 	UniqueKey       string            `json:"unique_key,omitempty"`
+	RouteTarget     string            `json:"route_target,omitempty"` // routed jobs whose current model is this one
 	AttemptMin      *int              `json:"attempt_min,omitempty"`
 	AttemptMax      *int              `json:"attempt_max,omitempty"`
 	JobIDPrefix     string            `json:"job_id_prefix,omitempty"`
