@@ -289,5 +289,7 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 	b = appendJobRouting(b, v)
 	b = append(b, `,"usage":`...)
 	b = appendJobUsage(b, v.Usage)
+	b = append(b, `,"scores":`...)
+	b = appendJobScores(b, v.Scores)
 	return append(b, '}')
 }

@@ -375,6 +375,19 @@ CREATE TABLE job_usage (
     PRIMARY KEY (job_id, n)
 ) WITHOUT ROWID;
 CREATE INDEX idx_job_usage_at ON job_usage(at);
+CREATE TABLE job_scores (
+    job_id    TEXT NOT NULL,
+    n         INTEGER NOT NULL,  -- the score's number in the job (statemachine.ScoreRecord)
+    dimension TEXT NOT NULL,
+    value     REAL NOT NULL,
+    shard     INTEGER NOT NULL,
+    queue     TEXT NOT NULL,     -- the job's queue when scored
+    scorer    TEXT NOT NULL,
+    comment   TEXT,
+    at        INTEGER NOT NULL,
+    PRIMARY KEY (job_id, n, dimension)
+) WITHOUT ROWID;
+CREATE INDEX idx_job_scores_at ON job_scores(at);
 CREATE TABLE mirror_state (
     shard INTEGER PRIMARY KEY,
     idx   INTEGER NOT NULL,
@@ -533,6 +546,7 @@ func (m *Mirror) drop(sh int) error {
 			{`DELETE FROM job_errors WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM job_deps WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM job_usage WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
+			{`DELETE FROM job_scores WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM jobs WHERE id >= ? AND id < ?`, []any{lo, hi}},
 			{`DELETE FROM mirror_state WHERE shard = ?`, []any{sh}},
 		} {

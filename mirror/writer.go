@@ -9,6 +9,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -41,6 +42,8 @@ const (
 	stInsDep
 	stDelUsage
 	stPutUsage
+	stDelScores
+	stPutScore
 	stFixed // upserts follow
 )
 
@@ -56,6 +59,10 @@ ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
 	stDelUsage: `DELETE FROM job_usage WHERE job_id = ?`,
 	stPutUsage: `INSERT OR REPLACE INTO job_usage (job_id, n, shard, attempt, phase, queue, model, provider, input_tokens,
 output_tokens, cache_creation_tokens, cache_read_tokens, cost_nanos, latency_ms, at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	stDelScores: `DELETE FROM job_scores WHERE job_id = ?`,
+	// value is bound as text (the batch has no REAL): the column's REAL
+	// affinity converts it.
+	stPutScore: `INSERT OR REPLACE INTO job_scores (job_id, n, dimension, value, shard, queue, scorer, comment, at) VALUES (?,?,?,?,?,?,?,?,?)`,
 }
 
 // openWriter opens the writer's connection with a page cache of
@@ -356,6 +363,28 @@ func (b *batch) deleteJob(id string) {
 	b.op(stDelDeps, 1)
 	b.text(id)
 	b.deleteUsage(id)
+	b.deleteScores(id)
+}
+
+func (b *batch) deleteScores(id string) {
+	b.op(stDelScores, 1)
+	b.text(id)
+}
+
+// putScore writes a score record, a row per dimension.
+func (b *batch) putScore(id string, shard int, r *statemachine.ScoreRecord) {
+	for _, d := range r.Dims {
+		b.op(stPutScore, 9)
+		b.text(id)
+		b.int(int64(r.N))
+		b.text(d.Name)
+		b.text(strconv.FormatFloat(d.Value, 'g', -1, 64))
+		b.int(int64(shard))
+		b.text(r.Queue)
+		b.text(r.Scorer)
+		b.nullText(r.Comment)
+		b.int(r.At)
+	}
 }
 
 // insertDeps records the jobs a job depends on. A job's depends_on never

@@ -32,6 +32,7 @@ type applier struct {
 	deleted   map[string]bool
 	newErrors map[string][]JobError
 	newUsage  map[string][]UsageRecord
+	newScores map[string][]ScoreRecord
 
 	// Lifecycle events (EmitEvents), in apply order; evPos numbers them
 	// within the entry.
@@ -56,6 +57,7 @@ func newApplier(s *StateMachine, b *pebble.Batch) *applier {
 	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
 	if s.cfg.EmitChanges {
 		a.changed, a.deleted, a.newErrors, a.newUsage = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}, map[string][]UsageRecord{}
+		a.newScores = map[string][]ScoreRecord{}
 	}
 	return a
 }
@@ -76,6 +78,7 @@ func (a *applier) noteDeleted(id string) {
 	delete(a.changed, id)
 	delete(a.newErrors, id)
 	delete(a.newUsage, id)
+	delete(a.newScores, id)
 	a.deleted[id] = true
 }
 
@@ -87,7 +90,7 @@ func (a *applier) changeList() []JobChange {
 	out := make([]JobChange, 0, len(a.changed)+len(a.deleted))
 	for id, v := range a.changed {
 		cv := &JobView{Job: cloneJob(v.Job), State: cloneState(v.State)}
-		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id]})
+		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id], NewScores: a.newScores[id]})
 	}
 	for id := range a.deleted {
 		out = append(out, JobChange{ID: id, Deleted: true})
@@ -203,6 +206,8 @@ func (a *applier) apply(op Op) Result {
 		return a.fetch(&o.Fetch)
 	case *FailOp:
 		return a.failJob(o)
+	case *ScoreOp:
+		return a.score(o)
 	case *HeartbeatOp:
 		return a.heartbeat(o)
 	case *CancelOp:

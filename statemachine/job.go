@@ -582,6 +582,7 @@ type JobView struct {
 	State  JobState
 	Errors []JobError
 	Usage  []UsageRecord // its usage records, oldest first (lookups; not in op results)
+	Scores []ScoreRecord // its scores, oldest first (lookups; not in op results)
 }
 
 // AttemptsRemaining follows DECISIONS.md: max_retries − attempt, never

@@ -49,6 +49,7 @@ const (
 	OpAckFetch    OpCode = 33
 	OpAcksFetch   OpCode = 34
 	OpUnclaim     OpCode = 35
+	OpScore       OpCode = 36
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -235,6 +236,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &AcksFetchOp{}
 	case OpUnclaim:
 		op = &UnclaimOp{}
+	case OpScore:
+		op = &ScoreOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}

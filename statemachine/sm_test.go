@@ -450,6 +450,8 @@ func randomLog(tb *testBundle, n int) {
 		case k == 8 && tb.rnd.IntN(2) == 0:
 			op = &HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: ids[tb.rnd.IntN(len(ids))], Usage: randomUsage(tb)},
 				{JobID: ids[tb.rnd.IntN(len(ids))], Progress: []byte(`{"p":1}`), Usage: randomUsage(tb)}}}
+		case k == 8 && tb.rnd.IntN(3) == 0:
+			op = &ScoreOp{JobID: ids[tb.rnd.IntN(len(ids))], Score: Score{Scorer: "s", Dims: []ScoreDim{{Name: "q", Value: tb.rnd.Float64()}}}}
 		case k == 8:
 			op = &PromoteOp{}
 		default:

@@ -203,6 +203,7 @@ type Job struct {
 	ResultSchema     json.RawMessage   `json:"result_schema"`
 	Routing          *JobRouting       `json:"routing"`
 	Usage            *JobUsage         `json:"usage"` // nil: no usage reported
+	Scores           []JobScore        `json:"scores"`
 	// Timeline is sent by GET /api/v1/jobs/{id} only.
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
 }
