@@ -472,9 +472,6 @@ type ackRequest struct {
 	Result     jsontext.Value `json:"result"`
 	StepStatus *string        `json:"step_status"`
 	Usage      *usageRequest  `json:"usage"`
-	// ProviderError: the model's provider failed; a routed job moves to
-	// its next model (routing.go).
-	ProviderError bool `json:"provider_error"`
 	holderFields
 	usage *statemachine.Usage // Usage, validated
 }
