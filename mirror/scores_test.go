@@ -13,7 +13,9 @@ import (
 	"github.com/corvohq/corvo/statemachine"
 )
 
-func dim(name string, v float64) statemachine.ScoreDim { return statemachine.ScoreDim{Name: name, Value: v} }
+func dim(name string, v float64) statemachine.ScoreDim {
+	return statemachine.ScoreDim{Name: name, Value: v}
+}
 
 func scoreRec(n uint32, queue, scorer string, at int64, dims ...statemachine.ScoreDim) statemachine.ScoreRecord {
 	return statemachine.ScoreRecord{N: n, Queue: queue, At: at, Score: statemachine.Score{Scorer: scorer, Dims: dims}}
