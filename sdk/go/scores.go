@@ -113,3 +113,20 @@ func (c *Client) ScoresCompare(ctx context.Context, p ScoresParams) (*ScoresComp
 	}
 	return &out, nil
 }
+
+// providerError marks a handler's error as the model provider's.
+type providerError struct{ err error }
+
+func (e *providerError) Error() string { return e.err.Error() }
+func (e *providerError) Unwrap() error { return e.err }
+
+// AsProviderError marks err as a failure of the model's provider (an
+// outage, a 5xx, a rate limit), not of the job: a handler that returns
+// it fails the attempt with Failure.ProviderError, so a job with Routing
+// moves to its next model (JobContext.Routing.Target) at once.
+func AsProviderError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &providerError{err: err}
+}

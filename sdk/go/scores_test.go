@@ -2,6 +2,7 @@ package corvo
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -69,5 +70,32 @@ func TestRoutingAndScores(t *testing.T) {
 	}
 	if _, err := c.Score(ctx, e.JobID, ScoreRequest{Scorer: "sdk"}); err == nil {
 		t.Fatal("a score without dimensions was accepted")
+	}
+}
+
+// TestWorkerProviderError: a handler returning AsProviderError moves its
+// routed job to the next model, which completes it.
+func TestWorkerProviderError(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.provider", Routing: &Routing{Prefer: "down", Fallback: []string{"up"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second})
+	w.Register("sdk.provider", func(_ context.Context, j *JobContext) (any, error) {
+		if j.Routing.Target == "down" {
+			return nil, AsProviderError(errors.New("503 from the provider"))
+		}
+		return map[string]string{"model": j.Routing.Target}, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = w.Run(runCtx) }()
+	doc := waitState(t, c, e.JobID, "completed")
+	if doc.Routing == nil || doc.Routing.Target != "up" || doc.Routing.Fallbacks != 1 || doc.AttemptsRemaining != doc.MaxRetries-1 {
+		t.Fatalf("routing %+v, attempts remaining %d of %d", doc.Routing, doc.AttemptsRemaining, doc.MaxRetries)
 	}
 }
