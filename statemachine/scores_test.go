@@ -93,3 +93,21 @@ func TestScoresMoveWithTheirJob(t *testing.T) {
 	require.Equal(t, uint32(1), got.State.ScoreKeys)
 	require.Equal(t, v.Scores, got.Scores)
 }
+
+// TestScoresPerJobCap: a job takes MaxScoresPerJob scores, then refuses
+// more with a conflict.
+func TestScoresPerJobCap(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.enqueue("llm", PriorityNormal)
+	ops := make([]Op, MaxScoresPerJob)
+	for i := range ops {
+		ops[i] = &ScoreOp{JobID: id, Score: Score{Scorer: "s", Dims: []ScoreDim{{Name: "a", Value: float64(i)}}}}
+	}
+	for _, r := range tb.apply(ops...) {
+		require.Equal(t, StatusOK, r.Status)
+	}
+	r := tb.one(&ScoreOp{JobID: id, Score: Score{Scorer: "s", Dims: []ScoreDim{{Name: "a", Value: 1}}}})
+	require.Equal(t, StatusConflict, r.Status)
+	require.Len(t, tb.get(id).Scores, MaxScoresPerJob)
+}
