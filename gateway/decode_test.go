@@ -29,14 +29,16 @@ func TestEnqueueJobOptions(t *testing.T) {
 	got := toJob(`{"queue":"q","priority":"critical","max_retries":9,"retry_backoff":"fixed","retry_base_delay":"2s",
 		"retry_max_delay":"1m","lease_duration":120,"scheduled_at":"2030-01-02T03:04:05Z","expire_after":"2h",
 		"tags":{"a":"b"},"unique_key":"k","unique_period":30,"result_schema":{"type":"object"},
-		"cache":{"enabled":true,"ttl":"1h","match":"key","cache_key_fields":["x"]}}`).JobOptions
+		"cache":{"enabled":true,"ttl":"1h","match":"key","cache_key_fields":["x"]},
+		"routing":{"prefer":"big","fallback":["small"],"strategy":"lowest_cost","prices":{"big":3,"small":0.25}}}`).JobOptions
 	require.Len(t, got.CacheKey, 64, "a sha-256 in hex")
 	cacheKey := got.CacheKey
 	require.Equal(t, statemachine.JobOptions{Priority: statemachine.PriorityCritical, MaxRetries: 9,
 		Backoff: statemachine.BackoffFixed, BaseDelayMs: 2000, MaxDelayMs: 60_000, BaseDelay: "2s", MaxDelay: "1m",
 		LeaseSeconds: 120, ScheduledAt: 1_893_553_445_000_000_000, ExpireAfter: "2h", ExpireAfterMs: 7_200_000,
 		Tags: []byte(`{"a":"b"}`), UniqueKey: "k", UniquePeriod: 30, ResultSchema: []byte(`{"type":"object"}`),
-		CacheKey: cacheKey, CacheTTLms: 3_600_000}, got)
+		CacheKey: cacheKey, CacheTTLms: 3_600_000,
+		Routing: &statemachine.Routing{Strategy: statemachine.RouteLowestCost, Models: []string{"big", "small"}, PriceNanos: []int64{3e9, 25e7}}}, got)
 	def, gv := reflect.ValueOf(statemachine.DefaultJobOptions()), reflect.ValueOf(got)
 	for i := 0; i < gv.NumField(); i++ {
 		require.NotEqual(t, def.Field(i).Interface(), gv.Field(i).Interface(),

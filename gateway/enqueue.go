@@ -294,6 +294,7 @@ type enqueueRequest struct {
 	DependsOn      []string          `json:"depends_on"`
 	ResultSchema   jsontext.Value    `json:"result_schema"`
 	Cache          *cacheRequest     `json:"cache"`
+	Routing        *routingRequest   `json:"routing"`
 }
 
 // toJob validates a request and builds the job an EnqueueOp carries (ID
@@ -424,6 +425,9 @@ func (r *enqueueRequest) toJob(rt *router.Router, maxPayload int, idx string) (s
 		j.ResultSchema = rs
 	}
 	if aerr := r.Cache.apply(&j); aerr != nil {
+		return j, wrap(aerr)
+	}
+	if aerr := r.Routing.apply(&j); aerr != nil {
 		return j, wrap(aerr)
 	}
 	if len(r.DependsOn) > maxDependsOn {

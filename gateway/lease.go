@@ -306,7 +306,8 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 	}
 	var r *statemachine.Result
 	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
-		r, aerr = s.proposeJob(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint), Usage: req.usage})
+		r, aerr = s.proposeJob(sh, &statemachine.FailOp{JobID: id, Holder: req.holder(), Error: *req.Error, Backtrace: req.Backtrace, Checkpoint: rawOrNil(req.Checkpoint), Usage: req.usage,
+			ProviderError: req.ProviderError})
 		return aerr
 	}); !ok {
 		return
@@ -510,6 +511,9 @@ type failRequest struct {
 	Backtrace  string         `json:"backtrace"`
 	Checkpoint jsontext.Value `json:"checkpoint"`
 	Usage      *usageRequest  `json:"usage"`
+	// ProviderError: the model's provider failed; a routed job moves to
+	// its next model (routing.go).
+	ProviderError bool `json:"provider_error"`
 	holderFields
 	usage *statemachine.Usage // Usage, validated
 }

@@ -31,6 +31,9 @@ var permissions = map[string]auth.Permission{
 	"GET /api/v1/jobs/{id}":                  auth.PermJobsRead,
 	"POST /api/v1/jobs/search":               auth.PermJobsRead,
 	"GET /api/v1/usage/summary":              auth.PermQueuesRead,
+	"GET /api/v1/scores/summary":             auth.PermQueuesRead,
+	"GET /api/v1/scores/compare":             auth.PermQueuesRead,
+	"POST /api/v1/jobs/{id}/score":           auth.PermJobsWork,
 	"GET /api/v1/dead":                       auth.PermJobsRead,
 	"GET /api/v1/events":                     auth.PermJobsRead,
 	"GET /api/v1/batches/{id}":               auth.PermJobsRead,
@@ -132,13 +135,14 @@ type auditRow struct {
 }
 
 var audited = map[string]auditRow{
-	"POST /api/v1/enqueue":       {auditHot, "enqueue"},
-	"POST /api/v1/enqueue/batch": {auditHot, "enqueue a batch"},
-	"POST /api/v1/fetch":         {auditHot, "fetch"},
-	"POST /api/v1/ack/batch":     {auditHot, "ack a batch"},
-	"POST /api/v1/ack/{id}":      {auditHot, "ack job {id}"},
-	"POST /api/v1/fail/{id}":     {auditHot, "fail job {id}"},
-	"POST /api/v1/heartbeat":     {auditHot, "heartbeat"},
+	"POST /api/v1/enqueue":         {auditHot, "enqueue"},
+	"POST /api/v1/enqueue/batch":   {auditHot, "enqueue a batch"},
+	"POST /api/v1/fetch":           {auditHot, "fetch"},
+	"POST /api/v1/ack/batch":       {auditHot, "ack a batch"},
+	"POST /api/v1/ack/{id}":        {auditHot, "ack job {id}"},
+	"POST /api/v1/fail/{id}":       {auditHot, "fail job {id}"},
+	"POST /api/v1/heartbeat":       {auditHot, "heartbeat"},
+	"POST /api/v1/jobs/{id}/score": {auditHot, "score job {id}"},
 	// A read that takes a body.
 	"POST /api/v1/jobs/search": {auditNever, ""},
 

@@ -82,15 +82,17 @@ func (p *readPool) waiting() int { return len(p.queue) }
 
 // pooledReads are the routes that run on the read pool.
 var pooledReads = map[string]bool{
-	"POST /api/v1/jobs/search":  true,
-	"GET /api/v1/usage/summary": true,
-	"GET /api/v1/jobs/{id}":     true,
-	"GET /api/v1/dead":          true,
-	"GET /api/v1/queues":        true,
-	"GET /api/v1/workers":       true,
-	"GET /api/v1/batches/{id}":  true,
-	"GET /api/v1/bulk":          true,
-	"GET /api/v1/audit":         true,
+	"POST /api/v1/jobs/search":   true,
+	"GET /api/v1/usage/summary":  true,
+	"GET /api/v1/scores/summary": true,
+	"GET /api/v1/scores/compare": true,
+	"GET /api/v1/jobs/{id}":      true,
+	"GET /api/v1/dead":           true,
+	"GET /api/v1/queues":         true,
+	"GET /api/v1/workers":        true,
+	"GET /api/v1/batches/{id}":   true,
+	"GET /api/v1/bulk":           true,
+	"GET /api/v1/audit":          true,
 }
 
 // readCtxKey holds a pooled read's context among the request's user values.

@@ -152,6 +152,10 @@ func appendFetchedJob(b []byte, v *statemachine.JobView) []byte {
 	b = appendRaw(b, j.Tags, "{}")
 	b = append(b, `,"created_at":`...)
 	b = appendTime(b, j.CreatedAt)
+	if j.Routing != nil && len(j.Routing.Models) > 0 {
+		b = append(b, `,"routing":`...)
+		b = appendFetchedRouting(b, v)
+	}
 	return append(b, '}')
 }
 
@@ -281,7 +285,11 @@ func appendJob(b []byte, v *statemachine.JobView) []byte {
 	b = appendNullableString(b, j.CachedFrom)
 	b = append(b, `,"result_schema":`...)
 	b = appendRaw(b, j.ResultSchema, "null")
+	b = append(b, `,"routing":`...)
+	b = appendJobRouting(b, v)
 	b = append(b, `,"usage":`...)
 	b = appendJobUsage(b, v.Usage)
+	b = append(b, `,"scores":`...)
+	b = appendJobScores(b, v.Scores)
 	return append(b, '}')
 }

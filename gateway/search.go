@@ -35,7 +35,7 @@ func (r *searchRequest) selectsAll() bool {
 		r.CreatedAfter != "" || r.CreatedBefore != "" || r.ScheduledAfter != "" || r.ScheduledBefore != "" ||
 		r.StartedAfter != "" || r.StartedBefore != "" || r.CompletedAfter != "" || r.CompletedBefore != "" ||
 		r.ExpireAfter != "" || r.ExpireBefore != "" || r.WorkerID != "" || r.HasErrors != nil || r.ErrorContains != "" ||
-		r.BatchID != "" || r.DependsOn != "" || r.Model != "" || r.MinCostUSD != nil || r.UniqueKey != "" || r.AttemptMin != nil || r.AttemptMax != nil || r.JobIDPrefix != ""
+		r.BatchID != "" || r.DependsOn != "" || r.Model != "" || r.MinCostUSD != nil || r.UniqueKey != "" || r.RouteTarget != "" || r.AttemptMin != nil || r.AttemptMax != nil || r.JobIDPrefix != ""
 	if narrowed {
 		return false
 	}
@@ -55,7 +55,7 @@ func (r *searchRequest) selectsAll() bool {
 func (r *searchRequest) filter(ns string) (mirror.Filter, error) {
 	f := mirror.Filter{Namespace: ns, Queue: r.storedQueue(ns), States: r.State, Tags: r.Tags, PayloadContains: r.PayloadContains, PayloadJQ: r.PayloadJQ,
 		WorkerID: r.WorkerID, HasErrors: r.HasErrors, ErrorContains: r.ErrorContains, BatchID: r.BatchID, DependsOn: r.DependsOn,
-		Model: r.Model, UniqueKey: r.UniqueKey, AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
+		Model: r.Model, UniqueKey: r.UniqueKey, RouteTarget: r.RouteTarget, AttemptMin: r.AttemptMin, AttemptMax: r.AttemptMax, JobIDPrefix: r.JobIDPrefix, Sort: r.Sort, Limit: r.Limit}
 	if r.MinCostUSD != nil {
 		c := *r.MinCostUSD
 		if !(c >= 0 && c <= 1e9) { // a sum of many reports may pass one report's limit

@@ -179,6 +179,7 @@ type Mirror interface {
 	ListBulk(ctx context.Context, limit int, ns string) ([]mirror.BulkRecord, error)
 	InterruptBulk(ctx context.Context, at int64) (int64, error)
 	UsageSummary(ctx context.Context, f mirror.UsageFilter) (*mirror.UsageSummary, error)
+	ScoreSummary(ctx context.Context, f mirror.ScoreFilter) ([]mirror.ScoreGroup, error)
 }
 
 // WithDefaults fills unset fields.
@@ -341,6 +342,9 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "GET", "/api/v1/dead", s.handleDead)
 	s.route(r, "POST", "/api/v1/jobs/search", s.handleSearch)
 	s.route(r, "GET", "/api/v1/usage/summary", s.handleUsageSummary)
+	s.route(r, "POST", "/api/v1/jobs/{id}/score", s.handleScore)
+	s.route(r, "GET", "/api/v1/scores/summary", s.handleScores(false))
+	s.route(r, "GET", "/api/v1/scores/compare", s.handleScores(true))
 	s.route(r, "POST", "/api/v1/jobs/bulk", s.handleBulk)
 	s.route(r, "POST", "/api/v1/admin/rebuild-mirror", s.handleRebuildMirror)
 	s.route(r, "GET", "/api/v1/events", s.handleEvents)

@@ -19,6 +19,7 @@ type change struct {
 	c     statemachine.JobChange
 	errs  []statemachine.JobError
 	usage []statemachine.UsageRecord
+	score []statemachine.ScoreRecord
 }
 
 // hostCheckInterval is how often the mirror asks the source whether it
@@ -103,12 +104,13 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 	for i := range info.Changes {
 		c := info.Changes[i]
 		prev := p.changes[c.ID]
-		ch := &change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors, usage: c.NewUsage}
+		ch := &change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors, usage: c.NewUsage, score: c.NewScores}
 		if prev != nil && !c.Deleted && !prev.c.Deleted {
 			ch.errs = append(prev.errs, c.NewErrors...)
 			// In order: a later record of the same number replaces an
 			// earlier one when written.
 			ch.usage = append(append([]statemachine.UsageRecord(nil), prev.usage...), c.NewUsage...)
+			ch.score = append(append([]statemachine.ScoreRecord(nil), prev.score...), c.NewScores...)
 		}
 		p.changes[c.ID] = ch
 	}
@@ -134,6 +136,9 @@ func (m *Mirror) write(p *pending) error {
 				}
 				for i := range ch.usage {
 					b.putUsage(id, ch.shard, &ch.usage[i])
+				}
+				for i := range ch.score {
+					b.putScore(id, ch.shard, &ch.score[i])
 				}
 			}
 			if err := b.spill(); err != nil {
@@ -288,7 +293,7 @@ func (m *Mirror) rebuild(sh int) {
 		m.log.Info().Int("shard", sh).Msg("mirror changes were dropped during the rebuild: rebuilding again")
 		m.rebuilds <- sh
 	}
-	for _, table := range []string{"job_errors", "job_deps", "job_usage"} {
+	for _, table := range []string{"job_errors", "job_deps", "job_usage", "job_scores"} {
 		if _, err := m.db.Exec(`DELETE FROM `+table+` WHERE job_id IN (SELECT id FROM jobs WHERE shard = ? AND gen < ?)`, sh, gen); err != nil {
 			m.log.Error().Err(err).Msg("mirror rebuild: cleanup failed")
 		}
@@ -344,6 +349,10 @@ func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error 
 			b.deleteUsage(v.Job.ID)
 			for k := range v.Usage {
 				b.putUsage(v.Job.ID, sh, &v.Usage[k])
+			}
+			b.deleteScores(v.Job.ID)
+			for k := range v.Scores {
+				b.putScore(v.Job.ID, sh, &v.Scores[k])
 			}
 			if err := b.spill(); err != nil {
 				return err

@@ -271,7 +271,8 @@ func (m *Mirror) closeDB() {
 // as its prefix, Config.PayloadMax), before the payload: a column added
 // in place would go after it. 6: job_deps (a job's depends_on, searched
 // by the dependency). 7: job_usage; cache_key, cached_from, saved_nanos.
-const schemaVersion = 7
+// 8: route_target; job_scores.
+const schemaVersion = 8
 
 func (m *Mirror) migrate() error {
 	var v int
@@ -332,6 +333,7 @@ CREATE TABLE jobs (
     cache_key        TEXT,              -- the job's result cache key (statemachine.JobOptions.CacheKey)
     cached_from      TEXT,              -- completed from the cache: the job whose result it took
     saved_nanos      INTEGER,           -- … and that job's cost (1e-9 USD)
+    route_target     TEXT,              -- a routed job's current model (statemachine.Routing.Target)
     payload_size     INTEGER,           -- NULL: payload is whole; else its full size, payload its first bytes
     payload          TEXT NOT NULL
 ) WITHOUT ROWID;
@@ -340,6 +342,7 @@ CREATE INDEX idx_jobs_created ON jobs(created_at);
 CREATE INDEX idx_jobs_state_created ON jobs(state, created_at);
 CREATE INDEX idx_jobs_batch ON jobs(batch_id) WHERE batch_id IS NOT NULL;
 CREATE INDEX idx_jobs_unique ON jobs(unique_key) WHERE unique_key IS NOT NULL;
+CREATE INDEX idx_jobs_route_target ON jobs(route_target) WHERE route_target IS NOT NULL;
 CREATE TABLE job_errors (
     job_id  TEXT NOT NULL,
     attempt INTEGER NOT NULL,
@@ -372,6 +375,19 @@ CREATE TABLE job_usage (
     PRIMARY KEY (job_id, n)
 ) WITHOUT ROWID;
 CREATE INDEX idx_job_usage_at ON job_usage(at);
+CREATE TABLE job_scores (
+    job_id    TEXT NOT NULL,
+    n         INTEGER NOT NULL,  -- the score's number in the job (statemachine.ScoreRecord)
+    dimension TEXT NOT NULL,
+    value     REAL NOT NULL,
+    shard     INTEGER NOT NULL,
+    queue     TEXT NOT NULL,     -- the job's queue when scored
+    scorer    TEXT NOT NULL,
+    comment   TEXT,
+    at        INTEGER NOT NULL,
+    PRIMARY KEY (job_id, n, dimension)
+) WITHOUT ROWID;
+CREATE INDEX idx_job_scores_at ON job_scores(at);
 CREATE TABLE mirror_state (
     shard INTEGER PRIMARY KEY,
     idx   INTEGER NOT NULL,
@@ -530,6 +546,7 @@ func (m *Mirror) drop(sh int) error {
 			{`DELETE FROM job_errors WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM job_deps WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM job_usage WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
+			{`DELETE FROM job_scores WHERE job_id >= ? AND job_id < ?`, []any{lo, hi}},
 			{`DELETE FROM jobs WHERE id >= ? AND id < ?`, []any{lo, hi}},
 			{`DELETE FROM mirror_state WHERE shard = ?`, []any{sh}},
 		} {

@@ -55,9 +55,11 @@ type Filter struct {
 	// cost (1e-9 USD); nil: unset. A job without usage never matches.
 	MinCostNanos *int64
 	UniqueKey    string
-	AttemptMin   *int
-	AttemptMax   *int
-	JobIDPrefix  string
+	// RouteTarget: routed jobs whose current model is this one.
+	RouteTarget string
+	AttemptMin  *int
+	AttemptMax  *int
+	JobIDPrefix string
 	// Shards restricts the search to these shards (0-based); nil: every
 	// shard the mirror holds; empty and non-nil: none.
 	Shards []int
@@ -282,6 +284,9 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 	}
 	if f.UniqueKey != "" {
 		add("unique_key = " + ps.Add(f.UniqueKey))
+	}
+	if f.RouteTarget != "" {
+		add("route_target = " + ps.Add(f.RouteTarget))
 	}
 	if f.AttemptMin != nil {
 		add("attempt >= " + ps.Add(*f.AttemptMin))

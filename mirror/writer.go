@@ -9,6 +9,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -41,6 +42,8 @@ const (
 	stInsDep
 	stDelUsage
 	stPutUsage
+	stDelScores
+	stPutScore
 	stFixed // upserts follow
 )
 
@@ -56,6 +59,10 @@ ON CONFLICT(shard) DO UPDATE SET idx = excluded.idx, gen = excluded.gen`,
 	stDelUsage: `DELETE FROM job_usage WHERE job_id = ?`,
 	stPutUsage: `INSERT OR REPLACE INTO job_usage (job_id, n, shard, attempt, phase, queue, model, provider, input_tokens,
 output_tokens, cache_creation_tokens, cache_read_tokens, cost_nanos, latency_ms, at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	stDelScores: `DELETE FROM job_scores WHERE job_id = ?`,
+	// value is bound as text (the batch has no REAL): the column's REAL
+	// affinity converts it.
+	stPutScore: `INSERT OR REPLACE INTO job_scores (job_id, n, dimension, value, shard, queue, scorer, comment, at) VALUES (?,?,?,?,?,?,?,?,?)`,
 }
 
 // openWriter opens the writer's connection with a page cache of
@@ -228,7 +235,7 @@ func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), l
 var jobCols = [...]string{"id", "shard", "idx", "gen", "queue", "state", "priority", "attempt", "max_retries",
 	"payload", "error_count", "created_at",
 	"tags", "unique_key", "batch_id", "chain_id", "worker_id", "hostname", "progress", "checkpoint", "result",
-	"reason", "last_error", "cache_key", "cached_from", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at",
+	"reason", "last_error", "cache_key", "cached_from", "route_target", "scheduled_at", "started_at", "completed_at", "failed_at", "expire_at",
 	"lease_expires_at", "payload_size", "saved_nanos"}
 
 const firstOptional = 12
@@ -236,7 +243,7 @@ const firstOptional = 12
 // optional is a row's optional columns; a column is set when its text is
 // non-empty or its number non-zero.
 type optional struct {
-	text  [13]string // tags … last_error, cache_key, cached_from
+	text  [14]string // tags … last_error, cache_key, cached_from, route_target
 	times [8]int64   // scheduled_at … lease_expires_at, payload_size, saved_nanos
 }
 
@@ -278,8 +285,11 @@ func upsertSQL(mask uint32) string {
 func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemachine.JobView) error {
 	j, st := &v.Job, &v.State
 	var o optional
-	o.text = [13]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
-		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError, j.CacheKey, j.CachedFrom}
+	o.text = [14]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
+		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError, j.CacheKey, j.CachedFrom, ""}
+	if j.Routing != nil {
+		o.text[13] = j.Routing.Target(st.RouteIndex)
+	}
 	if j.Chain != nil {
 		o.text[3] = j.Chain.ID
 	}
@@ -353,6 +363,28 @@ func (b *batch) deleteJob(id string) {
 	b.op(stDelDeps, 1)
 	b.text(id)
 	b.deleteUsage(id)
+	b.deleteScores(id)
+}
+
+func (b *batch) deleteScores(id string) {
+	b.op(stDelScores, 1)
+	b.text(id)
+}
+
+// putScore writes a score record, a row per dimension.
+func (b *batch) putScore(id string, shard int, r *statemachine.ScoreRecord) {
+	for _, d := range r.Dims {
+		b.op(stPutScore, 9)
+		b.text(id)
+		b.int(int64(r.N))
+		b.text(d.Name)
+		b.text(strconv.FormatFloat(d.Value, 'g', -1, 64))
+		b.int(int64(shard))
+		b.text(r.Queue)
+		b.text(r.Scorer)
+		b.nullText(r.Comment)
+		b.int(r.At)
+	}
 }
 
 // insertDeps records the jobs a job depends on. A job's depends_on never

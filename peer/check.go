@@ -83,6 +83,11 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 		return v.job(sh, o.JobID)
 	case *statemachine.UnclaimOp:
 		return v.job(sh, o.JobID)
+	case *statemachine.ScoreOp:
+		if err := o.Score.Check(); err != nil {
+			return err
+		}
+		return v.job(sh, o.JobID)
 	case *statemachine.HeartbeatOp:
 		if len(o.Jobs) == 0 || len(o.Jobs) > v.lim.HeartbeatJobs {
 			return fmt.Errorf("a heartbeat holds 1–%d jobs", v.lim.HeartbeatJobs)

@@ -32,6 +32,7 @@ type applier struct {
 	deleted   map[string]bool
 	newErrors map[string][]JobError
 	newUsage  map[string][]UsageRecord
+	newScores map[string][]ScoreRecord
 
 	// Lifecycle events (EmitEvents), in apply order; evPos numbers them
 	// within the entry.
@@ -56,6 +57,7 @@ func newApplier(s *StateMachine, b *pebble.Batch) *applier {
 	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
 	if s.cfg.EmitChanges {
 		a.changed, a.deleted, a.newErrors, a.newUsage = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}, map[string][]UsageRecord{}
+		a.newScores = map[string][]ScoreRecord{}
 	}
 	return a
 }
@@ -76,6 +78,7 @@ func (a *applier) noteDeleted(id string) {
 	delete(a.changed, id)
 	delete(a.newErrors, id)
 	delete(a.newUsage, id)
+	delete(a.newScores, id)
 	a.deleted[id] = true
 }
 
@@ -87,7 +90,7 @@ func (a *applier) changeList() []JobChange {
 	out := make([]JobChange, 0, len(a.changed)+len(a.deleted))
 	for id, v := range a.changed {
 		cv := &JobView{Job: cloneJob(v.Job), State: cloneState(v.State)}
-		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id]})
+		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id], NewScores: a.newScores[id]})
 	}
 	for id := range a.deleted {
 		out = append(out, JobChange{ID: id, Deleted: true})
@@ -203,6 +206,8 @@ func (a *applier) apply(op Op) Result {
 		return a.fetch(&o.Fetch)
 	case *FailOp:
 		return a.failJob(o)
+	case *ScoreOp:
+		return a.score(o)
 	case *HeartbeatOp:
 		return a.heartbeat(o)
 	case *CancelOp:
@@ -574,9 +579,15 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 		j.ExpireAt = a.now + j.ExpireAfterMs*1e6
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
 	}
+	st := a.stats(j.Queue)
+	if j.Routing != nil {
+		j.Routing.Start = 0 // the state machine's to set
+		if j.Routing.Strategy == RouteRoundRobin && len(j.Routing.Models) > 0 {
+			j.Routing.Start = uint32(uint64(st.Enqueued) % uint64(len(j.Routing.Models)))
+		}
+	}
 	a.scratch = j.appendTo(a.scratch[:0])
 	a.set(jobKey(j.ID), a.scratch)
-	st := a.stats(j.Queue)
 	st.Enqueued++
 	a.s.jobs.add(j, JobState{State: StatePending})
 	if len(j.DependsOn) > 0 {
@@ -899,7 +910,13 @@ func (a *applier) failJob(o *FailOp) Result {
 		st.Checkpoint = o.Checkpoint
 	}
 	a.stats(j.Queue).Failed++
-	r = a.afterFailure(j, &st, je)
+	var routedOn bool
+	if o.ProviderError {
+		r, routedOn = a.routeFallback(j, &st, je)
+	}
+	if !routedOn {
+		r = a.afterFailure(j, &st, je)
+	}
 	r.Queue = j.Queue
 	r.Usage = used
 	return r
@@ -927,7 +944,9 @@ func (a *applier) afterFailure(j *Job, st *JobState, je *JobError) Result {
 		a.move(j.Queue, StateActive, st.State)
 		return Result{State: st.State, AttemptsRemaining: 0}
 	}
-	delay := BackoffDelayMs(j.Backoff, j.BaseDelayMs, j.MaxDelayMs, st.Attempt)
+	// Another attempt: a routed job starts again from its first model.
+	st.RouteIndex = 0
+	delay := BackoffDelayMs(j.Backoff, j.BaseDelayMs, j.MaxDelayMs, st.Attempt-min(st.Attempt, st.RouteFallbacks))
 	if delay <= 0 {
 		st.State, st.DueAt = StatePending, 0
 		je.RetryAt = a.now

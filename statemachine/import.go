@@ -146,6 +146,7 @@ func (a *applier) importJob(in *JobExport) Result {
 		a.storeError(j.ID, uint32(i+1), &in.View.Errors[i])
 	}
 	st.Errors = uint32(len(in.View.Errors))
+	st.ScoreKeys = 0 // a backup does not carry score records
 	a.set(stateKey(j.ID), st.appendTo(nil))
 	if !st.State.Terminal() {
 		a.s.jobs.add(&j, st)

@@ -155,6 +155,9 @@ type JobOptions struct {
 	// gateway hashes it from the payload.
 	CacheKey   string
 	CacheTTLms int64
+	// Routing names the models a worker may call for the job, in the
+	// order its strategy gives (routing.go); nil: none.
+	Routing *Routing
 }
 
 // DefaultJobOptions are the options of a job created without any.
@@ -179,6 +182,7 @@ func (o JobOptions) inherited() JobOptions {
 	o.UniqueKey, o.UniquePeriod = "", 0
 	o.ResultSchema = nil
 	o.CacheKey, o.CacheTTLms = "", 0
+	o.Routing = nil
 	return o
 }
 
@@ -186,6 +190,7 @@ func (o JobOptions) inherited() JobOptions {
 func (o JobOptions) clone() JobOptions {
 	o.Tags = cloneBytes(o.Tags)
 	o.ResultSchema = cloneBytes(o.ResultSchema)
+	o.Routing = o.Routing.clone()
 	return o
 }
 
@@ -327,7 +332,8 @@ func (j *Job) appendTo(b []byte) []byte {
 	// Appended fields (wire.go), each left out while it and every later
 	// one are empty.
 	cache := j.CacheKey != "" || j.CacheTTLms != 0
-	cached := j.CachedFrom != "" || j.SavedNanos != 0
+	routing := j.Routing != nil
+	cached := j.CachedFrom != "" || j.SavedNanos != 0 || routing
 	if len(j.ResultSchema) > 0 || cache || cached {
 		e.bytes(j.ResultSchema)
 	}
@@ -338,6 +344,10 @@ func (j *Job) appendTo(b []byte) []byte {
 	if cached {
 		e.str(j.CachedFrom)
 		e.varint(j.SavedNanos)
+	}
+	if routing {
+		e.boolean(true)
+		j.Routing.append(&e)
 	}
 	return e.b
 }
@@ -394,6 +404,10 @@ func (j *Job) decode(d *dec) {
 		j.CachedFrom = d.str()
 		j.SavedNanos = d.varint()
 	}
+	if d.more() && d.boolean() {
+		j.Routing = &Routing{}
+		j.Routing.decode(d)
+	}
 }
 
 // JobState is the small, mutable part of a job (key js|{id}). A pending job
@@ -419,6 +433,14 @@ type JobState struct {
 	ProgressAt      int64  // when Progress was reported (0: never, or before it was recorded)
 	UsageKeys       uint32 // number of usage records (ju|, usage.go)
 	CostNanos       int64  // the job's cost so far, the sum of its usage records (1e-9 USD)
+	// Routed jobs (routing.go): the place of the current target in the
+	// job's try order, and how many attempts were handed to a fallback
+	// model after a provider error (they do not count against
+	// max_retries).
+	RouteIndex     uint32
+	RouteFallbacks uint32
+	// ScoreKeys is the number of score records (sj|, scores.go).
+	ScoreKeys uint32
 }
 
 // stateVersion is the first byte of every state record; it never changes
@@ -448,13 +470,22 @@ func (s *JobState) appendTo(b []byte) []byte {
 	// Appended fields (wire.go). Each is left out while it and every
 	// field after it are zero, so a state that never used them keeps its
 	// earlier bytes; a field is written whenever a later one is.
-	usage := s.UsageKeys != 0 || s.CostNanos != 0
+	scores := s.ScoreKeys != 0
+	route := s.RouteIndex != 0 || s.RouteFallbacks != 0 || scores
+	usage := s.UsageKeys != 0 || s.CostNanos != 0 || route
 	if s.ProgressAt != 0 || usage {
 		e.varint(s.ProgressAt)
 	}
 	if usage {
 		e.uvarint(uint64(s.UsageKeys))
 		e.varint(s.CostNanos)
+	}
+	if route {
+		e.uvarint(uint64(s.RouteIndex))
+		e.uvarint(uint64(s.RouteFallbacks))
+	}
+	if scores {
+		e.uvarint(uint64(s.ScoreKeys))
 	}
 	return e.b
 }
@@ -487,6 +518,13 @@ func (s *JobState) decode(d *dec) {
 	if d.more() {
 		s.UsageKeys = uint32(d.uvarint())
 		s.CostNanos = d.varint()
+	}
+	if d.more() {
+		s.RouteIndex = uint32(d.uvarint())
+		s.RouteFallbacks = uint32(d.uvarint())
+	}
+	if d.more() {
+		s.ScoreKeys = uint32(d.uvarint())
 	}
 }
 
@@ -544,15 +582,19 @@ type JobView struct {
 	State  JobState
 	Errors []JobError
 	Usage  []UsageRecord // its usage records, oldest first (lookups; not in op results)
+	Scores []ScoreRecord // its scores, oldest first (lookups; not in op results)
 }
 
 // AttemptsRemaining follows DECISIONS.md: max_retries − attempt, never
 // negative.
+// Attempts handed to a fallback model after a provider error
+// (JobState.RouteFallbacks) are not counted.
 func (v *JobView) AttemptsRemaining() uint32 {
-	if v.State.Attempt >= v.Job.MaxRetries {
+	used := v.State.Attempt - min(v.State.Attempt, v.State.RouteFallbacks)
+	if used >= v.Job.MaxRetries {
 		return 0
 	}
-	return v.Job.MaxRetries - v.State.Attempt
+	return v.Job.MaxRetries - used
 }
 
 func (v *JobView) appendTo(b []byte) []byte {

@@ -29,8 +29,9 @@ func (a *applier) reopen(id string, resetAttempts, deadOnly bool) Result {
 	}
 	st.State, st.Reason = StatePending, ""
 	if resetAttempts {
-		st.Attempt = 0
+		st.Attempt, st.RouteFallbacks = 0, 0
 	}
+	st.RouteIndex = 0 // a routed job starts again from its first model
 	st.CompletedAt, st.WorkerID, st.Hostname, st.Result = 0, "", "", nil
 	st.CancelRequested = false
 	a.putState(j, &st)

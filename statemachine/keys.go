@@ -37,6 +37,7 @@ const (
 	pfxUsageDay  = "ud|"       // ud|{day:4BE}{queue} → UsageTotals (the queue's usage on a UTC day)
 	pfxCache     = "ck|"       // ck|{queue}\x00{cache key} → CacheEntry (cache.go)
 	pfxCacheX    = "cx|"       // cx|{expires:8BE}{queue}\x00{cache key} → "" (expiring cache entries)
+	pfxScore     = "sj|"       // sj|{id}\x00{n:4BE} → the job's n-th ScoreRecord (scores.go)
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 

@@ -131,6 +131,11 @@ func (s *StateMachine) getJob(id string) (*JobView, error) {
 			return nil, err
 		}
 	}
+	if v.State.ScoreKeys > 0 {
+		if v.Scores, err = readScores(s.db, id); err != nil {
+			return nil, err
+		}
+	}
 	return v, nil
 }
 

@@ -49,6 +49,7 @@ const (
 	OpAckFetch    OpCode = 33
 	OpAcksFetch   OpCode = 34
 	OpUnclaim     OpCode = 35
+	OpScore       OpCode = 36
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -235,6 +236,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &AcksFetchOp{}
 	case OpUnclaim:
 		op = &UnclaimOp{}
+	case OpScore:
+		op = &ScoreOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -473,6 +476,9 @@ type FailOp struct {
 	Backtrace  string
 	Checkpoint []byte // optional: stored before the job is retried
 	Usage      *Usage // what the attempt used beyond its heartbeats (nil: none)
+	// ProviderError: the model's provider failed (not the job); a routed
+	// job moves to its next model (routing.go).
+	ProviderError bool
 }
 
 // Code implements Op.
@@ -484,7 +490,15 @@ func (o *FailOp) appendBody(b []byte) []byte {
 	e.str(o.Error)
 	e.str(o.Backtrace)
 	e.bytes(o.Checkpoint)
-	appendOptUsage(&e, o.Usage) // appended later (wire.go)
+	// Appended later (wire.go), each left out while it and every later
+	// one are empty.
+	if o.ProviderError && o.Usage == nil {
+		e.boolean(false)
+	}
+	appendOptUsage(&e, o.Usage)
+	if o.ProviderError {
+		e.boolean(true)
+	}
 	return e.b
 }
 func (o *FailOp) decode(d *dec) {
@@ -494,6 +508,7 @@ func (o *FailOp) decode(d *dec) {
 	o.Backtrace = d.str()
 	o.Checkpoint = d.bytes()
 	o.Usage = decodeOptUsage(d)
+	o.ProviderError = d.more() && d.boolean()
 }
 
 // HeartbeatJob is one job in a heartbeat.

@@ -37,6 +37,11 @@ func everyOption(t *testing.T) JobOptions {
 			f.SetBool(true)
 		case reflect.Slice:
 			f.SetBytes([]byte(`{"f":"` + v.Type().Field(i).Name + `"}`))
+		case reflect.Pointer:
+			if _, ok := f.Interface().(*Routing); !ok {
+				t.Fatalf("JobOptions.%s: pointer type %s not covered by everyOption", v.Type().Field(i).Name, f.Type())
+			}
+			f.Set(reflect.ValueOf(&Routing{Strategy: RouteLowestCost, Models: []string{"a", "b"}, PriceNanos: []int64{2, 1}, Start: 1}))
 		default:
 			t.Fatalf("JobOptions.%s: kind %s not covered by everyOption", v.Type().Field(i).Name, f.Kind())
 		}
@@ -79,7 +84,7 @@ func TestJobOptionsEveryFieldIsStored(t *testing.T) {
 func TestJobOptionsInherited(t *testing.T) {
 	t.Parallel()
 	notInherited := map[string]bool{"ScheduledAt": true, "ExpireAfter": true, "ExpireAfterMs": true, "UniqueKey": true, "UniquePeriod": true,
-		"ResultSchema": true, "CacheKey": true, "CacheTTLms": true}
+		"ResultSchema": true, "CacheKey": true, "CacheTTLms": true, "Routing": true}
 	o := everyOption(t)
 	in := o.inherited()
 	ov, iv := reflect.ValueOf(o), reflect.ValueOf(in)
@@ -141,6 +146,7 @@ func TestRecordsSkipFieldsOfLaterBuilds(t *testing.T) {
 	j := minJobV1()
 	j.ResultSchema = []byte(`{"type":"object"}`) // up to the last field this build knows
 	j.CacheKey, j.CacheTTLms, j.CachedFrom, j.SavedNanos = "k", 1000, "job_0_from", 5
+	j.Routing = &Routing{Strategy: RouteRoundRobin, Models: []string{"a", "b"}, Start: 1}
 	rec := append(j.appendTo(nil), later...)
 	var got Job
 	d := dec{b: rec}
@@ -163,6 +169,7 @@ func TestRecordsSkipFieldsOfLaterBuilds(t *testing.T) {
 	// A state or error record with more than this build knows.
 	st := fullStateV1()
 	st.UsageKeys, st.CostNanos = 3, 1234 // every field this build knows
+	st.RouteIndex, st.RouteFallbacks, st.ScoreKeys = 1, 2, 3
 	var gs JobState
 	d = dec{b: append(st.appendTo(nil), later...)}
 	gs.decode(&d)

@@ -167,11 +167,18 @@ type MoveInOp struct{ JobView }
 func (*MoveInOp) Code() OpCode { return OpMoveIn }
 func (o *MoveInOp) appendBody(b []byte) []byte {
 	e := enc{b: o.JobView.appendTo(b)}
-	// Appended later (wire.go): the usage records, left out when none.
-	if len(o.Usage) > 0 {
+	// Appended later (wire.go): the usage records, then the scores, each
+	// list left out while it and the later one are empty.
+	if len(o.Usage) > 0 || len(o.Scores) > 0 {
 		e.uvarint(uint64(len(o.Usage)))
 		for i := range o.Usage {
 			e.bytes(o.Usage[i].appendTo(nil))
+		}
+	}
+	if len(o.Scores) > 0 {
+		e.uvarint(uint64(len(o.Scores)))
+		for i := range o.Scores {
+			e.bytes(o.Scores[i].appendTo(nil))
 		}
 	}
 	return e.b
@@ -195,6 +202,24 @@ func (o *MoveInOp) decode(d *dec) {
 			return
 		}
 		o.Usage = append(o.Usage, rec)
+	}
+	if !d.more() {
+		return
+	}
+	n = d.uvarint()
+	if n > MaxScoresPerJob {
+		d.fail()
+		return
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var rec ScoreRecord
+		rd := dec{b: d.bytes()}
+		rec.decode(&rd)
+		if rd.err != nil {
+			d.fail()
+			return
+		}
+		o.Scores = append(o.Scores, rec)
 	}
 }
 
@@ -224,6 +249,14 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 			return Result{}
 		}
 	}
+	var scores []ScoreRecord
+	if st.ScoreKeys > 0 {
+		var err error
+		if scores, err = readScores(a.b, j0.ID); err != nil {
+			a.fail(err)
+			return Result{}
+		}
+	}
 	// Off every index here, then gone.
 	if st.State.Terminal() {
 		a.del(timeIndexKey(pfxFinished, st.CompletedAt, j0.ID))
@@ -247,7 +280,7 @@ func (a *applier) moveOut(o *MoveOutOp) Result {
 	if o.ResetAttempt {
 		st.Attempt = 0
 	}
-	a.emit(o.Target, &MoveInOp{JobView{Job: j, State: st, Errors: errs, Usage: used}})
+	a.emit(o.Target, &MoveInOp{JobView{Job: j, State: st, Errors: errs, Usage: used, Scores: scores}})
 	return Result{State: from, JobID: o.NewID, Queue: o.Queue}
 }
 
@@ -297,6 +330,15 @@ func (a *applier) moveIn(o *MoveInOp) Result {
 		}
 	}
 	st.UsageKeys = uint32(len(o.Usage))
+	for i := range o.Scores {
+		rec := o.Scores[i]
+		rec.N = uint32(i)
+		a.set(scoreKey(j.ID, rec.N), rec.appendTo(nil))
+		if a.newScores != nil {
+			a.newScores[j.ID] = append(a.newScores[j.ID], rec)
+		}
+	}
+	st.ScoreKeys = uint32(len(o.Scores))
 	a.stats(j.Queue)
 	switch st.State {
 	case StatePending:

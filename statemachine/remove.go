@@ -52,6 +52,7 @@ func (a *applier) dropKeys(j *Job, st *JobState) {
 		}
 	}
 	a.dropUsage(j.ID, st)
+	a.dropScores(j.ID, st)
 	a.uncache(j)
 	if len(j.DependsOn) > 0 {
 		pfx := append(append([]byte(pfxDepDone), j.ID...), 0)

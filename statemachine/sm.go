@@ -92,6 +92,9 @@ type JobChange struct {
 	// NewUsage lists the usage records written in this Update, oldest
 	// first; a heartbeat's record replaces the record of the same N.
 	NewUsage []UsageRecord
+	// NewScores lists the score records written in this Update, oldest
+	// first.
+	NewScores []ScoreRecord
 }
 
 // Config configures one shard's state machine.

@@ -412,6 +412,14 @@ func randomLog(tb *testBundle, n int) {
 			if tb.rnd.IntN(3) == 0 {
 				j.CacheKey, j.CacheTTLms = fmt.Sprint("c", tb.rnd.IntN(3)), int64(1000+tb.rnd.IntN(30000))
 			}
+			if tb.rnd.IntN(3) == 0 {
+				j.Routing = &Routing{Strategy: RouteStrategy(tb.rnd.IntN(3)), Models: []string{"m1", "m2", "m3"}[:1+tb.rnd.IntN(3)]}
+				if j.Routing.Strategy == RouteLowestCost {
+					for range j.Routing.Models {
+						j.Routing.PriceNanos = append(j.Routing.PriceNanos, int64(tb.rnd.IntN(3)))
+					}
+				}
+			}
 			switch tb.rnd.IntN(6) {
 			case 0:
 				j.Chain = &Chain{ID: id, Steps: []ChainTarget{{Queue: "a"}, {Queue: "b"}, {Queue: "c"}}, OnFailure: &ChainTarget{Queue: "c"}, OnExit: &ChainTarget{Queue: "a"}}
@@ -438,10 +446,12 @@ func randomLog(tb *testBundle, n int) {
 		case k == 7 && tb.rnd.IntN(4) == 0:
 			op = &UnclaimOp{JobID: ids[tb.rnd.IntN(len(ids))], Holder: Holder{WorkerID: "w", Attempt: uint32(1 + tb.rnd.IntN(2))}}
 		case k == 7:
-			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e", Usage: randomUsage(tb)}
+			op = &FailOp{JobID: ids[tb.rnd.IntN(len(ids))], Error: "e", Usage: randomUsage(tb), ProviderError: tb.rnd.IntN(2) == 0}
 		case k == 8 && tb.rnd.IntN(2) == 0:
 			op = &HeartbeatOp{WorkerID: "w", Jobs: []HeartbeatJob{{JobID: ids[tb.rnd.IntN(len(ids))], Usage: randomUsage(tb)},
 				{JobID: ids[tb.rnd.IntN(len(ids))], Progress: []byte(`{"p":1}`), Usage: randomUsage(tb)}}}
+		case k == 8 && tb.rnd.IntN(3) == 0:
+			op = &ScoreOp{JobID: ids[tb.rnd.IntN(len(ids))], Score: Score{Scorer: "s", Dims: []ScoreDim{{Name: "q", Value: tb.rnd.Float64()}}}}
 		case k == 8:
 			op = &PromoteOp{}
 		default:

@@ -90,5 +90,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNamespacesCmd())
 	root.AddCommand(newAuditCmd(), newBackupCmd(), newRestoreCmd())
 	root.AddCommand(newUsageCmd())
+	root.AddCommand(newScoresCmd())
 	return root
 }

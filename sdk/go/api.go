@@ -145,6 +145,10 @@ type Failure struct {
 	WorkerID   string `json:"worker_id,omitempty"`
 	Attempt    int    `json:"attempt,omitempty"`
 	Usage      *Usage `json:"usage,omitempty"` // beyond the attempt's heartbeats
+	// ProviderError: the model's provider failed (an outage, a 5xx, a
+	// rate limit), not the job; a job with routing moves to its next
+	// model at once, without using a retry.
+	ProviderError bool `json:"provider_error,omitempty"`
 }
 
 // Fail reports a failed attempt; the server decides what follows.

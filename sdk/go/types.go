@@ -30,6 +30,40 @@ type EnqueueRequest struct {
 	// Cache makes a completed job's result answer later enqueues of the
 	// same payload (or payload members) in the queue within the TTL.
 	Cache *CacheOptions `json:"cache,omitempty"`
+	// Routing names the models a worker may call for the job; fetches
+	// carry the one to call now (FetchedJob.Routing), and a failure with
+	// ProviderError moves the job to the next.
+	Routing *Routing `json:"routing,omitempty"`
+}
+
+// Routing is an enqueue's "routing".
+type Routing struct {
+	Prefer   string   `json:"prefer"`
+	Fallback []string `json:"fallback,omitempty"`
+	// Strategy: fallback_on_error (default), round_robin or lowest_cost.
+	Strategy string `json:"strategy,omitempty"`
+	// Prices: with lowest_cost, every model's price (USD, any unit as
+	// long as it is the same for all: only the order matters).
+	Prices map[string]float64 `json:"prices,omitempty"`
+}
+
+// RouteTarget is the model a fetched job's worker should call now, and
+// its place in the job's try order.
+type RouteTarget struct {
+	Target string `json:"target"`
+	Index  int    `json:"index"`
+}
+
+// JobRouting is a job document's "routing".
+type JobRouting struct {
+	Prefer    string             `json:"prefer"`
+	Fallback  []string           `json:"fallback"`
+	Strategy  string             `json:"strategy"`
+	Prices    map[string]float64 `json:"prices,omitempty"`
+	Order     []string           `json:"order"`
+	Target    string             `json:"target"`
+	Index     int                `json:"index"`
+	Fallbacks int                `json:"fallbacks"` // attempts handed to a fallback after provider errors
 }
 
 // CacheOptions is an enqueue's "cache".
@@ -92,6 +126,7 @@ type FetchedJob struct {
 	Checkpoint     json.RawMessage   `json:"checkpoint"`
 	Tags           map[string]string `json:"tags"`
 	CreatedAt      time.Time         `json:"created_at"`
+	Routing        *RouteTarget      `json:"routing,omitempty"` // nil: the job has no routing
 }
 
 // FetchedJobs is the answer to a fetch with count > 1.
@@ -166,7 +201,9 @@ type Job struct {
 	CacheKey         *string           `json:"cache_key"`
 	CachedFrom       *string           `json:"cached_from"`
 	ResultSchema     json.RawMessage   `json:"result_schema"`
+	Routing          *JobRouting       `json:"routing"`
 	Usage            *JobUsage         `json:"usage"` // nil: no usage reported
+	Scores           []JobScore        `json:"scores"`
 	// Timeline is sent by GET /api/v1/jobs/{id} only.
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
 }

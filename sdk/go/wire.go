@@ -315,6 +315,7 @@ type SearchRequest struct {
 	Model           string            `json:"model,omitempty"`        // jobs with a usage report of this model
 	MinCostUSD      *float64          `json:"min_cost_usd,omitempty"` // jobs whose usage cost at least this much
 	UniqueKey       string            `json:"unique_key,omitempty"`
+	RouteTarget     string            `json:"route_target,omitempty"` // routed jobs whose current model is this one
 	AttemptMin      *int              `json:"attempt_min,omitempty"`
 	AttemptMax      *int              `json:"attempt_max,omitempty"`
 	JobIDPrefix     string            `json:"job_id_prefix,omitempty"`

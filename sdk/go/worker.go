@@ -322,7 +322,9 @@ func (w *Worker) handle(jc *JobContext) *FetchedJob {
 		jc.mu.Lock()
 		cp := jc.checkpoint
 		jc.mu.Unlock()
-		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: usage})
+		var pe *providerError
+		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: usage,
+			ProviderError: errors.As(err, &pe)})
 		return nil
 	}
 	a := Ack{JobID: jc.JobID, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: usage}
