@@ -37,6 +37,8 @@ const (
 	pfxUsageDay  = "ud|"       // ud|{day:4BE}{queue} → UsageTotals (the queue's usage on a UTC day)
 	pfxCache     = "ck|"       // ck|{queue}\x00{cache key} → CacheEntry (cache.go)
 	pfxCacheX    = "cx|"       // cx|{expires:8BE}{queue}\x00{cache key} → "" (expiring cache entries)
+	pfxBudget    = "bg|"       // bg|{budget id} → Budget (budget.go)
+	pfxBudgetDay = "bd|"       // bd|{day:4BE}{budget id} → spend in nano-USD (varint) of this shard's jobs on a UTC day
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 
