@@ -36,38 +36,77 @@ const BudgetRefreshDefault = time.Second
 // (countUsage): a budget view older than the last one is read again.
 var usageCostSeq atomic.Uint64
 
-// budgetView is the budgets and their summed spend of one UTC day.
+// budgetView is the budgets and their summed spend of one UTC day: the
+// current snapshot, read without a lock by every enqueue, and the lock a
+// refresh takes.
 type budgetView struct {
-	mu      sync.Mutex
-	valid   bool
+	mu  sync.Mutex
+	cur atomic.Pointer[budgetSnap]
+}
+
+type budgetSnap struct {
 	at      time.Time
 	day     int64
-	costSeq uint64
+	costSeq uint64 // usageCostSeq when read
 	gen     uint64 // budgetGen when read
 	list    []statemachine.BudgetSpend
 }
 
-// budgets is the current view (nil: none), read again when stale. A
-// failed read keeps the previous view: budgets never stop enqueues
-// because a shard could not be asked.
+// fresh reports whether the snapshot may still be used at now.
+func (s *Server) fresh(v *budgetSnap, now time.Time) bool {
+	return v != nil && statemachine.UsageDay(now.UnixNano()) == v.day && s.budgetGen.Load() == v.gen &&
+		(len(v.list) == 0 || usageCostSeq.Load() == v.costSeq) &&
+		(s.cfg.BudgetRefresh < 0 || now.Sub(v.at) < s.cfg.BudgetRefresh)
+}
+
+// budgets is the current view (nil: none), read again when stale, by one
+// caller at a time. While one reads, the others wait for its answer when
+// this node hosts every shard (a local read), else go on with the view
+// they have, so a slow node delays one enqueue, not all. A failed read
+// keeps the previous view until the next refresh: budgets never stop
+// enqueues because a shard could not be asked.
 func (s *Server) budgets() []statemachine.BudgetSpend {
-	v := &s.budgetView
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	now := s.clock.Now()
-	day := statemachine.UsageDay(now.UnixNano())
-	seq, gen := usageCostSeq.Load(), s.budgetGen.Load()
-	if v.valid && day == v.day && gen == v.gen && (seq == v.costSeq || len(v.list) == 0) &&
-		(s.cfg.BudgetRefresh < 0 || now.Sub(v.at) < s.cfg.BudgetRefresh) {
+	v := s.budgetView.cur.Load()
+	if s.fresh(v, now) {
 		return v.list
 	}
-	list, err := s.readBudgets(day)
+	if !s.budgetView.mu.TryLock() {
+		if v != nil && !s.hostsEveryShard() {
+			return v.list
+		}
+		s.budgetView.mu.Lock()
+	}
+	defer s.budgetView.mu.Unlock()
+	now = s.clock.Now()
+	old := s.budgetView.cur.Load()
+	if s.fresh(old, now) {
+		return old.list // read by the caller before us
+	}
+	// What the read will reflect: taken before it, so a report during
+	// it makes the next enqueue read again.
+	next := &budgetSnap{at: now, day: statemachine.UsageDay(now.UnixNano()), costSeq: usageCostSeq.Load(), gen: s.budgetGen.Load()}
+	list, err := s.readBudgets(next.day)
 	if err != nil {
 		s.cfg.Logger.Warn().Err(err).Msg("gateway: reading the budgets' spend")
-		return v.list
+		if old != nil {
+			next.list = old.list
+		}
+		s.budgetView.cur.Store(next)
+		return next.list
 	}
-	v.valid, v.at, v.day, v.costSeq, v.gen, v.list = true, now, day, seq, gen, list
+	next.list = list
+	s.budgetView.cur.Store(next)
 	return list
+}
+
+func (s *Server) hostsEveryShard() bool {
+	for sh := 0; sh < s.eng.Shards(); sh++ {
+		if !s.hosted(sh) {
+			return false
+		}
+	}
+	return true
 }
 
 // readBudgets reads every shard's budgets and spend on day and sums them

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -227,6 +228,7 @@ type budgetEngine struct {
 	reads  int
 	spends map[int64][]int64 // day → spend of shard 0, 1, …
 	budget statemachine.Budget
+	fail   bool
 }
 
 func (e *budgetEngine) Read(sh int, q interface{}) (interface{}, error) {
@@ -238,6 +240,9 @@ func (e *budgetEngine) Read(sh int, q interface{}) (interface{}, error) {
 	defer e.mu.Unlock()
 	if sh == 0 {
 		e.reads++
+	}
+	if e.fail {
+		return nil, errors.New("shard unreachable")
 	}
 	var spent int64
 	if s := e.spends[bq.Day]; sh < len(s) {
@@ -298,4 +303,16 @@ func TestBudgetViewSumsShardsAndRollsOver(t *testing.T) {
 	v, _ = s.budgetVerdict("llm", nil)
 	require.Equal(t, statemachine.BudgetHold, v)
 	require.Equal(t, 3, eng.reads)
+
+	// A read that fails keeps the view it had, and is not tried again
+	// by every enqueue (here: until the next change).
+	eng.mu.Lock()
+	eng.fail = true
+	eng.mu.Unlock()
+	s.budgetGen.Add(1)
+	v, _ = s.budgetVerdict("llm", nil)
+	require.Equal(t, statemachine.BudgetHold, v)
+	v, _ = s.budgetVerdict("llm", nil)
+	require.Equal(t, statemachine.BudgetHold, v)
+	require.Equal(t, 4, eng.reads)
 }
