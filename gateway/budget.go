@@ -181,19 +181,28 @@ func budgetExceededCounter(b *statemachine.BudgetSpend) *metrics.Counter {
 		`",action="` + b.OnExceed.String() + `"}`)
 }
 
-// budgetRejected is the 429 of an enqueue a spent reject budget refuses;
-// Retry-After is the time to the next UTC midnight, when its day rolls
-// over.
+// budgetRejected is the 429 of an enqueue a spent reject budget refuses:
+// the error, the budget's scope and resets_at, the next UTC midnight,
+// when its day rolls over. Retry-After stays the usual 1 s (clients that
+// retry every 429 would otherwise sleep until midnight; the SDKs do not
+// retry this code).
 func (s *Server) budgetRejected(ctx *fasthttp.RequestCtx, b *statemachine.BudgetSpend, what string) {
 	now := s.clock.Now().UTC()
 	next := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-	ctx.Response.Header.Set("Retry-After", itoa(int(math.Ceil(next.Sub(now).Seconds()))))
 	msg := "budget " + b.Scope() + " has spent " + string(appendUSD(nil, b.SpentNanos)) + " of its " +
 		string(appendUSD(nil, b.DailyNanos)) + " USD daily limit"
 	if what != "" {
 		msg = what + ": " + msg
 	}
-	writeError(ctx, codeBudgetExceeded.err(msg))
+	ctx.Response.Header.Set("Retry-After", "1")
+	out := append([]byte(`{"error":`), appendString(nil, msg)...)
+	out = append(out, `,"code":`...)
+	out = appendString(out, codeBudgetExceeded.Code)
+	out = append(out, `,"budget":`...)
+	out = appendString(out, b.Scope())
+	out = append(out, `,"resets_at":`...)
+	out = appendTime(out, next.UnixNano())
+	writeJSON(ctx, codeBudgetExceeded.Status, append(out, '}'))
 }
 
 // ---- /api/v1/budgets ----

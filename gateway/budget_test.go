@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -138,13 +137,17 @@ func TestAPIBudgetReject(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, 429, resp.StatusCode, string(body))
-	var e struct{ Error, Code string }
+	var e struct {
+		Error, Code, Budget string
+		ResetsAt            time.Time `json:"resets_at"`
+	}
 	require.NoError(t, json.Unmarshal(body, &e))
 	require.Equal(t, "budget_exceeded", e.Code)
 	require.Contains(t, e.Error, "tag:tenant="+tenant)
-	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	require.NoError(t, err)
-	require.True(t, ra >= 1 && ra <= 86400, ra)
+	require.Equal(t, "tag:tenant="+tenant, e.Budget)
+	require.Equal(t, e.ResetsAt.UTC().Truncate(24*time.Hour), e.ResetsAt.UTC(), "a UTC midnight")
+	require.WithinRange(t, e.ResetsAt, time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour), "the next one")
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
 
 	code, body := call(t, "POST", "/api/v1/enqueue/batch", map[string]any{"jobs": []map[string]any{{"queue": q}, {"queue": q, "tags": tags}}})
 	require.Equal(t, 429, code, string(body))

@@ -72,7 +72,7 @@ var (
 	codeRateLimited = &errorCode{Code: "rate_limited", Status: 429,
 		Meaning: "the API key is over its request rate on this node (default 2,000 reads and 1,000 writes a second; see [Authentication](#authentication)); `Retry-After` is set"}
 	codeBudgetExceeded = &errorCode{Code: "budget_exceeded", Status: 429,
-		Meaning: "an enqueue (or a job of a batch enqueue) is covered by a budget with `on_exceed: reject` whose daily limit is spent; nothing is enqueued; `Retry-After` is the time to the next UTC midnight (see [Budgets](#budgets))"}
+		Meaning: "an enqueue (or a job of a batch enqueue) is covered by a budget with `on_exceed: reject` whose daily limit is spent; nothing is enqueued; `budget` names it and `resets_at` is the next UTC midnight; the SDKs do not retry it (see [Budgets](#budgets))"}
 	codeBulkBusy = &errorCode{Code: "bulk_busy", Status: 429,
 		Meaning: "4 background bulk operations already run on this node"}
 	codeReadsBusy = &errorCode{Code: "reads_busy", Status: 429,

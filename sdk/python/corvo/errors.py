@@ -39,6 +39,7 @@ class ErrorCodes:
     HEADERS_TOO_LARGE = "headers_too_large"  # 431
     OVERLOADED = "overloaded"  # 429
     RATE_LIMITED = "rate_limited"  # 429
+    BUDGET_EXCEEDED = "budget_exceeded"  # 429, never retried
     BULK_BUSY = "bulk_busy"  # 429
     READS_BUSY = "reads_busy"  # 429
     INTERNAL = "internal"  # 500

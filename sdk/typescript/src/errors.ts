@@ -28,6 +28,7 @@ export const ErrorCodes = {
   HeadersTooLarge: "headers_too_large", // 431
   Overloaded: "overloaded", // 429
   RateLimited: "rate_limited", // 429
+  BudgetExceeded: "budget_exceeded", // 429, never retried
   BulkBusy: "bulk_busy", // 429
   ReadsBusy: "reads_busy", // 429
   Internal: "internal", // 500
