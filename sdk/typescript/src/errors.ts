@@ -25,6 +25,7 @@ export const ErrorCodes = {
   BatchTooLarge: "batch_too_large", // 413
   BulkTooLarge: "bulk_too_large", // 413
   UnsupportedMediaType: "unsupported_media_type", // 415
+  ResultSchemaInvalid: "result_schema_invalid", // 422
   HeadersTooLarge: "headers_too_large", // 431
   Overloaded: "overloaded", // 429
   RateLimited: "rate_limited", // 429
