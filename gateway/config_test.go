@@ -26,8 +26,9 @@ ReadTimeout=%s
 ReadConcurrency=%d
 ReadQueue=%d
 DiskCheckInterval=%s MinFreeDisk=%s
+BudgetRefresh=%s
 `, c.MaxPayloadBytes, c.MaxBatchJobs, c.MaxBodyBytes, c.RequestTimeout, c.EventsKeepalive, c.SearchWait,
-		c.ReadTimeout, c.ReadConcurrency, c.ReadQueue, c.DiskCheckInterval, c.MinFreeDisk)
+		c.ReadTimeout, c.ReadConcurrency, c.ReadQueue, c.DiskCheckInterval, c.MinFreeDisk, c.BudgetRefresh)
 	require.Equal(t, `MaxPayloadBytes=1048576
 MaxBatchJobs=10000
 MaxBodyBytes=67108864
@@ -38,6 +39,7 @@ ReadTimeout=1s
 ReadConcurrency=8
 ReadQueue=256
 DiskCheckInterval=250ms MinFreeDisk=0
+BudgetRefresh=1s
 `, got)
 	require.NoError(t, c.Validate())
 

@@ -41,11 +41,16 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 	if s.forwardIfElsewhere(ctx, sh) {
 		return
 	}
+	verdict, reject := s.budgetVerdict(job.Queue, job.Tags)
+	if reject != nil {
+		s.budgetRejected(ctx, reject, "")
+		return
+	}
 	job.ID = s.newJobID(sh)
 	if job.Chain != nil {
 		job.Chain.ID = job.ID
 	}
-	rs, aerr := s.propose(sh, &statemachine.EnqueueOp{Job: job})
+	rs, aerr := s.propose(sh, &statemachine.EnqueueOp{Job: job, Budget: verdict})
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -131,6 +136,12 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		sh := s.rt.ShardForQueue(job.Queue)
+		verdict, reject := s.budgetVerdict(job.Queue, job.Tags)
+		if reject != nil {
+			// Nothing of the batch is enqueued.
+			s.budgetRejected(ctx, reject, "jobs["+itoa(i)+"]")
+			return
+		}
 		job.ID = s.newJobID(sh)
 		if job.Chain != nil {
 			job.Chain.ID = job.ID
@@ -139,7 +150,7 @@ func (s *Server) handleEnqueueBatch(ctx *fasthttp.RequestCtx) {
 			job.BatchID, job.BatchShard = batchID, uint32(batchShard)
 		}
 		ids[i] = job.ID
-		p.add(sh, i, &statemachine.EnqueueOp{Job: job})
+		p.add(sh, i, &statemachine.EnqueueOp{Job: job, Budget: verdict})
 	}
 	var existing []bool // which job_ids name a live job that already held the unique key
 	var cached []bool   // which jobs completed from the cache

@@ -71,6 +71,8 @@ var (
 		Meaning: "the shard's proposal queue is full, or the node's memory budget (`--max-memory`) cannot hold the request body now; retry after `Retry-After` seconds"}
 	codeRateLimited = &errorCode{Code: "rate_limited", Status: 429,
 		Meaning: "the API key is over its request rate on this node (default 2,000 reads and 1,000 writes a second; see [Authentication](#authentication)); `Retry-After` is set"}
+	codeBudgetExceeded = &errorCode{Code: "budget_exceeded", Status: 429,
+		Meaning: "an enqueue (or a job of a batch enqueue) is covered by a budget with `on_exceed: reject` whose daily limit is spent; nothing is enqueued; `budget` names it and `resets_at` is the next UTC midnight; the SDKs do not retry it (see [Budgets](#budgets))"}
 	codeBulkBusy = &errorCode{Code: "bulk_busy", Status: 429,
 		Meaning: "4 background bulk operations already run on this node"}
 	codeReadsBusy = &errorCode{Code: "reads_busy", Status: 429,
@@ -95,7 +97,7 @@ var errorCodes = []*errorCode{
 	codeConflict, codeRemoveFailed, codeWrongNode,
 	codePayloadTooLarge, codeBatchTooLarge, codeBulkTooLarge, codeUnsupportedMediaType,
 	codeResultSchemaInvalid, codeHeadersTooLarge,
-	codeOverloaded, codeRateLimited, codeBulkBusy, codeReadsBusy,
+	codeOverloaded, codeRateLimited, codeBudgetExceeded, codeBulkBusy, codeReadsBusy,
 	codeInternal, codeJoinFailed,
 	codeUnavailable, codeShuttingDown,
 	codeInsufficientStorage,

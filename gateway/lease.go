@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -369,6 +370,7 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	status := make(map[string]string, len(ids))
+	var overBudget []string // jobs past a per-job budget (budget.go)
 	p := newShardOps(s.eng.Shards(), s.eng.Shards())
 	perShard := make([]*statemachine.HeartbeatOp, s.eng.Shards()) // the shard's jobs in one op
 	for _, id := range ids {
@@ -394,6 +396,9 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 		hb := op.(*statemachine.HeartbeatOp)
 		for i, hs := range r.Heartbeats {
 			status[hb.Jobs[i].JobID] = heartbeatName(hs)
+			if hs == statemachine.HeartbeatBudgetExceeded {
+				overBudget = append(overBudget, hb.Jobs[i].JobID)
+			}
 		}
 		countUsage(r.Usage)
 	})
@@ -411,6 +416,9 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 		b = appendString(b, id)
 		b = append(b, `:{"status":`...)
 		b = appendString(b, status[id])
+		if slices.Contains(overBudget, id) {
+			b = append(b, `,"budget_exceeded":true`...)
+		}
 		b = append(b, '}')
 		if st := status[id]; st == "ok" || st == "cancel" {
 			held = true
@@ -427,7 +435,7 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 
 func heartbeatName(h statemachine.HeartbeatStatus) string {
 	switch h {
-	case statemachine.HeartbeatOK:
+	case statemachine.HeartbeatOK, statemachine.HeartbeatBudgetExceeded:
 		return "ok"
 	case statemachine.HeartbeatCancel:
 		return "cancel"

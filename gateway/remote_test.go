@@ -253,6 +253,8 @@ func TestRemoteReadEveryQuery(t *testing.T) {
 	require.Equal(t, 200, code, string(body))
 	code, body = call(t, "POST", "/api/v1/schedules", map[string]any{"name": uq("rread"), "queue": qs[3], "cron": "0 9 * * *", "payload": map[string]int{"s": 1}})
 	require.Equal(t, 201, code, string(body))
+	code, body = call(t, "PUT", "/api/v1/budgets", map[string]any{"scope": "queue:" + qs[0], "daily_usd": 0.5, "per_job_usd": 0.01})
+	require.Equal(t, 200, code, string(body))
 
 	srv, _ := frontServer(t, Config{Peer: peerTo(toReal)}, newHostsOnly())
 	kinds := map[string]bool{}
@@ -272,6 +274,7 @@ func TestRemoteReadEveryQuery(t *testing.T) {
 			statemachine.JobQueuesQuery{IDs: []string{onShard[sh], dead[sh], router.JobID(sh, ulid.Make())}},
 			statemachine.SchedulesQuery{},
 			statemachine.WorkersQuery{},
+			statemachine.BudgetsQuery{Day: statemachine.UsageDay(time.Now().UnixNano())},
 			statemachine.AuditQuery{Limit: 5},
 			statemachine.AuditQuery{Namespace: auth.DefaultNamespace, Method: "POST", Limit: 2},
 		}

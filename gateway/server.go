@@ -146,6 +146,11 @@ type Config struct {
 	// overloaded with Retry-After before its body is read. nil: bodies are
 	// bounded only by MaxBodyBytes each.
 	Memory *membudget.Account
+	// BudgetRefresh is how old the view of the budgets' spend may grow
+	// before an enqueue reads every shard's again (budget.go); default
+	// BudgetRefreshDefault; negative: only when this node saw a cost
+	// reported or a budget changed, or the UTC day changed.
+	BudgetRefresh time.Duration
 }
 
 // Defaults of Config (MaxPayloadDefault and MaxBatchJobsDefault are with
@@ -203,6 +208,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.RateRead, RateReadDefault)
 	setDefault(&c.RateWrite, RateWriteDefault)
 	setDefault(&c.DiskCheckInterval, DiskCheckIntervalDefault)
+	setDefault(&c.BudgetRefresh, BudgetRefreshDefault)
 	return c
 }
 
@@ -283,6 +289,9 @@ type Server struct {
 
 	reads *readPool // searches, lists and job reads (readpool.go)
 	clock clock     // the read deadlines' time
+
+	budgetView budgetView    // budget.go
+	budgetGen  atomic.Uint64 // budget changes made through this node
 }
 
 // New builds a server over an engine. It panics when cfg.WithDefaults()
@@ -345,6 +354,10 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/jobs/{id}/score", s.handleScore)
 	s.route(r, "GET", "/api/v1/scores/summary", s.handleScores(false))
 	s.route(r, "GET", "/api/v1/scores/compare", s.handleScores(true))
+	s.route(r, "GET", "/api/v1/budgets", s.handleListBudgets)
+	s.route(r, "PUT", "/api/v1/budgets", s.handleSetBudget)
+	s.route(r, "POST", "/api/v1/budgets", s.handleSetBudget)
+	s.route(r, "DELETE", "/api/v1/budgets/{scope}", s.handleDeleteBudget)
 	s.route(r, "POST", "/api/v1/jobs/bulk", s.handleBulk)
 	s.route(r, "POST", "/api/v1/admin/rebuild-mirror", s.handleRebuildMirror)
 	s.route(r, "GET", "/api/v1/events", s.handleEvents)

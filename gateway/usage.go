@@ -201,6 +201,9 @@ func countUsage(recs []statemachine.UsageRecord) {
 		if r.CostNanos > 0 {
 			c.cost.Add(float64(r.CostNanos) / statemachine.NanosPerUSD)
 		}
+		if r.CostNanos != 0 {
+			usageCostSeq.Add(1) // budget.go: spend moved
+		}
 		c.reports.Inc()
 	}
 }

@@ -201,6 +201,17 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 		return nil
 	case *statemachine.ImportOp:
 		return v.importOp(sh, o)
+	case *statemachine.SetBudgetOp:
+		// Every shard holds every budget.
+		if ns := o.Budget.Namespace; ns != "" {
+			if err := router.ValidateNamespace(ns); err != nil || ns == router.DefaultNamespace {
+				return fmt.Errorf("budget namespace %q is not a namespace's stored name", ns)
+			}
+		}
+		if o.Delete {
+			return nil
+		}
+		return o.Budget.Check()
 	case *statemachine.DepDoneOp:
 		if err := v.job(sh, o.Dependent); err != nil {
 			return err

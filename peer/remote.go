@@ -200,6 +200,7 @@ func init() {
 	registerRead[statemachine.AuditQuery, statemachine.AuditPage]()
 	registerRead[statemachine.SchedulesQuery, []statemachine.Schedule]()
 	registerRead[statemachine.WorkersQuery, []statemachine.WorkerInfo]()
+	registerRead[statemachine.BudgetsQuery, []statemachine.BudgetSpend]()
 }
 
 // Result frames: the first byte says what follows.

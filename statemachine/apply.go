@@ -192,6 +192,8 @@ func (a *applier) apply(op Op) Result {
 		return a.ack(o)
 	case *UnclaimOp:
 		return a.unclaim(o)
+	case *SetBudgetOp:
+		return a.setBudget(o)
 	case *AckFetchOp:
 		r := a.ack(&o.Ack)
 		if r.Status != StatusOK {
@@ -590,6 +592,18 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	a.set(jobKey(j.ID), a.scratch)
 	st.Enqueued++
 	a.s.jobs.add(j, JobState{State: StatePending})
+	if o.Budget == BudgetAlert {
+		a.event(EventBudgetExceeded, j, &JobState{State: StatePending, Reason: HoldBudget})
+	}
+	if o.Budget == BudgetHold && len(j.DependsOn) == 0 {
+		// Held until approved (POST /jobs/{id}/approve) or rejected; a
+		// job with dependencies is held for them already.
+		js := JobState{State: StateHeld, Reason: HoldBudget}
+		a.putState(j, &js)
+		a.move(j.Queue, 0, StateHeld)
+		a.event(EventHeld, j, &js)
+		return Result{State: StateHeld}
+	}
 	if len(j.DependsOn) > 0 {
 		js := JobState{State: StateHeld, Reason: HoldDependencies}
 		a.putState(j, &js)
@@ -997,6 +1011,7 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 			res.Usage = append(res.Usage, a.addUsage(j, &st, PhaseHeartbeat, hj.Usage))
 		}
 		a.releaseLease(j.ID, &st)
+		over := st.CostNanos > 0 && a.overJobBudget(j, st.CostNanos)
 		if st.CancelRequested {
 			// The worker hears about the cancel now; the job is done.
 			st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
@@ -1010,6 +1025,9 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 		a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, j.ID), nil)
 		a.putState(j, &st)
 		res.Heartbeats[i] = HeartbeatOK
+		if over {
+			res.Heartbeats[i] = HeartbeatBudgetExceeded
+		}
 	}
 	return res
 }

@@ -19,11 +19,15 @@ const (
 	EventHeld      EventType = 10 // created waiting on its dependencies
 	EventMoved     EventType = 11 // re-filed under another queue (across shards: under a new ID)
 	EventDeleted   EventType = 12 // deleted (by hand, with its queue, or by retention)
+	// EventBudgetExceeded: enqueued while a budget with on_exceed
+	// alert_only was spent (the job is pending as usual).
+	EventBudgetExceeded EventType = 13
 )
 
 var eventNames = [...]string{EventEnqueued: "enqueued", EventStarted: "started", EventCompleted: "completed",
 	EventFailed: "failed", EventRetrying: "retrying", EventDead: "dead", EventCancelled: "cancelled",
-	EventProgress: "progress", EventScheduled: "scheduled", EventHeld: "held", EventMoved: "moved", EventDeleted: "deleted"}
+	EventProgress: "progress", EventScheduled: "scheduled", EventHeld: "held", EventMoved: "moved", EventDeleted: "deleted",
+	EventBudgetExceeded: "budget_exceeded"}
 
 func (t EventType) String() string {
 	if int(t) < len(eventNames) && eventNames[t] != "" {

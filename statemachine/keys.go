@@ -38,6 +38,8 @@ const (
 	pfxCache     = "ck|"       // ck|{queue}\x00{cache key} → CacheEntry (cache.go)
 	pfxCacheX    = "cx|"       // cx|{expires:8BE}{queue}\x00{cache key} → "" (expiring cache entries)
 	pfxScore     = "sj|"       // sj|{id}\x00{n:4BE} → the job's n-th ScoreRecord (scores.go)
+	pfxBudget    = "bg|"       // bg|{budget id} → Budget (budget.go)
+	pfxBudgetDay = "bd|"       // bd|{day:4BE}{budget id} → spend in nano-USD (varint) of this shard's jobs on a UTC day
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 

@@ -69,6 +69,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.export(q)
 	case UsageDayQuery:
 		return s.usageDay(q.Day)
+	case BudgetsQuery:
+		return s.budgets(q.Day)
 	case AppliedQuery:
 		return s.appliedAtomic.Load(), nil
 	case OpenedAtQuery:

@@ -50,6 +50,7 @@ const (
 	OpAcksFetch   OpCode = 34
 	OpUnclaim     OpCode = 35
 	OpScore       OpCode = 36
+	OpSetBudget   OpCode = 40 // budget.go (37–39 unused)
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -238,6 +239,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &UnclaimOp{}
 	case OpScore:
 		op = &ScoreOp{}
+	case OpSetBudget:
+		op = &SetBudgetOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -255,19 +258,37 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 type EnqueueOp struct {
 	Job      Job
 	IfAbsent bool
+	// Budget is what the gateway found of the job's budgets when it
+	// proposed the op (budget.go): BudgetHold enqueues the job held
+	// (Reason HoldBudget), BudgetAlert records an EventBudgetExceeded.
+	Budget BudgetVerdict
 }
+
+// BudgetVerdict is an enqueue's budget decision, made by the proposer.
+type BudgetVerdict uint8
+
+// Budget verdicts.
+const (
+	BudgetOK    BudgetVerdict = 0
+	BudgetHold  BudgetVerdict = 1
+	BudgetAlert BudgetVerdict = 2
+)
 
 // Code implements Op.
 func (*EnqueueOp) Code() OpCode { return OpEnqueue }
+
+// The last byte of an enqueue's body: bit 0 IfAbsent, bits 1–2 the budget
+// verdict (0 in entries written before budgets).
 func (o *EnqueueOp) appendBody(b []byte) []byte {
 	b = o.Job.appendTo(b)
+	f := byte(o.Budget&3) << 1
 	if o.IfAbsent {
-		return append(b, 1)
+		f |= 1
 	}
-	return append(b, 0)
+	return append(b, f)
 }
 func (o *EnqueueOp) decode(d *dec) {
-	// The body is the job record then the IfAbsent byte: the job is read
+	// The body is the job record then the flags byte: the job is read
 	// from the body less its last byte, so that fields appended to Job
 	// read as absent in entries written before them (wire.go, rule 4).
 	if len(d.b) == 0 {
@@ -280,8 +301,13 @@ func (o *EnqueueOp) decode(d *dec) {
 		d.fail()
 		return
 	}
-	d.b = d.b[len(d.b)-1:]
-	o.IfAbsent = d.boolean()
+	f := d.b[len(d.b)-1]
+	d.b = d.b[len(d.b):]
+	if f > 5 { // a verdict of 3 is none
+		d.fail()
+		return
+	}
+	o.IfAbsent, o.Budget = f&1 == 1, BudgetVerdict(f>>1)
 }
 
 // FetchOp claims up to Count pending jobs from Queues (all on this shard).
@@ -859,6 +885,9 @@ const (
 	HeartbeatCancel   HeartbeatStatus = 1 // the job was cancelled: stop working on it
 	HeartbeatLost     HeartbeatStatus = 2 // this worker no longer holds the job
 	HeartbeatNotFound HeartbeatStatus = 3
+	// HeartbeatBudgetExceeded: the lease is extended (as HeartbeatOK), and
+	// the job's cost is past a per-job budget that applies to it.
+	HeartbeatBudgetExceeded HeartbeatStatus = 4
 )
 
 // Result is the outcome of one op.

@@ -430,7 +430,10 @@ func randomLog(tb *testBundle, n int) {
 					j.DependsOn = []Dep{{ID: ids[tb.rnd.IntN(len(ids))]}}
 				}
 			}
-			op = &EnqueueOp{Job: j}
+			if tb.rnd.IntN(4) == 0 {
+				j.Tags = []byte(`{"tenant":"t1"}`)
+			}
+			op = &EnqueueOp{Job: j, Budget: BudgetVerdict(tb.rnd.IntN(3))}
 		case k < 6:
 			op = &FetchOp{Queues: queues, WorkerID: "w", Count: uint32(1 + tb.rnd.IntN(3))}
 		case k == 6 && tb.rnd.IntN(2) == 0:
@@ -495,11 +498,28 @@ func randomLog(tb *testBundle, n int) {
 						Path: "/api/v1/queues/a/pause", Status: 200, KeyID: "k"}}
 				case 3:
 					op = &PruneAuditOp{Before: tb.now.Add(-20 * time.Second).UnixNano(), Limit: 2}
+				case 4, 5:
+					op = &SetBudgetOp{Budget: randomBudget(tb), Delete: tb.rnd.IntN(3) == 0}
 				}
 			}
 		}
 		tb.apply(op)
 	}
+}
+
+// randomBudget is a queue, tag or global budget with small limits.
+func randomBudget(tb *testBundle) Budget {
+	b := Budget{DailyNanos: int64(tb.rnd.IntN(2e7)), PerJobNanos: int64(tb.rnd.IntN(1e7)), OnExceed: BudgetAction(1 + tb.rnd.IntN(3))}
+	if b.DailyNanos == 0 && b.PerJobNanos == 0 {
+		b.PerJobNanos = 1
+	}
+	switch tb.rnd.IntN(3) {
+	case 0:
+		b.Queue = []string{"a", "b", "c"}[tb.rnd.IntN(3)]
+	case 1:
+		b.TagKey, b.TagValue = "tenant", "t1"
+	}
+	return b
 }
 
 // randomUsage is a usage report half the time (nil otherwise).

@@ -14,6 +14,7 @@ func (a *applier) sweep(o *SweepOp) Result {
 		n += a.purge(o.PurgeBefore, limit)
 	}
 	a.pruneUsageDays()
+	a.pruneBudgetDays()
 	n += a.pruneCache(limit)
 	return Result{Count: uint32(n)}
 }

@@ -316,6 +316,7 @@ func (a *applier) addUsage(j *Job, st *JobState, phase UsagePhase, u *Usage) Usa
 		t.Reports++
 	}
 	a.set(dk, t.appendTo(nil))
+	a.addBudgetSpend(j, delta.CostNanos)
 	return delta
 }
 

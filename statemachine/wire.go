@@ -27,8 +27,9 @@ import (
 //     op body, or a length-prefixed field (enc.bytes) — never from the
 //     middle of another record, or rule 2 would read the next record's
 //     bytes. EnqueueOp is the one op with a record inside that is not
-//     length-prefixed: its body is the job record then the IfAbsent byte,
-//     so the job is the body less its last byte, and an enqueue's new
+//     length-prefixed: its body is the job record then a flags byte
+//     (IfAbsent, the budget verdict), so the job is the body less its
+//     last byte, and an enqueue's new
 //     fields go into Job (JobOptions), at the end of the job record.
 //  5. Types written inline inside another (Chain, ChainTarget, Dep, Holder,
 //     HeartbeatJob, the Results of a dedup record) cannot grow in place: a

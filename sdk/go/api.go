@@ -161,6 +161,20 @@ func (c *Client) Fail(ctx context.Context, jobID string, f Failure) (*FailResult
 // Heartbeat extends the leases of the jobs a worker holds; the answer maps
 // each job to "ok", "cancel", "lost" or "not_found".
 func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string]HeartbeatJob) (map[string]string, error) {
+	ans, err := c.heartbeat(ctx, workerID, jobs)
+	if err != nil {
+		return nil, err
+	}
+	st := make(map[string]string, len(ans))
+	for id, a := range ans {
+		st[id] = a.Status
+	}
+	return st, nil
+}
+
+// heartbeat is Heartbeat with each job's whole answer (its status and
+// whether it is past a per-job budget).
+func (c *Client) heartbeat(ctx context.Context, workerID string, jobs map[string]HeartbeatJob) (map[string]StatusAnswer, error) {
 	var out HeartbeatResult
 	ids := make([]string, 0, len(jobs))
 	for id := range jobs {
@@ -174,14 +188,10 @@ func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string
 		// No job was ok or cancelled: the 409 carries the statuses.
 		_ = json.Unmarshal(ae.body, &out)
 	}
-	st := make(map[string]string, len(out.Jobs))
-	for id, j := range out.Jobs {
-		st[id] = j.Status
-	}
-	if len(st) == 0 && err != nil {
+	if len(out.Jobs) == 0 && err != nil {
 		return nil, err
 	}
-	return st, nil
+	return out.Jobs, nil
 }
 
 // Job reads a job.

@@ -294,7 +294,8 @@ func (c *Client) doBody(ctx context.Context, method, path string, body []byte, o
 			return status, nil
 		}
 		var ae *Error
-		retryable := errors.As(err, &ae) && (ae.Status == 429 || ae.Status == 503)
+		// A spent budget stays spent until UTC midnight: not retried.
+		retryable := errors.As(err, &ae) && (ae.Status == 429 || ae.Status == 503) && ae.Code != CodeBudgetExceeded
 		wait := 50 * time.Millisecond << min(attempt, 5)
 		if retryable && ae.RetryAfter > 0 {
 			wait = ae.RetryAfter

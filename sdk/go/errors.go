@@ -30,6 +30,7 @@ const (
 	CodeHeadersTooLarge         = "headers_too_large"         // 431
 	CodeOverloaded              = "overloaded"                // 429
 	CodeRateLimited             = "rate_limited"              // 429
+	CodeBudgetExceeded          = "budget_exceeded"           // 429
 	CodeBulkBusy                = "bulk_busy"                 // 429
 	CodeReadsBusy               = "reads_busy"                // 429
 	CodeInternal                = "internal"                  // 500

@@ -92,3 +92,65 @@ func TestWorkerReportsUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWorkerBudgetExceeded: a job whose reported cost passes a per-job
+// budget hears it on its next heartbeat: the handler's context is
+// cancelled with ErrBudgetExceeded and the attempt fails with it; with
+// ContinueOverBudget the context lives and BudgetExceeded says so.
+func TestWorkerBudgetExceeded(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	limit := 0.01
+	for _, q := range []string{"sdk.budget", "sdk.budget.go-on"} {
+		if _, err := c.SetBudget(ctx, BudgetRequest{Scope: "queue:" + q, PerJobUSD: &limit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs, err := c.Budgets(ctx)
+	if err != nil || len(bs) != 2 || bs[0].OnExceed != "hold" || *bs[0].PerJobUSD != 0.01 || bs[0].DailyUSD != nil {
+		t.Fatalf("budgets %+v %v", bs, err)
+	}
+
+	stopped, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.budget", MaxRetries: new(int)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goOn, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.budget.go-on"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(opt WorkerOptions, q string, h Handler) {
+		opt.Concurrency, opt.FetchTimeout, opt.HeartbeatInterval = 1, time.Second, 50*time.Millisecond
+		w := NewWorker(c, opt)
+		w.Register(q, h)
+		runCtx, stop := context.WithCancel(ctx)
+		t.Cleanup(stop)
+		go func() { _ = w.Run(runCtx) }()
+	}
+	run(WorkerOptions{}, "sdk.budget", func(hctx context.Context, j *JobContext) (any, error) {
+		j.ReportUsage(Usage{InputTokens: 10, CostUSD: 0.02})
+		<-hctx.Done() // the next heartbeat carries the usage, and hears the budget
+		if !j.BudgetExceeded() || !errors.Is(context.Cause(hctx), ErrBudgetExceeded) {
+			t.Errorf("cause %v", context.Cause(hctx))
+		}
+		return nil, hctx.Err()
+	})
+	run(WorkerOptions{ContinueOverBudget: true}, "sdk.budget.go-on", func(hctx context.Context, j *JobContext) (any, error) {
+		j.ReportUsage(Usage{InputTokens: 10, CostUSD: 0.02})
+		for !j.BudgetExceeded() {
+			select {
+			case <-hctx.Done():
+				return nil, hctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		return "done anyway", hctx.Err()
+	})
+	doc := waitState(t, c, stopped.JobID, "dead")
+	if len(doc.Errors) != 1 || doc.Errors[0].Error != ErrBudgetExceeded.Error() {
+		t.Fatalf("errors %+v", doc.Errors)
+	}
+	waitState(t, c, goOn.JobID, "completed")
+}

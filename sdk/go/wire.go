@@ -53,6 +53,8 @@ type AckFetched struct {
 // rebuild-mirror: the job's (or operation's) status after the call.
 type StatusAnswer struct {
 	Status string `json:"status"`
+	// BudgetExceeded (heartbeat): the job's cost is past a per-job budget.
+	BudgetExceeded bool `json:"budget_exceeded,omitempty"`
 }
 
 // AckBatchRequest is POST /api/v1/ack/batch. Fetch, when set, is the

@@ -27,6 +27,11 @@ type WorkerOptions struct {
 	FetchTimeout      time.Duration // long-poll (default 30s)
 	HeartbeatInterval time.Duration // default 15s; keep it well under the jobs' lease
 	ShutdownGrace     time.Duration // how long a drain waits for handlers (default 30s)
+	// ContinueOverBudget keeps a job's context alive when a heartbeat
+	// says the job is past a per-job budget: the handler asks
+	// JobContext.BudgetExceeded instead. Off: the context is cancelled
+	// with the cause ErrBudgetExceeded.
+	ContinueOverBudget bool
 }
 
 // Worker fetches jobs for its registered queues and runs their handlers.
@@ -99,7 +104,18 @@ type JobContext struct {
 	// flight reports.
 	usage, hbUsage, hbSent Usage
 	reported               bool
+	overBudget             atomic.Bool
 }
+
+// ErrBudgetExceeded is the cause of a job context cancelled because a
+// heartbeat said the job's cost is past a per-job budget (unless
+// WorkerOptions.ContinueOverBudget); a handler that returns the
+// context's error fails the attempt with it.
+var ErrBudgetExceeded = errors.New("corvo: job budget exceeded")
+
+// BudgetExceeded reports whether a heartbeat has said the job's cost (all
+// its attempts) is past a per-job budget covering it.
+func (j *JobContext) BudgetExceeded() bool { return j.overBudget.Load() }
 
 // ErrCancelled is the cause of a job context the server cancelled.
 var ErrCancelled = errors.New("corvo: job cancelled")
@@ -126,7 +142,7 @@ func (j *JobContext) Checkpoint(ctx context.Context, v any) error {
 	j.checkpoint = v
 	progress := j.progress
 	j.mu.Unlock()
-	st, err := j.w.c.Heartbeat(ctx, j.w.opt.ID, map[string]HeartbeatJob{j.JobID: {Checkpoint: v, Progress: progress, Attempt: j.Attempt}})
+	st, err := j.w.c.heartbeat(ctx, j.w.opt.ID, map[string]HeartbeatJob{j.JobID: {Checkpoint: v, Progress: progress, Attempt: j.Attempt}})
 	if err != nil {
 		return err
 	}
@@ -318,6 +334,9 @@ func (w *Worker) handle(jc *JobContext) *FetchedJob {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	usage := jc.usageLeft(ctx, round)
+	if err != nil && errors.Is(err, context.Canceled) && errors.Is(context.Cause(jc.ctx), ErrBudgetExceeded) {
+		err = ErrBudgetExceeded // the failure says why
+	}
 	if err != nil {
 		jc.mu.Lock()
 		cp := jc.checkpoint
@@ -376,10 +395,10 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		if len(jobs) == 0 {
 			continue
 		}
-		st, err := w.c.Heartbeat(ctx, w.opt.ID, jobs)
+		st, err := w.c.heartbeat(ctx, w.opt.ID, jobs)
 		if err == nil {
 			for id, s := range st {
-				if jc := ctxs[id]; jc != nil && s == "ok" {
+				if jc := ctxs[id]; jc != nil && s.Status == "ok" {
 					jc.mu.Lock()
 					jc.hbUsage = jc.hbSent
 					jc.mu.Unlock()
@@ -420,8 +439,9 @@ func (w *Worker) heartbeatBody() (map[string]HeartbeatJob, map[string]*JobContex
 }
 
 // apply acts on heartbeat answers: cancelled or lost jobs get their
-// context cancelled.
-func (w *Worker) apply(st map[string]string) {
+// context cancelled, and so do jobs past a per-job budget (unless
+// ContinueOverBudget), which BudgetExceeded reports from then on.
+func (w *Worker) apply(st map[string]StatusAnswer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for id, s := range st {
@@ -429,7 +449,13 @@ func (w *Worker) apply(st map[string]string) {
 		if !ok {
 			continue
 		}
-		switch s {
+		if s.BudgetExceeded {
+			jc.overBudget.Store(true)
+			if !w.opt.ContinueOverBudget {
+				jc.cancel(ErrBudgetExceeded)
+			}
+		}
+		switch s.Status {
 		case "cancel":
 			jc.cancel(ErrCancelled)
 		case "lost", "not_found":

@@ -351,7 +351,8 @@ class Client:
             if a.status < 400:
                 return a
             err = CorvoError.from_answer(a.status, a.body.decode("utf-8", "replace"), _retry_after(a.headers.get("retry-after")))
-            if a.status not in (429, 503) or attempt >= retries:
+            # A spent budget stays spent until UTC midnight: not retried.
+            if a.status not in (429, 503) or err.code == "budget_exceeded" or attempt >= retries:
                 raise err
             wait = err.retry_after or 0.05 * 2 ** min(attempt, 5)
             if err.code == "shutting_down":

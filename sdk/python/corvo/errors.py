@@ -36,9 +36,11 @@ class ErrorCodes:
     BATCH_TOO_LARGE = "batch_too_large"  # 413
     BULK_TOO_LARGE = "bulk_too_large"  # 413
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"  # 415
+    RESULT_SCHEMA_INVALID = "result_schema_invalid"  # 422
     HEADERS_TOO_LARGE = "headers_too_large"  # 431
     OVERLOADED = "overloaded"  # 429
     RATE_LIMITED = "rate_limited"  # 429
+    BUDGET_EXCEEDED = "budget_exceeded"  # 429, never retried
     BULK_BUSY = "bulk_busy"  # 429
     READS_BUSY = "reads_busy"  # 429
     INTERNAL = "internal"  # 500

@@ -278,7 +278,8 @@ export class Client {
       const a = this.answer<T>(res, o);
       if (!(a instanceof CorvoError)) return a;
       const err = a;
-      if ((res.status !== 429 && res.status !== 503) || attempt >= retries) throw err;
+      // A spent budget stays spent until UTC midnight: not retried.
+      if ((res.status !== 429 && res.status !== 503) || err.code === "budget_exceeded" || attempt >= retries) throw err;
       let wait = err.retryAfterMs || 50 * 2 ** Math.min(attempt, 5);
       if (err.code === "shutting_down") {
         this.failover(at); // this node is stopping; another one answers at once

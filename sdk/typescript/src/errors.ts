@@ -25,9 +25,11 @@ export const ErrorCodes = {
   BatchTooLarge: "batch_too_large", // 413
   BulkTooLarge: "bulk_too_large", // 413
   UnsupportedMediaType: "unsupported_media_type", // 415
+  ResultSchemaInvalid: "result_schema_invalid", // 422
   HeadersTooLarge: "headers_too_large", // 431
   Overloaded: "overloaded", // 429
   RateLimited: "rate_limited", // 429
+  BudgetExceeded: "budget_exceeded", // 429, never retried
   BulkBusy: "bulk_busy", // 429
   ReadsBusy: "reads_busy", // 429
   Internal: "internal", // 500
