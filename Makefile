@@ -6,6 +6,7 @@ BIN       := bin/corvo
 DATA_DIR  ?= ./corvo-data
 # make run listens on loopback only; BIND=:8080 serves every interface.
 BIND      ?= 127.0.0.1:8080
+RAFT_BIND ?= 127.0.0.1:9400
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
 .PHONY: all build run test test-short lint tidy-check fmt vet staticcheck fuzz bench tools clean help ui ui-deps ui-test ui-check ui-e2e ui-dev sdk-ts-deps sdk-ts-test sdk-ts-pack sdk-py-test ui-screenshots
@@ -15,8 +16,8 @@ all: build ## Build the corvo binary
 build: ## Build bin/corvo
 	$(GO) build -o $(BIN) ./cmd/corvo
 
-run: build ## Build and start a single-node server on 127.0.0.1:8080 (BIND to change; data in ./corvo-data)
-	./$(BIN) server --data-dir $(DATA_DIR) --bind $(BIND)
+run: build ## Build and start a single-node server on 127.0.0.1:8080 (BIND, RAFT_BIND to change; data in ./corvo-data)
+	./$(BIN) server --data-dir $(DATA_DIR) --bind $(BIND) --raft-bind $(RAFT_BIND)
 
 test: tools lint ## Run every test (race detector on), after go vet, staticcheck and gofmt; then the UI's and the TypeScript and Python SDKs'
 	$(GO) test -race -count=1 -timeout 30m ./...
