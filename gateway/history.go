@@ -169,23 +169,8 @@ func (s *Server) handleQueueHistory(ctx *fasthttp.RequestCtx) {
 	if !requireQueues(ctx, `"queue"`, p.names...) {
 		return
 	}
-	only, aerr := s.shardsParam(ctx)
-	if aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
-	var local, remote []int
-	for sh := 0; sh < s.eng.Shards(); sh++ {
-		switch {
-		case only != nil && !slices.Contains(only, sh):
-		case s.hosted(sh):
-			local = append(local, sh)
-		default:
-			remote = append(remote, sh)
-		}
-	}
-	if only != nil && len(remote) > 0 {
-		writeError(ctx, codeUnavailable.err("shard "+itoa(remote[0])+" is not hosted on this node"))
+	local, remote, part, ok := s.splitShards(ctx, s.hosted, "is not hosted on this node")
+	if !ok {
 		return
 	}
 	rg := p.rangeOf()
@@ -210,7 +195,7 @@ func (s *Server) handleQueueHistory(ctx *fasthttp.RequestCtx) {
 		}
 		ans.Queues = append(ans.Queues, q)
 	}
-	if only != nil {
+	if part {
 		ans.Sampled = sampled
 		writeHistory(ctx, &ans)
 		return
@@ -416,4 +401,47 @@ func (s *Server) writeLatencyMetrics(w io.Writer) {
 			}
 		}
 	}
+}
+
+// splitShards reads the request's ?shards= (a part of another node's
+// fan-out) and splits the shards it covers, or every shard, into those
+// have says this node can answer and the rest; part says the request is
+// one. A part naming a shard this
+// node cannot answer is answered 503 ("shard N <missing>") here, and ok
+// is false.
+func (s *Server) splitShards(ctx *fasthttp.RequestCtx, have func(int) bool, missing string) (local, remote []int, part, ok bool) {
+	only, aerr := s.shardsParam(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return nil, nil, false, false
+	}
+	for sh := 0; sh < s.eng.Shards(); sh++ {
+		switch {
+		case only != nil && !slices.Contains(only, sh):
+		case have(sh):
+			local = append(local, sh)
+		default:
+			remote = append(remote, sh)
+		}
+	}
+	if only != nil && len(remote) > 0 {
+		writeError(ctx, codeUnavailable.err("shard "+itoa(remote[0])+" "+missing))
+		return nil, nil, false, false
+	}
+	return local, remote, only != nil, true
+}
+
+// sinceParam reads ?since= (Unix ns: the asking node's lower bound, sent
+// with a part); 0 when absent. A bad value is answered 400 and ok is false.
+func sinceParam(ctx *fasthttp.RequestCtx) (since int64, ok bool) {
+	v := ctx.QueryArgs().Peek("since")
+	if len(v) == 0 {
+		return 0, true
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		writeError(ctx, invalid("since: %q is not a Unix time in ns", v))
+		return 0, false
+	}
+	return n, true
 }

@@ -249,31 +249,15 @@ func (s *Server) handleUsageSummary(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, invalid("group_by: unknown value %q (use queue, model, provider, tag:<key>, hour or day)", groupBy))
 		return
 	}
-	if since := args.Peek("since"); len(since) > 0 { // a part carries the asking node's bound
-		n, err := strconv.ParseInt(string(since), 10, 64)
-		if err != nil {
-			writeError(ctx, invalid("since: %q is not a Unix time in ns", since))
-			return
-		}
-		f.Since = n
-	}
-	only, aerr := s.shardsParam(ctx)
-	if aerr != nil {
-		writeError(ctx, aerr)
+	since, ok := sinceParam(ctx) // a part carries the asking node's bound
+	if !ok {
 		return
 	}
-	var local, remote []int
-	for sh := 0; sh < s.eng.Shards(); sh++ {
-		switch {
-		case only != nil && !slices.Contains(only, sh):
-		case s.searchable(sh):
-			local = append(local, sh)
-		default:
-			remote = append(remote, sh)
-		}
+	if since != 0 {
+		f.Since = since
 	}
-	if only != nil && len(remote) > 0 {
-		writeError(ctx, codeUnavailable.err("shard "+itoa(remote[0])+" is not held by this node's mirror"))
+	local, remote, part, ok := s.splitShards(ctx, s.searchable, "is not held by this node's mirror")
+	if !ok {
 		return
 	}
 	rctx, cancel := s.readContext(ctx)
@@ -299,7 +283,7 @@ func (s *Server) handleUsageSummary(ctx *fasthttp.RequestCtx) {
 			}
 		}
 	}
-	if only != nil {
+	if part {
 		b, _ := json.Marshal(partOf(sum))
 		writeJSON(ctx, 200, b)
 		return
