@@ -1,7 +1,7 @@
 // The UI in a real browser against a real server with seeded jobs.
 // Serial: later tests change the jobs earlier ones count.
 import { test, expect, type Page } from '@playwright/test'
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync } from 'node:fs'
 import { axeViolations } from './axe'
 import { call, enqueueBatch, fetchJobs, heartbeat, seed, waitFor, type Seeded } from './seed'
 
@@ -465,37 +465,6 @@ test('screenshots of every screen at desktop and phone width, light and dark', a
       await ctx.close()
     }
   }
-})
-
-// First paint of the dashboard from a cold browser context (no cache),
-// the median of 5 loads; the figure goes to test-results/perf.json (and
-// BENCHMARKS.md), not into an assertion on time.
-test('first paint', async ({ browser }) => {
-  const runs: { fcp: number | null; dcl: number | null; bytes: number }[] = []
-  for (let i = 0; i < 5; i++) {
-    const ctx = await browser.newContext({ viewport: sizes.desktop, baseURL: process.env.CORVO_E2E_URL })
-    const page = await ctx.newPage()
-    await page.goto('/ui/')
-    await expect(page.getByTestId('stat-pending')).not.toHaveText('…')
-    await page.waitForLoadState('load')
-    runs.push(await page.evaluate(() => {
-      const n = performance.getEntriesByType('navigation')[0] as PerformanceNavigationTiming | undefined
-      const assets = (performance.getEntriesByType('resource') as PerformanceResourceTiming[]).concat(n ? [n] : [])
-        .filter((e) => !e.name.includes('/api/') && !e.name.includes('/healthz'))
-      return {
-        fcp: performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null,
-        dcl: n ? n.domContentLoadedEventEnd : null,
-        bytes: assets.reduce((t, e) => t + (e.transferSize || 0), 0),
-      }
-    }))
-    await ctx.close()
-  }
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
-  expect(runs.every((r) => r.fcp !== null)).toBe(true)
-  const perf = { first_contentful_paint_ms: median(runs.map((r) => r.fcp!)), dom_content_loaded_ms: median(runs.map((r) => r.dcl ?? 0)), transferred_bytes: median(runs.map((r) => r.bytes)), runs }
-  mkdirSync('test-results', { recursive: true })
-  writeFileSync('test-results/perf.json', JSON.stringify(perf, null, 2) + '\n')
-  console.log('UI first paint:', JSON.stringify({ ...perf, runs: undefined }))
 })
 
 test('bulk operations over many jobs show progress', async ({ page }) => {
