@@ -29,11 +29,11 @@ const (
 	maxAckRequests = 4
 )
 
-// pendingAck is a slot's ack; next receives the slot's next job (nil:
-// none, the slot is free).
+// pendingAck is a slot's ack; next receives the slot's next job, already
+// started (nil: none, the slot is free).
 type pendingAck struct {
 	a    Ack
-	next chan *FetchedJob
+	next chan *JobContext
 }
 
 type completer struct {
@@ -57,8 +57,8 @@ func newCompleter(w *Worker) *completer {
 }
 
 // ack queues a slot's ack and returns the slot's next job (nil: none).
-func (c *completer) ack(a Ack) *FetchedJob {
-	p := &pendingAck{a: a, next: make(chan *FetchedJob, 1)}
+func (c *completer) ack(a Ack) *JobContext {
+	p := &pendingAck{a: a, next: make(chan *JobContext, 1)}
 	c.in <- p
 	return <-p.next
 }
@@ -127,7 +127,11 @@ func (c *completer) send(batch []*pendingAck) {
 	defer cancel()
 	w := c.w
 	if len(batch) == 1 {
-		batch[0].next <- w.ackOne(ctx, batch[0].a)
+		var next *JobContext
+		if j := w.ackOne(ctx, batch[0].a); j != nil {
+			next = w.startAll([]FetchedJob{*j})[0]
+		}
+		batch[0].next <- next
 		return
 	}
 	acks := make([]Ack, len(batch))
@@ -168,15 +172,18 @@ func (c *completer) send(batch []*pendingAck) {
 		w.handBack(ctx, jobs) // claimed as the worker began to drain
 		jobs = nil
 	}
+	if len(jobs) > len(batch) {
+		w.handBack(ctx, jobs[len(batch):]) // more than asked for: not ours to run
+		jobs = jobs[:len(batch)]
+	}
+	// All running before any slot has its job (as Run's fetch does).
+	jcs := w.startAll(jobs)
 	for i, p := range batch {
-		if i < len(jobs) {
-			p.next <- &jobs[i]
+		if i < len(jcs) {
+			p.next <- jcs[i]
 		} else {
 			p.next <- nil
 		}
-	}
-	if len(jobs) > len(batch) {
-		w.handBack(ctx, jobs[len(batch):]) // more than asked for: not ours to run
 	}
 }
 

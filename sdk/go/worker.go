@@ -52,6 +52,7 @@ type Worker struct {
 	// server took no fetch with an ack (an older server), plainBatch when
 	// it took none with an ack batch. comp batches the acks (completer.go).
 	queues     []string
+	base       context.Context // every job's context derives from it (Run's)
 	draining   atomic.Bool
 	plainAcks  atomic.Bool
 	plainBatch atomic.Bool
@@ -231,6 +232,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.comp = newCompleter(w)
 	base, cancelAll := context.WithCancelCause(context.Background())
 	defer cancelAll(nil)
+	w.base = base
 
 	hbDone := make(chan struct{})
 	hbCtx, stopHB := context.WithCancel(context.Background())
@@ -265,8 +267,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
-		for i := range jobs {
-			jc := w.start(base, jobs[i])
+		// Every job of the answer counts as running before the first
+		// handler does: a handler that finishes at once must not find the
+		// worker idle and send its ack alone (see completer.run).
+		jcs := w.startAll(jobs)
+		for _, jc := range jcs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -274,11 +279,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				// Each ack fetches the next job for this slot when one
 				// is pending (one request per job in the steady state).
 				for jc != nil {
-					next := w.handle(jc)
-					jc = nil
-					if next != nil {
-						jc = w.start(base, *next)
-					}
+					jc = w.handle(jc)
 				}
 			}()
 		}
@@ -299,13 +300,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) start(base context.Context, j FetchedJob) *JobContext {
-	ctx, cancel := context.WithCancelCause(base)
-	jc := &JobContext{FetchedJob: j, w: w, ctx: ctx, cancel: cancel}
+// startAll registers jobs as running (heartbeats carry them from now on)
+// and returns their contexts.
+func (w *Worker) startAll(jobs []FetchedJob) []*JobContext {
+	if len(jobs) == 0 {
+		return nil
+	}
+	jcs := make([]*JobContext, len(jobs))
 	w.mu.Lock()
-	w.inflight[j.JobID] = jc
-	w.mu.Unlock()
-	return jc
+	defer w.mu.Unlock()
+	for i, j := range jobs {
+		ctx, cancel := context.WithCancelCause(w.base)
+		jcs[i] = &JobContext{FetchedJob: j, w: w, ctx: ctx, cancel: cancel}
+		w.inflight[j.JobID] = jcs[i]
+	}
+	return jcs
 }
 
 // finish takes a job out of the running set (no heartbeat started from
@@ -320,8 +329,8 @@ func (w *Worker) finish(jc *JobContext) (bool, chan struct{}) {
 
 // handle runs a job and reports its outcome; an ack (batched with the
 // acks of other slots that finish at about the same time: completer.go)
-// also fetches the slot's next job, returned (nil: none).
-func (w *Worker) handle(jc *JobContext) *FetchedJob {
+// also fetches the slot's next job, returned already started (nil: none).
+func (w *Worker) handle(jc *JobContext) *JobContext {
 	h := w.handlers[jc.Queue]
 	result, err := w.safeCall(h, jc)
 	ok, round := w.finish(jc)

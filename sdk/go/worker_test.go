@@ -622,3 +622,40 @@ func TestWorkerBatchesAcks(t *testing.T) {
 		t.Fatalf("only %d acks carried a fetch", fetched)
 	}
 }
+
+// The jobs an ack batch fetches all count as running before any slot runs
+// one: a handler that returns at once then finds the others still to
+// finish, and its ack waits to share a request with theirs (completer.run)
+// rather than going alone.
+func TestWorkerStartsAnAckBatchsJobsTogether(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	const n = 3
+	reqs := make([]EnqueueRequest, 2*n)
+	for i := range reqs {
+		reqs[i] = EnqueueRequest{Queue: "sdk.together", Payload: map[string]int{"n": i}}
+	}
+	if _, err := c.EnqueueBatch(ctx, reqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(c, WorkerOptions{Concurrency: n})
+	w.queues, w.base = []string{"sdk.together"}, ctx
+	jobs, err := c.Fetch(ctx, FetchRequest{Queues: w.queues, WorkerID: w.ID(), Count: n})
+	if err != nil || len(jobs) != n {
+		t.Fatalf("fetched %d jobs: %v", len(jobs), err)
+	}
+	batch := make([]*pendingAck, n)
+	for i, j := range jobs {
+		batch[i] = &pendingAck{a: Ack{JobID: j.JobID, WorkerID: w.ID(), Attempt: j.Attempt}, next: make(chan *JobContext, 1)}
+	}
+	(&completer{w: w}).send(batch)
+	if got := w.running(); got != n {
+		t.Fatalf("%d jobs running before any slot took its next one, want all %d the batch fetched", got, n)
+	}
+	for i, p := range batch {
+		if jc := <-p.next; jc == nil || jc.Queue != "sdk.together" {
+			t.Fatalf("slot %d got %+v", i, jc)
+		}
+	}
+}
