@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -92,6 +93,11 @@ func (q *coalescer) enqueue(ctx context.Context, c *Client, r EnqueueRequest) (*
 func (q *coalescer) send(c *Client, batch []*pendingEnqueue) {
 	for len(batch) > 0 {
 		c.sendEnqueues(batch)
+		// The callers just answered are runnable, and a producer's next
+		// call usually follows at once: yielding once lets those calls
+		// join the waiting ones, for this sender to take as one request,
+		// instead of finding no sender busy and going alone.
+		runtime.Gosched()
 		q.mu.Lock()
 		batch = q.next()
 		if len(batch) == 0 {
