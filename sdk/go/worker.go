@@ -373,7 +373,8 @@ func (w *Worker) handle(jc *JobContext) *JobContext {
 	return w.comp.ack(a)
 }
 
-// running is how many handlers are running (their acks are still to come).
+// running is how many jobs the worker runs: handlers running, and jobs
+// claimed for a slot that has yet to start them (their acks are to come).
 func (w *Worker) running() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -118,7 +118,7 @@ class _PendingAck:
         self.lock = threading.Lock()
         self.lock.acquire()
         self.batch: Optional[List["_PendingAck"]] = None  # set when made the next sender: what to send
-        self.next: Optional[FetchedJob] = None
+        self.next: Optional["JobContext"] = None
 
 
 class Worker:
@@ -189,7 +189,7 @@ class Worker:
         self._drain_started = 0.0
         self._stopped = threading.Event()
         self._stop_fetch = Cancel()  # stop() closes the fetch in flight with it
-        self._jobs: "_queue.SimpleQueue[Optional[FetchedJob]]" = _queue.SimpleQueue()
+        self._jobs: "_queue.SimpleQueue[Optional[JobContext]]" = _queue.SimpleQueue()
         self._acks: List[_PendingAck] = []
         self._ack_requests = 0
         self._acking = 0
@@ -211,7 +211,8 @@ class Worker:
 
     @property
     def running(self) -> int:
-        """How many handlers are running."""
+        """How many jobs the worker runs: handlers running, and jobs claimed
+        for a slot that has yet to start them."""
         return len(self._inflight)
 
     def _error(self, err: BaseException) -> None:
@@ -308,8 +309,11 @@ class Worker:
                 with c:
                     self._slots_used -= len(jobs)
                 return
-            for j in jobs:
-                self._jobs.put(j)
+            # Every job of the answer counts as running before a slot runs
+            # one: a handler that returns at once must not find the worker
+            # idle and send its ack alone (see _ack).
+            for ctx in self._start(jobs):
+                self._jobs.put(ctx)
 
     def _drain(self) -> None:
         c = self._cond
@@ -330,12 +334,12 @@ class Worker:
 
     def _slot_loop(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
+            ctx = self._jobs.get()
+            if ctx is None:
                 return
             try:
-                while job is not None:
-                    job = self._handle(job)
+                while ctx is not None:
+                    ctx = self._handle(ctx)
             except Exception as err:  # a bug here must not kill the slot
                 self._error(err)
             finally:
@@ -343,12 +347,22 @@ class Worker:
                     self._slots_used -= 1
                     self._cond.notify_all()
 
-    def _handle(self, job: FetchedJob) -> Optional[FetchedJob]:
-        """Runs a job and reports its outcome; answers the slot's next job (None: none)."""
-        ctx = JobContext(self, job)
+    def _start(self, jobs: List[FetchedJob]) -> List[JobContext]:
+        """Registers jobs as running (heartbeats carry them from now on)."""
+        ctxs = [JobContext(self, j) for j in jobs]
+        with self._mu:
+            for ctx in ctxs:
+                self._inflight[ctx.job["job_id"]] = ctx
+        return ctxs
+
+    def _handle(self, ctx: JobContext) -> Optional[JobContext]:
+        """Runs a started job and reports its outcome; answers the slot's next
+        job, started (None: none)."""
+        job = ctx.job
         jid = job["job_id"]
         with self._mu:
-            self._inflight[jid] = ctx
+            if self._inflight.get(jid) is not ctx:
+                return None  # failed by the drain before it ran
         h = self._handlers.get(job["queue"])
         failure: Optional[BaseException] = None
         result: Any = None
@@ -394,7 +408,7 @@ class Worker:
 
     # ---- the completer: acks of slots that finish together share a request
 
-    def _ack(self, item: AckItem) -> Optional[FetchedJob]:
+    def _ack(self, item: AckItem) -> Optional[JobContext]:
         """Queues a slot's ack; answers the slot's next job (None: none).
 
         While fewer than MAX_ACK_REQUESTS ack requests are out, the ack's own
@@ -420,9 +434,10 @@ class Worker:
             with self._mu:
                 batch = [p] + self._acks[: MAX_ACK_BATCH - 1]
                 del self._acks[: MAX_ACK_BATCH - 1]
-        jobs = self._send_acks([b.item for b in batch])
+        # All running before any slot has its job (as the fetch loop does).
+        ctxs = self._start(self._send_acks([b.item for b in batch]))
         for i, b in enumerate(batch):
-            b.next = jobs[i] if i < len(jobs) else None
+            b.next = ctxs[i] if i < len(ctxs) else None
             if b is not p:
                 b.lock.release()
         # Take what gathered meanwhile and hand it to the first of those

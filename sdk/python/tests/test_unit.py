@@ -403,6 +403,42 @@ class TestWorker(Base):
                 acked.append(r.path.rsplit("/", 1)[1])
         self.assertEqual(sorted(acked), ["a", "b"])
 
+    def test_the_jobs_of_one_fetch_all_count_as_running_before_the_first_handler_runs(self) -> None:
+        # So that a handler which returns at once finds the others still to
+        # finish, and its ack waits to share a request with theirs.
+        fetches: List[Any] = []
+
+        def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
+            if r.path == "/api/v1/fetch":
+                fetches.append(r.body)
+                if len(fetches) == 1:
+                    return {"status": 200, "body": {"jobs": [job("a"), job("b"), job("c")]}}
+                time.sleep(0.02)
+                return {"status": 204}
+            if r.path.startswith("/api/v1/ack"):
+                return {"status": 200, "body": {"status": "completed", "acked": 3, "errors": [], "jobs": []}}
+            return None
+
+        s = self.fake(route)
+        w = Worker(self.client(s.url), id="w1", concurrency=3, fetch_timeout=1, handle_signals=False)
+        seen: List[int] = []
+        lock = threading.Lock()
+
+        def handler(j: Any, ctx: Any) -> Any:
+            with lock:
+                seen.append(w.running)
+            return None
+
+        w.register("q", handler)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            until("three jobs handled", lambda: len(seen) == 3)
+        finally:
+            w.stop()
+            t.join(10)
+        self.assertEqual(seen[0], 3, "the first handler ran before the others counted as running")
+
     def test_an_ack_carries_the_next_fetch_and_runs_the_job_it_brings_back(self) -> None:
         def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
             if r.path == "/api/v1/fetch":
