@@ -264,6 +264,11 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	logdb := config.GetTinyMemLogDBConfig()
 	logdb.Shards = 1 // fsyncs of all shards share one WAL
+	// Each of dragonboat's step workers keeps the buffer it encoded its
+	// largest entry into, up to MaxSaveBufferSize (64 MiB by default): a
+	// burst of 1 MiB payloads left 8 MiB held for good. Entries above
+	// this size get a buffer of their own, which the GC takes back.
+	logdb.MaxSaveBufferSize = 256 << 10
 	nhc := config.NodeHostConfig{
 		NodeHostDir:       filepath.Join(cfg.DataDir, "raft"),
 		RTTMillisecond:    cfg.RTTMillisecond,
