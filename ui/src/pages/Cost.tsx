@@ -2,8 +2,8 @@
 // acks and heartbeats) over a period — totals, the result cache's
 // savings, spend over time, the budgets' use today, and spend by queue,
 // model, provider and tag.
-// Each part is a panel of its own (CostPanels): budgets, providers and
-// routing add theirs to the list.
+// Each part is a panel of its own (CostPanels): providers and routing
+// add theirs to the list.
 import { useState } from 'preact/hooks'
 import type { ComponentChildren } from 'preact'
 import { api, ApiError, USAGE_PERIODS, type Budget, type UsageGroup, type UsagePeriod, type UsageSummary } from '../api'
@@ -81,9 +81,9 @@ export function CostPage({ query }: { query: URLSearchParams }) {
   )
 }
 
-// CostPanels lays out the page's panels in order; a new panel (budget
-// used, provider limits) is one more entry here, reading the same data or
-// loading its own.
+// CostPanels lays out the page's panels in order; a new panel (provider
+// limits) is one more entry here, reading the same data or loading its
+// own. The budgets show even before any usage is reported.
 export function CostPanels({ data, period, tagKey, onTag }: { data: CostData | undefined; period: UsagePeriod; tagKey: string; onTag: (key: string) => void }) {
   if (data && data.totals.totals.reports === 0 && data.totals.cache.hits + data.totals.cache.misses === 0) {
     return (
