@@ -288,21 +288,29 @@ test("a job's parents and children link both ways", async ({ page }) => {
 })
 
 // Usage seeded through the API as workers report it (acks and a
-// heartbeat with usage) and a result cache hit; the screenshots show them.
+// heartbeat with usage), a result cache hit, two budgets (set first: a
+// budget counts the reports made after it), a routed job that fell back
+// and its scores; the screenshots show them.
 let usageJobs: { summarize: string[]; classify: string; cached: string }
 
-test('the cost page shows the seeded spend, by queue, model, provider and tag, and the cache', async ({ page }) => {
+test('the cost page shows the seeded spend, by queue, model, provider and tag, the cache and the budgets; the job page its scores and model', async ({ page }) => {
   const model = 'claude-sonnet-4-5'
   const cache = { enabled: true, ttl: '1h' }
+  await call('PUT', '/api/v1/budgets', { scope: 'queue:llm.summarize', daily_usd: 2, per_job_usd: 1, on_exceed: 'hold' })
+  await call('PUT', '/api/v1/budgets', { scope: 'tag:tenant=acme', daily_usd: 1, on_exceed: 'alert_only' })
   const summarize = await enqueueBatch([0, 1, 2].map((i) => ({ queue: 'llm.summarize', payload: { doc: `d${i}` }, tags: { tenant: i ? 'acme' : 'globex' }, cache })))
-  const [classify] = await enqueueBatch([{ queue: 'llm.classify', payload: { text: 'hello' }, tags: { tenant: 'acme' } }])
+  const [classify] = await enqueueBatch([{ queue: 'llm.classify', payload: { text: 'hello' }, tags: { tenant: 'acme' }, routing: { prefer: 'gpt-4o', fallback: ['gpt-4o-mini'] } }])
   const costs = [0.75, 0.5, 0.25]
   for (const j of await fetchJobs('llm.summarize', 'e2e-llm', 3)) {
     const i = summarize.indexOf(j.job_id)
     await call('POST', `/api/v1/ack/${j.job_id}`, { worker_id: 'e2e-llm', result: { summary: `s${i}` },
       usage: { input_tokens: 1000 * (i + 1), output_tokens: 100 * (i + 1), cache_read_tokens: 50, model, provider: 'anthropic', cost_usd: costs[i], latency_ms: 1200 } })
   }
-  expect((await fetchJobs('llm.classify', 'e2e-llm', 1))[0]?.job_id).toBe(classify)
+  // The preferred model's provider fails: the job moves to its fallback.
+  const first = (await fetchJobs('llm.classify', 'e2e-llm', 1))[0] as { job_id: string; routing?: { target: string; index: number } }
+  expect(first).toMatchObject({ job_id: classify, routing: { target: 'gpt-4o', index: 0 } })
+  await call('POST', `/api/v1/fail/${classify}`, { worker_id: 'e2e-llm', error: 'HTTP 529 overloaded', provider_error: true })
+  expect((await fetchJobs('llm.classify', 'e2e-llm', 1))[0]).toMatchObject({ job_id: classify, routing: { target: 'gpt-4o-mini', index: 1 } })
   // A running total on a heartbeat, then what came after it on the ack.
   await call('POST', '/api/v1/heartbeat', { worker_id: 'e2e-llm', jobs: { [classify]: { usage: { input_tokens: 300, output_tokens: 20, model: 'gpt-4o-mini', provider: 'openai', cost_usd: 0.125 } } } })
   await call('POST', `/api/v1/ack/${classify}`, { worker_id: 'e2e-llm', result: { label: 'greeting' }, usage: { input_tokens: 200, output_tokens: 10, model: 'gpt-4o-mini', provider: 'openai', cost_usd: 0.125, latency_ms: 400 } })
@@ -311,6 +319,8 @@ test('the cost page shows the seeded spend, by queue, model, provider and tag, a
   expect(hit.cached).toBe(true)
   expect(hit.cached_from).toBe(summarize[2])
   usageJobs = { summarize, classify, cached: hit.job_id }
+  await call('POST', `/api/v1/jobs/${classify}/score`, { dimensions: { accuracy: 0.92, relevance: 0.85 }, scorer: 'human:ann', comment: 'the right label' })
+  await call('POST', `/api/v1/jobs/${classify}/score`, { dimensions: { accuracy: 0.8 }, scorer: 'llm-judge' })
 
   await page.goto('/ui/cost')
   await expect(page.getByRole('link', { name: 'Cost', exact: true })).toHaveAttribute('aria-current', 'page')
@@ -325,6 +335,16 @@ test('the cost page shows the seeded spend, by queue, model, provider and tag, a
   await expect(row('queue', 'llm.classify').locator('td').first()).toHaveText('$0.25')
   await expect(row('model', model).locator('td').nth(1)).toHaveText('3')
   await expect(row('provider', 'openai').locator('td').first()).toHaveText('$0.25')
+  // Budget used today: summarize's $1.50 of $2, acme's $1.00 of $1 (spent).
+  const budget = (scope: string) => page.getByTestId('budgets').locator(`tr[data-scope="${scope}"]`)
+  await expect(budget('queue:llm.summarize').getByTestId('budget-spent')).toHaveText('$1.50 of $2.00 (75%)')
+  await expect(budget('queue:llm.summarize')).toHaveClass('budget-ok')
+  await expect(budget('queue:llm.summarize').locator('td').nth(1)).toHaveText('$1.00')
+  await expect(budget('queue:llm.summarize').getByTestId('budget-action')).toHaveText('hold new jobs')
+  await expect(budget('tag:tenant=acme').getByTestId('budget-spent')).toHaveText('$1.00 of $1.00 (100%)')
+  await expect(budget('tag:tenant=acme')).toHaveClass('budget-over')
+  await expect(budget('tag:tenant=acme')).toContainText('spent')
+  await expect(budget('tag:tenant=acme').getByTestId('budget-action')).toHaveText('alert only')
   // Spend over time: a point per hour of the last 24, this hour's the spend.
   await expect(page.locator('figure.chart')).toHaveAttribute('data-points', '25')
   // By tag: entered, and kept in the URL.
@@ -348,11 +368,24 @@ test('the cost page shows the seeded spend, by queue, model, provider and tag, a
   await expect(page.getByTestId('result-count')).toContainText('2 results')
   await expect(page.locator(`tr[data-job="${summarize[0]}"]`)).toBeVisible()
 
-  // The job pages: the usage panel, and the cached job's source.
+  // The job pages: the usage panel, the model it fell back to, its
+  // scores, and the cached job's source.
   await page.goto(`/ui/jobs/${classify}`)
   await expect(page.getByTestId('usage-cost')).toHaveText('$0.25')
   await expect(page.getByTestId('usage').locator('tbody tr[data-phase]')).toHaveCount(2)
   await expect(page.getByTestId('job-cost')).toContainText('$0.25')
+  await expect(page.getByTestId('job-routing')).toHaveText('gpt-4o-mini — model 2 of 2 (fallback_on_error: gpt-4o → gpt-4o-mini), 1 fallback after a provider error')
+  const scores = page.getByTestId('scores')
+  await expect(scores.locator('tbody tr')).toHaveCount(3)
+  await expect(scores.locator('tbody tr').nth(0)).toContainText('accuracy0.92human:ann')
+  await expect(scores.locator('tbody tr').nth(1).getByTestId('score-value')).toHaveText('0.85')
+  await expect(scores.locator('tbody tr').nth(2)).toContainText('accuracy0.8llm-judge')
+  await expect(scores.locator('.stat', { hasText: 'accuracy' }).locator('.stat-value')).toHaveText('0.86')
+  // A job nobody scored has no scores panel.
+  await page.goto(`/ui/jobs/${summarize[0]}`)
+  await expect(page.getByTestId('usage-cost')).toHaveText('$0.75')
+  await expect(page.getByTestId('scores')).toHaveCount(0)
+  await expect(page.getByTestId('job-routing')).toHaveCount(0)
   await page.goto(`/ui/jobs/${hit.job_id}`)
   await expect(page.getByTestId('job-state')).toHaveText('completed from the result cache')
   await page.getByTestId('cached-from').getByRole('link').click()
@@ -435,6 +468,8 @@ test('screenshots of every screen at desktop and phone width, light and dark', a
         }
         if (name === 'job-detail') await expect(page.getByTestId('dependents')).toBeVisible()
         if (name === 'cost') await expect(page.getByTestId('cost-by-tag').locator('tbody tr').first()).toBeVisible()
+        if (name === 'cost') await expect(page.getByTestId('budgets').locator('tbody tr').first()).toBeVisible()
+        if (name === 'job-usage') await expect(page.getByTestId('scores')).toBeVisible()
         if (name === 'batch') await expect(page.locator('tr[data-job]').first()).toBeVisible()
         // Nothing is wider than the screen (tables scroll inside their box),
         // and a list of jobs fits a phone whole: no column, no row action cut off.

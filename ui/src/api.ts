@@ -63,6 +63,25 @@ export interface UsageSummary {
   cache: { hits: number; misses: number; hit_rate: number; estimated_savings_usd: number }
 }
 
+// Budgets (docs/api.md "Budgets"): a limit on what a scope's LLM work
+// may cost, with the spend of the current UTC day summed over the shards.
+export type BudgetAction = 'hold' | 'reject' | 'alert_only'
+export interface Budget {
+  scope: string // queue:<name>, tag:<key>=<value> or global
+  daily_usd: number | null; per_job_usd: number | null
+  on_exceed: BudgetAction
+  day: string; spent_usd: number; exceeded: boolean
+}
+
+// A job's quality scores (POST /api/v1/jobs/{id}/score), oldest first.
+export interface JobScore { scorer: string; dimensions: Record<string, number>; comment: string | null; at: string }
+
+// A job's model routing: the try order and the model to call now.
+export interface JobRouting {
+  prefer: string; fallback?: string[]; strategy: string; prices?: Record<string, number>
+  order: string[]; target: string; index: number; fallbacks: number
+}
+
 export interface Job {
   id: string; queue: string; payload: unknown; state: JobState; priority: Priority
   attempt: number; max_retries: number; attempts_remaining: number
@@ -86,6 +105,9 @@ export interface Job {
   // job whose cached result completed this one.
   usage?: JobUsage | null
   cache_key?: string | null; cached_from?: string | null
+  // Older servers send neither.
+  scores?: JobScore[]
+  routing?: JobRouting | null
 }
 
 export interface JobRow {
@@ -311,6 +333,7 @@ export const api = {
   // time, oldest first); none: totals only.
   usageSummary: (period: UsagePeriod, groupBy?: string, s?: AbortSignal) =>
     call<UsageSummary>('GET', `${A}/usage/summary?period=${enc(period)}${groupBy ? `&group_by=${enc(groupBy)}` : ''}`, undefined, s),
+  budgets: (s?: AbortSignal) => call<{ budgets: Budget[] }>('GET', `${A}/budgets`, undefined, s).then((r) => r.budgets ?? []),
   batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
   rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
   cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),

@@ -1,11 +1,12 @@
 // @vitest-environment jsdom
-// The cost page's arithmetic and panels, and the job page's usage panel.
+// The cost page's arithmetic and panels (budgets among them), and the
+// job page's usage panel.
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/preact'
-import { costPerJob, fmtPercent, fmtUSD, modelsOf, shares, spendSeries, usageByAttempt } from './cost'
-import { CostPage, CostPanels, type CostData } from './pages/Cost'
+import { budgetUse, costPerJob, fmtPercent, fmtUSD, modelsOf, scopeText, shares, spendSeries, usageByAttempt } from './cost'
+import { Budgets, CostPage, CostPanels, type CostData } from './pages/Cost'
 import { UsagePanel } from './components/UsagePanel'
-import type { JobUsage, UsageGroup, UsageReport, UsageSummary } from './api'
+import type { Budget, JobUsage, UsageGroup, UsageReport, UsageSummary } from './api'
 
 afterEach(() => { cleanup(); vi.unstubAllGlobals() })
 
@@ -117,6 +118,7 @@ describe('the cost page', () => {
     byProvider: summary([group('anthropic', 4, 6)], { group_by: 'provider' }),
     overTime: summary([group(new Date(Math.floor(Date.now() / 3600_000) * 3600_000).toISOString().replace('.000Z', 'Z'), 4, 6)], { group_by: 'hour' }),
     byTag: null,
+    budgets: [],
   }
 
   it('shows the totals, the cache and a table per grouping', () => {
@@ -146,6 +148,7 @@ describe('the cost page', () => {
     const asked: string[] = []
     vi.stubGlobal('fetch', vi.fn(async (u: string) => {
       asked.push(u)
+      if (u.endsWith('/budgets')) return new Response(JSON.stringify({ budgets: [] }), { status: 200, headers: { 'Content-Type': 'application/json' } })
       const by = new URL(u, 'http://x').searchParams.get('group_by') ?? ''
       const body = by.startsWith('tag:') ? summary([group('acme', 2)], { group_by: by }) : summary([group('k', 1)], { group_by: by })
       return new Response(JSON.stringify(body), { status: 200, headers: { 'Content-Type': 'application/json' } })
@@ -153,6 +156,7 @@ describe('the cost page', () => {
     const { unmount } = render(<CostPage query={new URLSearchParams('period=7d&tag=tenant')} />)
     await waitFor(() => expect(screen.getByTestId('cost-by-tag').textContent).toContain('acme'))
     expect(asked.map((u) => new URL(u, 'http://x').search).sort()).toEqual([
+      '', // the budgets
       '?period=7d&group_by=hour', '?period=7d&group_by=model', '?period=7d&group_by=provider', '?period=7d&group_by=queue', '?period=7d&group_by=tag%3Atenant',
     ])
     expect(screen.getByRole('heading', { name: 'By tag tenant' })).toBeTruthy()
@@ -163,5 +167,76 @@ describe('the cost page', () => {
     fireEvent.input(screen.getByLabelText('Tag key'), { target: { value: ' customer ' } })
     fireEvent.submit(screen.getByRole('form', { name: 'Spend by tag' }))
     expect(tags).toEqual(['customer'])
+  })
+})
+
+const budget = (over: Partial<Budget>): Budget => ({
+  scope: 'queue:llm.summarize', daily_usd: 50, per_job_usd: null, on_exceed: 'hold', day: '2026-02-11', spent_usd: 0, exceeded: false, ...over,
+})
+
+describe('budgets', () => {
+  it('says what a scope covers', () => {
+    expect(scopeText('queue:llm.summarize')).toEqual({ kind: 'queue', label: 'llm.summarize', queue: 'llm.summarize' })
+    expect(scopeText('tag:tenant=acme')).toEqual({ kind: 'tag', label: 'tenant=acme' })
+    expect(scopeText('global')).toEqual({ kind: 'global', label: 'every job' })
+    expect(scopeText('weird')).toEqual({ kind: 'other', label: 'weird' })
+  })
+
+  it('fills the bar with the day spent so far, amber from 80 %, red once spent', () => {
+    expect(budgetUse(budget({ spent_usd: 12.5 }))).toEqual({ share: 0.25, level: 'ok', text: '$12.50 of $50.00 (25%)' })
+    expect(budgetUse(budget({ spent_usd: 40 }))).toMatchObject({ share: 0.8, level: 'near' })
+    expect(budgetUse(budget({ spent_usd: 39.99 })).level).toBe('ok')
+    // Past the limit: a full bar, not a longer one.
+    expect(budgetUse(budget({ spent_usd: 75, exceeded: true }))).toEqual({ share: 1, level: 'over', text: '$75.00 of $50.00 (150%)' })
+    // The server's word wins over the page's arithmetic.
+    expect(budgetUse(budget({ spent_usd: 49.9, exceeded: true })).level).toBe('over')
+    // A limit of 0 is spent from the start.
+    expect(budgetUse(budget({ daily_usd: 0, exceeded: true }))).toEqual({ share: 1, level: 'over', text: '$0 of $0' })
+    // A per-job budget has no day to fill.
+    expect(budgetUse(budget({ daily_usd: null, per_job_usd: 2.5, spent_usd: 0.125 }))).toEqual({ share: null, level: 'ok', text: '$0.125 today' })
+  })
+
+  it('is a panel with a row per budget, its bar, limits and action', () => {
+    const budgets = [
+      budget({ spent_usd: 45, on_exceed: 'reject' }),
+      budget({ scope: 'tag:tenant=acme', daily_usd: 1, spent_usd: 1.5, exceeded: true, on_exceed: 'alert_only' }),
+      budget({ scope: 'global', daily_usd: null, per_job_usd: 2.5, spent_usd: 0.25 }),
+    ]
+    render(<Budgets budgets={budgets} />)
+    const panel = screen.getByTestId('budgets')
+    expect(within(panel).getByRole('heading').textContent).toBe('Budget used today 2026-02-11 UTC')
+    const rows = [...panel.querySelectorAll('tbody tr')]
+    expect(rows.map((r) => r.getAttribute('data-scope'))).toEqual(['queue:llm.summarize', 'tag:tenant=acme', 'global'])
+    expect(rows.map((r) => r.className)).toEqual(['budget-near', 'budget-over', 'budget-ok'])
+    expect(rows[0].querySelector('a')!.getAttribute('href')).toBe('/ui/queues/llm.summarize')
+    expect((rows[0].querySelector('.share-fill') as HTMLElement).style.width).toBe('90%')
+    expect(rows[0].querySelector('[data-testid="budget-spent"]')!.textContent).toBe('$45.00 of $50.00 (90%)')
+    expect(rows[0].querySelector('[data-testid="budget-action"]')!.textContent).toBe('reject new jobs')
+    expect(rows[1].textContent).toContain('spent')
+    expect(rows[1].querySelector('[data-testid="budget-action"]')!.textContent).toBe('alert only')
+    expect(rows[2].querySelector('.share-fill')).toBeNull()
+    expect(rows[2].textContent).toContain('$2.50')
+    expect(rows[2].textContent).toContain('every job')
+    // The phone's line for the columns it hides.
+    expect(rows[0].querySelector('.budget-more')!.textContent).toBe('when spent: reject new jobs')
+    expect(rows[2].querySelector('.budget-more')!.textContent).toBe('per job $2.50 · when spent: hold new jobs')
+  })
+
+  it('says how to set one when there is none, and stays away on a server without budgets', () => {
+    const data = (budgets: Budget[] | null): CostData => {
+      const s = summary([group('q', 1)])
+      return { period: '24h', tagKey: '', totals: s, byModel: s, byProvider: s, overTime: s, byTag: null, budgets }
+    }
+    const { unmount } = render(<CostPanels data={data([])} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.getByTestId('budgets').textContent).toContain('No budgets.')
+    unmount()
+    render(<CostPanels data={data(null)} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.queryByTestId('budgets')).toBeNull()
+    cleanup()
+    // No usage yet, but a budget: the budget still shows.
+    const none = summary([], { cache: { hits: 0, misses: 0, hit_rate: 0, estimated_savings_usd: 0 } })
+    render(<CostPanels data={{ ...data([budget({})]), totals: none }} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.getByText(/No usage reported/)).toBeTruthy()
+    expect(screen.getByTestId('budgets').querySelectorAll('tbody tr').length).toBe(1)
   })
 })

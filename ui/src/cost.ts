@@ -1,8 +1,11 @@
 // The cost page's and the job page's arithmetic on usage: money, the
-// spend-over-time series, shares for the bars, a job's usage by attempt.
-import { USAGE_PERIODS, type JobUsage, type UsageGroup, type UsagePeriod, type UsageReport, type UsageSummary } from './api'
+// spend-over-time series, shares for the bars, a job's usage by attempt,
+// how much of a budget is used.
+import { USAGE_PERIODS, type Budget, type BudgetAction, type JobUsage, type UsageGroup, type UsagePeriod, type UsageReport, type UsageSummary } from './api'
 
-export { fmtUSD } from './format'
+import { fmtUSD } from './format'
+
+export { fmtUSD }
 
 // fmtPercent: 0.2427 → "24.3%", 0.25 → "25%", 0 → "0%", 1 → "100%".
 export function fmtPercent(r: number): string {
@@ -100,4 +103,39 @@ export function modelsOf(u: JobUsage): string {
     if (!seen.includes(s)) seen.push(s)
   }
   return seen.join(', ')
+}
+
+// A budget's scope for people: what it covers, and the queue to link to.
+export interface ScopeText { kind: 'queue' | 'tag' | 'global' | 'other'; label: string; queue?: string }
+
+export function scopeText(scope: string): ScopeText {
+  if (scope === 'global') return { kind: 'global', label: 'every job' }
+  if (scope.startsWith('queue:')) return { kind: 'queue', label: scope.slice(6), queue: scope.slice(6) }
+  if (scope.startsWith('tag:')) return { kind: 'tag', label: scope.slice(4) }
+  return { kind: 'other', label: scope }
+}
+
+export const ON_EXCEED_TEXT: Record<BudgetAction, string> = {
+  hold: 'hold new jobs',
+  reject: 'reject new jobs',
+  alert_only: 'alert only',
+}
+
+// How near a day's spend is to its limit: under 80 %, from 80 %, spent.
+export type BudgetLevel = 'ok' | 'near' | 'over'
+export interface BudgetUse {
+  share: number | null // of the daily limit, 0–1 (the bar); null: no daily limit
+  level: BudgetLevel
+  text: string // "$12.34 of $50 (24.7%)", or "$12.34 today" without a daily limit
+}
+
+// budgetUse is a budget's day so far: the bar's fill, its colour and its
+// words. The server's `exceeded` wins (its sum is the one enqueues
+// decide by); a limit of 0 is spent from the start.
+export function budgetUse(b: Budget): BudgetUse {
+  if (b.daily_usd === null) return { share: null, level: b.exceeded ? 'over' : 'ok', text: `${fmtUSD(b.spent_usd)} today` }
+  const r = b.daily_usd > 0 ? b.spent_usd / b.daily_usd : 1
+  const level: BudgetLevel = b.exceeded || r >= 1 ? 'over' : r >= 0.8 ? 'near' : 'ok'
+  const pct = b.daily_usd > 0 ? ` (${fmtPercent(r)})` : ''
+  return { share: Math.min(Math.max(r, 0), 1), level, text: `${fmtUSD(b.spent_usd)} of ${fmtUSD(b.daily_usd)}${pct}` }
 }

@@ -1,5 +1,5 @@
 // Formatting helpers shared by the views.
-import type { Progress } from './api'
+import type { JobRouting, Progress } from './api'
 
 export function fmtNum(n: number | null | undefined): string {
   if (n === null || n === undefined || Number.isNaN(n)) return '—'
@@ -148,4 +148,14 @@ export function fmtUSD(n: number | null | undefined): string {
   if (a < 1) return `${sign}$${a.toFixed(4).replace(/(\.\d\d\d*?)0+$/, '$1')}`
   if (a < 10_000) return `${sign}$${a.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`
   return `${sign}$${Math.round(a).toLocaleString('en-US')}`
+}
+
+// routeNote says where a routed job's current model stands: "model 2 of
+// 3 (fallback_on_error: a → b → c), 1 fallback after a provider error";
+// "the only model (…)" for a job routed to one model.
+export function routeNote(r: JobRouting): string {
+  const n = r.order.length
+  const pos = n <= 1 ? 'the only model' : `model ${r.index + 1} of ${n}`
+  const fb = r.fallbacks > 0 ? `, ${r.fallbacks} ${r.fallbacks === 1 ? 'fallback' : 'fallbacks'} after a provider error` : ''
+  return `${pos} (${r.strategy}: ${r.order.join(' → ')})${fb}`
 }

@@ -12,6 +12,7 @@ typed in :mod:`corvo.types`.
 from .client import Cancel, Cancelled, Client, EventStream
 from .errors import (
     BadRequestError,
+    BudgetExceeded,
     ConflictError,
     CorvoError,
     ErrorCodes,
@@ -20,6 +21,7 @@ from .errors import (
     LeaseLost,
     NotFoundError,
     PayloadTooLargeError,
+    ProviderError,
     TooManyRequestsError,
     UnauthorizedError,
     UnavailableError,
@@ -54,4 +56,6 @@ __all__ = [
     "JobCancelled",
     "LeaseLost",
     "WorkerShutdown",
+    "BudgetExceeded",
+    "ProviderError",
 ]

@@ -29,6 +29,7 @@ from .types import (
     AckFetched,
     AckItem,
     BatchEnqueued,
+    Budget,
     BulkAnswer,
     BulkOperation,
     Chain,
@@ -38,12 +39,15 @@ from .types import (
     FailResult,
     FetchedJob,
     FetchRequest,
+    HeartbeatAnswer,
     HeartbeatJob,
     Job,
     Priority,
+    Routing,
     Schedule,
     SearchFilter,
     SearchPage,
+    Usage,
 )
 
 __all__ = ["Client", "EventStream", "Cancel", "Cancelled"]
@@ -559,6 +563,7 @@ class Client:
         unique_period: Optional[int] = None,
         depends_on: Optional[List[str]] = None,
         chain: Optional[Chain] = None,
+        routing: Optional[Routing] = None,
     ) -> Enqueued:
         """Enqueues a job (``POST /api/v1/enqueue``) with any option of docs/api.md.
 
@@ -589,6 +594,7 @@ class Client:
                 "unique_period": unique_period,
                 "depends_on": depends_on,
                 "chain": chain,
+                "routing": routing,
             }
         )
         return self.enqueue_job(job)  # type: ignore[arg-type]
@@ -769,11 +775,13 @@ class Client:
         step_status: Optional[str] = None,
         worker_id: Optional[str] = None,
         attempt: Optional[int] = None,
+        usage: Optional[Usage] = None,
     ) -> None:
         """Completes a job (``POST /api/v1/ack/{id}``) with its ``result``.
         ``worker_id`` and ``attempt`` make the server check the lease
-        (:class:`~corvo.ConflictError` when it is lost)."""
-        body = _compact({"result": result, "step_status": step_status, "worker_id": worker_id, "attempt": attempt})
+        (:class:`~corvo.ConflictError` when it is lost); ``usage`` is what the
+        attempt used beyond its heartbeats."""
+        body = _compact({"result": result, "step_status": step_status, "worker_id": worker_id, "attempt": attempt, "usage": usage})
         self._call("POST", "/api/v1/ack/" + _enc(job_id), body, route=self._route_job(job_id))
 
     def ack_and_fetch(
@@ -785,11 +793,12 @@ class Client:
         step_status: Optional[str] = None,
         worker_id: Optional[str] = None,
         attempt: Optional[int] = None,
+        usage: Optional[Usage] = None,
     ) -> AckFetched:
         """Completes a job and claims the worker's next jobs in the same request
         (the ack's ``fetch`` extension): ``{"status", "jobs", "fetch_error"?}``.
         A refused ack claims nothing."""
-        body = _compact({"result": result, "step_status": step_status, "worker_id": worker_id, "attempt": attempt})
+        body = _compact({"result": result, "step_status": step_status, "worker_id": worker_id, "attempt": attempt, "usage": usage})
         body["fetch"] = fetch
         return self._call("POST", "/api/v1/ack/" + _enc(job_id), body, route=self._route_job(job_id))
 
@@ -812,16 +821,36 @@ class Client:
         checkpoint: Any = None,
         worker_id: Optional[str] = None,
         attempt: Optional[int] = None,
+        usage: Optional[Usage] = None,
+        provider_error: bool = False,
     ) -> FailResult:
         """Reports a failed attempt (``POST /api/v1/fail/{id}``); the server decides
-        what follows: ``{"status": "retrying"|"dead"|"cancelled", "next_attempt_at"?, "attempts_remaining"}``."""
-        body = _compact({"error": error, "backtrace": backtrace, "checkpoint": checkpoint, "worker_id": worker_id, "attempt": attempt})
+        what follows: ``{"status": "retrying"|"dead"|"cancelled", "next_attempt_at"?, "attempts_remaining"}``.
+        ``usage`` is what the attempt used beyond its heartbeats;
+        ``provider_error`` says the model's provider failed, not the job (a job
+        with routing moves to its next model at once)."""
+        body = _compact(
+            {
+                "error": error,
+                "backtrace": backtrace,
+                "checkpoint": checkpoint,
+                "worker_id": worker_id,
+                "attempt": attempt,
+                "usage": usage,
+                "provider_error": True if provider_error else None,
+            }
+        )
         return self._call("POST", "/api/v1/fail/" + _enc(job_id), body, route=self._route_job(job_id))
 
     def heartbeat(self, worker_id: str, jobs: Dict[str, HeartbeatJob]) -> Dict[str, str]:
         """Extends the leases of the jobs a worker holds and stores their
-        progress and checkpoints (``POST /api/v1/heartbeat``); answers each
-        job's status: ``ok``, ``cancel``, ``lost`` or ``not_found``."""
+        progress, checkpoints and usage (``POST /api/v1/heartbeat``); answers
+        each job's status: ``ok``, ``cancel``, ``lost`` or ``not_found``."""
+        return {k: v["status"] for k, v in self.heartbeat_answers(worker_id, jobs).items()}
+
+    def heartbeat_answers(self, worker_id: str, jobs: Dict[str, HeartbeatJob]) -> Dict[str, HeartbeatAnswer]:
+        """:meth:`heartbeat` with each job's whole answer: ``{"status",
+        "budget_exceeded"?}`` (the job is past a per-job budget)."""
         body = {"worker_id": worker_id, "jobs": {k: _compact(dict(v)) for k, v in jobs.items()}}
         try:
             answer = self._call("POST", "/api/v1/heartbeat", body, route=self._route_most(jobs, True))
@@ -830,7 +859,7 @@ class Client:
             if not isinstance(err.body, dict) or "jobs" not in err.body:
                 raise
             answer = err.body
-        return {k: v["status"] for k, v in (answer.get("jobs") or {}).items()}
+        return dict(answer.get("jobs") or {})
 
     # ---- jobs ------------------------------------------------------------
 
@@ -1037,6 +1066,30 @@ class Client:
     def delete_queue(self, queue: str) -> Dict[str, Any]:
         """Deletes a queue, its settings and every one of its jobs."""
         return self._call("DELETE", "/api/v1/queues/" + _enc(queue) + "?confirm=true", route=self._route_queue(queue))
+
+    # ---- budgets ---------------------------------------------------------
+
+    def budgets(self) -> List[Budget]:
+        """The namespace's budgets with the spend of the current UTC day (``GET /api/v1/budgets``)."""
+        return self._call("GET", "/api/v1/budgets")["budgets"]
+
+    def set_budget(
+        self,
+        scope: str,
+        *,
+        daily_usd: Optional[float] = None,
+        per_job_usd: Optional[float] = None,
+        on_exceed: Optional[str] = None,
+    ) -> Budget:
+        """Creates or replaces the budget of a scope (``queue:<name>``,
+        ``tag:<key>=<value>`` or ``global``): a daily limit, a per-job one or
+        both; ``on_exceed`` ``hold`` (default), ``reject`` or ``alert_only``."""
+        body = _compact({"scope": scope, "daily_usd": daily_usd, "per_job_usd": per_job_usd, "on_exceed": on_exceed})
+        return self._call("PUT", "/api/v1/budgets", body)
+
+    def delete_budget(self, scope: str) -> None:
+        """Removes the budget of a scope, and its spends."""
+        self._call("DELETE", "/api/v1/budgets/" + _enc(scope))
 
     # ---- schedules -------------------------------------------------------
 

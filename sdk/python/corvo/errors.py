@@ -167,3 +167,20 @@ class WorkerShutdown(Exception):
 
     def __init__(self) -> None:
         super().__init__("corvo: worker shutting down")
+
+
+class BudgetExceeded(Exception):
+    """A job's cancellation reason when a heartbeat said its cost (all its
+    attempts) is past a per-job budget (unless the worker's
+    ``continue_over_budget``); a handler that stops with it
+    (``ctx.raise_if_cancelled()``) fails the attempt with this message."""
+
+    def __init__(self) -> None:
+        super().__init__("corvo: job budget exceeded")
+
+
+class ProviderError(Exception):
+    """A failure of the model's provider (an outage, a 5xx, a rate limit), not
+    of the job: a handler that raises it fails the attempt with
+    ``provider_error: true``, so a job with routing moves to its next model
+    (``job["routing"]["target"]``) at once, without using a retry."""

@@ -50,6 +50,43 @@ class EnqueueRequest(TypedDict, total=False):
     unique_period: int
     depends_on: List[str]
     chain: Chain
+    routing: "Routing"
+
+
+class Routing(TypedDict, total=False):
+    """An enqueue's model routing (``prefer`` is required): the models a worker
+    may call for the job; fetches carry the one to call now
+    (``FetchedJob["routing"]``)."""
+
+    prefer: str
+    fallback: List[str]
+    strategy: Literal["fallback_on_error", "round_robin", "lowest_cost"]
+    prices: Dict[str, float]  # with lowest_cost: a price for every model
+
+
+class RouteTarget(TypedDict):
+    """A fetched job's routing: the model to call for this attempt and its
+    place in the job's try order (0: the first)."""
+
+    target: str
+    index: int
+
+
+class Usage(TypedDict, total=False):
+    """What a job's LLM calls used, as a worker reports it on an ack, a fail or
+    a heartbeat (every member optional). On a heartbeat it is the attempt's
+    usage so far (cumulative); on an ack or a fail, what the attempt used
+    beyond its heartbeats. The worker works this out: handlers call
+    ``ctx.report_usage(...)``."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_creation_tokens: int
+    cache_read_tokens: int
+    model: str
+    provider: str
+    cost_usd: float
+    latency_ms: int
 
 
 class Enqueued(TypedDict):
@@ -79,8 +116,12 @@ class FetchRequest(TypedDict, total=False):
     count: int
 
 
-class FetchedJob(TypedDict):
-    """A job handed to a worker."""
+class _FetchedJobExtra(TypedDict, total=False):
+    routing: Optional[RouteTarget]  # the model to call now, for a job enqueued with routing
+
+
+class FetchedJob(_FetchedJobExtra):
+    """A job handed to a worker (``routing`` only for a job enqueued with it)."""
 
     job_id: str
     queue: str
@@ -103,6 +144,7 @@ class AckItem(TypedDict, total=False):
     step_status: Literal["continue", "exit"]
     worker_id: str
     attempt: int
+    usage: Usage  # what the attempt used beyond its heartbeats
 
 
 class AckFetched(TypedDict, total=False):
@@ -144,6 +186,29 @@ class HeartbeatJob(TypedDict, total=False):
     attempt: int
     progress: Any
     checkpoint: Any
+    usage: Usage  # the attempt's usage so far (replaces its previous heartbeat report)
+
+
+class HeartbeatAnswer(TypedDict, total=False):
+    """A job's whole heartbeat answer: its status (``ok``, ``cancel``,
+    ``lost``, ``not_found``) and whether its cost (all its attempts) is past
+    a per-job budget covering it."""
+
+    status: str
+    budget_exceeded: bool
+
+
+class Budget(TypedDict):
+    """A budget as ``GET /api/v1/budgets`` lists it, with the spend of the
+    current UTC day; a limit not set is None."""
+
+    scope: str  # queue:<name>, tag:<key>=<value> or global
+    daily_usd: Optional[float]
+    per_job_usd: Optional[float]
+    on_exceed: Literal["hold", "reject", "alert_only"]
+    day: str
+    spent_usd: float
+    exceeded: bool
 
 
 class Job(TypedDict, total=False):
@@ -188,6 +253,9 @@ class Job(TypedDict, total=False):
     errors: List[Dict[str, Any]]
     worker: Optional[Dict[str, Any]]
     timeline: List[Dict[str, Any]]
+    routing: Optional[Dict[str, Any]]  # as enqueued, with order, target, index and fallbacks; None without
+    usage: Optional[Dict[str, Any]]  # totals and reports; None until a worker reports usage
+    scores: List[Dict[str, Any]]
 
 
 class SearchFilter(TypedDict, total=False):

@@ -1,6 +1,6 @@
 """The worker runtime: fetches jobs of its registered queues and runs their
 handlers on a pool of threads, with batched heartbeats, progress,
-checkpoints, cancellation and a SIGTERM drain."""
+checkpoints, usage, cancellation and a SIGTERM drain."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional
 
 from .client import Cancel, Client
-from .errors import CorvoError, JobCancelled, LeaseLost, WorkerShutdown
-from .types import AckItem, FetchedJob, FetchRequest, HeartbeatJob
+from .errors import BudgetExceeded, CorvoError, JobCancelled, LeaseLost, ProviderError, WorkerShutdown
+from .types import AckItem, FetchedJob, FetchRequest, HeartbeatAnswer, HeartbeatJob, Usage
 
 __all__ = ["Worker", "JobContext", "Handler"]
 
@@ -34,17 +34,37 @@ MAX_ACK_REQUESTS = 4
 # Error codes for which an ack of an ack batch is sent again alone.
 _RETRY_ALONE = ("overloaded", "rate_limited", "unavailable", "shutting_down")
 
+# A usage report's counts (added up) and names (the latest wins).
+_USAGE_COUNTS = ("input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens", "latency_ms")
+_USAGE_NAMES = ("model", "provider")
+
+
+def _add_usage(u: Usage, o: Dict[str, Any]) -> Usage:
+    """u plus o: tokens, cost and latency added, o's model and provider replacing u's when set."""
+    out: Dict[str, Any] = dict(u)
+    for k in _USAGE_COUNTS:
+        if o.get(k):
+            out[k] = out.get(k, 0) + o[k]
+    if o.get("cost_usd"):
+        # Costs are kept to 1e-9 USD by the server: sums stay on that grid.
+        out["cost_usd"] = round(out.get("cost_usd", 0) + o["cost_usd"], 9)
+    for k in _USAGE_NAMES:
+        if o.get(k):
+            out[k] = o[k]
+    return out  # type: ignore[return-value]
+
 
 class JobContext:
-    """A running job's context: progress, checkpoints, cancellation.
+    """A running job's context: progress, checkpoints, usage, cancellation.
 
     Attributes:
         job: the fetched job (``job_id``, ``queue``, ``payload``, ``attempt``,
-            ``tags``, and ``checkpoint``: the last checkpoint of an earlier
-            attempt, to resume from).
+            ``tags``, ``checkpoint``: the last checkpoint of an earlier
+            attempt, to resume from, and ``routing``: ``{"target",
+            "index"}``, the model to call, for a job enqueued with routing).
         reason: why the job was cancelled (:class:`~corvo.JobCancelled`,
-            :class:`~corvo.LeaseLost` or :class:`~corvo.WorkerShutdown`),
-            None while it runs.
+            :class:`~corvo.LeaseLost`, :class:`~corvo.BudgetExceeded` or
+            :class:`~corvo.WorkerShutdown`), None while it runs.
     """
 
     def __init__(self, worker: "Worker", job: FetchedJob):
@@ -55,12 +75,23 @@ class JobContext:
         self._progress: Any = None
         self._checkpoint: Any = job.get("checkpoint")
         self._exit = False
+        # _lock guards the usage: the attempt's so far (report_usage), what a
+        # heartbeat the server applied reported of it, and what the one in
+        # flight reports.
+        self._lock = threading.Lock()
+        self._usage: Usage = {}
+        self._reported = False
+        self._hb_usage: Usage = {}
+        self._hb_sent: Usage = {}
+        self._over_budget = False
 
     @property
     def cancel_event(self) -> threading.Event:
         """Set when the server cancels the job (seen on the next heartbeat),
-        its lease is lost, or the drain's grace runs out: stop, the server has
-        moved on. ``ctx.cancel_event.wait(5)`` sleeps 5 s unless cancelled."""
+        its lease is lost, a heartbeat says it is past a per-job budget (unless
+        the worker's ``continue_over_budget``), or the drain's grace runs out:
+        stop, the server has moved on. ``ctx.cancel_event.wait(5)`` sleeps 5 s
+        unless cancelled."""
         return self._event
 
     @property
@@ -93,12 +124,75 @@ class JobContext:
         hb: HeartbeatJob = {"attempt": j["attempt"], "checkpoint": value}
         if self._progress is not None:
             hb["progress"] = self._progress
-        st = self._w.client.heartbeat(self._w.id, {j["job_id"]: hb})
+        st = self._w.client.heartbeat_answers(self._w.id, {j["job_id"]: hb})
         self._w._apply(st)
 
     def exit_chain(self) -> None:
         """Makes the ack of a chain step skip the chain's remaining steps (step_status "exit")."""
         self._exit = True
+
+    def report_usage(self, usage: Optional[Usage] = None, **fields: Any) -> None:
+        """Adds what an LLM call of the job used to the attempt's usage
+        (``input_tokens``, ``output_tokens``, ``cache_creation_tokens``,
+        ``cache_read_tokens``, ``model``, ``provider``, ``cost_usd``,
+        ``latency_ms``; as a dict, keywords or both). Heartbeats carry the
+        running total (the server keeps the attempt's latest), and the job's
+        ack or fail carries what no applied heartbeat has reported yet, so the
+        server's totals come out exact."""
+        o: Dict[str, Any] = dict(usage or {})
+        o.update(fields)
+        unknown = set(o) - set(_USAGE_COUNTS) - set(_USAGE_NAMES) - {"cost_usd"}
+        if unknown:
+            raise TypeError("corvo: unknown usage field(s): %s" % ", ".join(sorted(unknown)))
+        with self._lock:
+            self._usage = _add_usage(self._usage, o)
+            self._reported = True
+
+    @property
+    def usage(self) -> Usage:
+        """The attempt's usage reported so far."""
+        with self._lock:
+            return dict(self._usage)  # type: ignore[return-value]
+
+    @property
+    def budget_exceeded(self) -> bool:
+        """True once a heartbeat has said the job's cost (all its attempts) is
+        past a per-job budget covering it."""
+        return self._over_budget
+
+    def _heartbeat_usage(self) -> Optional[Usage]:
+        """The usage a heartbeat carries now (None: none reported), remembered as the one in flight."""
+        with self._lock:
+            if not self._reported:
+                return None
+            self._hb_sent = dict(self._usage)  # type: ignore[assignment]
+            return self._hb_sent
+
+    def _heartbeat_applied(self) -> None:
+        with self._lock:
+            self._hb_usage = self._hb_sent
+
+    def _usage_left(self) -> Optional[Usage]:
+        """What the job's ack or fail must report: the usage no applied
+        heartbeat reported (None: none)."""
+        with self._lock:
+            if not self._reported:
+                return None
+            u: Dict[str, Any] = {}
+            for k in _USAGE_COUNTS:
+                d = self._usage.get(k, 0) - self._hb_usage.get(k, 0)  # type: ignore[misc]
+                if d > 0:
+                    u[k] = d
+            cost = round(self._usage.get("cost_usd", 0) - self._hb_usage.get("cost_usd", 0), 9)
+            if cost > 0:
+                u["cost_usd"] = cost
+            nothing = not u
+            for k in _USAGE_NAMES:
+                if self._usage.get(k):
+                    u[k] = self._usage[k]  # type: ignore[literal-required]
+            if nothing and self._hb_usage:
+                return None  # the heartbeats reported it all
+            return u  # type: ignore[return-value]
 
     def _abort(self, reason: BaseException) -> None:
         if not self._event.is_set():
@@ -153,6 +247,10 @@ class Worker:
             runs in the main thread (default True).
         on_error: called with errors the worker has nobody to give to (a
             failed ack, the server away); default: none.
+        continue_over_budget: keeps a job's :attr:`JobContext.cancel_event`
+            unset when a heartbeat says the job is past a per-job budget: the
+            handler reads :attr:`JobContext.budget_exceeded` instead. Default
+            False: the job is cancelled with :class:`~corvo.BudgetExceeded`.
     """
 
     def __init__(
@@ -167,6 +265,7 @@ class Worker:
         shutdown_grace: float = 30.0,
         handle_signals: bool = True,
         on_error: Optional[Callable[[BaseException], None]] = None,
+        continue_over_budget: bool = False,
     ):
         self.client = client
         self.hostname = hostname or socket.gethostname()
@@ -177,6 +276,7 @@ class Worker:
         self.shutdown_grace = shutdown_grace if shutdown_grace > 0 else 30.0
         self.handle_signals = handle_signals
         self.on_error = on_error
+        self.continue_over_budget = continue_over_budget
         self._handlers: Dict[str, Handler] = {}
         self._queues: List[str] = []
         # _cond guards the slots, the drain and the count of slots acking;
@@ -195,6 +295,9 @@ class Worker:
         self._acking = 0
         self._plain_acks = False
         self._plain_batch = False
+        # Set when the heartbeat in flight is answered (None: none in
+        # flight): a finished job's usage waits for it (_usage_left).
+        self._hb_round: Optional[threading.Event] = None
 
     def register(self, queue: str, handler: Optional[Handler] = None) -> Any:
         """Sets the handler of a queue (before :meth:`run`). Without ``handler``
@@ -376,11 +479,15 @@ class Worker:
             if self._inflight.get(jid) is not ctx:
                 return None  # failed by the drain already
             del self._inflight[jid]
+            hb_round = self._hb_round  # a heartbeat in flight may carry this job's usage
         with self._cond:
             self._acking += 1
         try:
             if ctx.cancelled and isinstance(ctx.reason, (JobCancelled, LeaseLost)):
                 return None  # the server has moved on: nothing to report
+            if hb_round is not None:
+                hb_round.wait(30)
+            usage = ctx._usage_left()
             if failure is not None:
                 try:
                     self.client.fail(
@@ -390,6 +497,8 @@ class Worker:
                         checkpoint=ctx._checkpoint,
                         worker_id=self.id,
                         attempt=job["attempt"],
+                        usage=usage,
+                        provider_error=isinstance(failure, ProviderError),
                     )
                 except Exception as err:
                     self._error(err)
@@ -397,6 +506,8 @@ class Worker:
             item: AckItem = {"job_id": jid, "worker_id": self.id, "attempt": job["attempt"]}
             if result is not None:
                 item["result"] = result
+            if usage is not None:
+                item["usage"] = usage
             if ctx._exit:
                 item["step_status"] = "exit"
             return self._ack(item)
@@ -526,6 +637,7 @@ class Worker:
                     checkpoint=ctx._checkpoint,
                     worker_id=self.id,
                     attempt=ctx.job["attempt"],
+                    usage=ctx._usage_left(),
                 )
             except Exception as err:
                 self._error(err)
@@ -536,26 +648,49 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         while not self._stopped.wait(self.heartbeat_interval):
+            jobs: Dict[str, HeartbeatJob] = {}
             with self._mu:
-                jobs: Dict[str, HeartbeatJob] = {
-                    jid: {"attempt": ctx.job["attempt"], "progress": ctx._progress, "checkpoint": ctx._checkpoint}
-                    for jid, ctx in self._inflight.items()
-                }
-            if not jobs:
-                continue
+                ctxs = dict(self._inflight)
+                for jid, ctx in ctxs.items():
+                    hj: HeartbeatJob = {"attempt": ctx.job["attempt"], "progress": ctx._progress, "checkpoint": ctx._checkpoint}
+                    usage = ctx._heartbeat_usage()
+                    if usage is not None:
+                        hj["usage"] = usage
+                    jobs[jid] = hj
+                if not jobs:
+                    continue
+                hb_round = self._hb_round = threading.Event()
             try:
-                self._apply(self.client.heartbeat(self.id, jobs))
+                answers = self.client.heartbeat_answers(self.id, jobs)
+                for jid, a in answers.items():
+                    if jid in ctxs and a.get("status") == "ok":
+                        ctxs[jid]._heartbeat_applied()  # the server applied its usage
+                self._apply(answers)
             except Exception as err:
                 if not self._stopped.is_set():
                     self._error(err)
+            finally:
+                with self._mu:
+                    self._hb_round = None
+                hb_round.set()
 
-    def _apply(self, statuses: Dict[str, str]) -> None:
-        """Acts on heartbeat statuses: cancelled or lost jobs get their cancel event set."""
-        for jid, s in statuses.items():
+    def _apply(self, answers: Dict[str, HeartbeatAnswer]) -> None:
+        """Acts on heartbeat answers: cancelled or lost jobs get their cancel
+        event set, and so do jobs past a per-job budget (unless
+        ``continue_over_budget``), which :attr:`JobContext.budget_exceeded`
+        reports from then on."""
+        for jid, a in answers.items():
             ctx = self._inflight.get(jid)
-            if ctx is None or ctx.cancelled:
+            if ctx is None:
                 continue
+            if a.get("budget_exceeded"):
+                ctx._over_budget = True
+            if ctx.cancelled:
+                continue
+            s = a.get("status")
             if s == "cancel":
                 ctx._abort(JobCancelled())
             elif s in ("lost", "not_found"):
                 ctx._abort(LeaseLost())
+            elif a.get("budget_exceeded") and not self.continue_over_budget:
+                ctx._abort(BudgetExceeded())

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 from _server import REPO_ROOT, free_addr, until
 
 from corvo import (
+    BudgetExceeded,
     Cancel,
     Cancelled,
     Client,
@@ -24,6 +25,7 @@ from corvo import (
     CorvoError,
     ErrorCodes,
     NotFoundError,
+    ProviderError,
     TooManyRequestsError,
     UnavailableError,
     Worker,
@@ -637,3 +639,152 @@ class TestWorker(Base):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def _ok_all(body: Any, **extra: Any) -> Dict[str, Any]:
+    return {"status": 200, "body": {"jobs": {k: dict({"status": "ok"}, **extra) for k in body["jobs"]}}}
+
+
+class TestWorkerLLM(Base):
+    """Usage, budgets and routing, as the Go SDK's worker (sdk/go/worker.go)."""
+
+    def llm_fake(self, jobs: List[Dict[str, Any]], hb: Callable[[Any], Dict[str, Any]]) -> Fake:
+        fetched = threading.Event()
+
+        def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
+            if r.path == "/api/v1/fetch":
+                if not fetched.is_set():
+                    fetched.set()
+                    return {"status": 200, "body": {"jobs": jobs}}
+                time.sleep(0.02)
+                return {"status": 204}
+            if r.path == "/api/v1/heartbeat":
+                return hb(r.body)
+            if r.path.startswith("/api/v1/ack"):
+                return {"status": 200, "body": {"status": "completed", "acked": 1, "errors": [], "jobs": []}}
+            if r.path.startswith("/api/v1/fail/"):
+                return {"status": 200, "body": {"status": "retrying", "attempts_remaining": 1}}
+            return None
+
+        return self.fake(route)
+
+    def run_worker(self, s: Fake, handler: Callable[[Any, Any], Any], done: Callable[[], bool], **kw: Any) -> None:
+        w = Worker(self.client(s.url), id="w1", concurrency=1, fetch_timeout=1, heartbeat_interval=0.01, handle_signals=False, **kw)
+        w.register("q", handler)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            until("the job's outcome", done)
+        finally:
+            w.stop()
+            t.join(10)
+
+    def test_usage_rides_the_heartbeats_as_a_running_total_and_the_ack_carries_only_what_came_after(self) -> None:
+        s = self.llm_fake([job("a")], _ok_all)
+
+        def hb_usage() -> List[Any]:
+            with s.lock:
+                return [r.body["jobs"]["a"]["usage"] for r in s.seen if r.path == "/api/v1/heartbeat" and "usage" in r.body["jobs"]["a"]]
+
+        seen: Dict[str, Any] = {}
+
+        def handler(j: Any, ctx: Any) -> Any:
+            ctx.report_usage(input_tokens=1000, output_tokens=100, model="fake-large", provider="fake", cost_usd=0.011, latency_ms=800)
+            ctx.report_usage({"input_tokens": 500, "output_tokens": 50, "cache_read_tokens": 400, "cost_usd": 0.0055})
+            # Until a heartbeat the server answered "ok" carried the total.
+            until("two heartbeats with usage", lambda: len(hb_usage()) >= 2)
+            ctx.report_usage(input_tokens=70, output_tokens=7, cost_usd=0.00077, model="fake-small")
+            seen.update(ctx.usage)
+            with self.assertRaises(TypeError):
+                ctx.report_usage(tokens=1)
+            return {"answer": "Paris"}
+
+        self.run_worker(s, handler, lambda: any(p.startswith("/api/v1/ack") for p in s.paths()))
+        self.assertEqual(
+            hb_usage()[0],
+            {"input_tokens": 1500, "output_tokens": 150, "cache_read_tokens": 400, "model": "fake-large", "provider": "fake", "cost_usd": 0.0165, "latency_ms": 800},
+        )
+        self.assertEqual(
+            seen,
+            {"input_tokens": 1570, "output_tokens": 157, "cache_read_tokens": 400, "model": "fake-small", "provider": "fake", "cost_usd": 0.01727, "latency_ms": 800},
+        )
+        ack = next(r for r in s.seen if r.path.startswith("/api/v1/ack"))
+        self.assertEqual(ack.body["usage"], {"input_tokens": 70, "output_tokens": 7, "cost_usd": 0.00077, "model": "fake-small", "provider": "fake"})
+
+    def test_an_ack_waits_for_the_heartbeat_in_flight_applied_it_reported_all_refused_the_ack_carries_it(self) -> None:
+        for answer in ("ok", "error"):
+            with self.subTest(answer=answer):
+                gate = threading.Event()
+                returned = threading.Event()
+
+                def hb(body: Any, answer: str = answer, gate: threading.Event = gate) -> Dict[str, Any]:
+                    gate.wait(10)
+                    return _ok_all(body) if answer == "ok" else {"status": 500, "body": {"error": "boom", "code": "internal"}}
+
+                s = self.llm_fake([job("a")], hb)
+
+                def handler(j: Any, ctx: Any, s: Fake = s, returned: threading.Event = returned) -> Any:
+                    ctx.report_usage(input_tokens=10, cost_usd=0.5, model="m")
+                    until("a heartbeat with the usage", lambda: any(r.path == "/api/v1/heartbeat" and "usage" in r.body["jobs"]["a"] for r in list(s.seen)))
+                    returned.set()
+                    return 1
+
+                def done(s: Fake = s, gate: threading.Event = gate, returned: threading.Event = returned) -> bool:
+                    if returned.is_set() and not gate.is_set():
+                        # The handler returned while the heartbeat is held: an ack
+                        # that did not wait for it would be out with all the usage.
+                        time.sleep(0.05)
+                        gate.set()
+                    return any(p.startswith("/api/v1/ack") for p in s.paths())
+
+                self.run_worker(s, handler, done, on_error=lambda e: None)
+                ack = next(r for r in s.seen if r.path.startswith("/api/v1/ack"))
+                if answer == "ok":
+                    self.assertNotIn("usage", ack.body, "the heartbeat reported it all")
+                else:
+                    self.assertEqual(ack.body["usage"], {"input_tokens": 10, "cost_usd": 0.5, "model": "m"})
+
+    def test_budget_exceeded_on_a_heartbeat_cancels_the_job_with_budget_exceeded_or_only_flags_it_with_continue_over_budget(self) -> None:
+        s = self.llm_fake([job("a")], lambda b: _ok_all(b, budget_exceeded=True))
+        got: Dict[str, Any] = {}
+
+        def handler(j: Any, ctx: Any) -> Any:
+            ctx.report_usage(cost_usd=0.02)
+            ctx.wait(10)
+            got["reason"], got["flag"] = ctx.reason, ctx.budget_exceeded
+            ctx.raise_if_cancelled()
+            return "not reached"
+
+        self.run_worker(s, handler, lambda: "/api/v1/fail/a" in s.paths())
+        self.assertIsInstance(got["reason"], BudgetExceeded)
+        self.assertTrue(got["flag"])
+        f = next(r for r in s.seen if r.path == "/api/v1/fail/a").body
+        self.assertEqual(f["error"], "corvo: job budget exceeded")
+        self.assertNotIn("provider_error", f)
+
+        s2 = self.llm_fake([job("b")], lambda b: _ok_all(b, budget_exceeded=True))
+
+        def go_on(j: Any, ctx: Any) -> Any:
+            got["before"] = ctx.budget_exceeded
+            until("budget_exceeded", lambda: ctx.budget_exceeded)
+            got["cancelled"] = ctx.cancelled
+            return "done anyway"
+
+        self.run_worker(s2, go_on, lambda: any(p.startswith("/api/v1/ack") for p in s2.paths()), continue_over_budget=True)
+        self.assertFalse(got["before"])
+        self.assertFalse(got["cancelled"])
+        self.assertEqual(next(r for r in s2.seen if r.path.startswith("/api/v1/ack")).body["result"], "done anyway")
+
+    def test_a_fetched_jobs_routing_names_the_model_and_a_provider_error_fails_with_provider_error(self) -> None:
+        s = self.llm_fake([dict(job("a"), routing={"target": "gpt-4o", "index": 1})], _ok_all)
+        got: Dict[str, Any] = {}
+
+        def handler(j: Any, ctx: Any) -> Any:
+            got["target"] = j["routing"]["target"]
+            raise ProviderError("HTTP 529 overloaded")
+
+        self.run_worker(s, handler, lambda: "/api/v1/fail/a" in s.paths())
+        self.assertEqual(got["target"], "gpt-4o")
+        f = next(r for r in s.seen if r.path == "/api/v1/fail/a").body
+        self.assertEqual(f["error"], "HTTP 529 overloaded")
+        self.assertIs(f["provider_error"], True)

@@ -12,6 +12,8 @@ import type {
   BatchCallback,
   BatchEnqueued,
   BatchStatus,
+  Budget,
+  BudgetRequest,
   BulkAccepted,
   BulkOperation,
   BulkRequest,
@@ -26,6 +28,7 @@ import type {
   FetchedJob,
   FetchRequest,
   Health,
+  HeartbeatAnswer,
   HeartbeatJob,
   HeartbeatStatus,
   Job,
@@ -596,7 +599,14 @@ export class Client {
    * checkpoints); answers each job's status: ok, cancel, lost or not_found.
    */
   async heartbeat(workerId: string, jobs: Record<string, HeartbeatJob>, o?: CallOptions): Promise<Record<string, HeartbeatStatus>> {
-    let answer: { jobs: Record<string, { status: HeartbeatStatus }> };
+    const out: Record<string, HeartbeatStatus> = {};
+    for (const [id, a] of Object.entries(await this.heartbeatAnswers(workerId, jobs, o))) out[id] = a.status;
+    return out;
+  }
+
+  /** heartbeat with each job's whole answer: its status and whether it is past a per-job budget (`budget_exceeded`). */
+  async heartbeatAnswers(workerId: string, jobs: Record<string, HeartbeatJob>, o?: CallOptions): Promise<Record<string, HeartbeatAnswer>> {
+    let answer: { jobs: Record<string, HeartbeatAnswer> };
     try {
       answer = await this.call("POST", "/api/v1/heartbeat", { worker_id: workerId, jobs }, { ...o, route: this.routeMost(Object.keys(jobs), true) });
     } catch (err) {
@@ -605,9 +615,7 @@ export class Client {
       if (!b || !b.jobs) throw err;
       answer = b;
     }
-    const out: Record<string, HeartbeatStatus> = {};
-    for (const [id, s] of Object.entries(answer.jobs ?? {})) out[id] = s.status;
-    return out;
+    return answer.jobs ?? {};
   }
 
   // ---- jobs ------------------------------------------------------------
@@ -848,6 +856,23 @@ export class Client {
   /** Deletes a queue, its settings and every one of its jobs. */
   deleteQueue(queue: string, o?: CallOptions): Promise<{ queue: string; deleted: boolean; jobs_deleted: number }> {
     return this.call("DELETE", "/api/v1/queues/" + enc(queue) + "?confirm=true", undefined, { ...o, route: this.routeQueue(queue) });
+  }
+
+  // ---- budgets ---------------------------------------------------------
+
+  /** The namespace's budgets with the spend of the current UTC day. */
+  async budgets(o?: CallOptions): Promise<Budget[]> {
+    return (await this.call<{ budgets: Budget[] }>("GET", "/api/v1/budgets", undefined, o)).budgets;
+  }
+
+  /** Creates or replaces the budget of a scope (the day's spend is kept). */
+  setBudget(b: BudgetRequest, o?: CallOptions): Promise<Budget> {
+    return this.call("PUT", "/api/v1/budgets", b, o);
+  }
+
+  /** Removes the budget of a scope, and its spends. */
+  async deleteBudget(scope: string, o?: CallOptions): Promise<void> {
+    await this.call("DELETE", "/api/v1/budgets/" + enc(scope), undefined, o);
   }
 
   // ---- schedules -------------------------------------------------------

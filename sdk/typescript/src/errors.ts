@@ -143,3 +143,29 @@ export class WorkerShutdownError extends Error {
     this.name = "WorkerShutdownError";
   }
 }
+
+/**
+ * The reason of a job's AbortSignal when a heartbeat said the job's cost
+ * (all its attempts) is past a per-job budget (unless the worker's
+ * continueOverBudget); a handler that stops with it fails the attempt
+ * with this message.
+ */
+export class BudgetExceededError extends Error {
+  constructor() {
+    super("corvo: job budget exceeded");
+    this.name = "BudgetExceededError";
+  }
+}
+
+/**
+ * A failure of the model's provider (an outage, a 5xx, a rate limit), not
+ * of the job: a handler that throws it fails the attempt with
+ * `provider_error: true`, so a job with routing moves to its next model
+ * (`job.routing.target`) at once, without counting against its retries.
+ */
+export class ProviderError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "ProviderError";
+  }
+}

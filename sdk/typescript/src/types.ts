@@ -42,6 +42,42 @@ export interface EnqueueRequest {
   unique_period?: number;
   depends_on?: string[];
   chain?: Chain;
+  /** The models a worker may call for the job: fetches carry the one to call now (`FetchedJob.routing`). */
+  routing?: Routing;
+}
+
+/** An enqueue's model routing (docs/api.md "Model routing"). */
+export interface Routing {
+  prefer: string;
+  fallback?: string[];
+  /** Default fallback_on_error. */
+  strategy?: "fallback_on_error" | "round_robin" | "lowest_cost";
+  /** With lowest_cost: a price for every model, in any one unit. */
+  prices?: Record<string, number>;
+}
+
+/** A fetched job's routing: the model to call for this attempt and its place in the job's try order (0: the first). */
+export interface RouteTarget {
+  target: string;
+  index: number;
+}
+
+/**
+ * What a job's LLM calls used, as a worker reports it on an ack, a fail or
+ * a heartbeat (every member optional). On a heartbeat it is the attempt's
+ * usage so far (cumulative); on an ack or a fail, what the attempt used
+ * beyond its heartbeats. The Worker works this out: handlers call
+ * `ctx.reportUsage(...)`.
+ */
+export interface Usage {
+  input_tokens?: number;
+  output_tokens?: number;
+  cache_creation_tokens?: number;
+  cache_read_tokens?: number;
+  model?: string;
+  provider?: string;
+  cost_usd?: number;
+  latency_ms?: number;
 }
 
 /** The answer to an enqueue. */
@@ -91,6 +127,8 @@ export interface FetchedJob<P = any> {
   checkpoint: any;
   tags: Record<string, string> | null;
   created_at: string;
+  /** The model to call now, for a job enqueued with routing (absent otherwise). */
+  routing?: RouteTarget | null;
 }
 
 /** An ack's body. `worker_id` and `attempt` make the server check the lease. */
@@ -99,6 +137,8 @@ export interface AckRequest {
   step_status?: "continue" | "exit";
   worker_id?: string;
   attempt?: number;
+  /** What the attempt used beyond its heartbeats. */
+  usage?: Usage;
 }
 
 /** One ack of an ack batch. */
@@ -136,6 +176,10 @@ export interface FailRequest {
   checkpoint?: unknown;
   worker_id?: string;
   attempt?: number;
+  /** What the attempt used beyond its heartbeats. */
+  usage?: Usage;
+  /** The model's provider failed, not the job: a job with routing moves to its next model at once. */
+  provider_error?: boolean;
 }
 
 /** What the server made of a failure. */
@@ -150,10 +194,19 @@ export interface HeartbeatJob {
   attempt?: number;
   progress?: unknown;
   checkpoint?: unknown;
+  /** The attempt's usage so far (cumulative: it replaces the attempt's previous heartbeat report). */
+  usage?: Usage;
 }
 
 /** A job's heartbeat status. */
 export type HeartbeatStatus = "ok" | "cancel" | "lost" | "not_found";
+
+/** A job's whole heartbeat answer. */
+export interface HeartbeatAnswer {
+  status: HeartbeatStatus;
+  /** The job's cost (all its attempts) is past a per-job budget covering it. */
+  budget_exceeded?: boolean;
+}
 
 /** One failed attempt. */
 export interface JobErrorEntry {
@@ -217,6 +270,63 @@ export interface Job<P = any> {
   errors: JobErrorEntry[];
   worker: { id: string; hostname: string | null } | null;
   timeline?: TimelineEntry[];
+  /** Null for a job enqueued without routing. */
+  routing?: JobRouting | null;
+  /** Null until a worker reports usage. */
+  usage?: JobUsage | null;
+}
+
+/** A job document's routing: as enqueued, its try order, the current model and how many provider errors moved it on. */
+export interface JobRouting extends Routing {
+  order: string[];
+  target: string;
+  index: number;
+  fallbacks: number;
+}
+
+/** Tokens and cost added up. */
+export interface UsageCounts {
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_tokens: number;
+  cache_read_tokens: number;
+  cost_usd: number;
+}
+
+/** A job document's usage: its totals and every report, oldest first. */
+export interface JobUsage extends UsageCounts {
+  reports: UsageReport[];
+}
+
+/** One usage record of a job: an attempt's heartbeats (the latest cumulative report), its ack or its fail. */
+export interface UsageReport extends UsageCounts {
+  attempt: number;
+  phase: "heartbeat" | "ack" | "fail";
+  model: string | null;
+  provider: string | null;
+  latency_ms: number;
+  at: string;
+}
+
+/** A budget as GET /api/v1/budgets lists it, with the spend of the current UTC day. */
+export interface Budget {
+  /** queue:<name>, tag:<key>=<value> or global. */
+  scope: string;
+  daily_usd: number | null;
+  per_job_usd: number | null;
+  on_exceed: "hold" | "reject" | "alert_only";
+  day: string;
+  spent_usd: number;
+  exceeded: boolean;
+}
+
+/** PUT /api/v1/budgets: daily_usd, per_job_usd or both. */
+export interface BudgetRequest {
+  scope: string;
+  daily_usd?: number;
+  per_job_usd?: number;
+  /** Default hold. */
+  on_exceed?: "hold" | "reject" | "alert_only";
 }
 
 /** The answer to a move. */

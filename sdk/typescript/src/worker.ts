@@ -1,7 +1,7 @@
 import { hostname } from "node:os";
 import { Client, sleep } from "./client.js";
-import { CorvoError, JobCancelledError, LeaseLostError, WorkerShutdownError } from "./errors.js";
-import type { AckItem, FetchedJob, FetchRequest, HeartbeatJob, HeartbeatStatus } from "./types.js";
+import { BudgetExceededError, CorvoError, JobCancelledError, LeaseLostError, ProviderError, WorkerShutdownError } from "./errors.js";
+import type { AckItem, FetchedJob, FetchRequest, HeartbeatAnswer, HeartbeatJob, Usage } from "./types.js";
 
 /** Options of a Worker; every one has a default. */
 export interface WorkerOptions {
@@ -25,12 +25,33 @@ export interface WorkerOptions {
   handleSignals?: boolean;
   /** Called with errors the worker cannot hand to anyone (a failed ack, a server away); default: none. */
   onError?: (err: unknown) => void;
+  /**
+   * Keeps a job's signal unaborted when a heartbeat says the job is past a
+   * per-job budget: the handler reads `ctx.budgetExceeded` instead.
+   * Default false: the signal is aborted with a BudgetExceededError.
+   */
+  continueOverBudget?: boolean;
 }
 
 /** A handler: return a result (any JSON value) to ack the job, throw to fail it. */
 export type Handler<P = any> = (job: FetchedJob<P>, ctx: JobContext) => unknown | Promise<unknown>;
 
-/** A running job's context: progress, checkpoints, cancellation. */
+const usageCounts = ["input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens", "latency_ms"] as const;
+
+// Costs are kept to 1e-9 USD by the server: sums and differences stay on that grid.
+const nanoUSD = (x: number) => Math.round(x * 1e9) / 1e9;
+
+/** addUsage adds o's tokens, cost and latency to u; o's model and provider replace u's when set. */
+function addUsage(u: Usage, o: Usage): Usage {
+  const out: Usage = { ...u };
+  for (const k of usageCounts) if (o[k]) out[k] = (u[k] ?? 0) + o[k]!;
+  if (o.cost_usd) out.cost_usd = nanoUSD((u.cost_usd ?? 0) + o.cost_usd);
+  if (o.model) out.model = o.model;
+  if (o.provider) out.provider = o.provider;
+  return out;
+}
+
+/** A running job's context: progress, checkpoints, usage, cancellation. */
 export class JobContext {
   // The controller is made when the handler first reads `signal` (most
   // never do) or when the job is aborted.
@@ -39,6 +60,13 @@ export class JobContext {
   /** @internal */ lastProgress: unknown = undefined;
   /** @internal */ lastCheckpoint: unknown = undefined;
   /** @internal */ exit = false;
+  // The attempt's usage so far (reportUsage); what a heartbeat the server
+  // applied reported of it, and what the one in flight reports.
+  private used: Usage = {};
+  private reported = false;
+  /** @internal */ hbUsage: Usage = {};
+  /** @internal */ hbSent: Usage = {};
+  private overBudget = false;
 
   /** @internal */
   constructor(
@@ -48,7 +76,12 @@ export class JobContext {
     this.lastCheckpoint = job.checkpoint ?? undefined;
   }
 
-  /** Aborted when the server cancels the job (reason JobCancelledError), the lease is lost (LeaseLostError) or the drain's grace runs out (WorkerShutdownError). */
+  /**
+   * Aborted when the server cancels the job (reason JobCancelledError), the
+   * lease is lost (LeaseLostError), a heartbeat says the job is past a
+   * per-job budget (BudgetExceededError, unless the worker's
+   * continueOverBudget) or the drain's grace runs out (WorkerShutdownError).
+   */
   get signal(): AbortSignal {
     if (!this.ac) {
       this.ac = new AbortController();
@@ -88,13 +121,63 @@ export class JobContext {
     this.lastCheckpoint = value;
     const hb: HeartbeatJob = { attempt: this.job.attempt, checkpoint: value };
     if (this.lastProgress !== undefined) hb.progress = this.lastProgress;
-    const st = await this.w.client.heartbeat(this.w.id, { [this.job.job_id]: hb });
+    const st = await this.w.client.heartbeatAnswers(this.w.id, { [this.job.job_id]: hb });
     this.w.apply(st);
   }
 
   /** Makes the ack of a chain step skip the chain's remaining steps (step_status "exit"). */
   exitChain(): void {
     this.exit = true;
+  }
+
+  /**
+   * Adds what an LLM call of the job used to the attempt's usage:
+   * heartbeats carry the running total (the server keeps the attempt's
+   * latest), and the job's ack or fail carries what no applied heartbeat
+   * has reported yet, so the server's totals come out exact.
+   */
+  reportUsage(u: Usage): void {
+    this.used = addUsage(this.used, u);
+    this.reported = true;
+  }
+
+  /** The attempt's usage reported so far. */
+  get usage(): Usage {
+    return { ...this.used };
+  }
+
+  /** True once a heartbeat has said the job's cost (all its attempts) is past a per-job budget covering it. */
+  get budgetExceeded(): boolean {
+    return this.overBudget;
+  }
+
+  /** @internal The usage a heartbeat carries now (undefined: none reported), remembered as the one in flight. */
+  heartbeatUsage(): Usage | undefined {
+    if (!this.reported) return undefined;
+    this.hbSent = { ...this.used };
+    return this.hbSent;
+  }
+
+  /** @internal What the job's ack or fail must report: the usage no applied heartbeat reported (undefined: none). */
+  usageLeft(): Usage | undefined {
+    if (!this.reported) return undefined;
+    const u: Usage = {};
+    for (const k of usageCounts) {
+      const d = (this.used[k] ?? 0) - (this.hbUsage[k] ?? 0);
+      if (d > 0) u[k] = d;
+    }
+    const cost = nanoUSD((this.used.cost_usd ?? 0) - (this.hbUsage.cost_usd ?? 0));
+    if (cost > 0) u.cost_usd = cost;
+    const nothing = Object.keys(u).length === 0;
+    if (this.used.model) u.model = this.used.model;
+    if (this.used.provider) u.provider = this.used.provider;
+    if (nothing && Object.keys(this.hbUsage).length > 0) return undefined; // the heartbeats reported it all
+    return u;
+  }
+
+  /** @internal A heartbeat said the job is past a per-job budget. */
+  markOverBudget(): void {
+    this.overBudget = true;
   }
 }
 
@@ -137,6 +220,9 @@ export class Worker {
   private ackRequests = 0;
   private ackIdle: (() => void) | null = null;
   private slotsUsed = 0;
+  // Settles when the heartbeat in flight is answered (null: none in
+  // flight): a finished job's usage waits for it (usageLeft).
+  private hbRound: Promise<void> | null = null;
 
   constructor(client: Client, opts: WorkerOptions = {}) {
     this.client = client;
@@ -149,6 +235,7 @@ export class Worker {
       heartbeatIntervalMs: opts.heartbeatIntervalMs && opts.heartbeatIntervalMs > 0 ? opts.heartbeatIntervalMs : 15_000,
       shutdownGraceMs: opts.shutdownGraceMs && opts.shutdownGraceMs > 0 ? opts.shutdownGraceMs : 30_000,
       handleSignals: opts.handleSignals ?? true,
+      continueOverBudget: opts.continueOverBudget ?? false,
       onError: opts.onError,
     };
   }
@@ -274,12 +361,17 @@ export class Worker {
     }
     if (this.inflight.get(job.job_id) !== ctx) return null; // failed by the drain already
     this.inflight.delete(job.job_id);
+    const round = this.hbRound; // a heartbeat in flight may carry this job's usage
     const why = ctx.reason;
     if (why instanceof JobCancelledError || why instanceof LeaseLostError) {
       return null; // the server has moved on: nothing to report
     }
+    if (round) await round;
+    const usage = ctx.usageLeft();
     if (failed) {
-      const e = failure instanceof Error ? failure : new Error(String(failure));
+      let e = failure instanceof Error ? failure : new Error(String(failure));
+      // A handler stopped by the budget's abort: the failure says why.
+      if (why instanceof BudgetExceededError && (e.name === "AbortError" || e === why)) e = why;
       try {
         await this.client.fail(job.job_id, {
           error: e.message || String(failure),
@@ -287,6 +379,8 @@ export class Worker {
           checkpoint: ctx.lastCheckpoint,
           worker_id: this.id,
           attempt: job.attempt,
+          ...(usage && { usage }),
+          ...(e instanceof ProviderError && { provider_error: true }),
         });
       } catch (err) {
         this.opt.onError?.(err);
@@ -295,6 +389,7 @@ export class Worker {
     }
     const ack: AckItem = { job_id: job.job_id, worker_id: this.id, attempt: job.attempt };
     if (result !== undefined) ack.result = result;
+    if (usage) ack.usage = usage;
     if (ctx.exit) ack.step_status = "exit";
     return new Promise<FetchedJob | null>((next) => {
       this.acks.push({ ack, next });
@@ -406,16 +501,18 @@ export class Worker {
     const left = [...this.inflight.values()];
     this.inflight.clear();
     await Promise.all(
-      left.map((ctx) =>
-        this.client
+      left.map((ctx) => {
+        const usage = ctx.usageLeft();
+        return this.client
           .fail(ctx.job.job_id, {
             error: "worker_shutdown",
             checkpoint: ctx.lastCheckpoint,
             worker_id: this.id,
             attempt: ctx.job.attempt,
+            ...(usage && { usage }),
           })
-          .catch((err) => this.opt.onError?.(err)),
-      ),
+          .catch((err) => this.opt.onError?.(err));
+      }),
     );
     for (const ctx of left) ctx.abort(new WorkerShutdownError());
   }
@@ -434,25 +531,46 @@ export class Worker {
         return;
       }
       const jobs: Record<string, HeartbeatJob> = {};
+      const ctxs = new Map<string, JobContext>();
       for (const [id, ctx] of this.inflight) {
         jobs[id] = { attempt: ctx.job.attempt, progress: ctx.lastProgress, checkpoint: ctx.lastCheckpoint };
+        const usage = ctx.heartbeatUsage();
+        if (usage) jobs[id].usage = usage;
+        ctxs.set(id, ctx);
       }
-      if (Object.keys(jobs).length === 0) continue;
+      if (ctxs.size === 0) continue;
+      let done!: () => void;
+      this.hbRound = new Promise<void>((r) => (done = r));
       try {
-        this.apply(await this.client.heartbeat(this.id, jobs, { signal: ac.signal }));
+        const st = await this.client.heartbeatAnswers(this.id, jobs, { signal: ac.signal });
+        for (const [id, a] of Object.entries(st)) {
+          const ctx = ctxs.get(id);
+          if (ctx && a.status === "ok") ctx.hbUsage = ctx.hbSent; // the server applied it
+        }
+        this.apply(st);
       } catch (err) {
         if (!ac.signal.aborted) this.opt.onError?.(err);
+      } finally {
+        this.hbRound = null;
+        done();
       }
     }
   }
 
-  /** @internal Acts on heartbeat statuses: cancelled or lost jobs get their signal aborted. */
-  apply(st: Record<string, HeartbeatStatus>): void {
-    for (const [id, s] of Object.entries(st)) {
+  /**
+   * @internal Acts on heartbeat answers: cancelled or lost jobs get their
+   * signal aborted, and so do jobs past a per-job budget (unless
+   * continueOverBudget), which `budgetExceeded` reports from then on.
+   */
+  apply(st: Record<string, HeartbeatAnswer>): void {
+    for (const [id, a] of Object.entries(st)) {
       const ctx = this.inflight.get(id);
-      if (!ctx || ctx.reason) continue;
-      if (s === "cancel") ctx.abort(new JobCancelledError());
-      else if (s === "lost" || s === "not_found") ctx.abort(new LeaseLostError());
+      if (!ctx) continue;
+      if (a.budget_exceeded) ctx.markOverBudget();
+      if (ctx.reason) continue;
+      if (a.status === "cancel") ctx.abort(new JobCancelledError());
+      else if (a.status === "lost" || a.status === "not_found") ctx.abort(new LeaseLostError());
+      else if (a.budget_exceeded && !this.opt.continueOverBudget) ctx.abort(new BudgetExceededError());
     }
   }
 }

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { test } from "node:test";
-import { Client, CorvoError, ErrorCodes, NotFoundError, TooManyRequestsError, UnavailableError, Worker } from "../dist/index.js";
+import { BudgetExceededError, Client, CorvoError, ErrorCodes, NotFoundError, ProviderError, TooManyRequestsError, UnavailableError, Worker } from "../dist/index.js";
 import { freeAddr } from "./server.mjs";
 
 // A scripted server stands for one node: its tests count every request,
@@ -402,4 +402,160 @@ test("ErrorCodes holds exactly the codes of docs/api.md's error table", async ()
   const documented = [...table.matchAll(/^\| [0-9 /]+ \| `([a-z_]+)` \|/gm)].map((m) => m[1]).sort();
   assert.ok(documented.length > 20, `read ${documented.length} codes from docs/api.md`);
   assert.deepEqual(Object.values(ErrorCodes).sort(), documented);
+});
+
+// ---- usage, budgets and routing (as the Go SDK's worker: sdk/go/worker.go)
+
+/** A fake server handing out `jobs` on the first fetch, answering heartbeats with hb(body) and acks and fails. */
+function llmFake(jobs, hb) {
+  let fetched = false;
+  return fake((r) => {
+    if (r.path === "/api/v1/fetch") {
+      if (!fetched) {
+        fetched = true;
+        return { status: 200, body: { jobs } };
+      }
+      return new Promise((resolve) => setTimeout(() => resolve({ status: 204 }), 20));
+    }
+    if (r.path === "/api/v1/heartbeat") return hb(r.body);
+    if (r.path.startsWith("/api/v1/ack")) return { status: 200, body: { status: "completed", acked: 1, errors: [], jobs: [] } };
+    if (r.path.startsWith("/api/v1/fail/")) return { status: 200, body: { status: "retrying", attempts_remaining: 1 } };
+  });
+}
+
+const okAll = (body, extra = {}) => ({ status: 200, body: { jobs: Object.fromEntries(Object.keys(body.jobs).map((id) => [id, { status: "ok", ...extra }])) } });
+
+test("usage a handler reports rides the heartbeats as the attempt's running total; the ack carries only what came after the last applied one", async () => {
+  const s = await llmFake([job("a")], (b) => okAll(b));
+  try {
+    const w = new Worker(new Client(s.url, single), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, heartbeatIntervalMs: 10, handleSignals: false });
+    const heartbeatUsage = () => s.seen.filter((r) => r.path === "/api/v1/heartbeat").map((r) => r.body.jobs.a.usage).filter(Boolean);
+    let seenByHandler;
+    w.register("q", async (j, ctx) => {
+      ctx.reportUsage({ input_tokens: 1000, output_tokens: 100, model: "fake-large", provider: "fake", cost_usd: 0.011, latency_ms: 800 });
+      ctx.reportUsage({ input_tokens: 500, output_tokens: 50, cache_read_tokens: 400, cost_usd: 0.0055 });
+      // Until a heartbeat the server answered "ok" carried the total.
+      await waitFor(() => heartbeatUsage().length >= 2);
+      ctx.reportUsage({ input_tokens: 70, output_tokens: 7, cost_usd: 0.00077, model: "fake-small" });
+      seenByHandler = ctx.usage;
+      return { answer: "Paris" };
+    });
+    const done = w.run();
+    await waitFor(() => s.seen.some((r) => r.path.startsWith("/api/v1/ack")));
+    w.stop();
+    await done;
+    assert.deepEqual(heartbeatUsage()[0], { input_tokens: 1500, output_tokens: 150, cache_read_tokens: 400, model: "fake-large", provider: "fake", cost_usd: 0.0165, latency_ms: 800 });
+    assert.deepEqual(seenByHandler, { input_tokens: 1570, output_tokens: 157, cache_read_tokens: 400, model: "fake-small", provider: "fake", cost_usd: 0.01727, latency_ms: 800 });
+    const ack = s.seen.find((r) => r.path.startsWith("/api/v1/ack"));
+    assert.deepEqual(ack.body.usage, { input_tokens: 70, output_tokens: 7, cost_usd: 0.00077, model: "fake-small", provider: "fake" });
+  } finally {
+    await s.close();
+  }
+});
+
+test("a job's ack waits for the heartbeat in flight: applied, it reported everything (no usage on the ack); refused, the ack carries it all", async () => {
+  for (const answer of ["ok", "error"]) {
+    let release;
+    const gate = new Promise((r) => (release = r));
+    const s = await llmFake([job("a")], async (b) => {
+      await gate;
+      return answer === "ok" ? okAll(b) : { status: 500, body: { error: "boom", code: "internal" } };
+    });
+    try {
+      const w = new Worker(new Client(s.url, single), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, heartbeatIntervalMs: 10, handleSignals: false, onError: () => {} });
+      let returned = false;
+      w.register("q", async (j, ctx) => {
+        ctx.reportUsage({ input_tokens: 10, cost_usd: 0.5, model: "m" });
+        await waitFor(() => s.seen.some((r) => r.path === "/api/v1/heartbeat" && r.body.jobs.a.usage));
+        returned = true;
+        return 1;
+      });
+      const done = w.run();
+      // The handler's return settles the job's usage within microtasks: an
+      // ack that did not wait for the heartbeat would carry it all by now.
+      await waitFor(() => returned);
+      release();
+      await waitFor(() => s.seen.some((r) => r.path.startsWith("/api/v1/ack")));
+      w.stop();
+      await done;
+      const ack = s.seen.find((r) => r.path.startsWith("/api/v1/ack"));
+      if (answer === "ok") assert.equal(ack.body.usage, undefined, "the heartbeat reported it all");
+      else assert.deepEqual(ack.body.usage, { input_tokens: 10, cost_usd: 0.5, model: "m" });
+    } finally {
+      await s.close();
+    }
+  }
+});
+
+test("a heartbeat's budget_exceeded aborts the job's signal with BudgetExceededError and the fail says so; with continueOverBudget the handler reads ctx.budgetExceeded", async () => {
+  const s = await llmFake([job("a")], (b) => okAll(b, { budget_exceeded: true }));
+  try {
+    const w = new Worker(new Client(s.url, single), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, heartbeatIntervalMs: 10, handleSignals: false });
+    let reason;
+    let flag;
+    w.register("q", async (j, ctx) => {
+      ctx.reportUsage({ cost_usd: 0.02 });
+      // As a fetch() given ctx.signal rejects when it is aborted.
+      await new Promise((_, reject) =>
+        ctx.signal.addEventListener("abort", () => {
+          reason = ctx.signal.reason;
+          flag = ctx.budgetExceeded;
+          reject(new DOMException("This operation was aborted", "AbortError"));
+        }),
+      );
+    });
+    const done = w.run();
+    await waitFor(() => s.seen.some((r) => r.path === "/api/v1/fail/a"));
+    w.stop();
+    await done;
+    assert.ok(reason instanceof BudgetExceededError);
+    assert.equal(flag, true);
+    const f = s.seen.find((r) => r.path === "/api/v1/fail/a").body;
+    assert.equal(f.error, "corvo: job budget exceeded");
+    assert.equal(f.provider_error, undefined);
+  } finally {
+    await s.close();
+  }
+
+  const s2 = await llmFake([job("b")], (b) => okAll(b, { budget_exceeded: true }));
+  try {
+    const w = new Worker(new Client(s2.url, single), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, heartbeatIntervalMs: 10, handleSignals: false, continueOverBudget: true });
+    let aborted;
+    w.register("q", async (j, ctx) => {
+      assert.equal(ctx.budgetExceeded, false);
+      await waitFor(() => ctx.budgetExceeded);
+      aborted = ctx.signal.aborted;
+      return "done anyway";
+    });
+    const done = w.run();
+    await waitFor(() => s2.seen.some((r) => r.path.startsWith("/api/v1/ack")));
+    w.stop();
+    await done;
+    assert.equal(aborted, false);
+    assert.equal(s2.seen.find((r) => r.path.startsWith("/api/v1/ack")).body.result, "done anyway");
+  } finally {
+    await s2.close();
+  }
+});
+
+test("a fetched job's routing names the model to call; a ProviderError fails the attempt with provider_error", async () => {
+  const s = await llmFake([{ ...job("a"), routing: { target: "gpt-4o", index: 1 } }], (b) => okAll(b));
+  try {
+    const w = new Worker(new Client(s.url, single), { id: "w1", concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false });
+    let target;
+    w.register("q", (j) => {
+      target = j.routing?.target;
+      throw new ProviderError("HTTP 529 overloaded", { cause: new Error("upstream") });
+    });
+    const done = w.run();
+    await waitFor(() => s.seen.some((r) => r.path === "/api/v1/fail/a"));
+    w.stop();
+    await done;
+    assert.equal(target, "gpt-4o");
+    const f = s.seen.find((r) => r.path === "/api/v1/fail/a").body;
+    assert.equal(f.error, "HTTP 529 overloaded");
+    assert.equal(f.provider_error, true);
+  } finally {
+    await s.close();
+  }
 });

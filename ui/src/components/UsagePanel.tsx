@@ -2,6 +2,9 @@ import type { JobUsage } from '../api'
 import { fmtClock, fmtDuration, fmtNum } from '../format'
 import { fmtUSD, modelsOf, usageByAttempt } from '../cost'
 
+// The job page's chunk for LLM work: this panel and the scores'.
+export { ScoresPanel } from './ScoresPanel'
+
 // UsagePanel is what the job's LLM calls used: its totals, the models and
 // providers, and each report (per attempt: the latest heartbeat's running
 // total, then the ack's or fail's own), with each attempt's subtotal.

@@ -1,15 +1,16 @@
 // The cost page: what the workers' LLM calls cost (usage reported on
 // acks and heartbeats) over a period — totals, the result cache's
-// savings, spend over time, and spend by queue, model, provider and tag.
-// Each part is a panel of its own (CostPanels): budgets, providers and
-// routing add theirs to the list.
+// savings, spend over time, the budgets' use today, and spend by queue,
+// model, provider and tag.
+// Each part is a panel of its own (CostPanels): providers and routing
+// add theirs to the list.
 import { useState } from 'preact/hooks'
 import type { ComponentChildren } from 'preact'
-import { api, USAGE_PERIODS, type UsageGroup, type UsagePeriod, type UsageSummary } from '../api'
+import { api, ApiError, USAGE_PERIODS, type Budget, type UsageGroup, type UsagePeriod, type UsageSummary } from '../api'
 import { useLive } from '../live'
 import { href, navigate } from '../router'
 import { fmtNum } from '../format'
-import { bucketOf, costPerJob, fmtPercent, fmtUSD, isPeriod, shares, spendSeries } from '../cost'
+import { budgetUse, bucketOf, costPerJob, fmtPercent, fmtUSD, isPeriod, ON_EXCEED_TEXT, scopeText, shares, spendSeries } from '../cost'
 import { Chart, PALETTE } from '../components/charts'
 import { Empty, ErrorNote, Stat } from '../components/ui'
 
@@ -21,17 +22,19 @@ export interface CostData {
   byProvider: UsageSummary
   overTime: UsageSummary
   byTag: UsageSummary | null
+  budgets: Budget[] | null // null: a server without budgets
 }
 
 export async function loadCost(period: UsagePeriod, tagKey: string, s: AbortSignal): Promise<CostData> {
-  const [totals, byModel, byProvider, overTime, byTag] = await Promise.all([
+  const [totals, byModel, byProvider, overTime, byTag, budgets] = await Promise.all([
     api.usageSummary(period, 'queue', s),
     api.usageSummary(period, 'model', s),
     api.usageSummary(period, 'provider', s),
     api.usageSummary(period, bucketOf(period), s),
     tagKey ? api.usageSummary(period, `tag:${tagKey}`, s) : Promise.resolve(null),
+    api.budgets(s).catch((e: unknown) => (e instanceof ApiError && e.status === 404 ? null : Promise.reject(e))),
   ])
-  return { period, tagKey, totals, byModel, byProvider, overTime, byTag }
+  return { period, tagKey, totals, byModel, byProvider, overTime, byTag, budgets }
 }
 
 const PERIOD_TEXT: Record<UsagePeriod, string> = { '24h': 'last 24 hours', '7d': 'last 7 days', '30d': 'last 30 days' }
@@ -51,7 +54,7 @@ export function CostPage({ query }: { query: URLSearchParams }) {
     (s) => loadCost(period, tagKey, s),
     `cost:${period}:${tagKey}`,
     // Usage arrives with acks, fails and heartbeats: reload after job
-    // events, at most every 10 s (five summaries a reload).
+    // events, at most every 10 s (five summaries and the budgets a reload).
     { minGapMs: 10_000, pollLiveMs: 30_000, pollOfflineMs: 15_000 },
   )
   const go = (per: UsagePeriod, tag: string) => {
@@ -78,22 +81,26 @@ export function CostPage({ query }: { query: URLSearchParams }) {
   )
 }
 
-// CostPanels lays out the page's panels in order; a new panel (budget
-// used, provider limits) is one more entry here, reading the same data or
-// loading its own.
+// CostPanels lays out the page's panels in order; a new panel (provider
+// limits) is one more entry here, reading the same data or loading its
+// own. The budgets show even before any usage is reported.
 export function CostPanels({ data, period, tagKey, onTag }: { data: CostData | undefined; period: UsagePeriod; tagKey: string; onTag: (key: string) => void }) {
   if (data && data.totals.totals.reports === 0 && data.totals.cache.hits + data.totals.cache.misses === 0) {
     return (
-      <Empty>
-        No usage reported in the {PERIOD_TEXT[period]}. Workers report what their LLM calls used on an ack or a heartbeat
-        (<span class="mono">"usage": {'{'}"input_tokens", "output_tokens", "model", "provider", "cost_usd"{'}'}</span>); it shows here within seconds.
-      </Empty>
+      <>
+        <Empty>
+          No usage reported in the {PERIOD_TEXT[period]}. Workers report what their LLM calls used on an ack or a heartbeat
+          (<span class="mono">"usage": {'{'}"input_tokens", "output_tokens", "model", "provider", "cost_usd"{'}'}</span>); it shows here within seconds.
+        </Empty>
+        {data.budgets && data.budgets.length > 0 && <Budgets budgets={data.budgets} />}
+      </>
     )
   }
   return (
     <>
       <Totals data={data} />
       <SpendOverTime data={data} period={period} />
+      {data?.budgets !== null && <Budgets budgets={data?.budgets} />}
       <div class="cost-groups">
         <Breakdown title="By queue" what="queue" summary={data?.totals} link={(k) => href(`/queues/${encodeURIComponent(k)}`)} />
         <Breakdown title="By model" what="model" summary={data?.byModel} link={(k) => href('/jobs', `model=${encodeURIComponent(k)}`)} />
@@ -134,6 +141,59 @@ function SpendOverTime({ data, period }: { data: CostData | undefined; period: U
         series={[{ label: 'spend', color: PALETTE[0], fill: true }]}
         data={[ts, cost]}
       />
+    </div>
+  )
+}
+
+// Budgets is each budget's use of the current UTC day: what its scope
+// spent against its daily limit (a bar, amber from 80 %, red once spent),
+// its per-job limit, and what happens to new jobs once it is spent.
+export function Budgets({ budgets }: { budgets: Budget[] | undefined }) {
+  return (
+    <div class="panel cost-budgets" data-testid="budgets">
+      <h2>Budget used today{budgets && budgets.length > 0 && <span class="muted small"> {budgets[0].day} UTC</span>}</h2>
+      {budgets && (budgets.length === 0 ? (
+        <p class="muted">
+          No budgets. A budget limits what a queue, a tag value or the whole namespace may spend a day or a job:
+          {' '}<span class="mono">corvo budgets set queue:&lt;name&gt; --daily-usd 50</span>.
+        </p>
+      ) : (
+        <div class="table-wrap">
+          <table class="grid cost-table budgets-table">
+            <thead>
+              <tr>
+                <th scope="col">Scope</th>
+                <th scope="col">Spent today</th>
+                <th scope="col" class="num hide-xs">Per job</th>
+                <th scope="col" class="hide-xs">When spent</th>
+              </tr>
+            </thead>
+            <tbody>
+              {budgets.map((b) => {
+                const sc = scopeText(b.scope)
+                const use = budgetUse(b)
+                const action = ON_EXCEED_TEXT[b.on_exceed] ?? b.on_exceed
+                return (
+                  <tr key={b.scope} data-scope={b.scope} class={`budget-${use.level}`}>
+                    <th scope="row" class="key-cell">
+                      {sc.kind !== 'other' && <span class="muted small">{sc.kind} </span>}
+                      {sc.queue ? <a href={href(`/queues/${encodeURIComponent(sc.queue)}`)}>{sc.label}</a> : sc.label}
+                    </th>
+                    <td class="budget-use">
+                      <span class="nowrap" data-testid="budget-spent">{use.text}</span>
+                      {use.level === 'over' && <span class="badge s-dead">spent</span>}
+                      {use.share !== null && <div class={`share budget-bar ${use.level}`} aria-hidden="true"><div class="share-fill" style={{ width: `${(use.share * 100).toFixed(1)}%` }} /></div>}
+                      <div class="budget-more muted small">{b.per_job_usd !== null && `per job ${fmtUSD(b.per_job_usd)} · `}when spent: {action}</div>
+                    </td>
+                    <td class="num nowrap hide-xs">{b.per_job_usd === null ? <span class="muted">—</span> : fmtUSD(b.per_job_usd)}</td>
+                    <td class="hide-xs" data-testid="budget-action">{action}</td>
+                  </tr>
+                )
+              })}
+            </tbody>
+          </table>
+        </div>
+      ))}
     </div>
   )
 }

@@ -2,12 +2,14 @@ import { useState } from 'preact/hooks'
 import { api, ApiError, PRIORITIES, type Job, type Priority, type SearchPage, type TimelineEntry } from '../api'
 import { useLive, type JobEvent } from '../live'
 import { href, navigate } from '../router'
-import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, fmtUSD, pretty, shortId } from '../format'
+import { fmtAttempt, fmtClock, fmtDuration, fmtNum, fmtTime, fmtUSD, pretty, routeNote, shortId } from '../format'
 import { act, Dialog, ErrorNote, ProgressBar, StateBadge } from '../components/ui'
 import { lazy } from '../components/lazy'
 
-// The usage panel is a chunk of its own: most jobs have no usage.
+// The usage and scores panels are a chunk of their own: most jobs have
+// no usage and are never scored.
 const UsagePanel = lazy(() => import('../components/UsagePanel').then((m) => m.UsagePanel))
+const ScoresPanel = lazy(() => import('../components/UsagePanel').then((m) => m.ScoresPanel))
 
 // timelineOf gives the server's timeline when it has one, else one
 // reconstructed from the job's own fields (less detailed: no progress).
@@ -120,6 +122,11 @@ export function JobDetail({ id }: { id: string }) {
               </dd></>
             )}
             {j.cache_key && !j.cached_from && <><dt>Result cache</dt><dd><span class="muted">key</span> <span class="mono" title={j.cache_key}>{j.cache_key.slice(0, 16)}…</span></dd></>}
+            {j.routing && (
+              <><dt>Model</dt><dd data-testid="job-routing">
+                <span class="mono">{j.routing.target}</span> <span class="muted">— {routeNote(j.routing)}</span>
+              </dd></>
+            )}
             {j.usage && <><dt>Cost</dt><dd data-testid="job-cost">{fmtUSD(j.usage.cost_usd)} <span class="muted">({fmtNum(j.usage.input_tokens)} tokens in, {fmtNum(j.usage.output_tokens)} out)</span></dd></>}
           </dl>
 
@@ -131,6 +138,7 @@ export function JobDetail({ id }: { id: string }) {
           )}
 
           {j.usage && <UsagePanel usage={j.usage} />}
+          {j.scores && j.scores.length > 0 && <ScoresPanel scores={j.scores} />}
 
           <div class="block">
             <h2>Payload</h2>
