@@ -138,3 +138,19 @@ func TestRecordsAIRefused(t *testing.T) {
 	_, err = r.Next()
 	require.ErrorContains(t, err, "exactly")
 }
+
+// TestRecordsOlderFile: a file written before issue 20's records and
+// fields reads and converts as before: the job has no usage, scores,
+// routing or cache key, so a restore writes none.
+func TestRecordsOlderFile(t *testing.T) {
+	recs := readAll(t, sample)
+	require.Len(t, recs, 2)
+	e, err := ToJob(recs[1].Job)
+	require.NoError(t, err)
+	require.Nil(t, e.View.Usage)
+	require.Nil(t, e.View.Scores)
+	require.Nil(t, e.View.Job.Routing)
+	require.Empty(t, e.View.Job.CacheKey)
+	require.Zero(t, e.View.State.RouteIndex)
+	require.Equal(t, recs[1].Job, FromJob(e))
+}

@@ -201,4 +201,20 @@ func TestBackupRestoreAIState(t *testing.T) {
 	require.Empty(t, rep.Restored)
 	require.Equal(t, map[string]int{"namespace": 1, "job": 2, "budget": 3, "cache": 1, "usage_day": 1}, rep.Exists, "%+v", rep)
 	require.JSONEq(t, string(after.budgets), string(must(dst, "GET", "/api/v1/budgets", nil, 200)))
+
+	// A cache entry that has expired is left out, and said so; a budget
+	// no server would hold refuses the file, and nothing changes.
+	file := func(rec string) []byte {
+		kind, _, _ := strings.Cut(strings.TrimPrefix(rec, `{"kind":"`), `"`)
+		return []byte(`{"kind":"header","format":1,"created_at":1,"shards":4,"namespace":"default","keys":"metadata"}` + "\n" + rec + "\n" +
+			`{"kind":"trailer","counts":{"` + kind + `":1}}` + "\n")
+	}
+	rep = decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", file(`{"kind":"cache","cache":{"queue":"`+q+`","key":"old",`+
+		`"job_id":"`+move(cached)+`","completed_at":1,"expires_at":2}}`), 200))
+	require.Equal(t, map[string]int{"cache": 1}, rep.Expired, "%+v", rep)
+	require.Empty(t, rep.Restored)
+	code, out := do(t, "POST", dst+"/api/v1/restore", file(`{"kind":"budget","budget":{"namespace":"default","on_exceed":"pause","daily_nanos":1}}`))
+	require.Equal(t, 400, code, string(out))
+	require.Contains(t, string(out), "on_exceed")
+	require.JSONEq(t, string(after.budgets), string(must(dst, "GET", "/api/v1/budgets", nil, 200)))
 }
