@@ -10,14 +10,24 @@
 //	{"kind":"namespace","namespace":{…}}   the meta group's records …
 //	{"kind":"role","role":{…}}
 //	{"kind":"key","key":{…}}               no "hash" unless keys=full
+//	{"kind":"budget","budget":{…}}         every shard's spend summed by day
 //	{"kind":"queue","queue":{…}}           … then each shard's, in shard order
 //	{"kind":"schedule","schedule":{…}}
-//	{"kind":"job","job":{…}}
+//	{"kind":"job","job":{…}}               with its usage records and scores
+//	{"kind":"cache","cache":{…}}           result-cache entries
+//	{"kind":"usage_day","usage_day":{…}}   a queue's usage totals of a day
 //	{"kind":"batch","batch":{…}}           every shard's batches come last
 //	{"kind":"trailer","counts":{"job":…,…}}
 //
 // The trailer counts each kind, so a truncated file (no trailer, or fewer
 // records than it says) is refused before anything is restored.
+//
+// The format grows by adding: a new record kind, or a new optional field
+// (absent means what it meant before the field existed). A file an older
+// corvo wrote still reads, with the same format number; only a change that
+// makes an older file mean something else bumps FormatVersion. (An older
+// corvo refuses a newer file that holds a kind or field it does not know:
+// the reader is strict.)
 package backup
 
 import (
@@ -62,10 +72,13 @@ const (
 	KindSchedule  = "schedule"
 	KindJob       = "job"
 	KindBatch     = "batch"
+	KindBudget    = "budget"
+	KindCache     = "cache"
+	KindUsageDay  = "usage_day"
 	KindTrailer   = "trailer"
 )
 
-var recordKinds = []string{KindNamespace, KindRole, KindKey, KindQueue, KindSchedule, KindJob, KindBatch}
+var recordKinds = []string{KindNamespace, KindRole, KindKey, KindQueue, KindSchedule, KindJob, KindBatch, KindBudget, KindCache, KindUsageDay}
 
 // Header is a backup's first line.
 type Header struct {
@@ -94,6 +107,9 @@ type Record struct {
 	Schedule  *Schedule       `json:"schedule,omitempty"`
 	Job       *Job            `json:"job,omitempty"`
 	Batch     *Batch          `json:"batch,omitempty"`
+	Budget    *Budget         `json:"budget,omitempty"`
+	Cache     *Cache          `json:"cache,omitempty"`
+	UsageDay  *UsageDay       `json:"usage_day,omitempty"`
 }
 
 // Key is an API key's stored record; Hash is set only in keys=full
@@ -313,6 +329,7 @@ func (r *Record) check() error {
 	set := map[string]bool{
 		KindNamespace: r.Namespace != nil, KindRole: r.Role != nil, KindKey: r.Key != nil, KindQueue: r.Queue != nil,
 		KindSchedule: r.Schedule != nil, KindJob: r.Job != nil, KindBatch: r.Batch != nil,
+		KindBudget: r.Budget != nil, KindCache: r.Cache != nil, KindUsageDay: r.UsageDay != nil,
 	}
 	if _, known := set[r.Kind]; !known {
 		return fmt.Errorf("unknown record kind %q", r.Kind)

@@ -18,6 +18,7 @@ const sample = `{"kind":"header","format":1,"created_at":1,"shards":2,"namespace
 func FuzzReader(f *testing.F) {
 	f.Add([]byte(sample))
 	f.Add([]byte(sample[:len(sample)/2]))
+	f.Add([]byte(sampleAI))
 	f.Add([]byte(`{"kind":"header","format":1,"shards":1,"namespace":"acme","keys":"full"}` + "\n" + `{"kind":"trailer","counts":{}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := NewReader(bytes.NewReader(b))
@@ -38,6 +39,15 @@ func FuzzReader(f *testing.F) {
 			}
 			if rec.Schedule != nil {
 				_, _ = ToSchedule(rec.Schedule)
+			}
+			if rec.Budget != nil {
+				_, _ = ToBudget(rec.Budget)
+			}
+			if rec.Cache != nil {
+				_, _ = ToCache(rec.Cache)
+			}
+			if rec.UsageDay != nil {
+				_, _ = ToUsageDay(rec.UsageDay)
 			}
 			if p.See(&rec) == nil {
 				_ = p.Rewrite(&rec)

@@ -157,6 +157,17 @@ func (p *Plan) Shard(r *Record) int {
 		return p.rt.ShardForQueue(r.Schedule.Queue)
 	case r.Queue != nil:
 		return p.rt.ShardForQueue(r.Queue.Name)
+	case r.Cache != nil:
+		return p.rt.ShardForQueue(r.Cache.Queue)
+	case r.UsageDay != nil:
+		return p.rt.ShardForQueue(r.UsageDay.Queue)
+	case r.Budget != nil:
+		// Every shard gets the budget; this one its spend: a queue's
+		// budget the queue's shard, any other shard 0 (what counts is
+		// the sum over the shards).
+		if r.Budget.Queue != "" {
+			return p.rt.ShardForQueue(r.Budget.Queue)
+		}
 	}
 	return 0
 }
@@ -197,6 +208,15 @@ func (p *Plan) Rewrite(r *Record) error {
 		for i := range j.Resolved {
 			j.Resolved[i] = p.JobID(j.Resolved[i])
 		}
+		if j.CachedFrom != "" {
+			j.CachedFrom = p.JobID(j.CachedFrom)
+		}
+		for i := range j.Usage {
+			j.Usage[i].Queue = p.Queue(j.Usage[i].Queue)
+		}
+		for i := range j.Scores {
+			j.Scores[i].Queue = p.Queue(j.Scores[i].Queue)
+		}
 	case r.Batch != nil:
 		b := r.Batch
 		b.ID = p.BatchID(b.ID)
@@ -220,8 +240,20 @@ func (p *Plan) Rewrite(r *Record) error {
 			return err
 		}
 		s.ID = id
+		if s.LastJobID != "" {
+			s.LastJobID = p.JobID(s.LastJobID)
+		}
 	case r.Queue != nil:
 		r.Queue.Name = p.Queue(r.Queue.Name)
+	case r.Cache != nil:
+		r.Cache.Queue, r.Cache.JobID = p.Queue(r.Cache.Queue), p.JobID(r.Cache.JobID)
+	case r.UsageDay != nil:
+		r.UsageDay.Queue = p.Queue(r.UsageDay.Queue)
+	case r.Budget != nil:
+		r.Budget.Namespace = p.Namespace(r.Budget.Namespace)
+		if r.Budget.Queue != "" {
+			r.Budget.Queue = p.Queue(r.Budget.Queue)
+		}
 	case r.Key != nil:
 		r.Key.Namespace = p.Namespace(r.Key.Namespace)
 	case r.Namespace != nil:

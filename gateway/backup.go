@@ -24,12 +24,16 @@ import (
 // Backup and restore (the backup package has the format).
 //
 // A backup is per-shard consistent: each shard's queue settings, schedules
-// and jobs come from one Pebble snapshot of one replica (this node's when it
-// hosts the shard, else streamed from a node that does), shard after shard;
-// the batches come last, from a second snapshot of each shard, so a batch's
-// counts may be newer than its jobs' states. Nothing is collected: records
-// go to the response as they are read (the only set kept is the IDs of the
-// batches a namespace's jobs name).
+// and jobs (with their usage records and scores), result-cache entries and
+// daily usage totals come from one Pebble snapshot of one replica (this
+// node's when it hosts the shard, else streamed from a node that does),
+// shard after shard; the batches come last, from a second snapshot of each
+// shard, so a batch's counts may be newer than its jobs' states. The
+// budgets come first: every shard holds every budget and what its own jobs
+// spent under it per UTC day, so each shard's are read (a snapshot each)
+// and a budget is written once, its spend summed over the shards. Nothing
+// else is collected: records go to the response as they are read (the
+// only other set kept is the IDs of the batches a namespace's jobs name).
 
 // restoreChunk is how many imports one entry carries.
 const restoreChunk = 256
@@ -119,6 +123,9 @@ func (s *Server) writeBackup(w *backup.Writer, st *auth.State, ns, keysMode stri
 			}
 		}
 	}
+	if err := s.writeBudgets(w, ns); err != nil {
+		return err
+	}
 	named := map[string]bool{} // batches the namespace's jobs belong to
 	emit := func(r backup.Record) error {
 		if r.Job != nil && r.Job.BatchID != "" && !all {
@@ -127,7 +134,7 @@ func (s *Server) writeBackup(w *backup.Writer, st *auth.State, ns, keysMode stri
 		return w.Write(r)
 	}
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		if err := s.exportShard(sh, ns, false, emit); err != nil {
+		if err := s.exportShard(sh, ns, peer.PartRecords, emit); err != nil {
 			return fmt.Errorf("shard %d: %w", sh, err)
 		}
 		if err := w.Flush(); err != nil {
@@ -135,7 +142,7 @@ func (s *Server) writeBackup(w *backup.Writer, st *auth.State, ns, keysMode stri
 		}
 	}
 	for sh := 0; sh < s.eng.Shards(); sh++ {
-		err := s.exportShard(sh, ns, true, func(r backup.Record) error {
+		err := s.exportShard(sh, ns, peer.PartBatches, func(r backup.Record) error {
 			if !all && !named[r.Batch.ID] && (r.Batch.CallbackQueue == "" || !router.QueueInNamespace(r.Batch.CallbackQueue, ns)) {
 				return nil
 			}
@@ -148,13 +155,47 @@ func (s *Server) writeBackup(w *backup.Writer, st *auth.State, ns, keysMode stri
 	return nil
 }
 
+// writeBudgets writes the namespace's budgets (every namespace's for
+// "all"), each once, with its spend per UTC day summed over the shards.
+func (s *Server) writeBudgets(w *backup.Writer, ns string) error {
+	var order []*backup.Budget
+	byID := map[string]*backup.Budget{}
+	for sh := 0; sh < s.eng.Shards(); sh++ {
+		err := s.exportShard(sh, ns, peer.PartBudgets, func(r backup.Record) error {
+			if r.Budget == nil {
+				// A node of an older build ignores budgets=1 and sends
+				// the shard's other records.
+				return fmt.Errorf("the node hosting it answered the budgets' part with a %s record (an older build: back up once every node runs this one)", r.Kind)
+			}
+			if b, ok := byID[r.Budget.ID()]; ok {
+				b.SumSpend(r.Budget.Spend)
+				return nil
+			}
+			b := r.Budget
+			b.SumSpend(nil) // in day order
+			byID[b.ID()] = b
+			order = append(order, b)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("shard %d budgets: %w", sh, err)
+		}
+	}
+	for _, b := range order {
+		if err := w.Write(backup.Record{Kind: backup.KindBudget, Budget: b}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // exportShard reads one shard's part: from this node's replica, or
 // streamed from a node hosting it.
-func (s *Server) exportShard(sh int, ns string, batches bool, emit func(backup.Record) error) error {
+func (s *Server) exportShard(sh int, ns string, part peer.ExportPart, emit func(backup.Record) error) error {
 	if s.hosted(sh) {
-		return peer.ExportShard(s.eng.Read, sh, ns, batches, emit)
+		return peer.ExportShard(s.eng.Read, sh, ns, part, emit)
 	}
-	return s.peer.Export(context.Background(), sh, ns, batches, emit)
+	return s.peer.Export(context.Background(), sh, ns, part, emit)
 }
 
 // restoreReport is POST /api/v1/restore's answer (corvo.RestoreReport).
@@ -167,14 +208,24 @@ func (r *restoreReport) fail(msg string) {
 	}
 }
 
+// restoreItem is what a proposed restore op counts as in the report:
+// its record's kind, or, quiet, nothing unless it fails (the second op of
+// a paused queue, a budget's copy on the shards that do not hold its
+// spend).
+type restoreItem struct {
+	kind  string
+	quiet bool
+}
+
 // POST /api/v1/restore?into=<ns>
 //
 // The body is a backup file. It is read twice: once to check it whole
 // (header, every record, the trailer's counts) and plan the new IDs —
 // nothing changes when that fails — then to restore: namespaces, roles
-// and keys through the meta group (missing ones only), queue settings,
-// then jobs, schedules and batches by ImportOp on the shards they route
-// to, and last the held jobs' dependency watches.
+// and keys through the meta group (missing ones only), budgets on every
+// shard (the spend on one), queue settings, then jobs, schedules,
+// cache entries, daily usage totals and batches by ImportOp on the shards
+// they route to, and last the held jobs' dependency watches.
 func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 	into := string(ctx.QueryArgs().Peek("into"))
 	if into != "" {
@@ -198,10 +249,10 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Keys != nil {
 		keys = s.cfg.Keys
 	}
-	rep := restoreReport{Restored: map[string]int{}, Exists: map[string]int{}, Remapped: plan.Remapped(), Shards: hdr.Shards}
+	rep := restoreReport{Restored: map[string]int{}, Exists: map[string]int{}, Expired: map[string]int{}, Remapped: plan.Remapped(), Shards: hdr.Shards}
 	r, _ := backup.NewReader(bytes.NewReader(body))
 	pending := make([][]statemachine.Op, s.eng.Shards())
-	kinds := make([][]string, s.eng.Shards())
+	kinds := make([][]restoreItem, s.eng.Shards())
 	type watch struct{ dep, dependent string }
 	var watches []watch
 	flush := func(sh int) {
@@ -210,11 +261,13 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 		}
 		rs, aerr := s.proposeCtx(context.Background(), sh, pending[sh]...)
 		for i := range pending[sh] {
-			kind := kinds[sh][i]
+			kind := kinds[sh][i].kind
 			switch {
-			case kind == "" && aerr == nil:
 			case aerr != nil:
 				rep.fail(kind + ": " + aerr.msg)
+			case kinds[sh][i].quiet && (rs[i].Status == statemachine.StatusOK || rs[i].Existing):
+			case rs[i].Status == statemachine.StatusOK && kind == backup.KindCache && rs[i].Count == 0:
+				rep.Expired[kind]++
 			case rs[i].Status == statemachine.StatusOK:
 				rep.Restored[kind]++
 				if op, ok := pending[sh][i].(*statemachine.ImportOp); ok && op.Job != nil && rs[i].State == statemachine.StateHeld {
@@ -233,15 +286,14 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 		}
 		pending[sh], kinds[sh] = pending[sh][:0], kinds[sh][:0]
 	}
-	add := func(sh int, kind string, ops ...statemachine.Op) {
-		for _, op := range ops {
-			pending[sh] = append(pending[sh], op)
-			kinds[sh] = append(kinds[sh], kind)
-		}
+	add := func(sh int, kind string, quiet bool, op statemachine.Op) {
+		pending[sh] = append(pending[sh], op)
+		kinds[sh] = append(kinds[sh], restoreItem{kind: kind, quiet: quiet})
 		if len(pending[sh]) >= restoreChunk {
 			flush(sh)
 		}
 	}
+	budgets := false
 	for {
 		rec, err := r.Next()
 		if err != nil {
@@ -262,22 +314,45 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 				ops = append(ops, &statemachine.PauseQueueOp{Queue: q.Name})
 			}
 			sh := plan.Shard(&rec)
-			add(sh, rec.Kind, ops[0])
+			add(sh, rec.Kind, false, ops[0])
 			if len(ops) > 1 {
-				add(sh, "", ops[1]) // the same queue: counted once
+				add(sh, rec.Kind, true, ops[1]) // the same queue: counted once
 			}
 		case backup.KindJob:
 			j, _ := backup.ToJob(rec.Job)
-			add(plan.Shard(&rec), rec.Kind, &statemachine.ImportOp{Job: j})
+			add(plan.Shard(&rec), rec.Kind, false, &statemachine.ImportOp{Job: j})
 		case backup.KindSchedule:
 			sc, _ := backup.ToSchedule(rec.Schedule)
-			add(plan.Shard(&rec), rec.Kind, &statemachine.ImportOp{Schedule: sc})
+			add(plan.Shard(&rec), rec.Kind, false, &statemachine.ImportOp{Schedule: sc})
 		case backup.KindBatch:
-			add(plan.Shard(&rec), rec.Kind, &statemachine.ImportOp{Batch: backup.ToBatch(rec.Batch)})
+			add(plan.Shard(&rec), rec.Kind, false, &statemachine.ImportOp{Batch: backup.ToBatch(rec.Batch)})
+		case backup.KindBudget:
+			// Every shard holds every budget; the spend, summed over
+			// the backed-up cluster's shards, goes to one (the count
+			// follows that one's answer).
+			b, _ := backup.ToBudget(rec.Budget)
+			spendAt := plan.Shard(&rec)
+			for sh := range pending {
+				if sh == spendAt {
+					add(sh, rec.Kind, false, &statemachine.ImportOp{Budget: b})
+				} else {
+					add(sh, rec.Kind, true, &statemachine.ImportOp{Budget: &statemachine.BudgetExport{Budget: b.Budget}})
+				}
+			}
+			budgets = true
+		case backup.KindCache:
+			c, _ := backup.ToCache(rec.Cache)
+			add(plan.Shard(&rec), rec.Kind, false, &statemachine.ImportOp{Cache: c})
+		case backup.KindUsageDay:
+			u, _ := backup.ToUsageDay(rec.UsageDay)
+			add(plan.Shard(&rec), rec.Kind, false, &statemachine.ImportOp{UsageDay: u})
 		}
 	}
 	for sh := range pending {
 		flush(sh)
+	}
+	if budgets {
+		s.budgetGen.Add(1) // this node's budget view reads the restored ones
 	}
 	// Held jobs wait on their dependencies again, now that every job is
 	// where it belongs (a dependency restored after its dependent would
@@ -341,6 +416,18 @@ func checkBackup(body []byte, plan *backup.Plan) (backup.Header, error) {
 			}
 		case rec.Queue != nil:
 			if err := router.ValidateStoredQueue(rec.Queue.Name); err != nil {
+				return r.Header, err
+			}
+		case rec.Budget != nil:
+			if _, err := backup.ToBudget(rec.Budget); err != nil {
+				return r.Header, err
+			}
+		case rec.Cache != nil:
+			if _, err := backup.ToCache(rec.Cache); err != nil {
+				return r.Header, err
+			}
+		case rec.UsageDay != nil:
+			if _, err := backup.ToUsageDay(rec.UsageDay); err != nil {
 				return r.Header, err
 			}
 		case rec.Namespace != nil:

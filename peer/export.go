@@ -21,19 +21,38 @@ import (
 // snapshot), read here when this node hosts the shard, else streamed from
 // a node that does:
 //
-//	GET /internal/v1/shards/{n}/export?namespace=<ns>|all[&batches=1]
+//	GET /internal/v1/shards/{n}/export?namespace=<ns>|all[&batches=1|&budgets=1]
 //	    200: the shard's records, one backup.Record JSON per line, then
 //	    {"kind":"trailer"} — a stream cut short has no trailer.
 
-// ExportShard reads shard sh's records of namespace ns ("all": every
-// namespace; batches: its batches instead, of every namespace) with read
-// (a local replica's Read), handing each to emit as it is read.
-func ExportShard(read func(sh int, q any) (any, error), sh int, ns string, batches bool, emit func(backup.Record) error) error {
-	q := statemachine.ExportQuery{Batches: batches, Emit: func(r statemachine.ExportRecord) error {
+// ExportPart is which part of a shard an export reads.
+type ExportPart uint8
+
+// Export parts.
+const (
+	// PartRecords: queue settings, schedules, jobs, cache entries and
+	// daily usage totals.
+	PartRecords ExportPart = iota
+	// PartBatches: the batches, of every namespace.
+	PartBatches
+	// PartBudgets: the budgets, each with this shard's daily spend.
+	PartBudgets
+)
+
+// ExportShard reads part of shard sh's records of namespace ns ("all":
+// every namespace) with read (a local replica's Read), handing each to
+// emit as it is read.
+func ExportShard(read func(sh int, q any) (any, error), sh int, ns string, part ExportPart, emit func(backup.Record) error) error {
+	q := statemachine.ExportQuery{Batches: part == PartBatches, Budgets: part == PartBudgets, Emit: func(r statemachine.ExportRecord) error {
 		return emit(toRecord(r))
 	}}
 	if ns != backup.AllNamespaces {
 		q.Queue = func(queue string) bool { return router.QueueInNamespace(queue, ns) }
+		stored := ns
+		if ns == router.DefaultNamespace {
+			stored = ""
+		}
+		q.Namespace = func(n string) bool { return n == stored }
 	}
 	_, err := read(sh, q)
 	return err
@@ -49,6 +68,12 @@ func toRecord(r statemachine.ExportRecord) backup.Record {
 		return backup.Record{Kind: backup.KindSchedule, Schedule: backup.FromSchedule(r.Schedule)}
 	case r.Job != nil:
 		return backup.Record{Kind: backup.KindJob, Job: backup.FromJob(r.Job)}
+	case r.Budget != nil:
+		return backup.Record{Kind: backup.KindBudget, Budget: backup.FromBudget(r.Budget)}
+	case r.Cache != nil:
+		return backup.Record{Kind: backup.KindCache, Cache: backup.FromCache(r.Cache)}
+	case r.UsageDay != nil:
+		return backup.Record{Kind: backup.KindUsageDay, UsageDay: backup.FromUsageDay(r.UsageDay)}
 	default:
 		return backup.Record{Kind: backup.KindBatch, Batch: backup.FromBatch(r.Batch)}
 	}
@@ -65,7 +90,13 @@ func (h *Handlers) Export(ctx *fasthttp.RequestCtx) {
 		h.fail(ctx, invalid("namespace %q is neither a namespace nor \"all\"", ns))
 		return
 	}
-	batches := string(ctx.QueryArgs().Peek("batches")) == "1"
+	part := PartRecords
+	switch {
+	case string(ctx.QueryArgs().Peek("batches")) == "1":
+		part = PartBatches
+	case string(ctx.QueryArgs().Peek("budgets")) == "1":
+		part = PartBudgets
+	}
 	if h.refuseNotHosted(ctx, sh) {
 		return
 	}
@@ -73,7 +104,7 @@ func (h *Handlers) Export(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("application/x-ndjson")
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		enc := json.NewEncoder(w)
-		err := ExportShard(h.local.Read, sh, ns, batches, func(r backup.Record) error { return enc.Encode(r) })
+		err := ExportShard(h.local.Read, sh, ns, part, func(r backup.Record) error { return enc.Encode(r) })
 		if err != nil {
 			return // no trailer: the caller sees a cut stream
 		}
@@ -85,10 +116,13 @@ func (h *Handlers) Export(ctx *fasthttp.RequestCtx) {
 // Export streams shard sh's records (ExportShard) from a node hosting it,
 // handing each to emit. A stream that ends without its trailer is an
 // error: the caller must not take a part for the whole.
-func (c *Client) Export(ctx context.Context, sh int, ns string, batches bool, emit func(backup.Record) error) error {
+func (c *Client) Export(ctx context.Context, sh int, ns string, part ExportPart, emit func(backup.Record) error) error {
 	path := ShardPath(sh, "export") + "?namespace=" + ns
-	if batches {
+	switch part {
+	case PartBatches:
 		path += "&batches=1"
+	case PartBudgets:
+		path += "&budgets=1"
 	}
 	var last error
 	for _, addr := range c.Targets(sh) {

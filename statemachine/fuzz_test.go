@@ -21,6 +21,8 @@ func FuzzDecodeEntry(f *testing.F) {
 		&CancelOp{JobID: "j"}, &PromoteOp{Limit: 3}, &ReclaimOp{}, &PauseQueueOp{Queue: "q"}, &ResumeQueueOp{Queue: "q"}, &PruneDedupOp{Before: 9},
 	}}
 	f.Add(e.Encode(nil))
+	imports := Entry{ID: NewEntryID(1, 3), Now: 3, Ops: importAIOpsV1()}
+	f.Add(imports.Encode(nil))
 	f.Add([]byte{1})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -65,6 +67,7 @@ func FuzzApplyEntry(f *testing.F) {
 		{&CancelOp{JobID: id}, &PromoteOp{Limit: 3}, &ReclaimOp{}, &PauseQueueOp{Queue: "q"}},
 		{&MoveJobOp{JobID: id, Queue: "r"}, &PriorityOp{JobID: id, Priority: PriorityCritical}},
 		{&DropQueueOp{Queue: "q", Index: DropPending}, &DropQueueOp{Queue: "q", Index: DropConfig}},
+		importAIOpsV1(),
 	} {
 		f.Add(seed.entry(ops...))
 	}

@@ -3,15 +3,22 @@ package statemachine
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/corvohq/corvo/router"
 )
 
 // Import: what a restore (corvo restore) writes. An ImportOp carries one
-// record a backup holds — a job with its state and error history, a batch,
-// or a schedule — and writes it as it was, with the index keys its state
-// needs, on the shard the restoring gateway routed it to (after giving it a
-// new ID when the target cluster routes it elsewhere). It never overwrites:
-// a record whose ID exists is answered StatusConflict "exists" and changes
-// nothing, so running a restore twice duplicates nothing.
+// record a backup holds — a job with its state, error history, usage
+// records and scores, a batch, a schedule, a budget with its daily spend,
+// a result-cache entry or a queue's usage totals of a day — and writes it
+// as it was, with the index keys its state needs, on the shard the
+// restoring gateway routed it to (after giving it a new ID when the target
+// cluster routes it elsewhere; a budget goes to every shard). It never
+// overwrites: a record whose ID (or key) exists is answered
+// StatusConflict "exists" and changes nothing, so running a restore twice
+// duplicates nothing.
 //
 // It sends nothing to other shards: a held job's watches on its
 // dependencies are asked for (DepWatchOp) by the restore once every job is
@@ -22,12 +29,20 @@ type ImportOp struct {
 	Job      *JobExport
 	Batch    *BatchExport
 	Schedule *Schedule
+	Budget   *BudgetExport
+	Cache    *CacheExport
+	UsageDay *UsageDayExport
 }
 
+// What an ImportOp carries (its first byte). Values are in Raft logs:
+// append, never renumber.
 const (
 	importJob      = 1
 	importBatch    = 2
 	importSchedule = 3
+	importBudget   = 4
+	importCache    = 5
+	importUsageDay = 6
 )
 
 // Code implements Op.
@@ -43,6 +58,22 @@ func (o *ImportOp) appendBody(b []byte) []byte {
 		for _, id := range o.Job.Resolved {
 			e.str(id)
 		}
+		// Appended later (wire.go): the usage records, then the scores,
+		// each list left out while it and the later one are empty (a job
+		// without them keeps its earlier bytes).
+		v := &o.Job.View
+		if len(v.Usage) > 0 || len(v.Scores) > 0 {
+			e.uvarint(uint64(len(v.Usage)))
+			for i := range v.Usage {
+				e.bytes(v.Usage[i].appendTo(nil))
+			}
+		}
+		if len(v.Scores) > 0 {
+			e.uvarint(uint64(len(v.Scores)))
+			for i := range v.Scores {
+				e.bytes(v.Scores[i].appendTo(nil))
+			}
+		}
 	case o.Batch != nil:
 		e.u8(importBatch)
 		e.bytes(o.Batch.Batch.appendTo(nil))
@@ -53,11 +84,35 @@ func (o *ImportOp) appendBody(b []byte) []byte {
 	case o.Schedule != nil:
 		e.u8(importSchedule)
 		e.bytes(o.Schedule.appendTo(nil))
+	case o.Budget != nil:
+		e.u8(importBudget)
+		be := enc{}
+		o.Budget.Budget.appendTo(&be)
+		e.bytes(be.b)
+		e.uvarint(uint64(len(o.Budget.Spend)))
+		for _, s := range o.Budget.Spend {
+			e.varint(s.Day)
+			e.varint(s.Nanos)
+		}
+	case o.Cache != nil:
+		e.u8(importCache)
+		e.str(o.Cache.Queue)
+		e.str(o.Cache.Key)
+		e.bytes(o.Cache.Entry.appendTo(nil))
+	case o.UsageDay != nil:
+		e.u8(importUsageDay)
+		e.varint(o.UsageDay.Day)
+		e.str(o.UsageDay.Queue)
+		e.bytes(o.UsageDay.UsageTotals.appendTo(nil))
 	default:
 		e.u8(0)
 	}
 	return e.b
 }
+
+// maxImportDays bounds the daily spends an imported budget carries (the
+// retention keeps 62 days; a backup sums every shard's).
+const maxImportDays = 1 << 12
 
 func (o *ImportOp) decode(d *dec) {
 	ids := func() []string {
@@ -77,6 +132,7 @@ func (o *ImportOp) decode(d *dec) {
 		o.Job = &JobExport{}
 		o.Job.View.decode(d)
 		o.Job.Resolved = ids()
+		o.Job.View.Usage, o.Job.View.Scores = decodeJobRecords(d)
 	case importBatch:
 		o.Batch = &BatchExport{}
 		bd := dec{b: d.bytes()}
@@ -93,9 +149,78 @@ func (o *ImportOp) decode(d *dec) {
 		if sd.err != nil {
 			d.fail()
 		}
+	case importBudget:
+		o.Budget = &BudgetExport{}
+		bd := dec{b: d.bytes()}
+		o.Budget.Budget.decode(&bd)
+		n := d.uvarint()
+		if bd.err != nil || n > maxImportDays || n > uint64(len(d.b)) {
+			d.fail()
+			return
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			o.Budget.Spend = append(o.Budget.Spend, DaySpend{Day: d.varint(), Nanos: d.varint()})
+		}
+	case importCache:
+		o.Cache = &CacheExport{Queue: d.str(), Key: d.str()}
+		cd := dec{b: d.bytes()}
+		o.Cache.Entry.decode(&cd)
+		if cd.err != nil {
+			d.fail()
+		}
+	case importUsageDay:
+		o.UsageDay = &UsageDayExport{Day: d.varint()}
+		o.UsageDay.Queue = d.str()
+		td := dec{b: d.bytes()}
+		o.UsageDay.UsageTotals.decode(&td)
+		if td.err != nil {
+			d.fail()
+		}
 	default:
 		d.fail()
 	}
+}
+
+// decodeJobRecords reads the usage records and scores an imported job
+// carries, when the op holds them (written after the lists' release).
+func decodeJobRecords(d *dec) (usage []UsageRecord, scores []ScoreRecord) {
+	if !d.more() {
+		return nil, nil
+	}
+	n := d.uvarint()
+	if n > 1<<20 || n > uint64(len(d.b)) {
+		d.fail()
+		return nil, nil
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var rec UsageRecord
+		rd := dec{b: d.bytes()}
+		rec.decode(&rd)
+		if rd.err != nil {
+			d.fail()
+			return nil, nil
+		}
+		usage = append(usage, rec)
+	}
+	if !d.more() {
+		return usage, nil
+	}
+	n = d.uvarint()
+	if n > MaxScoresPerJob {
+		d.fail()
+		return nil, nil
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var rec ScoreRecord
+		rd := dec{b: d.bytes()}
+		rec.decode(&rd)
+		if rd.err != nil {
+			d.fail()
+			return nil, nil
+		}
+		scores = append(scores, rec)
+	}
+	return usage, scores
 }
 
 func (a *applier) importRecord(o *ImportOp) Result {
@@ -106,6 +231,12 @@ func (a *applier) importRecord(o *ImportOp) Result {
 		return a.importBatch(o.Batch)
 	case o.Schedule != nil:
 		return a.importSchedule(o.Schedule)
+	case o.Budget != nil:
+		return a.importBudget(o.Budget)
+	case o.Cache != nil:
+		return a.importCache(o.Cache)
+	case o.UsageDay != nil:
+		return a.importUsageDay(o.UsageDay)
 	}
 	return Result{Status: StatusInvalid, Message: "an import holds no record"}
 }
@@ -130,6 +261,9 @@ func (a *applier) importJob(in *JobExport) Result {
 	case st.State < StatePending || st.State > StateHeld:
 		return Result{Status: StatusInvalid, Message: "unknown job state"}
 	}
+	if msg := checkJobRecords(&in.View); msg != "" {
+		return Result{Status: StatusInvalid, Message: "job " + j.ID + ": " + msg}
+	}
 	if _, ok := a.get(jobKey(j.ID)); ok {
 		return exists("job", j.ID)
 	}
@@ -146,7 +280,7 @@ func (a *applier) importJob(in *JobExport) Result {
 		a.storeError(j.ID, uint32(i+1), &in.View.Errors[i])
 	}
 	st.Errors = uint32(len(in.View.Errors))
-	st.ScoreKeys = 0 // a backup does not carry score records
+	a.importJobRecords(&j, &st, &in.View)
 	a.set(stateKey(j.ID), st.appendTo(nil))
 	if !st.State.Terminal() {
 		a.s.jobs.add(&j, st)
@@ -156,9 +290,11 @@ func (a *applier) importJob(in *JobExport) Result {
 		a.addPending(&j)
 	case StateScheduled, StateRetrying:
 		a.set(timeIndexKey(pfxDue, st.DueAt, j.ID), nil)
+		a.rewind(&a.s.dueCursor, st.DueAt)
 	case StateHeld:
 	default: // terminal
 		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
+		a.rewind(&a.s.purgeCursor, st.CompletedAt)
 		if st.State == StateDead {
 			a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
 		}
@@ -168,12 +304,77 @@ func (a *applier) importJob(in *JobExport) Result {
 	}
 	if !st.State.Terminal() && j.ExpireAt > 0 {
 		a.set(timeIndexKey(pfxExpire, j.ExpireAt, j.ID), nil)
+		a.rewind(&a.s.expireCursor, j.ExpireAt)
 	}
 	a.importUnique(&j, &st)
 	a.stats(j.Queue).Enqueued++
 	a.move(j.Queue, 0, st.State)
 	a.noteChange(&j, &st)
 	return Result{State: st.State, Queue: j.Queue, JobID: j.ID}
+}
+
+// rewind sends a time index's scan back to the index's start when a key
+// at time at (not after now) was just written: the key may sit behind the
+// scan's cursor (an imported or moved job due, finished or expiring in
+// the past), where this replica's scans would not see it until a restart
+// while a replica that restarted would act on it. The cursors live in
+// memory only; starting a scan from the start finds what it would have.
+func (a *applier) rewind(cursor *[]byte, at int64) {
+	if at <= a.now {
+		*cursor = nil
+	}
+}
+
+// checkJobRecords says what is wrong with an imported job's usage records
+// and scores ("": nothing).
+func checkJobRecords(v *JobView) string {
+	for i := range v.Usage {
+		u := &v.Usage[i]
+		if u.Phase < PhaseHeartbeat || u.Phase > PhaseFail {
+			return "a usage record has an unknown phase"
+		}
+		if err := u.Usage.Check(); err != nil {
+			return err.Error()
+		}
+	}
+	if len(v.Scores) > MaxScoresPerJob {
+		return fmt.Sprintf("more than %d scores", MaxScoresPerJob)
+	}
+	for i := range v.Scores {
+		if err := v.Scores[i].Check(); err != nil {
+			return "score: " + err.Error()
+		}
+	}
+	return ""
+}
+
+// importJobRecords writes an imported job's usage records and scores,
+// numbered from the start as a move numbers them, and sets the state's
+// counts from them: the job's cost is the sum of its records, as
+// addUsage keeps it. Neither the queue's daily totals nor a budget's
+// spend move: they travel as records of their own.
+func (a *applier) importJobRecords(j *Job, st *JobState, v *JobView) {
+	st.UsageKeys, st.CostNanos = 0, 0
+	for i := range v.Usage {
+		rec := v.Usage[i]
+		rec.N = uint32(i + 1)
+		a.set(usageKey(j.ID, rec.N), rec.appendTo(nil))
+		st.UsageKeys, st.CostNanos = rec.N, st.CostNanos+rec.CostNanos
+		if a.newUsage != nil {
+			a.newUsage[j.ID] = append(a.newUsage[j.ID], rec)
+		}
+	}
+	st.ScoreKeys = 0
+	for i := range v.Scores {
+		rec := v.Scores[i]
+		rec.N = uint32(i)
+		rec.Dims = append([]ScoreDim(nil), rec.Dims...)
+		a.set(scoreKey(j.ID, rec.N), rec.appendTo(nil))
+		st.ScoreKeys = rec.N + 1
+		if a.newScores != nil {
+			a.newScores[j.ID] = append(a.newScores[j.ID], rec)
+		}
+	}
 }
 
 // importUnique takes the job's unique key again when it would still hold
@@ -249,4 +450,71 @@ func (a *applier) importSchedule(in *Schedule) Result {
 	a.s.schedules++
 	a.s.nextCronStale = true
 	return Result{NextAttemptAt: s.NextRun}
+}
+
+// importBudget writes a budget with the daily spends it carries (the
+// restore sends the budget to every shard, and its spend, summed over the
+// backed-up cluster's shards, to one). A day keeps its UTC day: its spend
+// counts against the budget on that day, and goes with the retention.
+func (a *applier) importBudget(in *BudgetExport) Result {
+	b := in.Budget
+	if err := b.Check(); err != nil {
+		return Result{Status: StatusInvalid, Message: "budget " + b.Scope() + ": " + err.Error()}
+	}
+	for _, s := range in.Spend {
+		if s.Day < 0 || s.Day > math.MaxUint32 || s.Nanos < -MaxUsageCostNanos*maxImportDays || s.Nanos > MaxUsageCostNanos*maxImportDays {
+			return Result{Status: StatusInvalid, Message: "budget " + b.Scope() + ": a daily spend out of range"}
+		}
+	}
+	id := b.ID()
+	if _, ok := a.get(budgetKey(id)); ok {
+		return exists("budget", b.Scope())
+	}
+	e := enc{}
+	b.appendTo(&e)
+	a.set(budgetKey(id), e.b)
+	for _, s := range in.Spend {
+		if s.Nanos != 0 {
+			a.set(budgetDayKey(s.Day, id), binary.AppendVarint(nil, s.Nanos))
+		}
+	}
+	return Result{}
+}
+
+// importCache writes a result-cache entry with its expiry. One already
+// expired is not written (Count 0): its index key would sit behind the
+// sweep's cursor.
+func (a *applier) importCache(in *CacheExport) Result {
+	c := in.Entry
+	switch {
+	case in.Key == "" || c.JobID == "":
+		return Result{Status: StatusInvalid, Message: "a cache entry needs its key and job"}
+	case router.ValidateStoredQueue(in.Queue) != nil:
+		return Result{Status: StatusInvalid, Message: "cache entry of queue " + strconv.Quote(in.Queue) + ": not a queue name"}
+	}
+	if c.ExpiresAt <= a.now {
+		return Result{Queue: in.Queue, Message: "expired"}
+	}
+	if _, ok := a.cacheEntry(in.Queue, in.Key); ok {
+		return exists("cache entry of", in.Queue)
+	}
+	a.set(cacheKey(in.Queue, in.Key), c.appendTo(nil))
+	a.set(cacheIndexKey(c.ExpiresAt, in.Queue, in.Key), nil)
+	return Result{Queue: in.Queue, Count: 1}
+}
+
+// importUsageDay writes a queue's usage totals of a UTC day.
+func (a *applier) importUsageDay(in *UsageDayExport) Result {
+	switch {
+	case router.ValidateStoredQueue(in.Queue) != nil:
+		return Result{Status: StatusInvalid, Message: "usage totals of queue " + strconv.Quote(in.Queue) + ": not a queue name"}
+	case in.Day < 0 || in.Day > math.MaxUint32:
+		return Result{Status: StatusInvalid, Message: "usage totals: day out of range"}
+	}
+	k := usageDayKey(in.Day, in.Queue)
+	if _, ok := a.get(k); ok {
+		return exists("usage totals of", in.Queue)
+	}
+	a.set(k, in.UsageTotals.appendTo(nil))
+	return Result{Queue: in.Queue}
 }

@@ -347,9 +347,11 @@ func (a *applier) moveIn(o *MoveInOp) Result {
 	case StateScheduled, StateRetrying:
 		a.putState(j, &st)
 		a.set(timeIndexKey(pfxDue, st.DueAt, j.ID), nil)
+		a.rewind(&a.s.dueCursor, st.DueAt)
 	default: // terminal: into the retention index, no second finish
 		a.putState(j, &st)
 		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
+		a.rewind(&a.s.purgeCursor, st.CompletedAt)
 		if st.State == StateDead {
 			a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
 		}

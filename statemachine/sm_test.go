@@ -393,6 +393,10 @@ func randomLog(tb *testBundle, n int) {
 	tb.apply(&ScheduleOp{Schedule: Schedule{ID: "sched_0_r", Queue: "c", Cron: "*/2 * * * *", Timezone: "Europe/Paris"}})
 	for i := 0; i < n; i++ {
 		tb.advance(time.Duration(tb.rnd.IntN(3000)) * time.Millisecond)
+		if tb.rnd.IntN(30) == 0 {
+			tb.apply(randomImport(tb, &ids, queues))
+			continue
+		}
 		var op Op
 		switch k := tb.rnd.IntN(10); {
 		case k < 4 || len(ids) == 0:
@@ -504,6 +508,59 @@ func randomLog(tb *testBundle, n int) {
 			}
 		}
 		tb.apply(op)
+	}
+}
+
+// randomImport is an ImportOp of the records issue 20 added (a job with
+// usage records, scores and routing, a budget with daily spends, a cache
+// entry, a queue's daily usage totals), or of one that exists.
+func randomImport(tb *testBundle, ids *[]string, queues []string) Op {
+	q := queues[tb.rnd.IntN(len(queues))]
+	now := tb.now.UnixNano()
+	switch tb.rnd.IntN(4) {
+	case 0:
+		id := tb.newID()
+		if tb.rnd.IntN(5) == 0 && len(*ids) > 0 {
+			id = (*ids)[tb.rnd.IntN(len(*ids))] // exists
+		} else {
+			*ids = append(*ids, id)
+		}
+		st := JobState{State: []State{StatePending, StateRetrying, StateActive, StateCompleted, StateDead}[tb.rnd.IntN(5)],
+			Attempt: 1, StartedAt: now - 1e9, RouteIndex: uint32(tb.rnd.IntN(2)), RouteFallbacks: uint32(tb.rnd.IntN(2))}
+		switch st.State {
+		case StateRetrying:
+			st.DueAt = now + int64(tb.rnd.IntN(5000))*1e6
+		case StateCompleted, StateDead:
+			st.CompletedAt = now - int64(tb.rnd.IntN(5000))*1e6
+		}
+		v := JobView{Job: Job{ID: id, Queue: q, Payload: []byte(`{}`), CreatedAt: now - 5e9,
+			JobOptions: JobOptions{MaxRetries: 2, Backoff: BackoffFixed, BaseDelayMs: 1000, LeaseSeconds: 5,
+				Routing: &Routing{Strategy: RouteRoundRobin, Models: []string{"m1", "m2"}, Start: 1}}}, State: st}
+		if tb.rnd.IntN(2) == 0 {
+			v.Job.CacheKey, v.Job.CacheTTLms = fmt.Sprint("c", tb.rnd.IntN(3)), 20000
+		}
+		for n := tb.rnd.IntN(3); n > 0; n-- {
+			if u := randomUsage(tb); u != nil {
+				v.Usage = append(v.Usage, UsageRecord{N: 9, Attempt: 1, StartedAt: now - 1e9, Phase: PhaseHeartbeat, At: now, Queue: q, Usage: *u})
+			}
+		}
+		if tb.rnd.IntN(2) == 0 {
+			v.Scores = []ScoreRecord{{N: 4, Queue: q, At: now, Score: Score{Scorer: "s", Dims: []ScoreDim{{Name: "q", Value: tb.rnd.Float64()}}}}}
+		}
+		return &ImportOp{Job: &JobExport{View: v}}
+	case 1:
+		return &ImportOp{Budget: &BudgetExport{Budget: randomBudget(tb),
+			Spend: []DaySpend{{Day: UsageDay(now) - 1, Nanos: int64(tb.rnd.IntN(1e7))}, {Day: UsageDay(now), Nanos: int64(tb.rnd.IntN(2e7))}}}}
+	case 2:
+		job := ""
+		if len(*ids) > 0 {
+			job = (*ids)[tb.rnd.IntN(len(*ids))]
+		}
+		return &ImportOp{Cache: &CacheExport{Queue: q, Key: fmt.Sprint("c", tb.rnd.IntN(3)),
+			Entry: CacheEntry{JobID: job, CompletedAt: now - 1e9, ExpiresAt: now + int64(tb.rnd.IntN(40000)-10000)*1e6, CostNanos: 7}}}
+	default:
+		return &ImportOp{UsageDay: &UsageDayExport{Day: UsageDay(now) - int64(tb.rnd.IntN(2)),
+			QueueUsage: QueueUsage{Queue: q, UsageTotals: UsageTotals{InputTokens: 10, CostNanos: int64(tb.rnd.IntN(1e6)), Reports: 1}}}}
 	}
 }
 

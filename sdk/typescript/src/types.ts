@@ -701,6 +701,8 @@ export interface AuditPage {
 export interface RestoreResult {
   restored: Record<string, number>;
   exists: Record<string, number>;
+  /** Records left out because they had expired by the restore (cache entries); absent when none. */
+  expired?: Record<string, number>;
   failed: number;
   remapped: number;
   shards: number;

@@ -1,0 +1,230 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/gateway"
+	"github.com/corvohq/corvo/node"
+	"github.com/corvohq/corvo/router"
+	corvo "github.com/corvohq/corvo/sdk/go"
+)
+
+// openTestNode opens a node of its own (shards shards, open loopback
+// API) for the test, closed when it ends, and returns its URL.
+func openTestNode(t *testing.T, shards int) string {
+	t.Helper()
+	raft, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	raftAddr := raft.Addr().String()
+	raft.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Open(ctx, node.Config{DataDir: t.TempDir(), Bind: "127.0.0.1:0", RaftBind: raftAddr, Shards: shards, Logger: zerolog.Nop(),
+		ClusterSecret: gateway.TestClusterSecret, Gateway: gateway.Config{EventsKeepalive: gateway.TestEventsKeepalive},
+		Test: node.TestConfig{RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 20 * time.Millisecond, MirrorFlushWindow: 10 * time.Millisecond}})
+	require.NoError(t, err)
+	go func() { _ = n.Serve() }()
+	t.Cleanup(func() { n.Close() })
+	return fmt.Sprintf("http://%s", n.Addr())
+}
+
+// nodeHTTP keeps no connection open: the test's nodes close when it
+// ends, and the leak check after the tests finds none left.
+var nodeHTTP = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// do calls url with a JSON body (or a []byte as is) and answers the
+// status and body.
+func do(t *testing.T, method, url string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
+		require.NoError(t, err)
+		rd = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	if method != "GET" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := nodeHTTP.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return v
+}
+
+// TestBackupRestoreAIState: a backup of a node with usage (heartbeat,
+// fail and ack reports), budgets with today's spend, scores, a
+// result-cache entry and a routed job moved to its fallback, restored
+// into a fresh node of another shard count, gives the same usage summary,
+// budgets list (today's spend included), scores summary and routing, and
+// the cache answers a hit with the restored job's result; a second
+// restore duplicates nothing.
+func TestBackupRestoreAIState(t *testing.T) {
+	if os.Getenv("CORVO_GATEWAY_NO_SERVER") != "" {
+		t.Skip("needs nodes")
+	}
+	t.Parallel()
+	// The budgets list today's spend: what they say is compared only when
+	// no UTC midnight came during the test.
+	day := func() string { return time.Now().UTC().Format(time.DateOnly) }
+	firstDay := day()
+	src, dst := openTestNode(t, 4), openTestNode(t, 3)
+	must := func(url, method, path string, body any, want int) []byte {
+		t.Helper()
+		code, out := do(t, method, url+path, body)
+		require.Equal(t, want, code, "%s %s: %s", method, path, out)
+		return out
+	}
+	// A queue the two shard counts put on different shards: its jobs get
+	// new IDs, and every reference follows.
+	q := "llm"
+	for i := 0; router.New(4).ShardForQueue(q) == router.New(3).ShardForQueue(q); i++ {
+		q = fmt.Sprint("llm-", i)
+	}
+	for _, b := range []map[string]any{
+		{"scope": "queue:" + q, "daily_usd": 100, "per_job_usd": 50, "on_exceed": "hold"},
+		{"scope": "tag:team=search", "daily_usd": 1, "on_exceed": "reject"},
+		{"scope": "global", "daily_usd": 1000, "on_exceed": "alert_only"},
+	} {
+		must(src, "PUT", "/api/v1/budgets", b, 200)
+	}
+	enqueue := func(job map[string]any) string {
+		t.Helper()
+		return decode[corvo.Enqueued](t, must(src, "POST", "/api/v1/enqueue", job, 201)).JobID
+	}
+	fetch := func(worker string) corvo.FetchedJob {
+		t.Helper()
+		return decode[corvo.FetchedJob](t, must(src, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": worker}, 200))
+	}
+	usage := func(in, out int64, model string, cost float64) map[string]any {
+		return map[string]any{"input_tokens": in, "output_tokens": out, "model": model, "provider": "fake", "cost_usd": cost}
+	}
+	cache := map[string]any{"enabled": true, "ttl": "1h"}
+
+	// A job with a cache key: heartbeat and ack usage, two scores.
+	cached := enqueue(map[string]any{"queue": q, "payload": map[string]any{"prompt": "capital of France"}, "tags": map[string]string{"team": "search"}, "cache": cache})
+	require.Equal(t, cached, fetch("w1").JobID)
+	must(src, "POST", "/api/v1/heartbeat", map[string]any{"worker_id": "w1", "jobs": map[string]any{cached: map[string]any{"usage": usage(1000, 100, "claude", 0.02)}}}, 200)
+	must(src, "POST", "/api/v1/ack/"+cached, map[string]any{"worker_id": "w1", "result": map[string]any{"answer": "Paris"}, "usage": usage(500, 50, "claude", 0.01)}, 200)
+	for _, s := range []map[string]any{
+		{"scorer": "human:ann", "dimensions": map[string]any{"accuracy": 0.75, "tone": -1}, "comment": "ok"},
+		{"scorer": "human:bob", "dimensions": map[string]any{"accuracy": 1}},
+	} {
+		must(src, "POST", "/api/v1/jobs/"+cached+"/score", s, 201)
+	}
+	// A routed job, moved to its fallback by a provider error.
+	routed := enqueue(map[string]any{"queue": q, "payload": map[string]any{}, "retry_backoff": "none",
+		"routing": map[string]any{"prefer": "claude", "fallback": []string{"gpt", "local"}}})
+	j := fetch("w2")
+	require.Equal(t, routed, j.JobID)
+	require.Equal(t, "claude", j.Routing.Target)
+	must(src, "POST", "/api/v1/fail/"+routed, map[string]any{"worker_id": "w2", "attempt": 1, "error": "503", "provider_error": true,
+		"usage": usage(10, 0, "claude", 0.001)}, 200)
+
+	type view struct {
+		usage, budgets, scores []byte
+		routing                *corvo.JobRouting
+	}
+	read := func(url, routedID string) view {
+		t.Helper()
+		var v view
+		v.usage = must(url, "GET", "/api/v1/usage/summary?period=24h&group_by=model", nil, 200)
+		v.budgets = must(url, "GET", "/api/v1/budgets", nil, 200)
+		v.scores = must(url, "GET", "/api/v1/scores/summary?period=24h&queue="+q, nil, 200)
+		v.routing = decode[corvo.Job](t, must(url, "GET", "/api/v1/jobs/"+routedID, nil, 200)).Routing
+		return v
+	}
+	before := read(src, routed)
+	if day() == firstDay {
+		require.Contains(t, string(before.budgets), `"spent_usd":0.031`, "the budgets have today's spend")
+	}
+	require.Contains(t, string(before.usage), `"claude"`)
+	require.Contains(t, string(before.scores), `"accuracy"`)
+	require.Equal(t, "gpt", before.routing.Target)
+
+	code, backupFile := do(t, "GET", src+"/api/v1/backup?namespace=default", nil)
+	require.Equal(t, 200, code, string(backupFile))
+	for _, kind := range []string{`"kind":"budget"`, `"kind":"cache"`, `"kind":"usage_day"`, `"usage":[`, `"scores":[`, `"routing":{`} {
+		require.Contains(t, string(backupFile), kind)
+	}
+	rep := decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", backupFile, 200))
+	require.Equal(t, map[string]int{"job": 2, "budget": 3, "cache": 1, "usage_day": 1}, rep.Restored, "%+v", rep)
+	require.Zero(t, rep.Failed)
+	require.Equal(t, 2, rep.Remapped)
+
+	rt := router.New(3)
+	move := func(id string) string {
+		_, ulid, _ := strings.Cut(strings.TrimPrefix(id, router.JobIDPrefix), "_")
+		return fmt.Sprintf("%s%d_%s", router.JobIDPrefix, rt.ShardForQueue(q), ulid)
+	}
+	after := read(dst, move(routed))
+	require.JSONEq(t, string(before.usage), string(after.usage), "the usage summary")
+	if day() == firstDay {
+		require.JSONEq(t, string(before.budgets), string(after.budgets), "the budgets with today's spend")
+	}
+	require.JSONEq(t, string(before.scores), string(after.scores), "the scores summary")
+	require.Equal(t, before.routing, after.routing, "the route goes on at its fallback")
+	next := decode[corvo.FetchedJob](t, must(dst, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w3"}, 200))
+	require.Equal(t, move(routed), next.JobID)
+	require.Equal(t, "gpt", next.Routing.Target)
+
+	// The cache answers a hit with the restored job's result.
+	hit := must(dst, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]any{"prompt": "capital of France"}, "cache": cache}, 201)
+	res := decode[corvo.Enqueued](t, hit)
+	require.True(t, res.Cached, string(hit))
+	require.Equal(t, move(cached), res.CachedFrom)
+	require.JSONEq(t, `{"answer":"Paris"}`, string(res.Result))
+
+	// Again: everything exists, nothing is added.
+	rep = decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", backupFile, 200))
+	require.Empty(t, rep.Restored)
+	require.Equal(t, map[string]int{"namespace": 1, "job": 2, "budget": 3, "cache": 1, "usage_day": 1}, rep.Exists, "%+v", rep)
+	if budgets := must(dst, "GET", "/api/v1/budgets", nil, 200); day() == firstDay {
+		require.JSONEq(t, string(after.budgets), string(budgets), "nothing added to the spend")
+	}
+
+	// A cache entry that has expired is left out, and said so; a budget
+	// no server would hold refuses the file, and nothing changes.
+	file := func(rec string) []byte {
+		kind, _, _ := strings.Cut(strings.TrimPrefix(rec, `{"kind":"`), `"`)
+		return []byte(`{"kind":"header","format":1,"created_at":1,"shards":4,"namespace":"default","keys":"metadata"}` + "\n" + rec + "\n" +
+			`{"kind":"trailer","counts":{"` + kind + `":1}}` + "\n")
+	}
+	rep = decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", file(`{"kind":"cache","cache":{"queue":"`+q+`","key":"old",`+
+		`"job_id":"`+move(cached)+`","completed_at":1,"expires_at":2}}`), 200))
+	require.Equal(t, map[string]int{"cache": 1}, rep.Expired, "%+v", rep)
+	require.Empty(t, rep.Restored)
+	code, out := do(t, "POST", dst+"/api/v1/restore", file(`{"kind":"budget","budget":{"namespace":"default","on_exceed":"pause","daily_nanos":1}}`))
+	require.Equal(t, 400, code, string(out))
+	require.Contains(t, string(out), "on_exceed")
+	if budgets := must(dst, "GET", "/api/v1/budgets", nil, 200); day() == firstDay {
+		require.JSONEq(t, string(after.budgets), string(budgets), "nothing added to the spend")
+	}
+}
