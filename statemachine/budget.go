@@ -106,7 +106,7 @@ func (b *Budget) Check() error {
 	case b.DailyNanos < 0 || b.PerJobNanos < 0 || b.DailyNanos > MaxUsageCostNanos || b.PerJobNanos > MaxUsageCostNanos:
 		return errors.New("budget limits are 0–1000000 USD")
 	case b.DailyNanos == 0 && b.PerJobNanos == 0:
-		return errors.New("a budget needs a daily or a per-job limit")
+		return errors.New("a budget needs a daily or a per-job limit above 0 (0 sets no limit)")
 	case b.OnExceed < BudgetActionHold || b.OnExceed > BudgetActionAlertOnly:
 		return errors.New("unknown on_exceed")
 	}
