@@ -329,36 +329,9 @@ func (s *Server) handleDeleteBudget(ctx *fasthttp.RequestCtx) {
 // error names the first shard that failed; the op is idempotent, so the
 // caller may send it again.
 func (s *Server) proposeBudget(op *statemachine.SetBudgetOp) (found bool, aerr *apiError) {
-	n := s.eng.Shards()
-	errs := make([]*apiError, n)
-	rs := make([]statemachine.Result, n)
-	var wg sync.WaitGroup
-	for sh := 0; sh < n; sh++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, e := s.propose(sh, op)
-			if e == nil {
-				rs[sh] = r[0]
-			}
-			errs[sh] = e
-		}()
-	}
-	wg.Wait()
+	found, aerr = s.proposeEveryShard(op)
 	s.budgetGen.Add(1)
-	for sh := 0; sh < n; sh++ {
-		if errs[sh] != nil {
-			return false, errs[sh]
-		}
-		switch rs[sh].Status {
-		case statemachine.StatusOK:
-			found = true
-		case statemachine.StatusNotFound:
-		default:
-			return false, resultError(&rs[sh])
-		}
-	}
-	return found, nil
+	return found, aerr
 }
 
 // GET /api/v1/budgets — the namespace's budgets with today's spend (a key

@@ -113,6 +113,12 @@ func appendQueue(b []byte, q *statemachine.QueueInfo) []byte {
 		b = appendInt(b, q.Config.RateWindowMs)
 		b = append(b, '}')
 	}
+	b = append(b, `,"provider":`...)
+	if q.Config.Provider == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendString(b, q.Config.Provider)
+	}
 	b = append(b, `,"totals":{"enqueued":`...)
 	b = appendInt(b, q.Stats.Enqueued)
 	b = append(b, `,"completed":`...)

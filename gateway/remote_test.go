@@ -255,6 +255,11 @@ func TestRemoteReadEveryQuery(t *testing.T) {
 	require.Equal(t, 201, code, string(body))
 	code, body = call(t, "PUT", "/api/v1/budgets", map[string]any{"scope": "queue:" + qs[0], "daily_usd": 0.5, "per_job_usd": 0.01})
 	require.Equal(t, 200, code, string(body))
+	prov := uq("rread-prov")
+	code, body = call(t, "PUT", "/api/v1/providers", map[string]any{"name": prov, "rpm_limit": 60, "output_tpm_limit": 1000})
+	require.Equal(t, 200, code, string(body))
+	code, body = call(t, "POST", "/api/v1/queues/"+qs[2]+"/provider", map[string]any{"provider": prov})
+	require.Equal(t, 200, code, string(body))
 
 	srv, _ := frontServer(t, Config{Peer: peerTo(toReal)}, newHostsOnly())
 	kinds := map[string]bool{}
@@ -275,6 +280,7 @@ func TestRemoteReadEveryQuery(t *testing.T) {
 			statemachine.SchedulesQuery{},
 			statemachine.WorkersQuery{},
 			statemachine.BudgetsQuery{Day: statemachine.UsageDay(time.Now().UnixNano())},
+			statemachine.ProvidersQuery{Now: time.Now().UnixNano()},
 			statemachine.AuditQuery{Limit: 5},
 			statemachine.AuditQuery{Namespace: auth.DefaultNamespace, Method: "POST", Limit: 2},
 		}

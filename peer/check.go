@@ -212,6 +212,31 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 			return nil
 		}
 		return o.Budget.Check()
+	case *statemachine.SetProviderOp:
+		// Every shard holds every provider.
+		if o.Delete {
+			p := o.Provider
+			p.RPM = 1 // a delete names the provider only
+			return p.Check()
+		}
+		return o.Provider.Check()
+	case *statemachine.LinkProviderOp:
+		if o.Provider != "" {
+			if err := statemachine.CheckProviderName(o.Provider); err != nil {
+				return err
+			}
+		}
+		return v.queue(sh, o.Queue)
+	case *statemachine.ProviderMemberOp:
+		if ns := o.Namespace; ns != "" {
+			if err := router.ValidateNamespace(ns); err != nil || ns == router.DefaultNamespace {
+				return fmt.Errorf("provider namespace %q is not a namespace's stored name", ns)
+			}
+		}
+		if int(o.Member.Shard) >= v.rt.Shards() {
+			return fmt.Errorf("member shard %d out of range", o.Member.Shard)
+		}
+		return statemachine.CheckProviderName(o.Member.Name)
 	case *statemachine.DepDoneOp:
 		if err := v.job(sh, o.Dependent); err != nil {
 			return err

@@ -201,6 +201,7 @@ func init() {
 	registerRead[statemachine.SchedulesQuery, []statemachine.Schedule]()
 	registerRead[statemachine.WorkersQuery, []statemachine.WorkerInfo]()
 	registerRead[statemachine.BudgetsQuery, []statemachine.BudgetSpend]()
+	registerRead[statemachine.ProvidersQuery, []statemachine.ProviderInfo]()
 }
 
 // Result frames: the first byte says what follows.

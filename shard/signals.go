@@ -5,8 +5,23 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
+
+// providerThrottled counts, per queue and provider, the updates of this
+// node's replicas after which the queue's pending jobs wait for its
+// provider's window (statemachine/provider.go). Queue and provider names
+// need no escaping: both are validated.
+func providerThrottled(queue, provider string) *metrics.Counter {
+	l := `{queue="` + queue + `"`
+	if ns, q := router.SplitQueue(queue); ns != router.DefaultNamespace {
+		l = `{namespace="` + ns + `",queue="` + q + `"`
+	}
+	return metrics.GetOrCreateCounter(`corvo_provider_throttled_total` + l + `,provider="` + provider + `"}`)
+}
 
 // signals tracks, per queue, how many jobs are pending on this node's
 // replica and wakes long-polls when a queue gains fetchable jobs.
@@ -123,6 +138,9 @@ func (s *signals) applied(info *statemachine.AppliedInfo) {
 		qs.pending.Store(sig.Pending)
 		qs.paused.Store(sig.Paused)
 		qs.blocked.Store(sig.BlockedUntil)
+		if sig.Provider != "" {
+			providerThrottled(sig.Queue, sig.Provider).Inc()
+		}
 		qs.head = sig.Head
 		if sig.Ready && sig.Pending > 0 && !sig.Paused && sig.BlockedUntil != math.MaxInt64 {
 			close(qs.ready)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -194,6 +195,12 @@ func (a *applier) apply(op Op) Result {
 		return a.unclaim(o)
 	case *SetBudgetOp:
 		return a.setBudget(o)
+	case *SetProviderOp:
+		return a.setProvider(o)
+	case *LinkProviderOp:
+		return a.linkProvider(o)
+	case *ProviderMemberOp:
+		return a.providerMember(o)
 	case *AckFetchOp:
 		r := a.ack(&o.Ack)
 		if r.Status != StatusOK {
@@ -457,6 +464,9 @@ func (a *applier) flushStats() []QueueSignal {
 		if sig.Pending > 0 {
 			sig.Head = a.head(q)
 			sig.BlockedUntil = a.blockedUntil(q)
+			if sig.BlockedUntil != 0 && sig.BlockedUntil != math.MaxInt64 && a.providerBlockedUntil(q) == sig.BlockedUntil {
+				sig.Provider = a.config(q).Provider
+			}
 		}
 		sigs = append(sigs, sig)
 	}
@@ -637,6 +647,7 @@ type fetchHead struct {
 	key  []byte
 	it   *pebble.Iterator // nil until the queue is picked or its head is unknown
 	room int              // jobs the queue may still hand out (limits)
+	prov *int             // jobs its provider's queues may still hand out (nil: no provider)
 }
 
 // fetch claims up to Count pending jobs over its queues, lowest (priority,
@@ -681,6 +692,7 @@ func (a *applier) fetch(o *FetchOp) Result {
 		}
 	}()
 	seen := make(map[string]struct{}, len(o.Queues))
+	var provRooms map[string]*int
 	for _, q := range o.Queues {
 		if _, dup := seen[q]; dup {
 			continue
@@ -690,13 +702,28 @@ func (a *applier) fetch(o *FetchOp) Result {
 			continue
 		}
 		room := a.fetchRoom(q)
+		// Queues linked to one provider share its room in this fetch.
+		var prov *int
+		if id, r := a.linkedProvider(q); r != nil {
+			if prov = provRooms[id]; prov == nil {
+				if provRooms == nil {
+					provRooms = map[string]*int{}
+				}
+				prov = new(int)
+				*prov = a.providerRoom(id, r)
+				provRooms[id] = prov
+			}
+			if *prov == 0 {
+				room = 0
+			}
+		}
 		if room == 0 {
 			a.dirty[q] = struct{}{} // its signal then says until when it is blocked
 			continue
 		}
 		pfx := pendingPrefix(q)
 		if k := a.s.heads[q]; k != nil {
-			store = append(store, fetchHead{queue: q, prefix: len(pfx), key: k, room: room})
+			store = append(store, fetchHead{queue: q, prefix: len(pfx), key: k, room: room, prov: prov})
 			heads = append(heads, &store[len(store)-1])
 			continue
 		}
@@ -707,7 +734,7 @@ func (a *applier) fetch(o *FetchOp) Result {
 		if !ok {
 			continue
 		}
-		store = append(store, fetchHead{queue: q, prefix: len(pfx), key: it.Key(), it: it, room: room})
+		store = append(store, fetchHead{queue: q, prefix: len(pfx), key: it.Key(), it: it, room: room, prov: prov})
 		heads = append(heads, &store[len(store)-1])
 	}
 	// Whatever the heads stop on is each queue's new head (the batch has
@@ -757,17 +784,28 @@ func (a *applier) fetch(o *FetchOp) Result {
 		if v, ok := a.claim(id, o); ok {
 			res.Jobs = append(res.Jobs, v)
 			a.recordFetch(h.queue)
-			if h.room--; h.room == 0 {
-				// The queue reached a limit: it leaves this fetch, its
-				// iterator's position still being its head.
-				for i, x := range heads {
-					if x == h {
-						a.s.heads[h.queue] = append([]byte(nil), h.key...)
-						h.it.Close()
-						heads = append(heads[:i], heads[i+1:]...)
-						break
+			h.room--
+			if h.prov != nil {
+				*h.prov--
+			}
+			if h.room == 0 || h.prov != nil && *h.prov == 0 {
+				// The queue, or its provider's share, reached a limit:
+				// the queue (every queue of the provider) leaves this
+				// fetch, an iterator's position still being its head.
+				spent, kept := h.prov, heads[:0]
+				for _, x := range heads {
+					if x == h || spent != nil && *spent == 0 && x.prov == spent {
+						if x.it != nil {
+							a.s.heads[x.queue] = append([]byte(nil), x.key...)
+							x.it.Close()
+							x.it = nil
+						}
+						a.dirty[x.queue] = struct{}{}
+						continue
 					}
+					kept = append(kept, x)
 				}
+				heads = kept
 			}
 		}
 		if a.err != nil {

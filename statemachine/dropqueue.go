@@ -18,6 +18,7 @@ func (a *applier) dropQueue(o *DropQueueOp) Result {
 				return Result{Status: StatusConflict, Message: "the queue still has jobs"}
 			}
 		}
+		a.unlinkDropped(o.Queue)
 		a.del(queueCfgKey(o.Queue))
 		a.del(queueStatsKey(o.Queue))
 		delete(a.s.stats, o.Queue)

@@ -40,7 +40,9 @@ func FuzzDecodeEntry(f *testing.F) {
 
 func TestEntryRoundTrip(t *testing.T) {
 	t.Parallel()
-	e := Entry{ID: NewEntryID(10, 20), Now: 30, Ops: []Op{&CancelOp{JobID: "a"}, &FetchOp{Queues: []string{"q"}, Count: 2}}}
+	e := Entry{ID: NewEntryID(10, 20), Now: 30, Ops: []Op{&CancelOp{JobID: "a"}, &FetchOp{Queues: []string{"q"}, Count: 2},
+		&SetProviderOp{Provider: Provider{Namespace: "ns", Name: "p", RPM: 1, InputTPM: 2, OutputTPM: 3}, Delete: true},
+		&LinkProviderOp{Queue: "q", Provider: "p"}, &ProviderMemberOp{Namespace: "ns", Member: ProviderMember{Name: "p", Shard: 3, Gen: 9, In: true}}}}
 	b := e.Encode(nil)
 	got, err := DecodeEntry(b)
 	require.NoError(t, err)
@@ -68,6 +70,8 @@ func FuzzApplyEntry(f *testing.F) {
 		{&MoveJobOp{JobID: id, Queue: "r"}, &PriorityOp{JobID: id, Priority: PriorityCritical}},
 		{&DropQueueOp{Queue: "q", Index: DropPending}, &DropQueueOp{Queue: "q", Index: DropConfig}},
 		importAIOpsV1(),
+		{&SetProviderOp{Provider: Provider{Name: "p", RPM: 1, InputTPM: 10}}, &LinkProviderOp{Queue: "q", Provider: "p"},
+			&ProviderMemberOp{Member: ProviderMember{Name: "p", Shard: 1, Gen: 1, In: true}}, &FetchOp{Queues: []string{"q"}, WorkerID: "w", Count: 2}},
 	} {
 		f.Add(seed.entry(ops...))
 	}

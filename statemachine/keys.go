@@ -40,6 +40,9 @@ const (
 	pfxScore     = "sj|"       // sj|{id}\x00{n:4BE} → the job's n-th ScoreRecord (scores.go)
 	pfxBudget    = "bg|"       // bg|{budget id} → Budget (budget.go)
 	pfxBudgetDay = "bd|"       // bd|{day:4BE}{budget id} → spend in nano-USD (varint) of this shard's jobs on a UTC day
+	pfxProvider  = "pv|"       // pv|{namespace}\x00{name} → providerRec (provider.go)
+	pfxProvReq   = "pr|"       // pr|{provider id}\x00{at:8BE}{seq:8BE} → "" (jobs handed out in the provider's window)
+	pfxProvTok   = "pt|"       // pt|{provider id}\x00{at:8BE}{seq:8BE} → input, output tokens (varints) reported in the window
 	keyMeta      = "m|applied" // applied index:8BE, last now:8BE
 )
 

@@ -62,8 +62,10 @@ func (a *applier) loadRates(q string) []int64 {
 	return times
 }
 
-// recordFetch notes one job handed out from a throttled queue.
+// recordFetch notes one job handed out from a throttled queue or one
+// linked to a provider.
 func (a *applier) recordFetch(q string) {
+	a.recordProviderFetch(q)
 	c := a.config(q)
 	if c.RateLimit == 0 {
 		return
@@ -81,6 +83,18 @@ func (a *applier) blockedUntil(q string) int64 {
 	if c.MaxConcurrency > 0 && a.stats(q).Counts[StateActive] >= int64(c.MaxConcurrency) {
 		return math.MaxInt64
 	}
+	// Both the queue's throttle and its provider must let it: blocked
+	// until the later of the two frees.
+	until := a.providerBlockedUntil(q)
+	if until == math.MaxInt64 {
+		return until
+	}
+	return max(until, a.throttledUntil(q, c))
+}
+
+// throttledUntil is when the queue's own throttle window frees (0: it
+// does now).
+func (a *applier) throttledUntil(q string, c *QueueConfig) int64 {
 	if c.RateLimit > 0 {
 		times, ok := a.s.rates[q]
 		if !ok {

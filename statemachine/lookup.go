@@ -71,6 +71,8 @@ func (s *StateMachine) Lookup(q interface{}) (interface{}, error) {
 		return s.usageDay(q.Day)
 	case BudgetsQuery:
 		return s.budgets(q.Day)
+	case ProvidersQuery:
+		return s.providers(q.Now)
 	case AppliedQuery:
 		return s.appliedAtomic.Load(), nil
 	case OpenedAtQuery:

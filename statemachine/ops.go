@@ -51,6 +51,10 @@ const (
 	OpUnclaim     OpCode = 35
 	OpScore       OpCode = 36
 	OpSetBudget   OpCode = 40 // budget.go (37–39 unused)
+	// provider.go
+	OpSetProvider    OpCode = 41
+	OpLinkProvider   OpCode = 42
+	OpProviderMember OpCode = 43
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -241,6 +245,12 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &ScoreOp{}
 	case OpSetBudget:
 		op = &SetBudgetOp{}
+	case OpSetProvider:
+		op = &SetProviderOp{}
+	case OpLinkProvider:
+		op = &LinkProviderOp{}
+	case OpProviderMember:
+		op = &ProviderMemberOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -911,6 +921,9 @@ type Result struct {
 	// CachedFrom: the enqueue found a cached result and the job was
 	// created completed with that job's result.
 	CachedFrom string
+	// Members: a LinkProviderOp's shard's membership of the providers
+	// the link changed (or of the one it links to, when linked already).
+	Members []ProviderMember
 }
 
 // encodeResults writes op results. With compact set, fetched jobs are stored
@@ -948,7 +961,10 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 	// result, left out when none has any.
 	// Then each result's CachedFrom, left out when none has one (the
 	// usage lists are then written, empty or not).
-	cached := slices.ContainsFunc(rs, func(r Result) bool { return r.CachedFrom != "" })
+	// Then each result's Members, left out when none has any (the lists
+	// before are then written).
+	members := slices.ContainsFunc(rs, func(r Result) bool { return len(r.Members) > 0 })
+	cached := members || slices.ContainsFunc(rs, func(r Result) bool { return r.CachedFrom != "" })
 	if cached || slices.ContainsFunc(rs, func(r Result) bool { return len(r.Usage) > 0 }) {
 		for i := range rs {
 			e.uvarint(uint64(len(rs[i].Usage)))
@@ -960,6 +976,17 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 	if cached {
 		for i := range rs {
 			e.str(rs[i].CachedFrom)
+		}
+	}
+	if members {
+		for i := range rs {
+			e.uvarint(uint64(len(rs[i].Members)))
+			for _, m := range rs[i].Members {
+				e.str(m.Name)
+				e.uvarint(uint64(m.Shard))
+				e.uvarint(m.Gen)
+				e.boolean(m.In)
+			}
 		}
 	}
 	return e.b
@@ -1036,6 +1063,15 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 	}
 	for i := 0; i < len(rs) && d.more(); i++ {
 		rs[i].CachedFrom = d.str()
+	}
+	for i := 0; i < len(rs) && d.more(); i++ {
+		nm := d.uvarint()
+		if nm > MaxOpsPerEntry {
+			return nil, false, errShort
+		}
+		for k := uint64(0); k < nm && d.err == nil; k++ {
+			rs[i].Members = append(rs[i].Members, ProviderMember{Name: d.str(), Shard: uint32(d.uvarint()), Gen: d.uvarint(), In: d.boolean()})
+		}
 	}
 	if d.err != nil {
 		return nil, false, d.err

@@ -53,6 +53,9 @@ type QueueConfig struct {
 	// throttle).
 	RateLimit    uint32
 	RateWindowMs int64
+	// Provider names the provider of the queue's namespace whose limits
+	// the queue shares (provider.go; "": none).
+	Provider string
 }
 
 func (c *QueueConfig) appendTo(b []byte) []byte {
@@ -62,6 +65,9 @@ func (c *QueueConfig) appendTo(b []byte) []byte {
 	e.uvarint(uint64(c.MaxConcurrency))
 	e.uvarint(uint64(c.RateLimit))
 	e.varint(c.RateWindowMs)
+	if c.Provider != "" { // appended (wire.go, rules 2 and 6)
+		e.str(c.Provider)
+	}
 	return e.b
 }
 
@@ -74,6 +80,9 @@ func (c *QueueConfig) decode(d *dec) {
 	c.MaxConcurrency = uint32(d.uvarint())
 	c.RateLimit = uint32(d.uvarint())
 	c.RateWindowMs = d.varint()
+	if d.more() {
+		c.Provider = d.str()
+	}
 }
 
 // QueueInfo is a queue's stats and settings as a lookup returns them.

@@ -50,6 +50,10 @@ type QueueSignal struct {
 	// later signal (math.MaxInt64: the concurrency cap is reached). 0: not
 	// blocked.
 	BlockedUntil int64
+	// Provider names the queue's provider when its window is what
+	// blocks the queue (BlockedUntil is then the provider's), for
+	// metrics.
+	Provider string
 }
 
 // AppliedInfo describes one committed Update.
@@ -159,6 +163,11 @@ type StateMachine struct {
 	// rates[queue] holds the fetch times of a throttled queue inside its
 	// window, oldest first: a copy of its rl| keys, loaded on first use.
 	rates map[string][]int64
+	// provReqs and provToks hold a provider's request times and token
+	// reports inside its window, by provider ID: copies of its pr| and
+	// pt| keys, loaded on first use.
+	provReqs map[string][]int64
+	provToks map[string][]provTok
 
 	// cursors[queue] is a key no greater than the queue's first pending key,
 	// so fetches seek past the tombstones of consumed jobs. It only speeds
@@ -241,6 +250,8 @@ func (s *StateMachine) resetCaches() {
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
 	s.jobsMu.Unlock()
 	s.rates = make(map[string][]int64)
+	s.provReqs = make(map[string][]int64)
+	s.provToks = make(map[string][]provTok)
 	s.watched = make(map[string]int)
 	s.active, s.due, s.outbox = 0, 0, 0
 	s.schedules, s.nextCron, s.nextCronStale = 0, 0, false

@@ -30,7 +30,9 @@ type testBundle struct {
 	log   [][]byte // every entry applied, for replay
 
 	jobCache int64
-	fs       vfs.FS // nil: the OS's
+	fs       vfs.FS   // nil: the OS's
+	listener Listener // nil: none
+	shardID  uint64   // 0: 1
 }
 
 func setup(t testing.TB) *testBundle { return setupWith(t, 0) }
@@ -45,7 +47,7 @@ func setupWith(t testing.TB, jobCache int64) *testBundle {
 }
 
 func (tb *testBundle) open() {
-	tb.sm = New(Config{ShardID: 1, Dir: tb.dir, JobCacheBytes: tb.jobCache, FS: tb.fs})
+	tb.sm = New(Config{ShardID: max(tb.shardID, 1), Dir: tb.dir, JobCacheBytes: tb.jobCache, FS: tb.fs, Listener: tb.listener})
 	idx, err := tb.sm.Open(nil)
 	require.NoError(tb.t, err)
 	tb.index = idx
@@ -391,6 +393,8 @@ func randomLog(tb *testBundle, n int) {
 	queues := []string{"a", "b", "c"}
 	tb.apply(&BatchCreateOp{Batch: Batch{ID: "batch_0_r", Total: 20, CallbackQueue: "b", CallbackJobID: "job_0_01KH630VS4806TTT36SZ4F6XQC"}})
 	tb.apply(&ScheduleOp{Schedule: Schedule{ID: "sched_0_r", Queue: "c", Cron: "*/2 * * * *", Timezone: "Europe/Paris"}})
+	tb.apply(&SetProviderOp{Provider: Provider{Name: "p0", RPM: 4, InputTPM: 6000}})
+	tb.apply(&LinkProviderOp{Queue: "a", Provider: "p0"})
 	for i := 0; i < n; i++ {
 		tb.advance(time.Duration(tb.rnd.IntN(3000)) * time.Millisecond)
 		if tb.rnd.IntN(30) == 0 {
@@ -504,6 +508,14 @@ func randomLog(tb *testBundle, n int) {
 					op = &PruneAuditOp{Before: tb.now.Add(-20 * time.Second).UnixNano(), Limit: 2}
 				case 4, 5:
 					op = &SetBudgetOp{Budget: randomBudget(tb), Delete: tb.rnd.IntN(3) == 0}
+				case 6:
+					op = &SetProviderOp{Provider: Provider{Name: []string{"p0", "p1"}[tb.rnd.IntN(2)], RPM: int64(tb.rnd.IntN(5)),
+						InputTPM: int64(tb.rnd.IntN(3) * 3000), OutputTPM: int64(1 + tb.rnd.IntN(2000))}, Delete: tb.rnd.IntN(4) == 0}
+				case 7, 8:
+					op = &LinkProviderOp{Queue: queues[tb.rnd.IntN(3)], Provider: []string{"", "p0", "p1"}[tb.rnd.IntN(3)]}
+				case 9:
+					op = &ProviderMemberOp{Member: ProviderMember{Name: []string{"p0", "p1"}[tb.rnd.IntN(2)], Shard: uint32(tb.rnd.IntN(3)),
+						Gen: uint64(tb.rnd.IntN(4)), In: tb.rnd.IntN(2) == 0}}
 				}
 			}
 		}

@@ -317,6 +317,7 @@ func (a *applier) addUsage(j *Job, st *JobState, phase UsagePhase, u *Usage) Usa
 	}
 	a.set(dk, t.appendTo(nil))
 	a.addBudgetSpend(j, delta.CostNanos)
+	a.addProviderTokens(j.Queue, &delta.Usage)
 	return delta
 }
 

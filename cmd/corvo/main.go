@@ -89,7 +89,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&namespaceFlag, "namespace", "", "namespace the client commands act in (default $"+corvo.NamespaceEnv+", else the key's own; another needs an admin key)")
 	root.AddCommand(newNamespacesCmd())
 	root.AddCommand(newAuditCmd(), newBackupCmd(), newRestoreCmd())
-	root.AddCommand(newUsageCmd(), newBudgetsCmd())
+	root.AddCommand(newUsageCmd(), newBudgetsCmd(), newProvidersCmd())
 	root.AddCommand(newScoresCmd())
 	return root
 }

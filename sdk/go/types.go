@@ -235,19 +235,22 @@ type TimelineEntry struct {
 
 // Queue is a queue's counts and settings (GET /api/v1/queues).
 type Queue struct {
-	Name           string      `json:"name"`
-	Pending        int64       `json:"pending"`
-	Active         int64       `json:"active"`
-	Scheduled      int64       `json:"scheduled"`
-	Retrying       int64       `json:"retrying"`
-	Completed      int64       `json:"completed"`
-	Dead           int64       `json:"dead"`
-	Cancelled      int64       `json:"cancelled"`
-	Held           int64       `json:"held"` // waiting on depends_on
-	Paused         bool        `json:"paused"`
-	MaxConcurrency *int        `json:"max_concurrency"`
-	Throttle       *Throttle   `json:"throttle"`
-	Totals         QueueTotals `json:"totals"`
+	Name           string    `json:"name"`
+	Pending        int64     `json:"pending"`
+	Active         int64     `json:"active"`
+	Scheduled      int64     `json:"scheduled"`
+	Retrying       int64     `json:"retrying"`
+	Completed      int64     `json:"completed"`
+	Dead           int64     `json:"dead"`
+	Cancelled      int64     `json:"cancelled"`
+	Held           int64     `json:"held"` // waiting on depends_on
+	Paused         bool      `json:"paused"`
+	MaxConcurrency *int      `json:"max_concurrency"`
+	Throttle       *Throttle `json:"throttle"`
+	// Provider names the provider whose limits the queue shares (nil:
+	// none).
+	Provider *string     `json:"provider"`
+	Totals   QueueTotals `json:"totals"`
 	// Throughput is the server's measure over about a minute; nil until it
 	// has one.
 	Throughput *QueueThroughput `json:"throughput"`
