@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,12 @@ func TestAuditFiltersAndCursor(t *testing.T) {
 		st, _, out := callKey(t, method, base+path, op, map[string]any{})
 		require.Equal(t, 200, st, string(out))
 		paths = append(paths, path)
+		// The next record's instant is in a later millisecond (the
+		// records' precision) than this one's, which its answer follows:
+		// the since/until check below needs two instants apart.
+		for ms := time.Now().UnixMilli(); time.Now().UnixMilli() == ms; {
+			runtime.Gosched()
+		}
 	}
 	var got []string
 	f := corvo.AuditFilter{Namespace: ns, Limit: 2}
