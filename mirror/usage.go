@@ -116,7 +116,15 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 		g.CostNanos, g.Jobs, g.Reports = n[4].Int64, n[5].Int64, n[6].Int64
 		return nil
 	}
-	rows, err := m.rdb.QueryContext(ctx, "SELECT "+sums+cond, ps.Args...)
+	// The totals, the cache's figures and the groups come from one
+	// snapshot: with writes applied between separate queries the groups
+	// would not add up to the totals.
+	tx, err := m.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, "SELECT "+sums+cond, ps.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +137,7 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 	if err := rows.Close(); err != nil {
 		return nil, err
 	}
-	if err := m.cacheStats(ctx, f, out); err != nil {
+	if err := cacheStats(ctx, tx, f, out); err != nil {
 		return nil, err
 	}
 	if key == "" {
@@ -140,7 +148,7 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 	if TimeGroupBy(f.GroupBy) {
 		order = " ORDER BY k"
 	}
-	rows, err = m.rdb.QueryContext(ctx, "SELECT CAST("+key+" AS TEXT) AS k, "+sums+cond+" GROUP BY k"+order, ps.Args...)
+	rows, err = tx.QueryContext(ctx, "SELECT CAST("+key+" AS TEXT) AS k, "+sums+cond+" GROUP BY k"+order, ps.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +163,7 @@ func (m *Mirror) UsageSummary(ctx context.Context, f UsageFilter) (*UsageSummary
 	return out, rows.Err()
 }
 
-func (m *Mirror) cacheStats(ctx context.Context, f UsageFilter, out *UsageSummary) error {
+func cacheStats(ctx context.Context, tx *sql.Tx, f UsageFilter, out *UsageSummary) error {
 	var ps Params
 	where := []string{"cache_key IS NOT NULL", "created_at >= " + ps.Add(f.Since)}
 	if f.Namespace != "" {
@@ -169,7 +177,7 @@ func (m *Mirror) cacheStats(ctx context.Context, f UsageFilter, out *UsageSummar
 		where = append(where, "shard IN ("+strings.Join(in, ",")+")")
 	}
 	var hits, misses, saved sql.NullInt64
-	err := m.rdb.QueryRowContext(ctx, "SELECT SUM(cached_from IS NOT NULL), SUM(cached_from IS NULL), SUM(saved_nanos) FROM jobs WHERE "+
+	err := tx.QueryRowContext(ctx, "SELECT SUM(cached_from IS NOT NULL), SUM(cached_from IS NULL), SUM(saved_nanos) FROM jobs WHERE "+
 		strings.Join(where, " AND "), ps.Args...).Scan(&hits, &misses, &saved)
 	out.Cache = CacheStats{Hits: hits.Int64, Misses: misses.Int64, SavedNanos: saved.Int64}
 	return err
