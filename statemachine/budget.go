@@ -321,22 +321,7 @@ func (a *applier) overJobBudget(j *Job, nanos int64) bool {
 // pruneBudgetDays deletes the budgets' daily spends older than the usage
 // retention.
 func (a *applier) pruneBudgetDays() {
-	bound := budgetDayKey(UsageDay(a.now)-usageDayRetention, "")
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: []byte(pfxBudgetDay), UpperBound: bound})
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	found := it.First()
-	if err := it.Close(); err != nil {
-		a.fail(err)
-		return
-	}
-	if found {
-		if err := a.b.DeleteRange([]byte(pfxBudgetDay), bound, nil); err != nil {
-			a.fail(err)
-		}
-	}
+	a.deleteRangeIfAny([]byte(pfxBudgetDay), budgetDayKey(UsageDay(a.now)-usageDayRetention, ""))
 }
 
 // BudgetsQuery reads every budget and what this shard's jobs spent under

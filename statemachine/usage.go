@@ -335,8 +335,13 @@ func (a *applier) dropUsage(id string, st *JobState) {
 // pruneUsageDays deletes the daily totals older than the retention, when
 // there are any (a seek, so a sweep with nothing to prune writes nothing).
 func (a *applier) pruneUsageDays() {
-	bound := usageDayKey(UsageDay(a.now)-usageDayRetention, "")
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: []byte(pfxUsageDay), UpperBound: bound})
+	a.deleteRangeIfAny([]byte(pfxUsageDay), usageDayKey(UsageDay(a.now)-usageDayRetention, ""))
+}
+
+// deleteRangeIfAny deletes [lower, upper) when a key lies in it: a daily
+// prune then writes no range tombstone on the days it has nothing to drop.
+func (a *applier) deleteRangeIfAny(lower, upper []byte) {
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		a.fail(err)
 		return
@@ -347,7 +352,7 @@ func (a *applier) pruneUsageDays() {
 		return
 	}
 	if found {
-		if err := a.b.DeleteRange([]byte(pfxUsageDay), bound, nil); err != nil {
+		if err := a.b.DeleteRange(lower, upper, nil); err != nil {
 			a.fail(err)
 		}
 	}
