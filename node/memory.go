@@ -34,7 +34,6 @@ type nodeMemory struct {
 }
 
 func newNodeMemory(plan membudget.Plan) *nodeMemory {
-	membudget.LimitCArenas()
 	b := membudget.New(plan)
 	return &nodeMemory{budget: b,
 		bodies:    b.ActivityAccount("request_bodies", plan.Bodies),

@@ -3,7 +3,6 @@ package membudget
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
@@ -154,18 +153,6 @@ func (w *watcher) step() {
 		w.lastRelease = now
 		w.cfg.Release()
 		releasedTotal.Inc()
-	}
-}
-
-// LimitCArenas caps the C heap's malloc arenas (glibc) at half the cores,
-// at least 2, unless MALLOC_ARENA_MAX is set: with the default (8 per
-// core) a burst of Pebble and SQLite allocations from many threads leaves
-// memory spread over arenas that malloc_trim cannot hand back (measured:
-// 80 MiB more resident a minute after a burst, docs/operating-under-load.md).
-// Call it before the shards and the mirror open.
-func LimitCArenas() {
-	if os.Getenv("MALLOC_ARENA_MAX") == "" {
-		limitArenas(max(2, runtime.NumCPU()/2))
 	}
 }
 
