@@ -288,4 +288,23 @@ func TestBackupRestoreAIState(t *testing.T) {
 	if budgets := must(dst, "GET", "/api/v1/budgets", nil, 200); day() == firstDay {
 		require.JSONEq(t, string(after.budgets), string(budgets), "nothing added to the spend")
 	}
+	// A provider with no limit, or a link to a name no provider could
+	// have, refuses the file; a link to a provider neither the file nor
+	// the server holds fails alone.
+	for rec, want := range map[string]string{
+		`{"kind":"provider","provider":{"namespace":"default","name":"x"}}`:                 "needs rpm_limit",
+		`{"kind":"provider","provider":{"namespace":"default","name":"a b","rpm_limit":1}}`: "invalid character",
+		`{"kind":"queue","queue":{"name":"` + pq[0] + `","provider":"a/b"}}`:                "invalid character",
+	} {
+		code, out := do(t, "POST", dst+"/api/v1/restore", file(rec))
+		require.Equal(t, 400, code, string(out))
+		require.Contains(t, string(out), want)
+	}
+	prev := read(dst, move(routed)).providers
+	code, out = do(t, "POST", dst+"/api/v1/restore", file(`{"kind":"queue","queue":{"name":"`+pq[0]+`","provider":"nope"}}`))
+	require.Equal(t, 207, code, string(out))
+	rep = decode[corvo.RestoreReport](t, out)
+	require.Equal(t, 1, rep.Failed)
+	require.Contains(t, rep.Errors[0], "no provider nope")
+	require.JSONEq(t, string(prev), string(read(dst, move(routed)).providers), "the queue keeps its provider")
 }
