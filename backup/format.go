@@ -11,7 +11,9 @@
 //	{"kind":"role","role":{…}}
 //	{"kind":"key","key":{…}}               no "hash" unless keys=full
 //	{"kind":"budget","budget":{…}}         every shard's spend summed by day
+//	{"kind":"provider","provider":{…}}     a provider's limits (every shard holds it)
 //	{"kind":"queue","queue":{…}}           … then each shard's, in shard order
+//	                                       (with its provider link, when it has one)
 //	{"kind":"schedule","schedule":{…}}
 //	{"kind":"job","job":{…}}               with its usage records and scores
 //	{"kind":"cache","cache":{…}}           result-cache entries
@@ -75,10 +77,11 @@ const (
 	KindBudget    = "budget"
 	KindCache     = "cache"
 	KindUsageDay  = "usage_day"
+	KindProvider  = "provider"
 	KindTrailer   = "trailer"
 )
 
-var recordKinds = []string{KindNamespace, KindRole, KindKey, KindQueue, KindSchedule, KindJob, KindBatch, KindBudget, KindCache, KindUsageDay}
+var recordKinds = []string{KindNamespace, KindRole, KindKey, KindQueue, KindSchedule, KindJob, KindBatch, KindBudget, KindCache, KindUsageDay, KindProvider}
 
 // Header is a backup's first line.
 type Header struct {
@@ -110,6 +113,7 @@ type Record struct {
 	Budget    *Budget         `json:"budget,omitempty"`
 	Cache     *Cache          `json:"cache,omitempty"`
 	UsageDay  *UsageDay       `json:"usage_day,omitempty"`
+	Provider  *Provider       `json:"provider,omitempty"`
 }
 
 // Key is an API key's stored record; Hash is set only in keys=full
@@ -137,6 +141,7 @@ type Queue struct {
 	MaxConcurrency uint32 `json:"max_concurrency,omitempty"`
 	RateLimit      uint32 `json:"rate_limit,omitempty"`
 	RateWindowMs   int64  `json:"rate_window_ms,omitempty"`
+	Provider       string `json:"provider,omitempty"` // the name of the provider of its namespace it is linked to
 }
 
 // Writer writes a backup: the header at once, then records, then Close's
@@ -329,7 +334,7 @@ func (r *Record) check() error {
 	set := map[string]bool{
 		KindNamespace: r.Namespace != nil, KindRole: r.Role != nil, KindKey: r.Key != nil, KindQueue: r.Queue != nil,
 		KindSchedule: r.Schedule != nil, KindJob: r.Job != nil, KindBatch: r.Batch != nil,
-		KindBudget: r.Budget != nil, KindCache: r.Cache != nil, KindUsageDay: r.UsageDay != nil,
+		KindBudget: r.Budget != nil, KindCache: r.Cache != nil, KindUsageDay: r.UsageDay != nil, KindProvider: r.Provider != nil,
 	}
 	if _, known := set[r.Kind]; !known {
 		return fmt.Errorf("unknown record kind %q", r.Kind)

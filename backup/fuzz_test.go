@@ -19,6 +19,7 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte(sample))
 	f.Add([]byte(sample[:len(sample)/2]))
 	f.Add([]byte(sampleAI))
+	f.Add([]byte(sampleProviders))
 	f.Add([]byte(`{"kind":"header","format":1,"shards":1,"namespace":"acme","keys":"full"}` + "\n" + `{"kind":"trailer","counts":{}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := NewReader(bytes.NewReader(b))
@@ -48,6 +49,9 @@ func FuzzReader(f *testing.F) {
 			}
 			if rec.UsageDay != nil {
 				_, _ = ToUsageDay(rec.UsageDay)
+			}
+			if rec.Provider != nil {
+				_, _ = ToProvider(rec.Provider)
 			}
 			if p.See(&rec) == nil {
 				_ = p.Rewrite(&rec)

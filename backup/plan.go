@@ -254,6 +254,8 @@ func (p *Plan) Rewrite(r *Record) error {
 		if r.Budget.Queue != "" {
 			r.Budget.Queue = p.Queue(r.Budget.Queue)
 		}
+	case r.Provider != nil:
+		r.Provider.Namespace = p.Namespace(r.Provider.Namespace)
 	case r.Key != nil:
 		r.Key.Namespace = p.Namespace(r.Key.Namespace)
 	case r.Namespace != nil:

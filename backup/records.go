@@ -569,3 +569,39 @@ func ToUsageDay(u *UsageDay) (*statemachine.UsageDayExport, error) {
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheCreationTokens: u.CacheCreationTokens,
 		CacheReadTokens: u.CacheReadTokens, CostNanos: u.CostNanos, Reports: u.Reports}}}, nil
 }
+
+// Provider is a model provider of a namespace with its limits per
+// minute (absent: no limit). Its windows (what was used in the last
+// minute) and which shards share its pool are not kept: a restore
+// recreates the provider on every shard and links the queues again, and
+// the shares follow the restored cluster's links.
+type Provider struct {
+	Namespace      string `json:"namespace"`
+	Name           string `json:"name"`
+	RPMLimit       int64  `json:"rpm_limit,omitempty"`
+	InputTPMLimit  int64  `json:"input_tpm_limit,omitempty"`
+	OutputTPMLimit int64  `json:"output_tpm_limit,omitempty"`
+}
+
+// FromProvider is the backup form of a provider.
+func FromProvider(p *statemachine.Provider) *Provider {
+	ns := p.Namespace
+	if ns == "" {
+		ns = router.DefaultNamespace
+	}
+	return &Provider{Namespace: ns, Name: p.Name, RPMLimit: p.RPM, InputTPMLimit: p.InputTPM, OutputTPMLimit: p.OutputTPM}
+}
+
+// ToProvider is the state machine's form of a backed-up provider; it
+// fails on a provider the server would refuse.
+func ToProvider(p *Provider) (*statemachine.Provider, error) {
+	if err := router.ValidateNamespace(p.Namespace); err != nil {
+		return nil, fmt.Errorf("provider %s: %v", p.Name, err)
+	}
+	out := &statemachine.Provider{Namespace: storedNamespace(p.Namespace), Name: p.Name, RPM: p.RPMLimit, InputTPM: p.InputTPMLimit,
+		OutputTPM: p.OutputTPMLimit}
+	if err := out.Check(); err != nil {
+		return nil, fmt.Errorf("provider %s: %v", p.Name, err)
+	}
+	return out, nil
+}

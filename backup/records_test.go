@@ -154,3 +154,50 @@ func TestRecordsOlderFile(t *testing.T) {
 	require.Zero(t, e.View.State.RouteIndex)
 	require.Equal(t, recs[1].Job, FromJob(e))
 }
+
+// sampleProviders is a backup with a provider and a queue linked to it.
+const sampleProviders = `{"kind":"header","format":1,"created_at":1,"shards":4,"namespace":"acme","keys":"metadata"}
+{"kind":"provider","provider":{"namespace":"acme","name":"anthropic","rpm_limit":60,"output_tpm_limit":9000}}
+{"kind":"queue","queue":{"name":"acme/llm","provider":"anthropic"}}
+{"kind":"trailer","counts":{"provider":1,"queue":1}}
+`
+
+// TestRecordsProviders: a provider converts to the state machine's form
+// and back, a restore into another namespace moves it there (the queue's
+// link names it by name, so it follows), and a provider no server would
+// hold fails to convert.
+func TestRecordsProviders(t *testing.T) {
+	recs := readAll(t, sampleProviders)
+	require.Len(t, recs, 2)
+	p, err := ToProvider(recs[0].Provider)
+	require.NoError(t, err)
+	require.Equal(t, statemachine.Provider{Namespace: "acme", Name: "anthropic", RPM: 60, OutputTPM: 9000}, *p)
+	require.Equal(t, recs[0].Provider, FromProvider(p))
+	require.Equal(t, "anthropic", recs[1].Queue.Provider)
+
+	def, err := ToProvider(&Provider{Namespace: "default", Name: "openai", InputTPMLimit: 5})
+	require.NoError(t, err)
+	require.Empty(t, def.Namespace, "the default namespace is stored as \"\"")
+	require.Equal(t, "default", FromProvider(def).Namespace)
+
+	plan := NewPlan(3, "staging")
+	for i := range recs {
+		require.NoError(t, plan.See(&recs[i]))
+		require.NoError(t, plan.Rewrite(&recs[i]))
+	}
+	require.Equal(t, "staging", recs[0].Provider.Namespace)
+	require.Equal(t, Queue{Name: "staging/llm", Provider: "anthropic"}, *recs[1].Queue)
+
+	for _, bad := range []struct {
+		p    Provider
+		want string
+	}{
+		{Provider{Namespace: "acme", Name: "anthropic"}, "needs rpm_limit"},
+		{Provider{Namespace: "acme", Name: "an thropic", RPMLimit: 1}, "invalid character"},
+		{Provider{Namespace: "acme", Name: "a", RPMLimit: -1}, "limits are"},
+		{Provider{Namespace: "Not A Namespace", Name: "a", RPMLimit: 1}, "provider a"},
+	} {
+		_, err := ToProvider(&bad.p)
+		require.ErrorContains(t, err, bad.want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -31,8 +32,10 @@ import (
 // shard, so a batch's counts may be newer than its jobs' states. The
 // budgets come first: every shard holds every budget and what its own jobs
 // spent under it per UTC day, so each shard's are read (a snapshot each)
-// and a budget is written once, its spend summed over the shards. Nothing
-// else is collected: records go to the response as they are read (the
+// and a budget is written once, its spend summed over the shards. The
+// providers follow, read the way GET /api/v1/providers reads them (every
+// shard holds every provider; each is written once); a queue's link to
+// one is in its settings. Nothing else is collected: records go to the response as they are read (the
 // only other set kept is the IDs of the batches a namespace's jobs name).
 
 // restoreChunk is how many imports one entry carries.
@@ -126,6 +129,9 @@ func (s *Server) writeBackup(w *backup.Writer, st *auth.State, ns, keysMode stri
 	if err := s.writeBudgets(w, ns); err != nil {
 		return err
 	}
+	if err := s.writeProviders(w, ns); err != nil {
+		return err
+	}
 	named := map[string]bool{} // batches the namespace's jobs belong to
 	emit := func(r backup.Record) error {
 		if r.Job != nil && r.Job.BatchID != "" && !all {
@@ -189,6 +195,38 @@ func (s *Server) writeBudgets(w *backup.Writer, ns string) error {
 	return nil
 }
 
+// writeProviders writes the namespace's providers (every namespace's for
+// "all"), each once, in namespace then name order. Each shard's are read,
+// so that one a shard missed (its creation having failed there) is not
+// left out.
+func (s *Server) writeProviders(w *backup.Writer, ns string) error {
+	now := s.clock.Now().UnixNano()
+	parts, err := s.readEach(func(int) any { return statemachine.ProvidersQuery{Now: now} })
+	if err != nil {
+		return fmt.Errorf("providers: %w", err)
+	}
+	stored := ns
+	if ns == router.DefaultNamespace {
+		stored = ""
+	}
+	byID := map[string]*statemachine.Provider{}
+	for _, part := range parts {
+		list, _ := part.([]statemachine.ProviderInfo)
+		for i := range list {
+			p := &list[i].Provider
+			if _, seen := byID[p.ID()]; !seen && (ns == backup.AllNamespaces || p.Namespace == stored) {
+				byID[p.ID()] = p
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		if err := w.Write(backup.Record{Kind: backup.KindProvider, Provider: backup.FromProvider(byID[id])}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // exportShard reads one shard's part: from this node's replica, or
 // streamed from a node hosting it.
 func (s *Server) exportShard(sh int, ns string, part peer.ExportPart, emit func(backup.Record) error) error {
@@ -223,9 +261,13 @@ type restoreItem struct {
 // (header, every record, the trailer's counts) and plan the new IDs —
 // nothing changes when that fails — then to restore: namespaces, roles
 // and keys through the meta group (missing ones only), budgets on every
-// shard (the spend on one), queue settings, then jobs, schedules,
-// cache entries, daily usage totals and batches by ImportOp on the shards
-// they route to, and last the held jobs' dependency watches.
+// shard (the spend on one), providers on every shard as PUT
+// /api/v1/providers makes them (missing ones only), queue settings, then
+// jobs, schedules, cache entries, daily usage totals and batches by
+// ImportOp on the shards they route to; then the queues' provider links,
+// as POST /api/v1/queues/{name}/provider makes them (so the restored
+// cluster's shards work out their shares), and last the held jobs'
+// dependency watches.
 func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 	into := string(ctx.QueryArgs().Peek("into"))
 	if into != "" {
@@ -294,6 +336,8 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	budgets := false
+	var links []*statemachine.LinkProviderOp
+	var held map[string]int // provider ID → how many shards hold it
 	for {
 		rec, err := r.Next()
 		if err != nil {
@@ -312,6 +356,9 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 				SetThrottle: true, RateLimit: q.RateLimit, RateWindowMs: q.RateWindowMs}}
 			if q.Paused {
 				ops = append(ops, &statemachine.PauseQueueOp{Queue: q.Name})
+			}
+			if q.Provider != "" {
+				links = append(links, &statemachine.LinkProviderOp{Queue: q.Name, Provider: q.Provider})
 			}
 			sh := plan.Shard(&rec)
 			add(sh, rec.Kind, false, ops[0])
@@ -346,10 +393,27 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 		case backup.KindUsageDay:
 			u, _ := backup.ToUsageDay(rec.UsageDay)
 			add(plan.Shard(&rec), rec.Kind, false, &statemachine.ImportOp{UsageDay: u})
+		case backup.KindProvider:
+			p, _ := backup.ToProvider(rec.Provider)
+			if held == nil {
+				var err error
+				if held, err = s.heldProviders(); err != nil {
+					rep.fail("provider " + p.Name + ": " + err.Error())
+					continue
+				}
+			}
+			s.restoreProvider(p, held, &rep)
 		}
 	}
 	for sh := range pending {
 		flush(sh)
+	}
+	// The links, once the providers exist on every shard: each to its
+	// queue's shard, then that shard's membership to every shard.
+	for _, l := range links {
+		if aerr := s.linkProvider(l); aerr != nil {
+			rep.fail("queue " + router.DisplayQueue(l.Queue) + ": link to provider " + l.Provider + ": " + aerr.msg)
+		}
 	}
 	if budgets {
 		s.budgetGen.Add(1) // this node's budget view reads the restored ones
@@ -376,6 +440,39 @@ func (s *Server) handleRestore(ctx *fasthttp.RequestCtx) {
 		status = 207
 	}
 	writeJSON(ctx, status, out)
+}
+
+// heldProviders counts, for each provider, the shards that hold it.
+func (s *Server) heldProviders() (map[string]int, error) {
+	now := s.clock.Now().UnixNano()
+	parts, err := s.readEach(func(int) any { return statemachine.ProvidersQuery{Now: now} })
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]int{}
+	for _, part := range parts {
+		list, _ := part.([]statemachine.ProviderInfo)
+		for i := range list {
+			held[list[i].ID()]++
+		}
+	}
+	return held, nil
+}
+
+// restoreProvider creates a provider on every shard, as PUT
+// /api/v1/providers does; one every shard holds already is left as it
+// is (its limits may have been changed since the backup).
+func (s *Server) restoreProvider(p *statemachine.Provider, held map[string]int, rep *restoreReport) {
+	if held[p.ID()] >= s.eng.Shards() {
+		rep.Exists[backup.KindProvider]++
+		return
+	}
+	if _, aerr := s.proposeEveryShard(&statemachine.SetProviderOp{Provider: *p}); aerr != nil {
+		rep.fail("provider " + p.Name + ": " + aerr.msg)
+		return
+	}
+	held[p.ID()] = s.eng.Shards()
+	rep.Restored[backup.KindProvider]++
 }
 
 func sum(m map[string]int) int {
@@ -416,6 +513,15 @@ func checkBackup(body []byte, plan *backup.Plan) (backup.Header, error) {
 			}
 		case rec.Queue != nil:
 			if err := router.ValidateStoredQueue(rec.Queue.Name); err != nil {
+				return r.Header, err
+			}
+			if p := rec.Queue.Provider; p != "" {
+				if err := statemachine.CheckProviderName(p); err != nil {
+					return r.Header, fmt.Errorf("queue %s: %v", rec.Queue.Name, err)
+				}
+			}
+		case rec.Provider != nil:
+			if _, err := backup.ToProvider(rec.Provider); err != nil {
 				return r.Header, err
 			}
 		case rec.Budget != nil:

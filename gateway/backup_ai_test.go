@@ -84,8 +84,10 @@ func decode[T any](t *testing.T, b []byte) T {
 // result-cache entry and a routed job moved to its fallback, restored
 // into a fresh node of another shard count, gives the same usage summary,
 // budgets list (today's spend included), scores summary and routing, and
-// the cache answers a hit with the restored job's result; a second
-// restore duplicates nothing.
+// the cache answers a hit with the restored job's result; providers and
+// the queues' links to them come back, the shares worked out on the
+// restored cluster's shards (a fetch past a queue's share gets nothing);
+// a second restore duplicates nothing.
 func TestBackupRestoreAIState(t *testing.T) {
 	if os.Getenv("CORVO_GATEWAY_NO_SERVER") != "" {
 		t.Skip("needs nodes")
@@ -114,6 +116,21 @@ func TestBackupRestoreAIState(t *testing.T) {
 		{"scope": "global", "daily_usd": 1000, "on_exceed": "alert_only"},
 	} {
 		must(src, "PUT", "/api/v1/budgets", b, 200)
+	}
+	// A provider two queues share, on different shards of both clusters,
+	// and one no queue links to.
+	var pq []string
+	for i := 0; len(pq) < 2; i++ {
+		c := fmt.Sprint("prov-", i)
+		if len(pq) == 0 || router.New(4).ShardForQueue(c) != router.New(4).ShardForQueue(pq[0]) &&
+			router.New(3).ShardForQueue(c) != router.New(3).ShardForQueue(pq[0]) {
+			pq = append(pq, c)
+		}
+	}
+	must(src, "PUT", "/api/v1/providers", map[string]any{"name": "anthropic", "rpm_limit": 5, "input_tpm_limit": 100000}, 200)
+	must(src, "PUT", "/api/v1/providers", map[string]any{"name": "spare", "output_tpm_limit": 700}, 200)
+	for _, c := range pq {
+		must(src, "POST", "/api/v1/queues/"+c+"/provider", map[string]any{"provider": "anthropic"}, 200)
 	}
 	enqueue := func(job map[string]any) string {
 		t.Helper()
@@ -149,8 +166,8 @@ func TestBackupRestoreAIState(t *testing.T) {
 		"usage": usage(10, 0, "claude", 0.001)}, 200)
 
 	type view struct {
-		usage, budgets, scores []byte
-		routing                *corvo.JobRouting
+		usage, budgets, scores, providers []byte
+		routing                           *corvo.JobRouting
 	}
 	read := func(url, routedID string) view {
 		t.Helper()
@@ -159,6 +176,18 @@ func TestBackupRestoreAIState(t *testing.T) {
 		v.budgets = must(url, "GET", "/api/v1/budgets", nil, 200)
 		v.scores = must(url, "GET", "/api/v1/scores/summary?period=24h&queue="+q, nil, 200)
 		v.routing = decode[corvo.Job](t, must(url, "GET", "/api/v1/jobs/"+routedID, nil, 200)).Routing
+		// The shares' shard numbers are the cluster's: the rest is
+		// compared.
+		var ps map[string][]map[string]any
+		require.NoError(t, json.Unmarshal(must(url, "GET", "/api/v1/providers", nil, 200), &ps))
+		for _, p := range ps["providers"] {
+			for _, sh := range p["shares"].([]any) {
+				delete(sh.(map[string]any), "shard")
+			}
+		}
+		var err error
+		v.providers, err = json.Marshal(ps)
+		require.NoError(t, err)
 		return v
 	}
 	before := read(src, routed)
@@ -168,14 +197,17 @@ func TestBackupRestoreAIState(t *testing.T) {
 	require.Contains(t, string(before.usage), `"claude"`)
 	require.Contains(t, string(before.scores), `"accuracy"`)
 	require.Equal(t, "gpt", before.routing.Target)
+	require.Contains(t, string(before.providers), `"rpm":3`, "the lower shard's share of 5")
+	require.Contains(t, string(before.providers), `"rpm":2`)
 
 	code, backupFile := do(t, "GET", src+"/api/v1/backup?namespace=default", nil)
 	require.Equal(t, 200, code, string(backupFile))
-	for _, kind := range []string{`"kind":"budget"`, `"kind":"cache"`, `"kind":"usage_day"`, `"usage":[`, `"scores":[`, `"routing":{`} {
+	for _, kind := range []string{`"kind":"budget"`, `"kind":"cache"`, `"kind":"usage_day"`, `"usage":[`, `"scores":[`, `"routing":{`,
+		`"kind":"provider"`, `"provider":"anthropic"`} {
 		require.Contains(t, string(backupFile), kind)
 	}
 	rep := decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", backupFile, 200))
-	require.Equal(t, map[string]int{"job": 2, "budget": 3, "cache": 1, "usage_day": 1}, rep.Restored, "%+v", rep)
+	require.Equal(t, map[string]int{"job": 2, "budget": 3, "cache": 1, "usage_day": 1, "provider": 2, "queue": 2}, rep.Restored, "%+v", rep)
 	require.Zero(t, rep.Failed)
 	require.Equal(t, 2, rep.Remapped)
 
@@ -191,6 +223,7 @@ func TestBackupRestoreAIState(t *testing.T) {
 	}
 	require.JSONEq(t, string(before.scores), string(after.scores), "the scores summary")
 	require.Equal(t, before.routing, after.routing, "the route goes on at its fallback")
+	require.JSONEq(t, string(before.providers), string(after.providers), "the providers, their queues and shares")
 	next := decode[corvo.FetchedJob](t, must(dst, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w3"}, 200))
 	require.Equal(t, move(routed), next.JobID)
 	require.Equal(t, "gpt", next.Routing.Target)
@@ -202,10 +235,38 @@ func TestBackupRestoreAIState(t *testing.T) {
 	require.Equal(t, move(cached), res.CachedFrom)
 	require.JSONEq(t, `{"answer":"Paris"}`, string(res.Result))
 
-	// Again: everything exists, nothing is added.
+	// Again: everything exists, nothing is added (the queues' settings
+	// are set again, the same).
 	rep = decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", backupFile, 200))
-	require.Empty(t, rep.Restored)
-	require.Equal(t, map[string]int{"namespace": 1, "job": 2, "budget": 3, "cache": 1, "usage_day": 1}, rep.Exists, "%+v", rep)
+	require.Equal(t, map[string]int{"queue": 2}, rep.Restored, "%+v", rep)
+	require.Equal(t, map[string]int{"namespace": 1, "job": 2, "budget": 3, "cache": 1, "usage_day": 1, "provider": 2}, rep.Exists, "%+v", rep)
+	require.Zero(t, rep.Failed)
+	require.JSONEq(t, string(after.providers), string(read(dst, move(routed)).providers))
+
+	// The restored queues share the provider's 5 requests a minute: 3
+	// for the lower shard's, 2 for the other's, then nothing.
+	lo, hi := pq[0], pq[1]
+	if rt.ShardForQueue(lo) > rt.ShardForQueue(hi) {
+		lo, hi = hi, lo
+	}
+	fetchN := func(queue string) int {
+		t.Helper()
+		code, out := do(t, "POST", dst+"/api/v1/fetch", map[string]any{"queues": []string{queue}, "count": 10, "worker_id": "w4"})
+		if code == 204 {
+			return 0
+		}
+		require.Equal(t, 200, code, string(out))
+		return len(decode[struct{ Jobs []corvo.FetchedJob }](t, out).Jobs)
+	}
+	for _, c := range pq {
+		for range 4 {
+			must(dst, "POST", "/api/v1/enqueue", map[string]any{"queue": c, "payload": map[string]any{}}, 201)
+		}
+	}
+	require.Equal(t, 3, fetchN(lo), "the lower shard's share")
+	require.Equal(t, 2, fetchN(hi))
+	require.Zero(t, fetchN(lo), "past the share: nothing")
+	require.Zero(t, fetchN(hi))
 	if budgets := must(dst, "GET", "/api/v1/budgets", nil, 200); day() == firstDay {
 		require.JSONEq(t, string(after.budgets), string(budgets), "nothing added to the spend")
 	}
@@ -227,4 +288,23 @@ func TestBackupRestoreAIState(t *testing.T) {
 	if budgets := must(dst, "GET", "/api/v1/budgets", nil, 200); day() == firstDay {
 		require.JSONEq(t, string(after.budgets), string(budgets), "nothing added to the spend")
 	}
+	// A provider with no limit, or a link to a name no provider could
+	// have, refuses the file; a link to a provider neither the file nor
+	// the server holds fails alone.
+	for rec, want := range map[string]string{
+		`{"kind":"provider","provider":{"namespace":"default","name":"x"}}`:                 "needs rpm_limit",
+		`{"kind":"provider","provider":{"namespace":"default","name":"a b","rpm_limit":1}}`: "invalid character",
+		`{"kind":"queue","queue":{"name":"` + pq[0] + `","provider":"a/b"}}`:                "invalid character",
+	} {
+		code, out := do(t, "POST", dst+"/api/v1/restore", file(rec))
+		require.Equal(t, 400, code, string(out))
+		require.Contains(t, string(out), want)
+	}
+	prev := read(dst, move(routed)).providers
+	code, out = do(t, "POST", dst+"/api/v1/restore", file(`{"kind":"queue","queue":{"name":"`+pq[0]+`","provider":"nope"}}`))
+	require.Equal(t, 207, code, string(out))
+	rep = decode[corvo.RestoreReport](t, out)
+	require.Equal(t, 1, rep.Failed)
+	require.Contains(t, rep.Errors[0], "no provider nope")
+	require.JSONEq(t, string(prev), string(read(dst, move(routed)).providers), "the queue keeps its provider")
 }

@@ -169,25 +169,9 @@ func (s *Server) handleQueueProvider(ctx *fasthttp.RequestCtx) {
 			op.Provider = *req.Provider
 		}
 	}
-	rs, aerr := s.propose(s.rt.ShardForQueue(name), op)
-	if aerr == nil {
-		aerr = resultError(&rs[0])
-	}
-	if aerr != nil {
+	if aerr := s.linkProvider(op); aerr != nil {
 		writeError(ctx, aerr)
 		return
-	}
-	// The shard's membership of the pools the link changed, to every
-	// shard, so that each takes its share.
-	ns, _ := router.SplitQueue(name)
-	if ns == router.DefaultNamespace {
-		ns = ""
-	}
-	for _, m := range rs[0].Members {
-		if _, aerr := s.proposeEveryShard(&statemachine.ProviderMemberOp{Namespace: ns, Member: m}); aerr != nil {
-			writeError(ctx, aerr)
-			return
-		}
 	}
 	b := append([]byte(`{"queue":`), appendQueueName(nil, name)...)
 	b = append(b, `,"provider":`...)
@@ -197,6 +181,30 @@ func (s *Server) handleQueueProvider(ctx *fasthttp.RequestCtx) {
 		b = appendString(b, op.Provider)
 	}
 	writeJSON(ctx, 200, append(b, '}'))
+}
+
+// linkProvider proposes a link (or an unlink) to the queue's shard, then
+// the shard's membership of the pools the link changed to every shard,
+// so that each takes its share. Linking again what is linked proposes the
+// membership again: a retry completes a link whose propagation failed.
+func (s *Server) linkProvider(op *statemachine.LinkProviderOp) *apiError {
+	rs, aerr := s.propose(s.rt.ShardForQueue(op.Queue), op)
+	if aerr == nil {
+		aerr = resultError(&rs[0])
+	}
+	if aerr != nil {
+		return aerr
+	}
+	ns, _ := router.SplitQueue(op.Queue)
+	if ns == router.DefaultNamespace {
+		ns = ""
+	}
+	for _, m := range rs[0].Members {
+		if _, aerr := s.proposeEveryShard(&statemachine.ProviderMemberOp{Namespace: ns, Member: m}); aerr != nil {
+			return aerr
+		}
+	}
+	return nil
 }
 
 // GET /api/v1/providers — the namespace's providers: limits, linked

@@ -63,7 +63,7 @@ func toRecord(r statemachine.ExportRecord) backup.Record {
 	case r.Queue != nil:
 		c := r.Queue.Config
 		return backup.Record{Kind: backup.KindQueue, Queue: &backup.Queue{Name: r.Queue.Name, Paused: c.Paused,
-			MaxConcurrency: c.MaxConcurrency, RateLimit: c.RateLimit, RateWindowMs: c.RateWindowMs}}
+			MaxConcurrency: c.MaxConcurrency, RateLimit: c.RateLimit, RateWindowMs: c.RateWindowMs, Provider: c.Provider}}
 	case r.Schedule != nil:
 		return backup.Record{Kind: backup.KindSchedule, Schedule: backup.FromSchedule(r.Schedule)}
 	case r.Job != nil:

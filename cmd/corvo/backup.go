@@ -17,8 +17,9 @@ import (
 )
 
 // newBackupCmd is `corvo backup`: a namespace's (or every namespace's)
-// jobs, queue settings, schedules, batches, budgets, cache entries,
-// daily usage totals and keys, to a file.
+// jobs, queue settings (provider links included), schedules, batches,
+// budgets, providers, cache entries, daily usage totals and keys, to a
+// file.
 func newBackupCmd() *cobra.Command {
 	var cf clientFlags
 	var ns, out, keys string
@@ -28,8 +29,9 @@ func newBackupCmd() *cobra.Command {
 		Short: "Write a consistent snapshot of a namespace (or the whole cluster) to a file (needs an admin key)",
 		Long: `Streams GET /api/v1/backup to a file (-o, default stdout): jobs in
 every state with their error history, usage records, scores and routing,
-queue settings, schedules, batches, budgets with their daily spend, result
-cache entries, the queues' daily usage totals, namespaces, roles and keys.
+queue settings (with their provider links), schedules, batches, budgets
+with their daily spend, providers, result cache entries, the queues' daily
+usage totals, namespaces, roles and keys.
 Each shard is read from one snapshot. A name
 ending in .gz is gzip-compressed. --keys=full also saves each key's hash, so
 that restored keys keep working; keep such a file as secret as the keys.`,
@@ -154,7 +156,7 @@ request body limit (--max-body-bytes).`,
 			w := cmd.OutOrStdout()
 			for _, k := range []struct{ kind, label string }{{"namespace", "namespaces"}, {"role", "roles"}, {"key", "keys"},
 				{"queue", "queues"}, {"schedule", "schedules"}, {"job", "jobs"}, {"batch", "batches"}, {"budget", "budgets"},
-				{"cache", "cache"}, {"usage_day", "usage days"}} {
+				{"cache", "cache"}, {"usage_day", "usage days"}, {"provider", "providers"}} {
 				if n := rep.Restored[k.kind] + rep.Exists[k.kind] + rep.Expired[k.kind]; n > 0 {
 					fmt.Fprintf(w, "%-10s %d restored, %d existed", k.label, rep.Restored[k.kind], rep.Exists[k.kind])
 					if rep.Expired[k.kind] > 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -17,9 +18,11 @@ import (
 // today's spend (the namespace's and another's), scores, a cache entry, a
 // routed job on its fallback — with corvo backup, restores it with corvo
 // restore into a server of another shard count, and compares what corvo
-// usage, corvo budgets and corvo scores summary say on both: the same. The
-// other namespace's budget stays out; the restored cache serves a hit; the
-// route goes on at its fallback; a second restore duplicates nothing.
+// usage, corvo budgets, corvo scores summary and corvo providers say on
+// both: the same. The other namespace's budget and provider stay out; the
+// restored cache serves a hit; the route goes on at its fallback; the
+// restored queue keeps to its provider's requests per minute; a second
+// restore duplicates nothing.
 func TestBackupRestoreAIState(t *testing.T) {
 	// The budgets list today's spend: what they say is compared only when
 	// no UTC midnight came during the test.
@@ -58,6 +61,9 @@ func TestBackupRestoreAIState(t *testing.T) {
 	cli(a.url, acmeKey, "budgets", "set", "queue:"+q, "--daily-usd", "100", "--per-job-usd", "50")
 	cli(a.url, acmeKey, "budgets", "set", "tag:team=search", "--daily-usd", "1", "--on-exceed", "reject")
 	cli(a.url, testAdminKey, "budgets", "set", "global", "--daily-usd", "7", "--on-exceed", "alert_only") // the default namespace's
+	cli(a.url, acmeKey, "providers", "set", "anthropic", "--rpm", "3", "--output-tpm", "50000")
+	cli(a.url, acmeKey, "providers", "link", q, "anthropic")
+	cli(a.url, testAdminKey, "providers", "set", "openai", "--rpm", "7") // the default namespace's
 
 	usage := func(in int64, model string, cost float64) map[string]any {
 		return map[string]any{"input_tokens": in, "output_tokens": in / 10, "model": model, "provider": "fake", "cost_usd": cost}
@@ -90,6 +96,7 @@ func TestBackupRestoreAIState(t *testing.T) {
 			cli(url, key, "usage", "--period", "24h", "--group-by", "model", "-o", "json"),
 			cli(url, key, "budgets", "-o", "json"),
 			cli(url, key, "scores", "summary", "--queue", q, "--period", "24h", "-o", "json"),
+			providersView(t, cli(url, key, "providers", "-o", "json")),
 		}
 	}
 	before := views(a.url, acmeKey)
@@ -97,6 +104,7 @@ func TestBackupRestoreAIState(t *testing.T) {
 		require.Contains(t, before[1], `"spent_usd":0.031`)
 	}
 	require.NotContains(t, before[1], "global")
+	require.Contains(t, before[3], `"queues":["`+q+`"]`)
 
 	file := filepath.Join(t.TempDir(), "acme.ndjson")
 	cli(a.url, testAdminKey, "backup", "--namespace", "acme", "-o", file)
@@ -107,17 +115,23 @@ func TestBackupRestoreAIState(t *testing.T) {
 		if r.Budget != nil {
 			require.Equal(t, "acme", r.Budget.Namespace, "the default namespace's budget stays out")
 		}
+		if r.Provider != nil {
+			require.Equal(t, "acme", r.Provider.Namespace, "the default namespace's provider stays out")
+		}
+		if r.Queue != nil {
+			require.Equal(t, "anthropic", r.Queue.Provider)
+		}
 	}
-	require.Equal(t, map[string]int{"namespace": 1, "key": 1, "budget": 2, "job": 2, "cache": 1, "usage_day": 1}, kinds)
+	require.Equal(t, map[string]int{"namespace": 1, "key": 1, "budget": 2, "job": 2, "cache": 1, "usage_day": 1, "provider": 1, "queue": 1}, kinds)
 
 	out := cli(b.url, testAdminKey, "restore", file)
 	for _, line := range []string{"jobs       2 restored, 0 existed", "budgets    2 restored, 0 existed", "cache      1 restored, 0 existed",
-		"usage days 1 restored, 0 existed"} {
+		"usage days 1 restored, 0 existed", "providers  1 restored, 0 existed"} {
 		require.Contains(t, out, line)
 	}
 	acmeB, acmeKeyB := nsKey(b.url) // the restored key has no hash (keys=metadata)
 	after := views(b.url, acmeKeyB)
-	for i, what := range []string{"usage", "budgets", "scores"} {
+	for i, what := range []string{"usage", "budgets", "scores", "providers"} {
 		if what == "budgets" && day() != firstDay {
 			continue
 		}
@@ -138,7 +152,45 @@ func TestBackupRestoreAIState(t *testing.T) {
 	out = cli(b.url, testAdminKey, "restore", file)
 	require.Contains(t, out, "budgets    0 restored, 2 existed")
 	require.Contains(t, out, "jobs       0 restored, 2 existed")
+	require.Contains(t, out, "providers  0 restored, 1 existed")
+	require.Equal(t, after[3], providersView(t, cli(b.url, acmeKeyB, "providers", "-o", "json")))
+
+	// The restored queue keeps to its provider's 3 requests a minute: one
+	// went to the routed job above, two more, then none.
+	for range 3 {
+		must(b.url, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]any{}}, acmeB, 201)
+	}
+	fetchN := func() int {
+		t.Helper()
+		code, out := doWith(t, "POST", b.url+"/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w2", "count": 10}, acmeB)
+		if code == 204 {
+			return 0
+		}
+		require.Equal(t, 200, code, string(out))
+		return len(decode[struct{ Jobs []fetched }](t, out).Jobs)
+	}
+	require.Equal(t, 2, fetchN(), "the rest of the minute's requests")
+	require.Zero(t, fetchN(), "past the limit: nothing")
 	if budgets := cli(b.url, acmeKeyB, "budgets", "-o", "json"); day() == firstDay {
 		require.JSONEq(t, lastLine(after[1]), lastLine(budgets), "nothing added to the spend")
 	}
+}
+
+// providersView is corvo providers -o json without what is the
+// cluster's own — the shares' shard numbers and the last minute's use (a
+// backup keeps neither): the limits, the queues and the shares' sizes.
+func providersView(t *testing.T, out string) string {
+	t.Helper()
+	var v map[string][]map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &v), out)
+	for _, p := range v["providers"] {
+		delete(p, "window")
+		for _, sh := range p["shares"].([]any) {
+			delete(sh.(map[string]any), "shard")
+			delete(sh.(map[string]any), "window")
+		}
+	}
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
 }

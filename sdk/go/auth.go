@@ -259,7 +259,7 @@ func (c *Client) WhoAmI(ctx context.Context) (*WhoAmI, error) {
 
 // RestoreReport is POST /api/v1/restore's answer: records restored and
 // records that already existed (left as they were), by kind (namespace,
-// role, key, queue, schedule, job, batch, budget, cache, usage_day);
+// role, key, queue, schedule, job, batch, budget, cache, usage_day, provider);
 // records left out because they had expired by the time they were
 // restored (cache entries); the failures (207) with the first messages;
 // how many jobs and batches got a new ID on the target.

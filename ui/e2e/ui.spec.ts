@@ -290,10 +290,11 @@ test("a job's parents and children link both ways", async ({ page }) => {
 // Usage seeded through the API as workers report it (acks and a
 // heartbeat with usage), a result cache hit, two budgets (set first: a
 // budget counts the reports made after it), a routed job that fell back
-// and its scores; the screenshots show them.
+// and its scores, two providers (one linked to a queue); the screenshots
+// show them.
 let usageJobs: { summarize: string[]; classify: string; cached: string }
 
-test('the cost page shows the seeded spend, by queue, model, provider and tag, the cache and the budgets; the job page its scores and model', async ({ page }) => {
+test('the cost page shows the seeded spend, by queue, model, provider and tag, the cache, the budgets and the provider limits; the job page its scores and model', async ({ page }) => {
   const model = 'claude-sonnet-4-5'
   const cache = { enabled: true, ttl: '1h' }
   await call('PUT', '/api/v1/budgets', { scope: 'queue:llm.summarize', daily_usd: 2, per_job_usd: 1, on_exceed: 'hold' })
@@ -321,6 +322,11 @@ test('the cost page shows the seeded spend, by queue, model, provider and tag, t
   usageJobs = { summarize, classify, cached: hit.job_id }
   await call('POST', `/api/v1/jobs/${classify}/score`, { dimensions: { accuracy: 0.92, relevance: 0.85 }, scorer: 'human:ann', comment: 'the right label' })
   await call('POST', `/api/v1/jobs/${classify}/score`, { dimensions: { accuracy: 0.8 }, scorer: 'llm-judge' })
+  // Providers, linked once the usage is in: their last minute holds none
+  // of it, however long the seeding took.
+  await call('PUT', '/api/v1/providers', { name: 'anthropic', rpm_limit: 600, input_tpm_limit: 400_000 })
+  await call('PUT', '/api/v1/providers', { name: 'openai', output_tpm_limit: 50_000 })
+  await call('POST', '/api/v1/queues/llm.summarize/provider', { provider: 'anthropic' })
 
   await page.goto('/ui/cost')
   await expect(page.getByRole('link', { name: 'Cost', exact: true })).toHaveAttribute('aria-current', 'page')
@@ -345,6 +351,17 @@ test('the cost page shows the seeded spend, by queue, model, provider and tag, t
   await expect(budget('tag:tenant=acme')).toHaveClass('budget-over')
   await expect(budget('tag:tenant=acme')).toContainText('spent')
   await expect(budget('tag:tenant=acme').getByTestId('budget-action')).toHaveText('alert only')
+  // The providers' limits, their use in the last minute and their queues.
+  const prov = (name: string) => page.getByTestId('providers').locator(`tr[data-provider="${name}"]`)
+  await expect(page.getByTestId('providers').locator('tbody tr')).toHaveCount(2)
+  await expect(prov('anthropic').getByTestId('provider-rpm')).toHaveText('0 of 600')
+  await expect(prov('anthropic').getByTestId('provider-input')).toHaveText('0 of 400k')
+  await expect(prov('anthropic').getByTestId('provider-output')).toHaveText('0 (no limit)')
+  await expect(prov('anthropic').getByTestId('provider-queues')).toHaveText('llm.summarize')
+  await expect(prov('anthropic').getByRole('link', { name: 'llm.summarize' })).toHaveAttribute('href', '/ui/queues/llm.summarize')
+  await expect(prov('openai').getByTestId('provider-rpm')).toHaveText('0 (no limit)')
+  await expect(prov('openai').getByTestId('provider-output')).toHaveText('0 of 50k')
+  await expect(prov('openai').getByTestId('provider-queues')).toHaveText('none linked')
   // Spend over time: a point per hour of the last 24, this hour's the spend.
   await expect(page.locator('figure.chart')).toHaveAttribute('data-points', '25')
   // By tag: entered, and kept in the URL.
@@ -469,6 +486,7 @@ test('screenshots of every screen at desktop and phone width, light and dark', a
         if (name === 'job-detail') await expect(page.getByTestId('dependents')).toBeVisible()
         if (name === 'cost') await expect(page.getByTestId('cost-by-tag').locator('tbody tr').first()).toBeVisible()
         if (name === 'cost') await expect(page.getByTestId('budgets').locator('tbody tr').first()).toBeVisible()
+        if (name === 'cost') await expect(page.getByTestId('providers').locator('tbody tr').first()).toBeVisible()
         if (name === 'job-usage') await expect(page.getByTestId('scores')).toBeVisible()
         if (name === 'batch') await expect(page.locator('tr[data-job]').first()).toBeVisible()
         // Nothing is wider than the screen (tables scroll inside their box),

@@ -73,6 +73,18 @@ export interface Budget {
   day: string; spent_usd: number; exceeded: boolean
 }
 
+// Providers (docs/api.md "Providers"): a model provider's limits per
+// minute (null: none), shared by the queues linked to it, with what the
+// last minute used summed over the shards, and each member shard's share.
+export interface ProviderWindow { requests: number; input_tokens: number; output_tokens: number }
+export interface Provider {
+  name: string
+  rpm_limit: number | null; input_tpm_limit: number | null; output_tpm_limit: number | null
+  queues: string[]
+  window: ProviderWindow
+  shares: { shard: number; rpm: number | null; input_tpm: number | null; output_tpm: number | null; window: ProviderWindow }[]
+}
+
 // A job's quality scores (POST /api/v1/jobs/{id}/score), oldest first.
 export interface JobScore { scorer: string; dimensions: Record<string, number>; comment: string | null; at: string }
 
@@ -334,6 +346,7 @@ export const api = {
   usageSummary: (period: UsagePeriod, groupBy?: string, s?: AbortSignal) =>
     call<UsageSummary>('GET', `${A}/usage/summary?period=${enc(period)}${groupBy ? `&group_by=${enc(groupBy)}` : ''}`, undefined, s),
   budgets: (s?: AbortSignal) => call<{ budgets: Budget[] }>('GET', `${A}/budgets`, undefined, s).then((r) => r.budgets ?? []),
+  providers: (s?: AbortSignal) => call<{ providers: Provider[] }>('GET', `${A}/providers`, undefined, s).then((r) => r.providers ?? []),
   batch: (id: string, s?: AbortSignal) => call<Batch>('GET', `${A}/batches/${enc(id)}`, undefined, s),
   rebuildMirror: () => call<{ status: string }>('POST', `${A}/admin/rebuild-mirror`),
   cluster: (s?: AbortSignal) => call<ClusterStatus>('GET', `${A}/cluster/status`, undefined, s),

@@ -1,12 +1,12 @@
 // @vitest-environment jsdom
-// The cost page's arithmetic and panels (budgets among them), and the
-// job page's usage panel.
+// The cost page's arithmetic and panels (budgets and providers among
+// them), and the job page's usage panel.
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/preact'
-import { budgetUse, costPerJob, fmtPercent, fmtUSD, modelsOf, scopeText, shares, spendSeries, usageByAttempt } from './cost'
-import { Budgets, CostPage, CostPanels, type CostData } from './pages/Cost'
+import { budgetUse, costPerJob, fmtPercent, fmtUSD, limitUse, modelsOf, scopeText, shares, spendSeries, usageByAttempt } from './cost'
+import { Budgets, CostPage, CostPanels, Providers, type CostData } from './pages/Cost'
 import { UsagePanel } from './components/UsagePanel'
-import type { Budget, JobUsage, UsageGroup, UsageReport, UsageSummary } from './api'
+import type { Budget, JobUsage, Provider, UsageGroup, UsageReport, UsageSummary } from './api'
 
 afterEach(() => { cleanup(); vi.unstubAllGlobals() })
 
@@ -119,6 +119,7 @@ describe('the cost page', () => {
     overTime: summary([group(new Date(Math.floor(Date.now() / 3600_000) * 3600_000).toISOString().replace('.000Z', 'Z'), 4, 6)], { group_by: 'hour' }),
     byTag: null,
     budgets: [],
+    providers: [],
   }
 
   it('shows the totals, the cache and a table per grouping', () => {
@@ -149,14 +150,16 @@ describe('the cost page', () => {
     vi.stubGlobal('fetch', vi.fn(async (u: string) => {
       asked.push(u)
       if (u.endsWith('/budgets')) return new Response(JSON.stringify({ budgets: [] }), { status: 200, headers: { 'Content-Type': 'application/json' } })
+      if (u.endsWith('/providers')) return new Response(JSON.stringify({ error: 'no route', code: 'not_found' }), { status: 404, headers: { 'Content-Type': 'application/json' } })
       const by = new URL(u, 'http://x').searchParams.get('group_by') ?? ''
       const body = by.startsWith('tag:') ? summary([group('acme', 2)], { group_by: by }) : summary([group('k', 1)], { group_by: by })
       return new Response(JSON.stringify(body), { status: 200, headers: { 'Content-Type': 'application/json' } })
     }))
     const { unmount } = render(<CostPage query={new URLSearchParams('period=7d&tag=tenant')} />)
     await waitFor(() => expect(screen.getByTestId('cost-by-tag').textContent).toContain('acme'))
+    expect(screen.queryByTestId('providers')).toBeNull() // a server without providers
     expect(asked.map((u) => new URL(u, 'http://x').search).sort()).toEqual([
-      '', // the budgets
+      '', '', // the budgets and the providers
       '?period=7d&group_by=hour', '?period=7d&group_by=model', '?period=7d&group_by=provider', '?period=7d&group_by=queue', '?period=7d&group_by=tag%3Atenant',
     ])
     expect(screen.getByRole('heading', { name: 'By tag tenant' })).toBeTruthy()
@@ -225,7 +228,7 @@ describe('budgets', () => {
   it('says how to set one when there is none, and stays away on a server without budgets', () => {
     const data = (budgets: Budget[] | null): CostData => {
       const s = summary([group('q', 1)])
-      return { period: '24h', tagKey: '', totals: s, byModel: s, byProvider: s, overTime: s, byTag: null, budgets }
+      return { period: '24h', tagKey: '', totals: s, byModel: s, byProvider: s, overTime: s, byTag: null, budgets, providers: null }
     }
     const { unmount } = render(<CostPanels data={data([])} period="24h" tagKey="" onTag={() => {}} />)
     expect(screen.getByTestId('budgets').textContent).toContain('No budgets.')
@@ -238,5 +241,65 @@ describe('budgets', () => {
     render(<CostPanels data={{ ...data([budget({})]), totals: none }} period="24h" tagKey="" onTag={() => {}} />)
     expect(screen.getByText(/No usage reported/)).toBeTruthy()
     expect(screen.getByTestId('budgets').querySelectorAll('tbody tr').length).toBe(1)
+  })
+})
+
+const provider = (over: Partial<Provider>): Provider => ({
+  name: 'anthropic', rpm_limit: 600, input_tpm_limit: 100_000, output_tpm_limit: null, queues: ['llm.chat'],
+  window: { requests: 0, input_tokens: 0, output_tokens: 0 }, shares: [], ...over,
+})
+
+describe('providers', () => {
+  it("tells a limit's use in the last minute", () => {
+    expect(limitUse(150, 600)).toEqual({ share: 0.25, level: 'ok', text: '150 of 600' })
+    expect(limitUse(480, 600).level).toBe('near')
+    expect(limitUse(479, 600).level).toBe('ok')
+    expect(limitUse(612, 600)).toEqual({ share: 1, level: 'over', text: '612 of 600' })
+    expect(limitUse(12_345, null)).toEqual({ share: null, level: 'ok', text: '12.3k (no limit)' })
+    expect(limitUse(0, 50_000).text).toBe('0 of 50k')
+    expect(limitUse(2_000_000, 4_500_000).text).toBe('2M of 4.50M')
+  })
+
+  it('is a panel with a row per provider: its limits, their use, its queues and shards', () => {
+    const share = { rpm: 300, input_tpm: null, output_tpm: null, window: { requests: 0, input_tokens: 0, output_tokens: 0 } }
+    render(<Providers providers={[
+      provider({ window: { requests: 570, input_tokens: 20_000, output_tokens: 1_500 }, queues: ['llm.chat', 'llm.sum'], shares: [{ shard: 0, ...share }, { shard: 3, ...share }] }),
+      provider({ name: 'openai', rpm_limit: null, input_tpm_limit: null, output_tpm_limit: 9000, queues: [] }),
+    ]} />)
+    const panel = screen.getByTestId('providers')
+    expect(within(panel).getByRole('heading').textContent).toBe('Provider limits used in the last minute')
+    const rows = [...panel.querySelectorAll('tbody tr')]
+    expect(rows.map((r) => [r.getAttribute('data-provider'), r.className])).toEqual([['anthropic', 'budget-near'], ['openai', 'budget-ok']])
+    const cell = (r: Element, id: string) => r.querySelector(`[data-testid="${id}"]`)!.textContent
+    expect([cell(rows[0], 'provider-rpm'), cell(rows[0], 'provider-input'), cell(rows[0], 'provider-output')]).toEqual(['570 of 600', '20k of 100k', '1,500 (no limit)'])
+    expect((rows[0].querySelector('.budget-bar.near .share-fill') as HTMLElement).style.width).toBe('95%')
+    expect(rows[0].querySelectorAll('.budget-bar').length).toBe(2) // no bar without a limit
+    expect(cell(rows[0], 'provider-queues')).toBe('llm.chat, llm.sum')
+    expect(rows[0].querySelector('[data-testid="provider-queues"] a')!.getAttribute('href')).toBe('/ui/queues/llm.chat')
+    expect(rows[0].querySelector('th')!.textContent).toBe('anthropicsplit over 2 shards')
+    expect(rows[0].querySelector('.budget-more')!.textContent).toBe('input 20k of 100k · output 1,500 (no limit) · queues llm.chat, llm.sum')
+    expect(cell(rows[1], 'provider-rpm')).toBe('0 (no limit)')
+    expect(cell(rows[1], 'provider-queues')).toBe('none linked')
+  })
+
+  it('says how to add one when there is none, stays away on a server without providers, and shows before any usage', () => {
+    const data = (providers: Provider[] | null): CostData => {
+      const s = summary([group('q', 1)])
+      return { period: '24h', tagKey: '', totals: s, byModel: s, byProvider: s, overTime: s, byTag: null, budgets: null, providers }
+    }
+    const { unmount } = render(<CostPanels data={data([])} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.getByTestId('providers').textContent).toContain('No providers.')
+    expect(screen.getByTestId('providers').textContent).toContain('corvo providers set anthropic --rpm 4000')
+    unmount()
+    render(<CostPanels data={data(null)} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.queryByTestId('providers')).toBeNull()
+    cleanup()
+    const none = summary([], { cache: { hits: 0, misses: 0, hit_rate: 0, estimated_savings_usd: 0 } })
+    render(<CostPanels data={{ ...data([provider({})]), totals: none }} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.getByText(/No usage reported/)).toBeTruthy()
+    expect(screen.getByTestId('providers').querySelectorAll('tbody tr').length).toBe(1)
+    cleanup()
+    render(<CostPanels data={{ ...data([]), totals: none }} period="24h" tagKey="" onTag={() => {}} />)
+    expect(screen.queryByTestId('providers')).toBeNull() // no usage and no providers: the hint above says enough
   })
 })

@@ -3,7 +3,7 @@
 // how much of a budget is used.
 import { USAGE_PERIODS, type Budget, type BudgetAction, type JobUsage, type UsageGroup, type UsagePeriod, type UsageReport, type UsageSummary } from './api'
 
-import { fmtUSD } from './format'
+import { fmtNum, fmtUSD } from './format'
 
 export { fmtUSD }
 
@@ -138,4 +138,19 @@ export function budgetUse(b: Budget): BudgetUse {
   const level: BudgetLevel = b.exceeded || r >= 1 ? 'over' : r >= 0.8 ? 'near' : 'ok'
   const pct = b.daily_usd > 0 ? ` (${fmtPercent(r)})` : ''
   return { share: Math.min(Math.max(r, 0), 1), level, text: `${fmtUSD(b.spent_usd)} of ${fmtUSD(b.daily_usd)}${pct}` }
+}
+
+// limitUse is a provider's use of one of its limits in the last minute
+// (the window summed over the shards): the bar, its colour (amber from
+// 80 %, red at the limit) and its words; no limit, no bar.
+export function limitUse(used: number, limit: number | null): BudgetUse {
+  if (limit === null) return { share: null, level: 'ok', text: `${fmtCount(used)} (no limit)` }
+  const r = limit > 0 ? used / limit : 1
+  const level: BudgetLevel = r >= 1 ? 'over' : r >= 0.8 ? 'near' : 'ok'
+  return { share: Math.min(Math.max(r, 0), 1), level, text: `${fmtCount(used)} of ${fmtCount(limit)}` }
+}
+
+// fmtCount is fmtNum without a zero fraction: 50000 → "50k", 12345 → "12.3k".
+function fmtCount(n: number): string {
+  return fmtNum(n).replace(/\.0+(?=[kMB]$)/, '')
 }

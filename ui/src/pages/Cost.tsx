@@ -1,16 +1,17 @@
 // The cost page: what the workers' LLM calls cost (usage reported on
 // acks and heartbeats) over a period — totals, the result cache's
-// savings, spend over time, the budgets' use today, and spend by queue,
-// model, provider and tag.
-// Each part is a panel of its own (CostPanels): providers and routing
-// add theirs to the list.
+// savings, spend over time, the budgets' use today, the providers' limits
+// and their use in the last minute, and spend by queue, model, provider
+// and tag.
+// Each part is a panel of its own (CostPanels): routing adds its own to
+// the list.
 import { useState } from 'preact/hooks'
 import type { ComponentChildren } from 'preact'
-import { api, ApiError, USAGE_PERIODS, type Budget, type UsageGroup, type UsagePeriod, type UsageSummary } from '../api'
+import { api, ApiError, USAGE_PERIODS, type Budget, type Provider, type UsageGroup, type UsagePeriod, type UsageSummary } from '../api'
 import { useLive } from '../live'
 import { href, navigate } from '../router'
 import { fmtNum } from '../format'
-import { budgetUse, bucketOf, costPerJob, fmtPercent, fmtUSD, isPeriod, ON_EXCEED_TEXT, scopeText, shares, spendSeries } from '../cost'
+import { budgetUse, bucketOf, costPerJob, fmtPercent, fmtUSD, isPeriod, limitUse, ON_EXCEED_TEXT, scopeText, shares, spendSeries, type BudgetUse } from '../cost'
 import { Chart, PALETTE } from '../components/charts'
 import { Empty, ErrorNote, Stat } from '../components/ui'
 
@@ -23,18 +24,23 @@ export interface CostData {
   overTime: UsageSummary
   byTag: UsageSummary | null
   budgets: Budget[] | null // null: a server without budgets
+  providers: Provider[] | null // null: a server without providers
 }
 
+// orNull answers null for a 404: a server without that part.
+const orNull = (e: unknown) => (e instanceof ApiError && e.status === 404 ? null : Promise.reject(e))
+
 export async function loadCost(period: UsagePeriod, tagKey: string, s: AbortSignal): Promise<CostData> {
-  const [totals, byModel, byProvider, overTime, byTag, budgets] = await Promise.all([
+  const [totals, byModel, byProvider, overTime, byTag, budgets, providers] = await Promise.all([
     api.usageSummary(period, 'queue', s),
     api.usageSummary(period, 'model', s),
     api.usageSummary(period, 'provider', s),
     api.usageSummary(period, bucketOf(period), s),
     tagKey ? api.usageSummary(period, `tag:${tagKey}`, s) : Promise.resolve(null),
-    api.budgets(s).catch((e: unknown) => (e instanceof ApiError && e.status === 404 ? null : Promise.reject(e))),
+    api.budgets(s).catch(orNull),
+    api.providers(s).catch(orNull),
   ])
-  return { period, tagKey, totals, byModel, byProvider, overTime, byTag, budgets }
+  return { period, tagKey, totals, byModel, byProvider, overTime, byTag, budgets, providers }
 }
 
 const PERIOD_TEXT: Record<UsagePeriod, string> = { '24h': 'last 24 hours', '7d': 'last 7 days', '30d': 'last 30 days' }
@@ -54,7 +60,8 @@ export function CostPage({ query }: { query: URLSearchParams }) {
     (s) => loadCost(period, tagKey, s),
     `cost:${period}:${tagKey}`,
     // Usage arrives with acks, fails and heartbeats: reload after job
-    // events, at most every 10 s (five summaries and the budgets a reload).
+    // events, at most every 10 s (five summaries, the budgets and the
+    // providers a reload).
     { minGapMs: 10_000, pollLiveMs: 30_000, pollOfflineMs: 15_000 },
   )
   const go = (per: UsagePeriod, tag: string) => {
@@ -81,9 +88,9 @@ export function CostPage({ query }: { query: URLSearchParams }) {
   )
 }
 
-// CostPanels lays out the page's panels in order; a new panel (provider
-// limits) is one more entry here, reading the same data or loading its
-// own. The budgets show even before any usage is reported.
+// CostPanels lays out the page's panels in order; a new panel is one more
+// entry here, reading the same data or loading its own. The budgets and
+// the providers show even before any usage is reported.
 export function CostPanels({ data, period, tagKey, onTag }: { data: CostData | undefined; period: UsagePeriod; tagKey: string; onTag: (key: string) => void }) {
   if (data && data.totals.totals.reports === 0 && data.totals.cache.hits + data.totals.cache.misses === 0) {
     return (
@@ -93,6 +100,7 @@ export function CostPanels({ data, period, tagKey, onTag }: { data: CostData | u
           (<span class="mono">"usage": {'{'}"input_tokens", "output_tokens", "model", "provider", "cost_usd"{'}'}</span>); it shows here within seconds.
         </Empty>
         {data.budgets && data.budgets.length > 0 && <Budgets budgets={data.budgets} />}
+        {data.providers && data.providers.length > 0 && <Providers providers={data.providers} />}
       </>
     )
   }
@@ -101,6 +109,7 @@ export function CostPanels({ data, period, tagKey, onTag }: { data: CostData | u
       <Totals data={data} />
       <SpendOverTime data={data} period={period} />
       {data?.budgets !== null && <Budgets budgets={data?.budgets} />}
+      {data?.providers !== null && <Providers providers={data?.providers} />}
       <div class="cost-groups">
         <Breakdown title="By queue" what="queue" summary={data?.totals} link={(k) => href(`/queues/${encodeURIComponent(k)}`)} />
         <Breakdown title="By model" what="model" summary={data?.byModel} link={(k) => href('/jobs', `model=${encodeURIComponent(k)}`)} />
@@ -187,6 +196,76 @@ export function Budgets({ budgets }: { budgets: Budget[] | undefined }) {
                     </td>
                     <td class="num nowrap hide-xs">{b.per_job_usd === null ? <span class="muted">—</span> : fmtUSD(b.per_job_usd)}</td>
                     <td class="hide-xs" data-testid="budget-action">{action}</td>
+                  </tr>
+                )
+              })}
+            </tbody>
+          </table>
+        </div>
+      ))}
+    </div>
+  )
+}
+
+// UseCell is one limit's use: the words and, under a limit, the bar.
+function UseCell({ use, testid }: { use: BudgetUse; testid: string }) {
+  return (
+    <>
+      <span class="nowrap" data-testid={testid}>{use.text}</span>
+      {use.share !== null && <div class={`share budget-bar ${use.level}`} aria-hidden="true"><div class="share-fill" style={{ width: `${(use.share * 100).toFixed(1)}%` }} /></div>}
+    </>
+  )
+}
+
+const LEVELS = ['ok', 'near', 'over'] as const
+
+// Providers is each provider's limits per minute and what the last
+// minute used of them (requests handed out, tokens reported, summed over
+// the shards), the queues that share them, and over how many shards the
+// pool is split.
+export function Providers({ providers }: { providers: Provider[] | undefined }) {
+  return (
+    <div class="panel cost-budgets cost-providers" data-testid="providers">
+      <h2>Provider limits{providers && providers.length > 0 && <span class="muted small"> used in the last minute</span>}</h2>
+      {providers && (providers.length === 0 ? (
+        <p class="muted">
+          No providers. A provider's requests and tokens per minute are shared by the queues linked to it:
+          {' '}<span class="mono">corvo providers set anthropic --rpm 4000</span>, then <span class="mono">corvo providers link &lt;queue&gt; anthropic</span>.
+        </p>
+      ) : (
+        <div class="table-wrap">
+          <table class="grid cost-table budgets-table providers-table">
+            <thead>
+              <tr>
+                <th scope="col">Provider</th>
+                <th scope="col">Requests / min</th>
+                <th scope="col" class="hide-xs">Input tokens / min</th>
+                <th scope="col" class="hide-xs">Output tokens / min</th>
+                <th scope="col" class="hide-xs">Queues</th>
+              </tr>
+            </thead>
+            <tbody>
+              {providers.map((p) => {
+                const rpm = limitUse(p.window.requests, p.rpm_limit)
+                const input = limitUse(p.window.input_tokens, p.input_tpm_limit)
+                const output = limitUse(p.window.output_tokens, p.output_tpm_limit)
+                const level = LEVELS[Math.max(...[rpm, input, output].map((u) => LEVELS.indexOf(u.level)))]
+                const queues = () => p.queues.length === 0 ? <span class="muted">none linked</span> : p.queues.map((q, i) => (
+                  <span key={q}>{i > 0 && ', '}<a href={href(`/queues/${encodeURIComponent(q)}`)}>{q}</a></span>
+                ))
+                return (
+                  <tr key={p.name} data-provider={p.name} class={`budget-${level}`}>
+                    <th scope="row" class="key-cell">
+                      {p.name}
+                      {p.shares.length > 1 && <div class="muted small">split over {p.shares.length} shards</div>}
+                    </th>
+                    <td class="budget-use">
+                      <UseCell use={rpm} testid="provider-rpm" />
+                      <div class="budget-more muted small">input {input.text} · output {output.text} · queues {queues()}</div>
+                    </td>
+                    <td class="budget-use hide-xs"><UseCell use={input} testid="provider-input" /></td>
+                    <td class="budget-use hide-xs"><UseCell use={output} testid="provider-output" /></td>
+                    <td class="hide-xs" data-testid="provider-queues">{queues()}</td>
                   </tr>
                 )
               })}
