@@ -23,7 +23,8 @@ import (
 // share of each limit: the limit split equally over the shards that host
 // at least one linked queue (the provider's members), the remainder going
 // one unit each to the lowest-numbered members, so the shares add up to
-// the limit exactly. A shard learns which shards are members from
+// the limit exactly — or the share a rebalance by demand gave it
+// (ProviderShareOp, providerplan.go). A shard learns which shards are members from
 // ProviderMemberOps: a LinkProviderOp on the queue's shard changes that
 // shard's own membership when its count of linked queues goes from 0 to
 // 1 or back, under a new generation, and the gateway proposes the change

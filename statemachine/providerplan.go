@@ -124,6 +124,36 @@ func SharesDiffer(p Provider, members []ShareMember, plan []ProviderShare) bool 
 	return false
 }
 
+// ShareMoves reports whether a hand-over to plan would move anything, as
+// far as the members' view tells: some member is planned less than it
+// has, or one is planned more and the limit has room beyond what the
+// members have or hold. (A hand-over that could do neither would only
+// renew the generations.)
+func ShareMoves(p Provider, members []ShareMember, plan []ProviderShare) bool {
+	lim := [3]int64{p.RPM, p.InputTPM, p.OutputTPM}
+	free := lim
+	grows := [3]bool{}
+	for i, m := range members {
+		cur, held, want := m.Share.limits(), m.Held.limits(), plan[i].limits()
+		for k, l := range lim {
+			if l == 0 {
+				continue
+			}
+			if want[k] < cur[k] {
+				return true
+			}
+			grows[k] = grows[k] || want[k] > max(cur[k], held[k])
+			free[k] -= max(cur[k], held[k])
+		}
+	}
+	for k := range lim {
+		if grows[k] && free[k] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // ShareProposer commits op to shard sh and returns its result.
 type ShareProposer func(sh uint32, op *ProviderShareOp) (Result, error)
 
