@@ -16,7 +16,8 @@ import (
 // shard 0 — reads every shard's view of every provider each interval and,
 // for each pool of two or more members whose shards agree on its members
 // and limits, plans the shares by demand (statemachine.PlanShares: the
-// members with jobs waiting split what the idle ones leave; an idle one
+// members with more jobs waiting than their share has room for split
+// what the idle ones leave; an idle one
 // keeps its recent use, at least a floor so a job arriving there is
 // fetched and asks for more next time). When the plan moves a share
 // noticeably, statemachine.HandOver moves it in two stages that never

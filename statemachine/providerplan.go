@@ -40,8 +40,23 @@ type ShareMember struct {
 // and the member asks for more at the next rebalance.
 const ShareFloorDiv = 20
 
+// busy reports whether the member's demand is more than its share gives:
+// more jobs wait than its request window has room for (with no request
+// limit, any job waiting). A job arriving at an idle member that its
+// floor covers leaves it idle, and the busy members their shares.
+func (m ShareMember) busy() bool {
+	if m.Pending <= 0 {
+		return false
+	}
+	if m.Share.RPM >= 0 {
+		return m.Pending > max(m.Share.RPM-m.Held.RPM, 0)
+	}
+	return true
+}
+
 // PlanShares is what each member (in the order given) should have of the
-// provider's limits. A member with jobs waiting is busy; an idle one is
+// provider's limits. A member with more jobs waiting than its request
+// window has room for is busy; an idle one is
 // planned what its window holds plus a quarter (its recent use, with
 // room to grow), at least the floor; the busy ones split the rest
 // equally. With no busy member, or all busy, or too little to go round,
@@ -52,7 +67,7 @@ func PlanShares(p Provider, members []ShareMember) []ProviderShare {
 	lim := [3]int64{p.RPM, p.InputTPM, p.OutputTPM}
 	busy := int64(0)
 	for _, m := range members {
-		if m.Pending > 0 {
+		if m.busy() {
 			busy++
 		}
 	}
@@ -78,7 +93,7 @@ func PlanShares(p Provider, members []ShareMember) []ProviderShare {
 		}
 		var idle int64
 		for i, m := range members {
-			if m.Pending <= 0 {
+			if !m.busy() {
 				h := m.Held.limits()[k]
 				out[i][k] = min(max(floor, h+h/4), l)
 				idle += out[i][k]
@@ -91,7 +106,7 @@ func PlanShares(p Provider, members []ShareMember) []ProviderShare {
 		}
 		j := int64(0)
 		for i, m := range members {
-			if m.Pending > 0 {
+			if m.busy() {
 				out[i][k] = rest / busy
 				if j < rest%busy {
 					out[i][k]++

@@ -182,9 +182,10 @@ func TestProviderShareRivalHandOvers(t *testing.T) {
 	require.LessOrEqual(t, s0+s1, int64(10))
 }
 
-// TestPlanShares: busy members split what the idle ones leave; an idle
-// one keeps its recent use and a quarter, at least the floor; with all
-// busy, none, or a limit too small, the equal split.
+// TestPlanShares: busy members (more jobs waiting than their room) split
+// what the idle ones leave; an idle one keeps its recent use and a
+// quarter, at least the floor; with all busy, none, or a limit too
+// small, the equal split.
 func TestPlanShares(t *testing.T) {
 	t.Parallel()
 	p := Provider{Name: "p", RPM: 600, InputTPM: 100_000}
@@ -206,7 +207,13 @@ func TestPlanShares(t *testing.T) {
 	require.Equal(t, []int64{200, 200, 200}, rpm(PlanShares(Provider{RPM: 600}, []ShareMember{busy, {Held: ProviderShare{RPM: 500}}, busy})),
 		"an idle member holding most of the limit leaves too little: equal")
 	require.Equal(t, []int64{2, 1}, rpm(PlanShares(Provider{RPM: 3}, []ShareMember{busy, idle})), "too small to rebalance")
-	members := []ShareMember{{Share: ProviderShare{RPM: 300, InputTPM: 50_000, OutputTPM: -1}, Pending: 1}, {Share: ProviderShare{RPM: 300, InputTPM: 50_000, OutputTPM: -1}}}
+	// Jobs waiting that the member's room covers leave it idle; more make
+	// it busy.
+	covered := ShareMember{Share: ProviderShare{RPM: 15}, Held: ProviderShare{RPM: 5}, Pending: 10}
+	require.Equal(t, []int64{585, 15}, rpm(PlanShares(p, []ShareMember{busy, covered})))
+	covered.Pending = 11
+	require.Equal(t, []int64{300, 300}, rpm(PlanShares(p, []ShareMember{busy, covered})))
+	members := []ShareMember{{Share: ProviderShare{RPM: 300, InputTPM: 50_000, OutputTPM: -1}, Pending: 1000}, {Share: ProviderShare{RPM: 300, InputTPM: 50_000, OutputTPM: -1}}}
 	require.True(t, SharesDiffer(p, members, PlanShares(p, members)))
 	require.False(t, SharesDiffer(p, members, []ProviderShare{{RPM: 305, InputTPM: 51_000, OutputTPM: -1}, {RPM: 295, InputTPM: 49_000, OutputTPM: -1}}), "within a fiftieth")
 }
