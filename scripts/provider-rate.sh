@@ -10,7 +10,7 @@
 #   scripts/provider-rate.sh
 #   RPM=1200 DURATION=150s scripts/provider-rate.sh
 #   MODE=uneven scripts/provider-rate.sh
-#   MODE=uneven SERVER_FLAGS=--provider-rebalance=-1 scripts/provider-rate.sh  (the equal split)
+#   MODE=uneven SERVER_FLAGS=--provider-rebalance=-1s scripts/provider-rate.sh  (the equal split)
 set -euo pipefail
 . "$(dirname "$0")/server-lib.sh"
 start_server 18680
