@@ -35,7 +35,9 @@ func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	n, err := node.Open(ctx, node.Config{DataDir: dir, Bind: "127.0.0.1:0", RaftBind: raftAddr, Shards: 4, Logger: zerolog.Nop(),
 		ClusterSecret: gateway.TestClusterSecret,
-		Gateway:       gateway.Config{EventsKeepalive: gateway.TestEventsKeepalive},
+		// No rebalancing of provider shares behind the tests' backs: the
+		// tests that want one run it themselves.
+		Gateway: gateway.Config{EventsKeepalive: gateway.TestEventsKeepalive, ProviderRebalance: -1},
 		Test: node.TestConfig{RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 20 * time.Millisecond,
 			MirrorFlushWindow: 10 * time.Millisecond, EventsCapacity: gateway.TestEventsCapacity, OnApplied: gateway.AppliedHook}})
 	cancel()

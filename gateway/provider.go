@@ -16,7 +16,8 @@ import (
 // the queue's shard, which answers its own membership of the provider's
 // pool when the link changed it, and the gateway proposes that to every
 // shard (ProviderMemberOp), so each shard knows which shards share the
-// pool and takes its equal share of each limit (statemachine/provider.go).
+// pool and takes its share of each limit (statemachine/provider.go): the
+// equal split, or what the rebalancer handed it (providershare.go).
 
 // providerRequest is PUT or POST /api/v1/providers.
 type providerRequest struct {
@@ -290,6 +291,8 @@ func (s *Server) handleListProviders(ctx *fasthttp.RequestCtx) {
 			b = appendShare(b, sh.Share.InputTPM)
 			b = append(b, `,"output_tpm":`...)
 			b = appendShare(b, sh.Share.OutputTPM)
+			b = append(b, `,"pending":`...)
+			b = appendInt(b, sh.Pending)
 			b = append(b, `,"window":`...)
 			b = appendProviderWindow(b, sh)
 			b = append(b, '}')

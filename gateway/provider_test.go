@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/statemachine"
 )
 
 type providerDoc struct {
@@ -171,4 +173,87 @@ func TestAPIProviderBadInput(t *testing.T) {
 	require.Equal(t, 404, code)
 	code, _ = call(t, "DELETE", "/api/v1/providers/no%20such", nil)
 	require.Equal(t, 400, code)
+}
+
+// TestAPIProviderRebalance: two queues of one provider on different
+// shards, one with jobs waiting and one idle. The busy shard first uses
+// its equal half; a rebalance then lowers the idle shard to the floor and
+// raises the busy one by what that frees — never past the limit while
+// the window holds the first half; a job arriving at the idle queue is
+// fetched within its floor. A rebalance that would change nothing
+// proposes nothing.
+func TestAPIProviderRebalance(t *testing.T) {
+	t.Parallel()
+	name := uq("rebal")
+	qs := queuesOnDistinctShards(t, "rebal", 2)
+	busy, idle := qs[0], qs[1]
+	code, body := call(t, "PUT", "/api/v1/providers", map[string]any{"name": name, "rpm_limit": 40})
+	require.Equal(t, 200, code, string(body))
+	for _, q := range qs {
+		code, body = call(t, "POST", "/api/v1/queues/"+q+"/provider", map[string]any{"provider": name})
+		require.Equal(t, 200, code, string(body))
+	}
+	for range 60 {
+		enqueue(t, map[string]any{"queue": busy})
+	}
+	got := 0
+	for range 3 {
+		got += len(fetchAll(t, busy))
+	}
+	require.Equal(t, 20, got, "the equal half")
+
+	srv, _ := frontServer(t, Config{ProviderRebalance: -1}, testEngine)
+	mine := func(p *statemachine.Provider) bool { return p.Name == name }
+	require.NoError(t, srv.rebalanceProviders(mine))
+	rt := router.New(4)
+	shareOf := func(p *providerDoc, q string) int64 {
+		for _, s := range p.Shares {
+			if s.Shard == rt.ShardForQueue(q) {
+				return *s.RPM
+			}
+		}
+		t.Fatalf("no share of %s's shard", q)
+		return 0
+	}
+	p := providerOf(t, name)
+	require.Equal(t, []int64{39, 1}, []int64{shareOf(p, busy), shareOf(p, idle)}, "floor 1 for the idle shard, the rest to the busy one")
+	for range 3 {
+		got += len(fetchAll(t, busy))
+	}
+	require.Equal(t, 39, got, "raised by what the idle shard left")
+	gens := func() []uint64 {
+		parts, err := srv.readEach(func(int) any { return statemachine.ProvidersQuery{Now: time.Now().UnixNano()} })
+		require.NoError(t, err)
+		var out []uint64
+		for _, part := range parts {
+			for _, pi := range part.([]statemachine.ProviderInfo) {
+				if pi.Name == name {
+					out = append(out, pi.ShareGen)
+				}
+			}
+		}
+		return out
+	}
+	enqueue(t, map[string]any{"queue": idle})
+	require.Len(t, fetchAll(t, idle), 1, "the idle shard's floor")
+	require.Empty(t, fetchAll(t, busy))
+	p = providerOf(t, name)
+	require.Equal(t, int64(40), p.Window.Requests, "the pool's limit, not more")
+	before := gens()
+	require.NoError(t, srv.rebalanceProviders(mine))
+	require.Equal(t, before, gens(), "the plan is the shares: nothing proposed")
+
+	// Both busy now (a job waits on the idle queue): the plan is the
+	// equal split, so the busy shard is lowered to 20, but its window
+	// holds 39: the other is not raised while it does.
+	enqueue(t, map[string]any{"queue": idle})
+	require.NoError(t, srv.rebalanceProviders(mine))
+	p = providerOf(t, name)
+	require.Equal(t, []int64{20, 1}, []int64{shareOf(p, busy), shareOf(p, idle)})
+	require.Empty(t, fetchAll(t, idle))
+	require.Empty(t, fetchAll(t, busy))
+	require.Equal(t, int64(40), providerOf(t, name).Window.Requests)
+	before = gens()
+	require.NoError(t, srv.rebalanceProviders(mine))
+	require.Equal(t, before, gens(), "no room to raise into and nothing to lower: nothing proposed")
 }

@@ -116,6 +116,11 @@ type Config struct {
 	// KeyTouchInterval is how often last-used times of keys are recorded;
 	// default KeyTouchIntervalDefault.
 	KeyTouchInterval time.Duration
+	// ProviderRebalance is how often the node leading shard 0 rebalances
+	// providers' shares by demand (providershare.go); default
+	// ProviderRebalanceDefault; negative: never (each member keeps the
+	// equal split).
+	ProviderRebalance time.Duration
 	// SessionKey signs the web UI's session tokens (session.go); the node
 	// derives it from the cluster secret (SessionKeyFrom). Empty: a key
 	// made for this process.
@@ -205,6 +210,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.ReadConcurrency, ReadConcurrencyDefault)
 	setDefault(&c.ReadQueue, ReadQueueDefault)
 	setDefault(&c.KeyTouchInterval, KeyTouchIntervalDefault)
+	setDefault(&c.ProviderRebalance, ProviderRebalanceDefault)
 	setDefault(&c.RateRead, RateReadDefault)
 	setDefault(&c.RateWrite, RateWriteDefault)
 	setDefault(&c.DiskCheckInterval, DiskCheckIntervalDefault)
@@ -483,6 +489,9 @@ func New(cfg Config, eng Engine) *Server {
 	}
 	if cfg.Keys != nil && cfg.Auth != AuthOff {
 		go s.keyTouchLoop()
+	}
+	if cfg.ProviderRebalance > 0 {
+		go s.providerRebalanceLoop()
 	}
 	return s
 }

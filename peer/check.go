@@ -3,6 +3,7 @@ package peer
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
@@ -237,6 +238,22 @@ func (v *validator) op(sh int, op statemachine.Op) error {
 			return fmt.Errorf("member shard %d out of range", o.Member.Shard)
 		}
 		return statemachine.CheckProviderName(o.Member.Name)
+	case *statemachine.ProviderShareOp:
+		// The rebalancer's, proposed on the node leading the meta group.
+		if ns := o.Namespace; ns != "" {
+			if err := router.ValidateNamespace(ns); err != nil || ns == router.DefaultNamespace {
+				return fmt.Errorf("provider namespace %q is not a namespace's stored name", ns)
+			}
+		}
+		if !slices.Contains(o.Members, uint32(sh)) {
+			return fmt.Errorf("a share for shard %d must name it among the members", sh)
+		}
+		for _, m := range o.Members {
+			if int(m) >= v.rt.Shards() {
+				return fmt.Errorf("member shard %d out of range", m)
+			}
+		}
+		return statemachine.CheckProviderName(o.Name)
 	case *statemachine.DepDoneOp:
 		if err := v.job(sh, o.Dependent); err != nil {
 			return err

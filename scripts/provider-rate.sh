@@ -4,10 +4,15 @@
 # different shards, WORKERS (default 8) workers fetching both flat out for
 # DURATION (default 60s): scripts/providerprobe prints the jobs/min
 # delivered and the most in any 60 s window, each against the limit.
+# MODE=uneven fills only the first queue (the second stays linked and
+# idle): with the shares rebalanced by demand it should still get nearly
+# the whole limit, not half.
 #   scripts/provider-rate.sh
 #   RPM=1200 DURATION=150s scripts/provider-rate.sh
+#   MODE=uneven scripts/provider-rate.sh
+#   MODE=uneven SERVER_FLAGS=--provider-rebalance=-1s scripts/provider-rate.sh  (the equal split)
 set -euo pipefail
 . "$(dirname "$0")/server-lib.sh"
 start_server 18680
 go build -o "$DIR/providerprobe" ./scripts/providerprobe
-"$DIR/providerprobe" "$URL" "${RPM:-600}" "${DURATION:-60s}" "${WORKERS:-8}"
+"$DIR/providerprobe" "$URL" "${RPM:-600}" "${DURATION:-60s}" "${WORKERS:-8}" "${MODE:-even}"

@@ -201,6 +201,8 @@ func (a *applier) apply(op Op) Result {
 		return a.linkProvider(o)
 	case *ProviderMemberOp:
 		return a.providerMember(o)
+	case *ProviderShareOp:
+		return a.providerShare(o)
 	case *AckFetchOp:
 		r := a.ack(&o.Ack)
 		if r.Status != StatusOK {

@@ -42,7 +42,8 @@ func TestEntryRoundTrip(t *testing.T) {
 	t.Parallel()
 	e := Entry{ID: NewEntryID(10, 20), Now: 30, Ops: []Op{&CancelOp{JobID: "a"}, &FetchOp{Queues: []string{"q"}, Count: 2},
 		&SetProviderOp{Provider: Provider{Namespace: "ns", Name: "p", RPM: 1, InputTPM: 2, OutputTPM: 3}, Delete: true},
-		&LinkProviderOp{Queue: "q", Provider: "p"}, &ProviderMemberOp{Namespace: "ns", Member: ProviderMember{Name: "p", Shard: 3, Gen: 9, In: true}}}}
+		&LinkProviderOp{Queue: "q", Provider: "p"}, &ProviderMemberOp{Namespace: "ns", Member: ProviderMember{Name: "p", Shard: 3, Gen: 9, In: true}},
+		&ProviderShareOp{Namespace: "ns", Name: "p", Gen: 1 << 50, Members: []uint32{0, 3}, Share: ProviderShare{RPM: 7, InputTPM: -1, OutputTPM: 9}, Raise: true}}}
 	b := e.Encode(nil)
 	got, err := DecodeEntry(b)
 	require.NoError(t, err)
@@ -71,7 +72,8 @@ func FuzzApplyEntry(f *testing.F) {
 		{&DropQueueOp{Queue: "q", Index: DropPending}, &DropQueueOp{Queue: "q", Index: DropConfig}},
 		importAIOpsV1(),
 		{&SetProviderOp{Provider: Provider{Name: "p", RPM: 1, InputTPM: 10}}, &LinkProviderOp{Queue: "q", Provider: "p"},
-			&ProviderMemberOp{Member: ProviderMember{Name: "p", Shard: 1, Gen: 1, In: true}}, &FetchOp{Queues: []string{"q"}, WorkerID: "w", Count: 2}},
+			&ProviderMemberOp{Member: ProviderMember{Name: "p", Shard: 1, Gen: 1, In: true}}, &FetchOp{Queues: []string{"q"}, WorkerID: "w", Count: 2},
+			&ProviderShareOp{Name: "p", Gen: 3, Members: []uint32{0, 1}, Share: ProviderShare{RPM: 1, InputTPM: 3}}},
 	} {
 		f.Add(seed.entry(ops...))
 	}

@@ -55,6 +55,7 @@ const (
 	OpSetProvider    OpCode = 41
 	OpLinkProvider   OpCode = 42
 	OpProviderMember OpCode = 43
+	OpProviderShare  OpCode = 44
 )
 
 // MaxOpsPerEntry bounds one entry: an op's position is the low 16 bits of
@@ -251,6 +252,8 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 		op = &LinkProviderOp{}
 	case OpProviderMember:
 		op = &ProviderMemberOp{}
+	case OpProviderShare:
+		op = &ProviderShareOp{}
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
@@ -924,6 +927,8 @@ type Result struct {
 	// Members: a LinkProviderOp's shard's membership of the providers
 	// the link changed (or of the one it links to, when linked already).
 	Members []ProviderMember
+	// Share: a ProviderShareOp's answer (nil for other ops).
+	Share *ProviderShareState
 }
 
 // encodeResults writes op results. With compact set, fetched jobs are stored
@@ -963,7 +968,10 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 	// usage lists are then written, empty or not).
 	// Then each result's Members, left out when none has any (the lists
 	// before are then written).
-	members := slices.ContainsFunc(rs, func(r Result) bool { return len(r.Members) > 0 })
+	// Then each result's Share, left out when none has one (the lists
+	// before are then written).
+	shares := slices.ContainsFunc(rs, func(r Result) bool { return r.Share != nil })
+	members := shares || slices.ContainsFunc(rs, func(r Result) bool { return len(r.Members) > 0 })
 	cached := members || slices.ContainsFunc(rs, func(r Result) bool { return r.CachedFrom != "" })
 	if cached || slices.ContainsFunc(rs, func(r Result) bool { return len(r.Usage) > 0 }) {
 		for i := range rs {
@@ -986,6 +994,18 @@ func encodeResults(b []byte, rs []Result, compact bool) []byte {
 				e.uvarint(uint64(m.Shard))
 				e.uvarint(m.Gen)
 				e.boolean(m.In)
+			}
+		}
+	}
+	if shares {
+		for i := range rs {
+			st := rs[i].Share
+			e.boolean(st != nil)
+			if st != nil {
+				e.uvarint(st.Gen)
+				for _, v := range []int64{st.Share.RPM, st.Share.InputTPM, st.Share.OutputTPM, st.Held.RPM, st.Held.InputTPM, st.Held.OutputTPM} {
+					e.varint(v)
+				}
 			}
 		}
 	}
@@ -1071,6 +1091,13 @@ func decodeResults(b []byte) ([]Result, bool, error) {
 		}
 		for k := uint64(0); k < nm && d.err == nil; k++ {
 			rs[i].Members = append(rs[i].Members, ProviderMember{Name: d.str(), Shard: uint32(d.uvarint()), Gen: d.uvarint(), In: d.boolean()})
+		}
+	}
+	for i := 0; i < len(rs) && d.more(); i++ {
+		if d.boolean() {
+			rs[i].Share = &ProviderShareState{Gen: d.uvarint(),
+				Share: ProviderShare{RPM: d.varint(), InputTPM: d.varint(), OutputTPM: d.varint()},
+				Held:  ProviderShare{RPM: d.varint(), InputTPM: d.varint(), OutputTPM: d.varint()}}
 		}
 	}
 	if d.err != nil {

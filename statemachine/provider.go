@@ -23,7 +23,8 @@ import (
 // share of each limit: the limit split equally over the shards that host
 // at least one linked queue (the provider's members), the remainder going
 // one unit each to the lowest-numbered members, so the shares add up to
-// the limit exactly. A shard learns which shards are members from
+// the limit exactly — or the share a rebalance by demand gave it
+// (ProviderShareOp, providerplan.go). A shard learns which shards are members from
 // ProviderMemberOps: a LinkProviderOp on the queue's shard changes that
 // shard's own membership when its count of linked queues goes from 0 to
 // 1 or back, under a new generation, and the gateway proposes the change
@@ -125,13 +126,25 @@ type providerRec struct {
 	Provider
 	Linked  uint32
 	Members []ProviderMember
+	// A rebalanced share (ProviderShareOp): its generation (0: never
+	// set), its limits (nil: none, the equal split applies) and the
+	// members it was set for.
+	ShareGen uint64
+	Explicit *ProviderShare
+	Basis    []uint32
 }
 
+// providerVersion 2 adds the rebalanced share; a record without one is
+// written as version 1, as before.
 const providerVersion = 1
 
 func (r *providerRec) appendTo(b []byte) []byte {
 	e := enc{b: b}
-	e.u8(providerVersion)
+	if r.ShareGen == 0 {
+		e.u8(providerVersion)
+	} else {
+		e.u8(providerVersion + 1)
+	}
 	e.str(r.Namespace)
 	e.str(r.Name)
 	e.varint(r.RPM)
@@ -144,11 +157,25 @@ func (r *providerRec) appendTo(b []byte) []byte {
 		e.uvarint(m.Gen)
 		e.boolean(m.In)
 	}
+	if r.ShareGen != 0 {
+		e.uvarint(r.ShareGen)
+		e.boolean(r.Explicit != nil)
+		if r.Explicit != nil {
+			e.varint(r.Explicit.RPM)
+			e.varint(r.Explicit.InputTPM)
+			e.varint(r.Explicit.OutputTPM)
+		}
+		e.uvarint(uint64(len(r.Basis)))
+		for _, m := range r.Basis {
+			e.uvarint(uint64(m))
+		}
+	}
 	return e.b
 }
 
 func (r *providerRec) decode(d *dec) {
-	if d.u8() != providerVersion {
+	v := d.u8()
+	if v != providerVersion && v != providerVersion+1 {
 		d.fail()
 		return
 	}
@@ -165,6 +192,21 @@ func (r *providerRec) decode(d *dec) {
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		r.Members = append(r.Members, ProviderMember{Shard: uint32(d.uvarint()), Gen: d.uvarint(), In: d.boolean()})
+	}
+	if v == providerVersion {
+		return
+	}
+	r.ShareGen = d.uvarint()
+	if d.boolean() {
+		r.Explicit = &ProviderShare{RPM: d.varint(), InputTPM: d.varint(), OutputTPM: d.varint()}
+	}
+	n = d.uvarint()
+	if n > 1<<16 {
+		d.fail()
+		return
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		r.Basis = append(r.Basis, uint32(d.uvarint()))
 	}
 }
 
@@ -195,10 +237,50 @@ type ProviderShare struct {
 	RPM, InputTPM, OutputTPM int64
 }
 
-// share is shard self's share of the provider's limits: each limit split
-// equally over the members, the remainder one each to the first ones. A
-// shard that is not a member has none.
+// share is shard self's share of the provider's limits: its rebalanced
+// share while the members are those it was set for, else the equal split
+// (capped by a rebalanced share, which a change of members never raises).
 func (r *providerRec) share(self uint32) ProviderShare {
+	eq := r.equalShare(self)
+	if r.Explicit == nil {
+		return eq
+	}
+	x := *r.Explicit
+	in := r.inMembers()
+	if !slices.Contains(in, self) {
+		return eq // not a member: none
+	}
+	if !slices.Equal(r.Basis, in) {
+		x = ProviderShare{RPM: minShare(x.RPM, eq.RPM), InputTPM: minShare(x.InputTPM, eq.InputTPM), OutputTPM: minShare(x.OutputTPM, eq.OutputTPM)}
+	}
+	// A limit of 0 (none) has no share to keep.
+	if r.RPM == 0 {
+		x.RPM = -1
+	}
+	if r.InputTPM == 0 {
+		x.InputTPM = -1
+	}
+	if r.OutputTPM == 0 {
+		x.OutputTPM = -1
+	}
+	return x
+}
+
+// minShare is the tighter of two shares of one limit (-1: none).
+func minShare(a, b int64) int64 {
+	switch {
+	case a < 0:
+		return b
+	case b < 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// equalShare is shard self's equal split of each limit over the members,
+// the remainder one each to the first ones. A shard that is not a member
+// has none.
+func (r *providerRec) equalShare(self uint32) ProviderShare {
 	parts, part := int64(0), int64(-1)
 	for _, m := range r.Members {
 		if !m.In {
@@ -371,6 +453,9 @@ func (a *applier) setProvider(o *SetProviderOp) Result {
 	r := a.provider(id)
 	if r == nil {
 		r = &providerRec{}
+	}
+	if r.RPM != p.RPM || r.InputTPM != p.InputTPM || r.OutputTPM != p.OutputTPM {
+		r.Explicit = nil // set for the old limits: the equal split until the next rebalance
 	}
 	r.Provider = *p
 	a.putProvider(r)
@@ -730,7 +815,13 @@ type ProviderInfo struct {
 	Shard   uint32
 	Members []ProviderMember // the shards sharing the pool, as this shard knows them
 	Share   ProviderShare    // this shard's
-	Queues  []string         // this shard's linked queues (stored names)
+	// ShareGen is the generation of this shard's rebalanced share (0:
+	// never rebalanced).
+	ShareGen uint64
+	Queues   []string // this shard's linked queues (stored names)
+	// Pending is how many jobs wait in this shard's linked queues (the
+	// rebalancer's measure of demand).
+	Pending int64
 	// What this shard's window holds at Now.
 	Requests, InputTokens, OutputTokens int64
 }
@@ -752,7 +843,7 @@ func (s *StateMachine) providers(now int64) ([]ProviderInfo, error) {
 		if d.err != nil {
 			return nil, fmt.Errorf("corrupt provider %q: %w", it.Key(), d.err)
 		}
-		info := ProviderInfo{Provider: r.Provider, Shard: self, Share: r.share(self)}
+		info := ProviderInfo{Provider: r.Provider, Shard: self, Share: r.share(self), ShareGen: r.ShareGen}
 		for _, m := range r.Members {
 			m.Name = r.Name
 			info.Members = append(info.Members, m)
@@ -793,6 +884,11 @@ func (s *StateMachine) providers(now int64) ([]ProviderInfo, error) {
 		q := string(cit.Key()[len(pfxQueueCfg):])
 		if i, ok := at[queueProviderID(q, c.Provider)]; ok {
 			out[i].Queues = append(out[i].Queues, q)
+			var st QueueStats
+			if _, err := s.read(queueStatsKey(q), st.decode); err != nil {
+				return nil, err
+			}
+			out[i].Pending += max(st.Counts[StatePending], 0)
 		}
 	}
 	return out, cit.Error()
@@ -837,4 +933,146 @@ func (a *applier) unlinkDropped(q string) {
 		r.putMember(m)
 	}
 	a.putProvider(r)
+}
+
+// Rebalanced shares (the gateway's rebalancer, gateway/providershare.go).
+// A shard's share may be set explicitly by ProviderShareOps, each under a
+// generation and for the pool's members as the rebalancer saw them (its
+// basis). While this shard's members are the basis, the explicit share is
+// the share; when they differ (a link changed the pool since), each limit
+// is the smaller of the explicit share and the equal split, so a change
+// of members never raises a rebalanced share. A share is lowered (each
+// limit to the smaller of the current one and the op's) or, under the
+// same generation the shard holds, raised: the rebalancer raises only by
+// what the lowered shards' answers leave free (see ProviderShareOp).
+
+// ProviderShareOp sets this shard's share of a provider's limits.
+//
+// Lower (Raise false): applies when Gen is newer than the shard's share
+// generation; each limit becomes the smaller of the current share and
+// Share's, never more. Raise: applies only when the shard's share
+// generation is Gen (nothing changed it since the rebalancer lowered it);
+// each limit becomes Share's (at most the limit). Both need this shard
+// to be one of Members, which must be the provider's members as this
+// shard knows them. The result's Share says the share after the op and
+// what the shard's windows hold at its apply; a refused op (StatusConflict)
+// changes nothing.
+type ProviderShareOp struct {
+	Namespace string
+	Name      string
+	Gen       uint64
+	Members   []uint32 // sorted
+	Share     ProviderShare
+	Raise     bool
+}
+
+// ProviderShareState is a ProviderShareOp's answer: the share's
+// generation and limits after it, and what the shard's windows held at
+// its apply (requests handed out, input and output tokens reported).
+type ProviderShareState struct {
+	Gen   uint64
+	Share ProviderShare
+	Held  ProviderShare
+}
+
+// Code implements Op.
+func (*ProviderShareOp) Code() OpCode { return OpProviderShare }
+func (o *ProviderShareOp) appendBody(b []byte) []byte {
+	e := enc{b: b}
+	e.str(o.Namespace)
+	e.str(o.Name)
+	e.uvarint(o.Gen)
+	e.uvarint(uint64(len(o.Members)))
+	for _, m := range o.Members {
+		e.uvarint(uint64(m))
+	}
+	e.varint(o.Share.RPM)
+	e.varint(o.Share.InputTPM)
+	e.varint(o.Share.OutputTPM)
+	e.boolean(o.Raise)
+	return e.b
+}
+func (o *ProviderShareOp) decode(d *dec) {
+	o.Namespace = d.str()
+	o.Name = d.str()
+	o.Gen = d.uvarint()
+	n := d.uvarint()
+	if n > 1<<16 {
+		d.fail()
+		return
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		o.Members = append(o.Members, uint32(d.uvarint()))
+	}
+	o.Share.RPM = d.varint()
+	o.Share.InputTPM = d.varint()
+	o.Share.OutputTPM = d.varint()
+	o.Raise = d.boolean()
+}
+
+// inMembers lists the shards in the pool, sorted.
+func (r *providerRec) inMembers() []uint32 {
+	var out []uint32
+	for _, m := range r.Members {
+		if m.In {
+			out = append(out, m.Shard)
+		}
+	}
+	return out
+}
+
+// providerHeld is what the provider's windows here hold at a.now.
+func (a *applier) providerHeld(id string) ProviderShare {
+	h := ProviderShare{RPM: int64(len(a.provRequests(id)))}
+	for _, t := range a.provTokens(id) {
+		h.InputTPM += t.in
+		h.OutputTPM += t.out
+	}
+	return h
+}
+
+func (a *applier) providerShare(o *ProviderShareOp) Result {
+	if err := CheckProviderName(o.Name); err != nil {
+		return Result{Status: StatusInvalid, Message: err.Error()}
+	}
+	if o.Gen == 0 || !slices.IsSorted(o.Members) {
+		return Result{Status: StatusInvalid, Message: "a provider share needs a generation and sorted members"}
+	}
+	id := providerID(o.Namespace, o.Name)
+	r := a.provider(id)
+	if r == nil {
+		return Result{Status: StatusNotFound, Message: "no provider " + o.Name}
+	}
+	self := a.selfShard()
+	state := func(st Status, msg string) Result {
+		return Result{Status: st, Message: msg, Share: &ProviderShareState{Gen: r.ShareGen, Share: r.share(self), Held: a.providerHeld(id)}}
+	}
+	switch {
+	case !slices.Equal(o.Members, r.inMembers()) || !slices.Contains(o.Members, self):
+		return state(StatusConflict, "the provider's members here differ")
+	case o.Raise && r.ShareGen != o.Gen:
+		return state(StatusConflict, "the share changed since its generation")
+	case !o.Raise && r.ShareGen >= o.Gen:
+		return state(StatusConflict, "the share has a newer generation")
+	}
+	cur := r.share(self)
+	next := ProviderShare{}
+	for _, l := range []struct {
+		limit     int64
+		cur, want int64
+		out       *int64
+	}{{r.RPM, cur.RPM, o.Share.RPM, &next.RPM}, {r.InputTPM, cur.InputTPM, o.Share.InputTPM, &next.InputTPM}, {r.OutputTPM, cur.OutputTPM, o.Share.OutputTPM, &next.OutputTPM}} {
+		v := min(max(l.want, 0), l.limit)
+		if !o.Raise {
+			v = min(v, l.cur)
+		}
+		if l.limit == 0 {
+			v = -1
+		}
+		*l.out = v
+	}
+	r.ShareGen, r.Explicit, r.Basis = o.Gen, &next, slices.Clone(o.Members)
+	a.putProvider(r)
+	a.wakeLinked(id) // a raised share may unblock waiting fetches
+	return state(StatusOK, "")
 }

@@ -401,6 +401,18 @@ func randomLog(tb *testBundle, n int) {
 			tb.apply(randomImport(tb, &ids, queues))
 			continue
 		}
+		if tb.rnd.IntN(40) == 0 {
+			// A share hand-over: lowered, then (mostly) raised under the
+			// same generation in the next entry.
+			name, members := []string{"p0", "p1"}[tb.rnd.IntN(2)], [][]uint32{{0}, {0}, {0, 1}, {0, 2}}[tb.rnd.IntN(4)]
+			share := func(raise bool) *ProviderShareOp {
+				return &ProviderShareOp{Name: name, Gen: uint64(i) + 1, Members: members, Raise: raise,
+					Share: ProviderShare{RPM: int64(tb.rnd.IntN(5)), InputTPM: int64(tb.rnd.IntN(4000)), OutputTPM: int64(tb.rnd.IntN(2000))}}
+			}
+			tb.apply(share(false))
+			tb.apply(share(tb.rnd.IntN(3) > 0))
+			continue
+		}
 		var op Op
 		switch k := tb.rnd.IntN(10); {
 		case k < 4 || len(ids) == 0:

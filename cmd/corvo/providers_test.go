@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -120,4 +121,72 @@ func TestProvidersAcrossShards(t *testing.T) {
 	}
 	code, body = do(t, "POST", nodes[1].url+"/api/v1/fetch", map[string]any{"queues": queues, "worker_id": "after", "count": 100, "timeout": 5})
 	require.Equal(t, 200, code, "unlinked, the queues hand out their jobs: %s", body)
+}
+
+// TestProviderRebalanceUneven: a provider's two queues on different
+// shards, one with far more jobs than the limit and one idle. Without
+// rebalancing the busy one would get half the limit a minute; with it
+// (every 200ms here) it gets nearly all of it within the first minute,
+// and never more than the limit: the idle queue, given a job, fetches it
+// within its floor and then nothing more is handed out in the window.
+func TestProviderRebalanceUneven(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := newServer(t, "--shards", "4", "--provider-rebalance", "200ms")
+	rt := router.New(4)
+	busy, idle := "rebal.busy", ""
+	for i := 0; idle == ""; i++ {
+		if q := fmt.Sprintf("rebal.idle%d", i); rt.ShardForQueue(q) != rt.ShardForQueue(busy) {
+			idle = q
+		}
+	}
+	const rpm = 60
+	code, body := do(t, "PUT", s.url+"/api/v1/providers", map[string]any{"name": "fake-llm", "rpm_limit": rpm})
+	require.Equal(t, 200, code, string(body))
+	for _, q := range []string{busy, idle} {
+		code, body = do(t, "POST", s.url+"/api/v1/queues/"+q+"/provider", map[string]any{"provider": "fake-llm"})
+		require.Equal(t, 200, code, string(body))
+	}
+	var jobs []map[string]any
+	for i := 0; i < 2*rpm; i++ {
+		jobs = append(jobs, map[string]any{"queue": busy, "payload": map[string]int{"i": i}})
+	}
+	code, body = do(t, "POST", s.url+"/api/v1/enqueue/batch", map[string]any{"jobs": jobs})
+	require.Equal(t, 201, code, string(body))
+
+	fetch := func(q string, timeout int) int {
+		code, body := do(t, "POST", s.url+"/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w", "count": 10, "timeout": timeout})
+		if code == 204 {
+			return 0
+		}
+		require.Equal(t, 200, code, string(body))
+		var r struct{ Jobs []fetched }
+		require.NoError(t, json.Unmarshal(body, &r))
+		return len(r.Jobs)
+	}
+	// Fetch the busy queue for most of one window (everything fetched
+	// lies in the minute after the first fetch), stopping early once it
+	// has all the rebalanced share can give.
+	got := fetch(busy, 5)
+	require.Positive(t, got)
+	start := time.Now()
+	for got < rpm-1 && time.Since(start) < 45*time.Second {
+		got += fetch(busy, 1)
+	}
+	require.Greater(t, got, rpm*3/4, "the busy queue gets most of the limit, not half")
+	require.LessOrEqual(t, got, rpm)
+	// The idle queue fetches a job that arrives (its floor), and then the
+	// pool is at its limit: nothing more from either.
+	code, body = do(t, "POST", s.url+"/api/v1/enqueue", map[string]any{"queue": idle, "payload": map[string]int{}})
+	require.Equal(t, 201, code, string(body))
+	require.Equal(t, 1, fetch(idle, 5))
+	require.Equal(t, 0, fetch(busy, 1))
+	var list struct{ Providers []corvo.Provider }
+	code, body = do(t, "GET", s.url+"/api/v1/providers", nil)
+	require.Equal(t, 200, code, string(body))
+	require.NoError(t, json.Unmarshal(body, &list))
+	require.Len(t, list.Providers, 1)
+	require.Equal(t, int64(got+1), list.Providers[0].Window.Requests, "all of them in the window: one minute's count")
+	require.LessOrEqual(t, list.Providers[0].Window.Requests, int64(rpm), "never more than the limit in a minute")
 }

@@ -59,6 +59,8 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&c.Retention, "retention", node.RetentionDefault, "how long completed, dead and cancelled jobs are kept (e.g. 168h); negative: forever")
 	fl.DurationVar(&c.AuditRetention, "audit-retention", node.AuditRetentionDefault, "how long audit records are kept (e.g. 2160h); negative: forever")
 	fl.BoolVar(&c.Gateway.AuditAll, "audit-all", false, "also audit the hot path: enqueue, fetch, ack, fail and heartbeat (one more Raft write per call)")
+	fl.DurationVar(&c.Gateway.ProviderRebalance, "provider-rebalance", gateway.ProviderRebalanceDefault,
+		"how often a provider's limits are re-shared by demand over the shards of its linked queues (busy ones get what idle ones leave; one node does it); negative (e.g. -1s): never, each shard keeps an equal share")
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
 	fl.IntVar(&f.mirrorPayloadMax, "mirror-payload-max", node.MirrorPayloadMaxDefault, "bytes of each payload the search mirror keeps: a longer one is kept as its first bytes (search pages still show it whole, read from the shard; payload_contains sees the prefix, payload_jq never matches it); 0: whole payloads")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")

@@ -8,7 +8,12 @@
 // lease_expires_at less its lease_duration, the time the provider's
 // window counts), and each against the limit.
 //
-//	go run ./scripts/providerprobe http://127.0.0.1:8080 600 60s 8
+// MODE "uneven" (default "even") fills only the first queue: the second
+// stays linked and idle, so an equal split would hold the run to half
+// the limit, and the shares rebalanced by demand (--provider-rebalance)
+// should deliver nearly all of it.
+//
+//	go run ./scripts/providerprobe http://127.0.0.1:8080 600 60s 8 [even|uneven]
 package main
 
 import (
@@ -27,9 +32,20 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 5 {
-		fmt.Fprintln(os.Stderr, "usage: providerprobe URL RPM DURATION WORKERS")
+	if len(os.Args) != 5 && len(os.Args) != 6 {
+		fmt.Fprintln(os.Stderr, "usage: providerprobe URL RPM DURATION WORKERS [even|uneven]")
 		os.Exit(2)
+	}
+	uneven := false
+	if len(os.Args) == 6 {
+		switch os.Args[5] {
+		case "even":
+		case "uneven":
+			uneven = true
+		default:
+			fmt.Fprintln(os.Stderr, "providerprobe: MODE is even or uneven")
+			os.Exit(2)
+		}
 	}
 	rpm, err1 := strconv.Atoi(os.Args[2])
 	d, err2 := time.ParseDuration(os.Args[3])
@@ -38,7 +54,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "providerprobe: RPM and WORKERS are positive integers, DURATION a Go duration")
 		os.Exit(2)
 	}
-	if err := run(os.Args[1], rpm, d, workers); err != nil {
+	if err := run(os.Args[1], rpm, d, workers, uneven); err != nil {
 		fmt.Fprintln(os.Stderr, "providerprobe:", err)
 		os.Exit(1)
 	}
@@ -80,7 +96,7 @@ func call(method, url string, body, out any) (int, error) {
 	return resp.StatusCode, nil
 }
 
-func run(url string, rpm int, d time.Duration, workers int) error {
+func run(url string, rpm int, d time.Duration, workers int, uneven bool) error {
 	var health struct {
 		Shards int `json:"shards"`
 	}
@@ -108,9 +124,14 @@ func run(url string, rpm int, d time.Duration, workers int) error {
 			return err
 		}
 	}
-	// More jobs in each queue than the whole run may take.
+	// More jobs in each queue than the whole run may take (uneven: in the
+	// first only).
 	perQueue := rpm*int(d/time.Minute+2) + 100
-	for _, q := range queues {
+	filled := queues
+	if uneven {
+		filled = queues[:1]
+	}
+	for _, q := range filled {
 		for left := perQueue; left > 0; {
 			n := min(left, 1000)
 			jobs := make([]map[string]any, n)
@@ -123,8 +144,12 @@ func run(url string, rpm int, d time.Duration, workers int) error {
 			left -= n
 		}
 	}
-	fmt.Printf("provider %s: rpm_limit %d over %s (shard %d) and %s (shard %d); %d workers for %s\n",
-		name, rpm, queues[0], rt.ShardForQueue(queues[0]), queues[1], rt.ShardForQueue(queues[1]), workers, d)
+	load := "both queues busy"
+	if uneven {
+		load = "only the first busy, the second idle"
+	}
+	fmt.Printf("provider %s: rpm_limit %d over %s (shard %d) and %s (shard %d), %s; %d workers for %s\n",
+		name, rpm, queues[0], rt.ShardForQueue(queues[0]), queues[1], rt.ShardForQueue(queues[1]), load, workers, d)
 
 	start := time.Now()
 	end := start.Add(d)
