@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -47,6 +48,10 @@ func TestMain(m *testing.M) {
 	go func() { _ = n.Serve() }()
 	gateway.SetTestServer(fmt.Sprintf("http://%s", n.Addr()), n.Host(), n.Mirror())
 	code := m.Run()
+	// The tests' keep-alive connections (http.DefaultTransport's) end
+	// here, not whenever their goroutines notice the server has gone: the
+	// leak check below would otherwise race them.
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	n.Close()
 	os.RemoveAll(dir)
 	os.Exit(checkLeaks(code))
