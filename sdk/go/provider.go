@@ -35,6 +35,9 @@ type ProviderShare struct {
 	InputTPM  *int64         `json:"input_tpm"`
 	OutputTPM *int64         `json:"output_tpm"`
 	Window    ProviderWindow `json:"window"`
+	// Pending is how many jobs of the shard's linked queues wait: the
+	// demand the shares are rebalanced by.
+	Pending int64 `json:"pending"`
 }
 
 // ProviderRequest creates a provider or changes its limits (nil or 0: no
