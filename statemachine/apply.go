@@ -565,10 +565,15 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	if j.Priority > PriorityNormal {
 		return Result{Status: StatusInvalid, Message: "unknown priority"}
 	}
-	if o.IfAbsent {
-		if _, exists := a.get(jobKey(j.ID)); exists {
-			return Result{State: a.loadState(j.ID).State, Existing: true, JobID: j.ID}
-		}
+	// A job ID names one job for good: the gateway makes a new one for
+	// every job it proposes, so an enqueue of an ID that exists is that
+	// job's proposal applied a second time, never a new job. It changes
+	// nothing, whatever IfAbsent says: the dedup record of its entry
+	// (applyEntry) is the first guard, this is the second, and without it
+	// a duplicate would put a finished job back to pending and run it
+	// again.
+	if _, exists := a.get(jobKey(j.ID)); exists {
+		return Result{State: a.loadState(j.ID).State, Existing: true, JobID: j.ID}
 	}
 	j.CreatedAt = a.now
 	j.Seq = a.nextSeq()

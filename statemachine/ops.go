@@ -265,9 +265,11 @@ func decodeOp(code OpCode, body []byte) (Op, error) {
 }
 
 // EnqueueOp creates a job. The gateway fills the job's ID and options; the
-// state machine sets CreatedAt, Seq and ExpireAt. IfAbsent makes it a no-op
-// when the ID exists: jobs a shard creates for another (chain steps, batch
-// callbacks) travel the outbox and may arrive twice.
+// state machine sets CreatedAt, Seq and ExpireAt. An enqueue of an ID that
+// exists changes nothing and answers Existing (applier.enqueue). IfAbsent
+// marks the ops a shard sends another (chain steps, batch callbacks: they
+// travel the outbox and may arrive twice) and cron runs; it is kept in the
+// encoding, and the rule is the same for every enqueue.
 type EnqueueOp struct {
 	Job      Job
 	IfAbsent bool

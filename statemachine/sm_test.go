@@ -1550,3 +1550,28 @@ func TestStateMachineReleaseMemoryChangesNoResult(t *testing.T) {
 	require.NoError(t, b.sm.Close())
 	require.NoError(t, b.sm.ReleaseMemory(), "a closed state machine has nothing to release")
 }
+
+// A job's enqueue applied again in an entry of its own (the dedup record
+// of the first entry not found, whatever the reason) changes nothing: a
+// completed job is not put back to pending to run again.
+func TestStateMachineEnqueueOfAnExistingIDChangesNothing(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	id := tb.newID()
+	op := &EnqueueOp{Job: Job{ID: id, Queue: "q", Payload: []byte(`{}`), JobOptions: JobOptions{Priority: PriorityNormal, MaxRetries: 3}}}
+	require.Equal(t, StatusOK, tb.one(op).Status)
+	require.Len(t, tb.fetch(1, "q"), 1)
+	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status)
+	before := tb.dump()
+
+	tb.advance(time.Second)
+	r := tb.one(op) // a new entry, a new entry ID: no dedup record matches
+	require.Equal(t, StatusOK, r.Status)
+	require.True(t, r.Existing)
+	require.Equal(t, id, r.JobID)
+	require.Equal(t, StateCompleted, r.State)
+	require.Equal(t, StateCompleted, tb.get(id).State.State)
+	after := tb.dump()
+	require.Equal(t, len(before)+1, len(after), "only the second entry's dedup record is new")
+	require.Empty(t, tb.fetch(1, "q"), "the job is not pending again")
+}
