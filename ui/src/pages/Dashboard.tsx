@@ -90,7 +90,7 @@ export function Dashboard() {
         <Chart
           title="Latency: age of the oldest pending job"
           summary={fmtDuration(oldestMs)}
-          unit={(v) => (v < 60 ? `${Math.round(v)}s` : v < 3600 ? `${(v / 60).toFixed(1)}m` : `${(v / 3600).toFixed(1)}h`)}
+          unit={(v) => (v < 10 ? `${+v.toFixed(1)}s` : v < 60 ? `${Math.round(v)}s` : v < 3600 ? `${(v / 60).toFixed(1)}m` : `${(v / 3600).toFixed(1)}h`)}
           series={[{ label: 'oldest pending', color: PALETTE[3], fill: true }]}
           data={history.data([`${ALL}|oldest`])}
         />
