@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/internal/membudget"
@@ -53,7 +52,7 @@ func (m *nodeMemory) size(h *shard.Config, cacheBytes int64) {
 
 // start registers the gauges and watches the process's memory until
 // stopped; quiet empties the node's caches when it has been quiet.
-func (m *nodeMemory) start(host *shard.Host, ring int, quiet func()) {
+func (m *nodeMemory) start(host *shard.Host, hub *events.Hub, quiet func()) {
 	usage := func(pick func(b, mt, j int64) int64) func() int64 {
 		return func() int64 { return pick(host.MemoryUsage()) }
 	}
@@ -62,9 +61,8 @@ func (m *nodeMemory) start(host *shard.Host, ring int, quiet func()) {
 		"memtables":   usage(func(_, mt, _ int64) int64 { return mt }),
 		"job_cache":   usage(func(_, _, j int64) int64 { return j }),
 	}
-	if ring > 0 {
-		size := int64(ring) * int64(unsafe.Sizeof(events.Event{}))
-		extra["event_ring"] = func() int64 { return size }
+	if hub != nil {
+		extra["event_ring"] = hub.Held
 	}
 	m.budget.RegisterGauges([]*membudget.Account{m.bodies, m.proposals, m.mirrorQ}, extra)
 	go func() {

@@ -8,7 +8,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -187,11 +186,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("start shards: %w", err)
 	}
 	closers = append(closers, n.host.Close)
-	ring := 0
-	if n.hub != nil {
-		ring = cmp.Or(cfg.Test.EventsCapacity, events.CapacityDefault)
-	}
-	n.mem.start(n.host, ring, n.releaseCaches)
+	n.mem.start(n.host, n.hub, n.releaseCaches)
 	closers = append(closers, n.mem.close)
 	n.peer.Start(n.host)
 	closers = append(closers, n.peer.Close)

@@ -26,6 +26,8 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DI
 echo "server flags: ${SERVER_FLAGS:-(defaults)}; load: $CONNS connections, $SMALL_SIZE B for $SMALL_FOR, then $LARGE_SIZE B for $LARGE_FOR"
 
 rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+sleep 5 # the node settles (shards elected, first mirror sync)
+pre=$(rss_kib "$SERVER")
 (peak=0; while kill -0 "$SERVER" 2>/dev/null; do
   r=$(rss_kib "$SERVER"); [ "${r:-0}" -gt "$peak" ] && peak=$r && echo "$peak" > "$WORK/peak"
   sleep 0.2
@@ -36,6 +38,9 @@ SAMPLER=$!
 peak=$(cat "$WORK/peak")
 sleep "$IDLE_AFTER"
 idle=$(rss_kib "$SERVER")
+# AT_IDLE, when set, runs now with the server still up (e.g. a heap
+# profile with SERVER_FLAGS="--pprof-bind 127.0.0.1:6061").
+[ -z "${AT_IDLE:-}" ] || SERVER=$SERVER bash -c "$AT_IDLE" || true
 kill "$SAMPLER" 2>/dev/null || true
 accepted=$(awk '/^accepted_payload_bytes/{print $2}' "$WORK/probe.txt")
 ratio() { awk -v d="$1" -v a="$accepted" 'BEGIN{ if (a > 0) printf "%.2f", d / a; else print "n/a" }'; }
@@ -43,5 +48,5 @@ bytes=$(du -sb "$DIR/data" | cut -f1)
 kill -TERM "$SERVER"; wait "$SERVER" || true
 run_server "$PORT"
 bytes2=$(du -sb "$DIR/data" | cut -f1)
-echo "peak RSS $((peak / 1024)) MiB; idle RSS ${IDLE_AFTER}s after the load $((idle / 1024)) MiB"
+echo "pre-load RSS $((pre / 1024)) MiB; peak RSS $((peak / 1024)) MiB; idle RSS ${IDLE_AFTER}s after the load $((idle / 1024)) MiB"
 echo "data dir $((bytes >> 20)) MiB for $((accepted >> 20)) MiB of accepted payloads: $(ratio "$bytes") B/B; after a restart $((bytes2 >> 20)) MiB: $(ratio "$bytes2") B/B"

@@ -20,23 +20,30 @@ import (
 	"sync"
 
 	"github.com/corvohq/corvo/statemachine"
-
-	"github.com/corvohq/corvo/router"
 )
 
-// CapacityDefault is how many events the ring keeps by default.
-const CapacityDefault = 65536
+// CapacityDefault is how many events the ring keeps at most by default;
+// BytesDefault how many bytes of them (encoded: 40–80 bytes for most
+// events, more for a failure's error or a progress report).
+const (
+	CapacityDefault = 65536
+	BytesDefault    = 4 << 20
+)
 
 // Config configures a Hub.
 type Config struct {
-	Shards   int // the node's shard count
-	Capacity int // how many events the ring keeps; default CapacityDefault
+	Shards   int   // the node's shard count
+	Capacity int   // how many events the ring keeps at most; default CapacityDefault
+	Bytes    int64 // how many bytes of encoded events it keeps at most; default BytesDefault
 }
 
 // WithDefaults fills unset fields.
 func (c Config) WithDefaults() Config {
 	if c.Capacity == 0 {
 		c.Capacity = CapacityDefault
+	}
+	if c.Bytes == 0 {
+		c.Bytes = BytesDefault
 	}
 	return c
 }
@@ -48,6 +55,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("events: shards must be positive, got %d", c.Shards)
 	case c.Capacity < 1:
 		return fmt.Errorf("events: capacity must be positive, got %d", c.Capacity)
+	case c.Bytes < 1:
+		return fmt.Errorf("events: bytes must be positive, got %d", c.Bytes)
 	}
 	return nil
 }
@@ -131,9 +140,9 @@ func (e *Event) pos() Pos { return Pos{Index: e.Index, N: e.Pos} }
 // Hub is the ring. Applied feeds it; Subscribe reads it.
 type Hub struct {
 	mu     sync.RWMutex
-	ring   []Event  // circular; ring[seq % len(ring)]
-	first  uint64   // sequence number of the oldest retained event
-	next   uint64   // sequence number the next event gets
+	ring   store // events first..next-1, encoded
+	max    uint64
+	bytes  int64
 	floor  Cursor   // per shard: every event after this is retained (or still to come)
 	head   Cursor   // per shard: the last event appended (at least floor)
 	last   []uint64 // per shard: the last Raft index applied (0: unknown)
@@ -150,8 +159,15 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	n := cfg.Shards
-	return &Hub{ring: make([]Event, cfg.Capacity), floor: make(Cursor, n), head: make(Cursor, n), last: make([]uint64, n),
+	return &Hub{max: uint64(cfg.Capacity), bytes: cfg.Bytes, floor: make(Cursor, n), head: make(Cursor, n), last: make([]uint64, n),
 		skip: make([]uint64, n), notify: make(chan struct{})}, nil
+}
+
+// Held is the memory the ring's events take.
+func (h *Hub) Held() int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.ring.held
 }
 
 // Shards is the node's shard count.
@@ -246,16 +262,14 @@ func (h *Hub) Applied(info *statemachine.AppliedInfo) {
 	if len(evs) == 0 {
 		return
 	}
-	n := uint64(len(h.ring))
+	r := &h.ring
 	for i := range evs {
-		if h.next-h.first == n {
-			old := &h.ring[h.first%n]
-			h.floor[old.Shard] = old.pos()
-			*old = Event{}
-			h.first++
+		r.push(sh, &evs[i])
+		// The oldest events fall out past either bound (never the newest).
+		for r.next-r.first > h.max || (r.bytes > h.bytes && r.next-r.first > 1) {
+			osh, p := r.pop()
+			h.floor[osh] = p
 		}
-		h.ring[h.next%n] = Event{Shard: sh, JobEvent: evs[i]}
-		h.next++
 	}
 	h.head[sh] = Pos{Index: evs[len(evs)-1].Index, N: evs[len(evs)-1].Pos}
 	close(h.notify)
@@ -278,16 +292,6 @@ type Filter struct {
 }
 
 func (f *Filter) shard(sh int) bool { return f.Shards == nil || (sh < len(f.Shards) && f.Shards[sh]) }
-
-func (f *Filter) match(e *Event) bool {
-	if f.Types != nil && !f.Types[e.Type] {
-		return false
-	}
-	if f.Namespace != "" && !router.QueueInNamespace(e.Queue, f.Namespace) {
-		return false
-	}
-	return f.Queues == nil || f.Queues[e.Queue] || (e.FromQueue != "" && f.Queues[e.FromQueue])
-}
 
 // Sub is one subscriber's place in the ring.
 type Sub struct {
@@ -317,12 +321,12 @@ func (h *Hub) Subscribe(from Cursor, f Filter) (sub *Sub, reset bool) {
 				}
 			}
 			if ok {
-				s.seq = h.first
+				s.seq = h.ring.first
 				return s, false
 			}
 		}
 	}
-	s.seq = h.next
+	s.seq = h.ring.next
 	s.live()
 	return s, from != nil
 }
@@ -381,28 +385,28 @@ func (s *Sub) Next(max int) (items []Item, wait <-chan struct{}, reset bool) {
 	h := s.h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if s.seq < h.first || s.skipped() {
-		s.seq, s.gen = h.next, h.gen
+	r := &h.ring
+	if s.seq < r.first || s.skipped() {
+		s.seq, s.gen = r.next, h.gen
 		s.live()
 		return nil, nil, true
 	}
-	n := uint64(len(h.ring))
-	for scanned := 0; s.seq < h.next && len(items) < max && scanned < 16*max; scanned++ {
-		e := &h.ring[s.seq%n]
+	for scanned := 0; s.seq < r.next && len(items) < max && scanned < 16*max; scanned++ {
+		rec := r.get(s.seq)
 		s.seq++
-		if s.f.Shards != nil && !s.f.shard(e.Shard) {
+		sh, p, rd := decodeHead(rec)
+		if s.f.Shards != nil && !s.f.shard(sh) {
 			continue
 		}
-		p := e.pos()
-		if !s.cur[e.Shard].Less(p) {
+		if !s.cur[sh].Less(p) {
 			continue // at or before the cursor it resumed from
 		}
-		s.cur[e.Shard] = p
-		if s.f.match(e) {
-			items = append(items, Item{Event: *e, Cursor: s.cur.Encode()})
+		s.cur[sh] = p
+		if s.f.matchRec(rd) {
+			items = append(items, Item{Event: decodeEvent(rec), Cursor: s.cur.Encode()})
 		}
 	}
-	if len(items) == 0 && s.seq == h.next {
+	if len(items) == 0 && s.seq == r.next {
 		return nil, h.notify, false
 	}
 	return items, nil, false

@@ -22,17 +22,17 @@ func newHub(t *testing.T, shards, capacity int) *Hub {
 func TestConfigDefaultsString(t *testing.T) {
 	t.Parallel()
 	c := Config{Shards: 4}.WithDefaults()
-	require.Equal(t, "Shards=4\nCapacity=65536\n", fmt.Sprintf("Shards=%d\nCapacity=%d\n", c.Shards, c.Capacity))
+	require.Equal(t, "Shards=4\nCapacity=65536\nBytes=4194304\n", fmt.Sprintf("Shards=%d\nCapacity=%d\nBytes=%d\n", c.Shards, c.Capacity, c.Bytes))
 	require.NoError(t, c.Validate())
 	h, err := New(Config{Shards: 4})
 	require.NoError(t, err)
 	require.Equal(t, 4, h.Shards())
-	require.Len(t, h.ring, CapacityDefault)
+	require.Zero(t, h.Held(), "nothing is allocated before the first event")
 }
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	for _, c := range []Config{{}, {Shards: -1}, {Shards: 2, Capacity: -1}} {
+	for _, c := range []Config{{}, {Shards: -1}, {Shards: 2, Capacity: -1}, {Shards: 1, Bytes: -1}} {
 		require.Error(t, c.WithDefaults().Validate(), "%+v", c)
 		_, err := New(c)
 		require.Error(t, err, "%+v", c)
@@ -239,7 +239,7 @@ func TestHubReplayAfterShardReturns(t *testing.T) {
 	require.Len(t, got, 4)
 	require.Equal(t, uint64(6), got[0].Event.Index)
 	require.Equal(t, Pos{Index: 7, N: 1}, h.head[0])
-	require.Equal(t, uint64(14), h.next-h.first, "each event once in the ring")
+	require.Equal(t, uint64(14), h.ring.next-h.ring.first, "each event once in the ring")
 
 	// Resuming from the start of the run gives every event exactly once.
 	s, reset := h.Subscribe(Cursor{{Index: 0, N: ^uint32(0)}}, Filter{})
