@@ -3,8 +3,11 @@ package membudget
 import (
 	"bytes"
 	"io/fs"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/require"
@@ -253,4 +256,17 @@ func TestWatcherQuietRelease(t *testing.T) {
 	step(QuietAfterDefault)
 	require.Equal(t, 3, quiet)
 	require.Equal(t, 3, releases)
+}
+
+// release frees what sync.Pools hold, not only what no one references: a
+// pooled buffer survives one collection in the pool's victim cache.
+func TestReleaseEmptiesPools(t *testing.T) {
+	var pool sync.Pool
+	b := new([1 << 20]byte)
+	w := weak.Make(b)
+	pool.Put(b)
+	b = nil
+	release()
+	require.Nil(t, w.Value(), "a pooled buffer survived the release")
+	runtime.KeepAlive(&pool)
 }

@@ -3,6 +3,7 @@ package membudget
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
@@ -195,8 +196,12 @@ func reclaimableBytes() int64 {
 }
 
 // release collects the Go heap and hands its free memory back to the OS,
-// then the C heap's.
+// then the C heap's. Two collections: the first only moves what sync.Pools
+// hold to their victim caches (fasthttp's request bodies, Pebble's
+// batches: tens of MB after a burst of large payloads), the second frees
+// it.
 func release() {
+	runtime.GC()
 	debug.FreeOSMemory()
 	trimC()
 }
