@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -20,7 +21,7 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
-	var output string
+	var output, cpuProfile string
 	var embedded bool
 	var shards int
 	var serverArgs []string
@@ -77,6 +78,17 @@ process_jobs_s, e2e_jobs_s, e2e_p50_ms, fixed_rate_p99_ms, ...).`,
 			if err := cfg.Validate(); err != nil {
 				return &exitError{exitUsage, err}
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return &exitError{exitError_, err}
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return &exitError{exitError_, err}
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rep, err := bench.Run(ctx, cfg)
 			if rep != nil {
 				if output == "json" {
@@ -120,6 +132,7 @@ process_jobs_s, e2e_jobs_s, e2e_p50_ms, fixed_rate_p99_ms, ...).`,
 	fl.IntVar(&cfg.FetchTimeout, "fetch-timeout", 1, "long-poll seconds")
 	fl.StringVar(&cfg.Client, "client", bench.ClientHTTP, "http (the load generator's own requests) or sdk (e2e through the Go SDK: Client.Enqueue from --producers goroutines, one Worker of --workers slots, untuned)")
 	fl.StringVarP(&output, "output", "o", "table", "table or json (one line)")
+	fl.StringVar(&cpuProfile, "cpuprofile", "", "write this process's CPU profile (the load generator's, or the SDK client's with --client sdk) to the file")
 	return cmd
 }
 
