@@ -288,24 +288,19 @@ func (a *applier) errorsOf(id string, n uint32) []JobError {
 	if n == 0 {
 		return nil
 	}
-	pfx := errorPrefix(id)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
-	if err != nil {
-		a.fail(err)
-		return nil
-	}
-	defer it.Close()
 	var out []JobError
-	for it.First(); it.Valid(); it.Next() {
+	a.eachKey(errorPrefix(id), func(_, v []byte) bool {
 		var je JobError
-		d := dec{b: it.Value()}
+		d := dec{b: v}
 		je.decode(&d)
 		if d.err != nil {
 			a.fail(d.err)
-			return nil
+			out = nil
+			return false
 		}
 		out = append(out, je)
-	}
+		return true
+	})
 	return out
 }
 
