@@ -68,9 +68,10 @@ var usageScoresTails = []struct {
 		"013b010171808088c7e8e7a690310968756d616e3a616e6e026f6b02086163637572616379f1faa8b8bd94dcf63f04746f6e6580808080808080f8bf01"},
 }
 
-// TestUsageScoresEncoding: a moved job and an imported one write their
-// usage records and scores as the same frozen bytes, each list left out
-// while it and the later one are empty, and read them back.
+// TestUsageScoresEncoding: appendUsageScores, and the moved and imported
+// jobs that use it, write usage records and scores as the same frozen
+// bytes, each list left out while it and the later one are empty, and
+// decodeUsageScores reads them back.
 func TestUsageScoresEncoding(t *testing.T) {
 	t.Parallel()
 	for _, c := range usageScoresTails {
@@ -84,6 +85,15 @@ func TestUsageScoresEncoding(t *testing.T) {
 			if c.scores {
 				v.Scores = []ScoreRecord{scoreRecordV1()}
 			}
+			e := enc{}
+			appendUsageScores(&e, v.Usage, v.Scores)
+			require.Equal(t, c.tail, hex.EncodeToString(e.b))
+			d := dec{b: e.b}
+			usage, scores := decodeUsageScores(&d)
+			require.NoError(t, d.err)
+			require.Empty(t, d.b)
+			require.Equal(t, v.Usage, usage)
+			require.Equal(t, v.Scores, scores)
 			for _, ops := range [][2]Op{
 				{&MoveInOp{bare}, &MoveInOp{v}},
 				{&ImportOp{Job: &JobExport{View: bare, Resolved: []string{"x"}}}, &ImportOp{Job: &JobExport{View: v, Resolved: []string{"x"}}}},
