@@ -48,12 +48,8 @@ func TestWireFixtureProviders(t *testing.T) {
 	t.Parallel()
 	old := checkWireFixture(t, wireProviders, "# Providers as their first release wrote them.\n"+
 		"# Frozen: never regenerate. Values: compat_provider_test.go.\n", wireRecordsProviders())
-	var r providerRec
-	decodeWire(t, old["provider"], r.decode)
-	require.Equal(t, providerRecV1(), r)
-	var c QueueConfig
-	decodeWire(t, old["config"], c.decode)
-	require.Equal(t, linkedConfigV1(), c)
+	requireDecodes(t, old["provider"], providerRecV1())
+	requireDecodes(t, old["config"], linkedConfigV1())
 	require.Equal(t, providerOpsV1(), decodeWireOps(t, old["providers.entry"]))
 	rs, err := DecodeResults(old["link.results"])
 	require.NoError(t, err)

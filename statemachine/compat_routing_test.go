@@ -48,14 +48,8 @@ func TestWireFixtureRoutingScores(t *testing.T) {
 	t.Parallel()
 	old := checkWireFixture(t, wireRoutingScores, "# Model routing and scores as their first release wrote them.\n"+
 		"# Frozen: never regenerate. Values: compat_routing_test.go.\n", wireRecordsRoutingScores())
-	var j Job
-	decodeWire(t, old["job"], j.decode)
-	require.Equal(t, routedJobV1(), j)
-	var st JobState
-	decodeWire(t, old["state"], st.decode)
-	require.Equal(t, routedStateV1(), st)
-	var sc ScoreRecord
-	decodeWire(t, old["score"], sc.decode)
-	require.Equal(t, scoreRecordV1(), sc)
+	requireDecodes(t, old["job"], routedJobV1())
+	requireDecodes(t, old["state"], routedStateV1())
+	requireDecodes(t, old["score"], scoreRecordV1())
 	require.Equal(t, routingOpsV1(), decodeWireOps(t, old["routing.entry"]))
 }

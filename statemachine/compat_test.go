@@ -195,12 +195,18 @@ func checkWireFixture(t *testing.T, path, header string, recs map[string][]byte)
 	return old
 }
 
-// decodeWire decodes the frozen record b with fn, without an error.
-func decodeWire(t *testing.T, b []byte, fn func(d *dec)) {
+// requireDecodes requires the frozen record b to decode, without an
+// error, to want.
+func requireDecodes[T any, P interface {
+	*T
+	decode(d *dec)
+}](t *testing.T, b []byte, want T) {
 	t.Helper()
+	var v T
 	d := dec{b: b}
-	fn(&d)
+	P(&v).decode(&d)
 	require.NoError(t, d.err)
+	require.Equal(t, want, v)
 }
 
 // decodeWireOps decodes the frozen entry b and returns its ops.
@@ -297,9 +303,7 @@ func TestWireFixtureAuditV1(t *testing.T) {
 	t.Parallel()
 	old := checkWireFixture(t, wireAuditV1, "# Audit records and ops as their first release wrote them.\n"+
 		"# Frozen: never regenerate. Values: compat_test.go (…AuditV1 functions).\n", wireRecordsAuditV1())
-	var r AuditRecord
-	decodeWire(t, old["audit.record"], r.decode)
-	require.Equal(t, auditRecordV1(), r)
+	requireDecodes(t, old["audit.record"], auditRecordV1())
 	require.Equal(t, []Op{&AuditOp{Record: auditRecordV1()}, &PruneAuditOp{Before: 1_760_000_000_000_000_000, Limit: 5000}},
 		decodeWireOps(t, old["audit.entry"]))
 }
@@ -336,9 +340,7 @@ func TestWireFixtureSchedulePause(t *testing.T) {
 	t.Parallel()
 	old := checkWireFixture(t, wireSchedulePause, "# A paused schedule and the schedule actions as their first release wrote them.\n"+
 		"# Frozen: never regenerate. Values: compat_test.go (schedulePausedV1, scheduleOpsV1).\n", wireRecordsSchedulePause())
-	var s Schedule
-	decodeWire(t, old["schedule.paused"], s.decode)
-	require.Equal(t, schedulePausedV1(), s)
+	requireDecodes(t, old["schedule.paused"], schedulePausedV1())
 	require.Equal(t, scheduleOpsV1(), decodeWireOps(t, old["schedule.entry"]))
 }
 
