@@ -32,6 +32,12 @@ func call(t *testing.T, method, path string, body any) (int, []byte) {
 // declared application/json on POST and PUT.
 func callAt(t *testing.T, method, url string, body any) (int, []byte) {
 	t.Helper()
+	return callWith(t, httpc, method, url, body)
+}
+
+// callWith is callAt through client c.
+func callWith(t *testing.T, c *http.Client, method, url string, body any) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -47,7 +53,7 @@ func callAt(t *testing.T, method, url string, body any) (int, []byte) {
 	if method == "POST" || method == "PUT" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := httpc.Do(req)
+	resp, err := c.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)

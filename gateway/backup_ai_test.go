@@ -1,11 +1,9 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -45,38 +43,11 @@ func openTestNode(t *testing.T, shards int) string {
 // ends, and the leak check after the tests finds none left.
 var nodeHTTP = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-// do calls url with a JSON body (or a []byte as is) and answers the
-// status and body.
+// do calls url through nodeHTTP: a JSON body (or a string as is); it
+// answers the status and body.
 func do(t *testing.T, method, url string, body any) (int, []byte) {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		enc, err := json.Marshal(b)
-		require.NoError(t, err)
-		rd = bytes.NewReader(enc)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	require.NoError(t, err)
-	if method != "GET" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := nodeHTTP.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, out
-}
-
-func decode[T any](t *testing.T, b []byte) T {
-	t.Helper()
-	var v T
-	require.NoError(t, json.Unmarshal(b, &v), string(b))
-	return v
+	return gateway.CallWith(t, nodeHTTP, method, url, body)
 }
 
 // TestBackupRestoreAIState: a backup of a node with usage (heartbeat,
@@ -134,11 +105,11 @@ func TestBackupRestoreAIState(t *testing.T) {
 	}
 	enqueue := func(job map[string]any) string {
 		t.Helper()
-		return decode[corvo.Enqueued](t, must(src, "POST", "/api/v1/enqueue", job, 201)).JobID
+		return gateway.MustJSON[corvo.Enqueued](t, must(src, "POST", "/api/v1/enqueue", job, 201)).JobID
 	}
 	fetch := func(worker string) corvo.FetchedJob {
 		t.Helper()
-		return decode[corvo.FetchedJob](t, must(src, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": worker}, 200))
+		return gateway.MustJSON[corvo.FetchedJob](t, must(src, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": worker}, 200))
 	}
 	usage := func(in, out int64, model string, cost float64) map[string]any {
 		return map[string]any{"input_tokens": in, "output_tokens": out, "model": model, "provider": "fake", "cost_usd": cost}
@@ -175,7 +146,7 @@ func TestBackupRestoreAIState(t *testing.T) {
 		v.usage = must(url, "GET", "/api/v1/usage/summary?period=24h&group_by=model", nil, 200)
 		v.budgets = must(url, "GET", "/api/v1/budgets", nil, 200)
 		v.scores = must(url, "GET", "/api/v1/scores/summary?period=24h&queue="+q, nil, 200)
-		v.routing = decode[corvo.Job](t, must(url, "GET", "/api/v1/jobs/"+routedID, nil, 200)).Routing
+		v.routing = gateway.MustJSON[corvo.Job](t, must(url, "GET", "/api/v1/jobs/"+routedID, nil, 200)).Routing
 		// The shares' shard numbers are the cluster's: the rest is
 		// compared.
 		var ps map[string][]map[string]any
@@ -206,7 +177,7 @@ func TestBackupRestoreAIState(t *testing.T) {
 		`"kind":"provider"`, `"provider":"anthropic"`} {
 		require.Contains(t, string(backupFile), kind)
 	}
-	rep := decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", backupFile, 200))
+	rep := gateway.MustJSON[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", string(backupFile), 200))
 	require.Equal(t, map[string]int{"job": 2, "budget": 3, "cache": 1, "usage_day": 1, "provider": 2, "queue": 2}, rep.Restored, "%+v", rep)
 	require.Zero(t, rep.Failed)
 	require.Equal(t, 2, rep.Remapped)
@@ -224,20 +195,20 @@ func TestBackupRestoreAIState(t *testing.T) {
 	require.JSONEq(t, string(before.scores), string(after.scores), "the scores summary")
 	require.Equal(t, before.routing, after.routing, "the route goes on at its fallback")
 	require.JSONEq(t, string(before.providers), string(after.providers), "the providers, their queues and shares")
-	next := decode[corvo.FetchedJob](t, must(dst, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w3"}, 200))
+	next := gateway.MustJSON[corvo.FetchedJob](t, must(dst, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w3"}, 200))
 	require.Equal(t, move(routed), next.JobID)
 	require.Equal(t, "gpt", next.Routing.Target)
 
 	// The cache answers a hit with the restored job's result.
 	hit := must(dst, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": map[string]any{"prompt": "capital of France"}, "cache": cache}, 201)
-	res := decode[corvo.Enqueued](t, hit)
+	res := gateway.MustJSON[corvo.Enqueued](t, hit)
 	require.True(t, res.Cached, string(hit))
 	require.Equal(t, move(cached), res.CachedFrom)
 	require.JSONEq(t, `{"answer":"Paris"}`, string(res.Result))
 
 	// Again: everything exists, nothing is added (the queues' settings
 	// are set again, the same).
-	rep = decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", backupFile, 200))
+	rep = gateway.MustJSON[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", string(backupFile), 200))
 	require.Equal(t, map[string]int{"queue": 2}, rep.Restored, "%+v", rep)
 	require.Equal(t, map[string]int{"namespace": 1, "job": 2, "budget": 3, "cache": 1, "usage_day": 1, "provider": 2}, rep.Exists, "%+v", rep)
 	require.Zero(t, rep.Failed)
@@ -256,7 +227,7 @@ func TestBackupRestoreAIState(t *testing.T) {
 			return 0
 		}
 		require.Equal(t, 200, code, string(out))
-		return len(decode[struct{ Jobs []corvo.FetchedJob }](t, out).Jobs)
+		return len(gateway.MustJSON[struct{ Jobs []corvo.FetchedJob }](t, out).Jobs)
 	}
 	for _, c := range pq {
 		for range 4 {
@@ -273,12 +244,12 @@ func TestBackupRestoreAIState(t *testing.T) {
 
 	// A cache entry that has expired is left out, and said so; a budget
 	// no server would hold refuses the file, and nothing changes.
-	file := func(rec string) []byte {
+	file := func(rec string) string {
 		kind, _, _ := strings.Cut(strings.TrimPrefix(rec, `{"kind":"`), `"`)
-		return []byte(`{"kind":"header","format":1,"created_at":1,"shards":4,"namespace":"default","keys":"metadata"}` + "\n" + rec + "\n" +
-			`{"kind":"trailer","counts":{"` + kind + `":1}}` + "\n")
+		return `{"kind":"header","format":1,"created_at":1,"shards":4,"namespace":"default","keys":"metadata"}` + "\n" + rec + "\n" +
+			`{"kind":"trailer","counts":{"` + kind + `":1}}` + "\n"
 	}
-	rep = decode[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", file(`{"kind":"cache","cache":{"queue":"`+q+`","key":"old",`+
+	rep = gateway.MustJSON[corvo.RestoreReport](t, must(dst, "POST", "/api/v1/restore", file(`{"kind":"cache","cache":{"queue":"`+q+`","key":"old",`+
 		`"job_id":"`+move(cached)+`","completed_at":1,"expires_at":2}}`), 200))
 	require.Equal(t, map[string]int{"cache": 1}, rep.Expired, "%+v", rep)
 	require.Empty(t, rep.Restored)
@@ -303,7 +274,7 @@ func TestBackupRestoreAIState(t *testing.T) {
 	prev := read(dst, move(routed)).providers
 	code, out = do(t, "POST", dst+"/api/v1/restore", file(`{"kind":"queue","queue":{"name":"`+pq[0]+`","provider":"nope"}}`))
 	require.Equal(t, 207, code, string(out))
-	rep = decode[corvo.RestoreReport](t, out)
+	rep = gateway.MustJSON[corvo.RestoreReport](t, out)
 	require.Equal(t, 1, rep.Failed)
 	require.Contains(t, rep.Errors[0], "no provider nope")
 	require.JSONEq(t, string(prev), string(read(dst, move(routed)).providers), "the queue keeps its provider")

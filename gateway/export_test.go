@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"net/http"
+	"testing"
 	"time"
 
 	"github.com/corvohq/corvo/mirror"
@@ -45,3 +47,17 @@ const (
 	TestEventsCapacity  = testEventsCapacity
 	TestEventsKeepalive = 300 * time.Millisecond
 )
+
+// CallWith is callWith for the tests of package gateway_test (their own
+// nodes, their own client): a JSON body (or a string as is), declared
+// application/json on POST and PUT; it answers the status and body.
+func CallWith(t *testing.T, c *http.Client, method, url string, body any) (int, []byte) {
+	t.Helper()
+	return callWith(t, c, method, url, body)
+}
+
+// MustJSON is mustJSON for the tests of package gateway_test.
+func MustJSON[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	return mustJSON[T](t, b)
+}

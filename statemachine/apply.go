@@ -307,6 +307,28 @@ func (a *applier) del(k []byte) {
 	}
 }
 
+// eachKey calls f with each key under prefix pfx and its value, in key
+// order, through the batch (so writes earlier in the same Update count).
+// k and v are valid only during the call: f copies what it keeps. It stops
+// early when f says so; an iterator error fails the entry.
+func (a *applier) eachKey(pfx []byte, f func(k, v []byte) bool) {
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
+	if err != nil {
+		a.fail(err)
+		return
+	}
+	defer func() {
+		if err := it.Close(); err != nil {
+			a.fail(err)
+		}
+	}()
+	for it.First(); it.Valid(); it.Next() {
+		if !f(it.Key(), it.Value()) {
+			return
+		}
+	}
+}
+
 // loadJob reads a job record. The result is shared with the job cache:
 // callers must not modify it.
 func (a *applier) loadJob(id string) (*Job, bool) {

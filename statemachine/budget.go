@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -219,12 +220,15 @@ func (a *applier) setBudget(o *SetBudgetOp) Result {
 		a.del(budgetKey(id))
 		// Its daily spends go too: a budget set again starts from what
 		// is reported after it.
-		if err := a.forEachKey([]byte(pfxBudgetDay), func(k []byte) {
+		var days [][]byte
+		a.eachKey([]byte(pfxBudgetDay), func(k, _ []byte) bool {
 			if len(k) >= len(pfxBudgetDay)+4 && string(k[len(pfxBudgetDay)+4:]) == id {
-				a.del(k)
+				days = append(days, slices.Clone(k))
 			}
-		}); err != nil {
-			a.fail(err)
+			return true
+		})
+		for _, k := range days {
+			a.del(k)
 		}
 		return Result{}
 	}
@@ -237,52 +241,19 @@ func (a *applier) setBudget(o *SetBudgetOp) Result {
 	return Result{}
 }
 
-// forEachKey calls f with each key under prefix pfx (a copy: f may delete
-// it), through the batch.
-func (a *applier) forEachKey(pfx []byte, f func(k []byte)) error {
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
-	if err != nil {
-		return err
-	}
-	var keys [][]byte
-	for it.First(); it.Valid(); it.Next() {
-		keys = append(keys, append([]byte(nil), it.Key()...))
-	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	for _, k := range keys {
-		f(k)
-	}
-	return nil
-}
-
 // eachBudget calls f with every budget (through the batch, so a budget set
 // earlier in the same Update counts). It stops early when f says so.
 func (a *applier) eachBudget(f func(b *Budget) bool) {
-	pfx := []byte(pfxBudget)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	defer func() {
-		if err := it.Close(); err != nil {
-			a.fail(err)
-		}
-	}()
-	for it.First(); it.Valid(); it.Next() {
+	a.eachKey([]byte(pfxBudget), func(k, v []byte) bool {
 		var b Budget
-		d := dec{b: it.Value()}
+		d := dec{b: v}
 		b.decode(&d)
 		if d.err != nil {
-			a.fail(fmt.Errorf("corrupt budget %q: %w", it.Key(), d.err))
-			return
+			a.fail(fmt.Errorf("corrupt budget %q: %w", k, d.err))
+			return false
 		}
-		if !f(&b) {
-			return
-		}
-	}
+		return f(&b)
+	})
 }
 
 // addBudgetSpend adds a usage change of job j to the day's spend of every

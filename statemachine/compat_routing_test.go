@@ -1,7 +1,6 @@
 package statemachine
 
 import (
-	"encoding/hex"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,32 +45,11 @@ func wireRecordsRoutingScores() map[string][]byte {
 // and the ops that carry them keep decoding to the same values and
 // encoding to the same bytes.
 func TestWireFixtureRoutingScores(t *testing.T) {
-	if *writeWireFixture {
-		writeFixture(t, wireRoutingScores, "# Model routing and scores as their first release wrote them.\n"+
-			"# Frozen: never regenerate. Values: compat_routing_test.go.\n", wireRecordsRoutingScores())
-	}
 	t.Parallel()
-	old := readWireFixture(t, wireRoutingScores)
-	require.Len(t, old, len(wireRecordsRoutingScores()))
-	var j Job
-	d := dec{b: old["job"]}
-	j.decode(&d)
-	require.NoError(t, d.err)
-	require.Equal(t, routedJobV1(), j)
-	var st JobState
-	d = dec{b: old["state"]}
-	st.decode(&d)
-	require.NoError(t, d.err)
-	require.Equal(t, routedStateV1(), st)
-	var sc ScoreRecord
-	d = dec{b: old["score"]}
-	sc.decode(&d)
-	require.NoError(t, d.err)
-	require.Equal(t, scoreRecordV1(), sc)
-	e, err := DecodeEntry(old["routing.entry"])
-	require.NoError(t, err)
-	require.Equal(t, routingOpsV1(), e.Ops)
-	for name, b := range wireRecordsRoutingScores() {
-		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
-	}
+	old := checkWireFixture(t, wireRoutingScores, "# Model routing and scores as their first release wrote them.\n"+
+		"# Frozen: never regenerate. Values: compat_routing_test.go.\n", wireRecordsRoutingScores())
+	requireDecodes(t, old["job"], routedJobV1())
+	requireDecodes(t, old["state"], routedStateV1())
+	requireDecodes(t, old["score"], scoreRecordV1())
+	require.Equal(t, routingOpsV1(), decodeWireOps(t, old["routing.entry"]))
 }

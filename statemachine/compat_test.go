@@ -178,18 +178,54 @@ func writeFixture(t *testing.T, path, header string, recs map[string][]byte) {
 	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
 }
 
+// checkWireFixture is the common part of a frozen fixture's test: it
+// writes the fixture when asked (writeWireFixture), reads it, and requires
+// that this build encodes the same values to the same bytes, record by
+// record. It returns the frozen records for the caller to decode.
+func checkWireFixture(t *testing.T, path, header string, recs map[string][]byte) map[string][]byte {
+	t.Helper()
+	if *writeWireFixture {
+		writeFixture(t, path, header, recs)
+	}
+	old := readWireFixture(t, path)
+	require.Len(t, old, len(recs))
+	for name, b := range recs {
+		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
+	}
+	return old
+}
+
+// requireDecodes requires the frozen record b to decode, without an
+// error, to want.
+func requireDecodes[T any, P interface {
+	*T
+	decode(d *dec)
+}](t *testing.T, b []byte, want T) {
+	t.Helper()
+	var v T
+	d := dec{b: b}
+	P(&v).decode(&d)
+	require.NoError(t, d.err)
+	require.Equal(t, want, v)
+}
+
+// decodeWireOps decodes the frozen entry b and returns its ops.
+func decodeWireOps(t *testing.T, b []byte) []Op {
+	t.Helper()
+	e, err := DecodeEntry(b)
+	require.NoError(t, err)
+	return e.Ops
+}
+
 // TestWireFixtureV1: records and entries written before the versioning
 // rule — already in Pebble and in Raft logs — decode to the same values,
 // and this build writes the same values to the same bytes (replicas
 // running either build stay byte-for-byte alike).
 func TestWireFixtureV1(t *testing.T) {
-	if *writeWireFixture {
-		writeFixture(t, wireV1, "# Records as Corvo wrote them before the record-versioning rule (statemachine/wire.go).\n"+
-			"# Frozen: never regenerate. Values: compat_test.go (…V1 functions).\n", wireRecordsV1())
-	}
 	t.Parallel()
-	old := readWireFixture(t, wireV1)
-	require.Len(t, old, len(wireRecordsV1()))
+	// Same values, same bytes (error.v1 is no longer written).
+	old := checkWireFixture(t, wireV1, "# Records as Corvo wrote them before the record-versioning rule (statemachine/wire.go).\n"+
+		"# Frozen: never regenerate. Values: compat_test.go (…V1 functions).\n", wireRecordsV1())
 
 	decodeInto := func(name string, fn func(d *dec)) {
 		t.Helper()
@@ -241,11 +277,6 @@ func TestWireFixtureV1(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, compact)
 	require.Equal(t, "job_1_01JAAAAAAAAAAAAAAAAAAAAAAA", rs[0].Jobs[0].Job.ID)
-
-	// Same values, same bytes (error.v1 is no longer written).
-	for name, b := range wireRecordsV1() {
-		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
-	}
 }
 
 // wireAuditV1 is testdata/wire/audit-v1.txt: the audit record and its ops
@@ -269,24 +300,12 @@ func wireRecordsAuditV1() map[string][]byte {
 // TestWireFixtureAuditV1: audit records in Pebble and audit ops in Raft
 // logs keep decoding to the same values, and encode to the same bytes.
 func TestWireFixtureAuditV1(t *testing.T) {
-	if *writeWireFixture {
-		writeFixture(t, wireAuditV1, "# Audit records and ops as their first release wrote them.\n"+
-			"# Frozen: never regenerate. Values: compat_test.go (…AuditV1 functions).\n", wireRecordsAuditV1())
-	}
 	t.Parallel()
-	old := readWireFixture(t, wireAuditV1)
-	require.Len(t, old, len(wireRecordsAuditV1()))
-	var r AuditRecord
-	d := dec{b: old["audit.record"]}
-	r.decode(&d)
-	require.NoError(t, d.err)
-	require.Equal(t, auditRecordV1(), r)
-	e, err := DecodeEntry(old["audit.entry"])
-	require.NoError(t, err)
-	require.Equal(t, []Op{&AuditOp{Record: auditRecordV1()}, &PruneAuditOp{Before: 1_760_000_000_000_000_000, Limit: 5000}}, e.Ops)
-	for name, b := range wireRecordsAuditV1() {
-		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
-	}
+	old := checkWireFixture(t, wireAuditV1, "# Audit records and ops as their first release wrote them.\n"+
+		"# Frozen: never regenerate. Values: compat_test.go (…AuditV1 functions).\n", wireRecordsAuditV1())
+	requireDecodes(t, old["audit.record"], auditRecordV1())
+	require.Equal(t, []Op{&AuditOp{Record: auditRecordV1()}, &PruneAuditOp{Before: 1_760_000_000_000_000_000, Limit: 5000}},
+		decodeWireOps(t, old["audit.entry"]))
 }
 
 // wireSchedulePause is testdata/wire/schedule-pause-v1.txt: a schedule
@@ -318,24 +337,11 @@ func wireRecordsSchedulePause() map[string][]byte {
 // run-now ops keep decoding to the same values and encoding to the same
 // bytes; a schedule without them keeps the bytes it had before (v1.txt).
 func TestWireFixtureSchedulePause(t *testing.T) {
-	if *writeWireFixture {
-		writeFixture(t, wireSchedulePause, "# A paused schedule and the schedule actions as their first release wrote them.\n"+
-			"# Frozen: never regenerate. Values: compat_test.go (schedulePausedV1, scheduleOpsV1).\n", wireRecordsSchedulePause())
-	}
 	t.Parallel()
-	old := readWireFixture(t, wireSchedulePause)
-	require.Len(t, old, len(wireRecordsSchedulePause()))
-	var s Schedule
-	d := dec{b: old["schedule.paused"]}
-	s.decode(&d)
-	require.NoError(t, d.err)
-	require.Equal(t, schedulePausedV1(), s)
-	e, err := DecodeEntry(old["schedule.entry"])
-	require.NoError(t, err)
-	require.Equal(t, scheduleOpsV1(), e.Ops)
-	for name, b := range wireRecordsSchedulePause() {
-		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
-	}
+	old := checkWireFixture(t, wireSchedulePause, "# A paused schedule and the schedule actions as their first release wrote them.\n"+
+		"# Frozen: never regenerate. Values: compat_test.go (schedulePausedV1, scheduleOpsV1).\n", wireRecordsSchedulePause())
+	requireDecodes(t, old["schedule.paused"], schedulePausedV1())
+	require.Equal(t, scheduleOpsV1(), decodeWireOps(t, old["schedule.entry"]))
 }
 
 // wireMovePriority is testdata/wire/move-priority-v1.txt: the move ops
@@ -359,19 +365,10 @@ func wireRecordsMovePriority() map[string][]byte {
 // the same values and encoding to the same bytes; one that sets none
 // encodes as before the fields existed.
 func TestWireFixtureMovePriority(t *testing.T) {
-	if *writeWireFixture {
-		writeFixture(t, wireMovePriority, "# Move ops with a priority as their first release wrote them.\n"+
-			"# Frozen: never regenerate. Values: compat_test.go (moveOpsV1).\n", wireRecordsMovePriority())
-	}
 	t.Parallel()
-	old := readWireFixture(t, wireMovePriority)
-	require.Len(t, old, len(wireRecordsMovePriority()))
-	e, err := DecodeEntry(old["move.entry"])
-	require.NoError(t, err)
-	require.Equal(t, moveOpsV1(), e.Ops)
-	for name, b := range wireRecordsMovePriority() {
-		require.Equal(t, hex.EncodeToString(old[name]), hex.EncodeToString(b), name)
-	}
+	old := checkWireFixture(t, wireMovePriority, "# Move ops with a priority as their first release wrote them.\n"+
+		"# Frozen: never regenerate. Values: compat_test.go (moveOpsV1).\n", wireRecordsMovePriority())
+	require.Equal(t, moveOpsV1(), decodeWireOps(t, old["move.entry"]))
 	plain := &MoveJobOp{JobID: "j", Queue: "q", ResetAttempt: true}
 	require.Equal(t, []byte{1, 'j', 1, 'q', 1}, plain.appendBody(nil), "no priority: the old bytes")
 }

@@ -135,23 +135,18 @@ func (a *applier) notifyWatchers(dep string, ok bool, reason string) {
 	}
 	delete(a.s.watched, dep)
 	pfx := watchPrefix(dep)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
-	if err != nil {
-		a.fail(err)
-		return
-	}
 	type w struct {
 		key       []byte
 		dependent string
 		shard     uint32
 	}
 	var ws []w
-	for it.First(); it.Valid(); it.Next() {
-		shard, _ := binary.Uvarint(it.Value())
-		ws = append(ws, w{key: append([]byte(nil), it.Key()...), dependent: string(it.Key()[len(pfx):]), shard: uint32(shard)})
-	}
-	if err := it.Close(); err != nil {
-		a.fail(err)
+	a.eachKey(pfx, func(k, v []byte) bool {
+		shard, _ := binary.Uvarint(v)
+		ws = append(ws, w{key: append([]byte(nil), k...), dependent: string(k[len(pfx):]), shard: uint32(shard)})
+		return true
+	})
+	if a.err != nil {
 		return
 	}
 	for _, x := range ws {

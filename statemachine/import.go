@@ -58,22 +58,7 @@ func (o *ImportOp) appendBody(b []byte) []byte {
 		for _, id := range o.Job.Resolved {
 			e.str(id)
 		}
-		// Appended later (wire.go): the usage records, then the scores,
-		// each list left out while it and the later one are empty (a job
-		// without them keeps its earlier bytes).
-		v := &o.Job.View
-		if len(v.Usage) > 0 || len(v.Scores) > 0 {
-			e.uvarint(uint64(len(v.Usage)))
-			for i := range v.Usage {
-				e.bytes(v.Usage[i].appendTo(nil))
-			}
-		}
-		if len(v.Scores) > 0 {
-			e.uvarint(uint64(len(v.Scores)))
-			for i := range v.Scores {
-				e.bytes(v.Scores[i].appendTo(nil))
-			}
-		}
+		appendUsageScores(&e, o.Job.View.Usage, o.Job.View.Scores)
 	case o.Batch != nil:
 		e.u8(importBatch)
 		e.bytes(o.Batch.Batch.appendTo(nil))
@@ -132,7 +117,7 @@ func (o *ImportOp) decode(d *dec) {
 		o.Job = &JobExport{}
 		o.Job.View.decode(d)
 		o.Job.Resolved = ids()
-		o.Job.View.Usage, o.Job.View.Scores = decodeJobRecords(d)
+		o.Job.View.Usage, o.Job.View.Scores = decodeUsageScores(d)
 	case importBatch:
 		o.Batch = &BatchExport{}
 		bd := dec{b: d.bytes()}
@@ -179,48 +164,6 @@ func (o *ImportOp) decode(d *dec) {
 	default:
 		d.fail()
 	}
-}
-
-// decodeJobRecords reads the usage records and scores an imported job
-// carries, when the op holds them (written after the lists' release).
-func decodeJobRecords(d *dec) (usage []UsageRecord, scores []ScoreRecord) {
-	if !d.more() {
-		return nil, nil
-	}
-	n := d.uvarint()
-	if n > 1<<20 || n > uint64(len(d.b)) {
-		d.fail()
-		return nil, nil
-	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		var rec UsageRecord
-		rd := dec{b: d.bytes()}
-		rec.decode(&rd)
-		if rd.err != nil {
-			d.fail()
-			return nil, nil
-		}
-		usage = append(usage, rec)
-	}
-	if !d.more() {
-		return usage, nil
-	}
-	n = d.uvarint()
-	if n > MaxScoresPerJob {
-		d.fail()
-		return nil, nil
-	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		var rec ScoreRecord
-		rd := dec{b: d.bytes()}
-		rec.decode(&rd)
-		if rd.err != nil {
-			d.fail()
-			return nil, nil
-		}
-		scores = append(scores, rec)
-	}
-	return usage, scores
 }
 
 func (a *applier) importRecord(o *ImportOp) Result {

@@ -633,3 +633,64 @@ func (v *JobView) decode(d *dec) {
 		d.fail()
 	}
 }
+
+// appendUsageScores appends a job's usage records, then its scores, to a
+// record that carries them after a JobView (MoveInOp, ImportOp's job).
+// They were appended later (wire.go): each list is left out while it and
+// the later one are empty, so a job without them keeps its earlier bytes.
+func appendUsageScores(e *enc, usage []UsageRecord, scores []ScoreRecord) {
+	if len(usage) > 0 || len(scores) > 0 {
+		e.uvarint(uint64(len(usage)))
+		for i := range usage {
+			e.bytes(usage[i].appendTo(nil))
+		}
+	}
+	if len(scores) > 0 {
+		e.uvarint(uint64(len(scores)))
+		for i := range scores {
+			e.bytes(scores[i].appendTo(nil))
+		}
+	}
+}
+
+// decodeUsageScores reads what appendUsageScores wrote: none of the lists
+// when the record ends before them (written before their release).
+func decodeUsageScores(d *dec) (usage []UsageRecord, scores []ScoreRecord) {
+	if !d.more() {
+		return nil, nil
+	}
+	n := d.uvarint()
+	if n > 1<<20 || n > uint64(len(d.b)) {
+		d.fail()
+		return nil, nil
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var rec UsageRecord
+		rd := dec{b: d.bytes()}
+		rec.decode(&rd)
+		if rd.err != nil {
+			d.fail()
+			return nil, nil
+		}
+		usage = append(usage, rec)
+	}
+	if !d.more() {
+		return usage, nil
+	}
+	n = d.uvarint()
+	if n > MaxScoresPerJob {
+		d.fail()
+		return nil, nil
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var rec ScoreRecord
+		rd := dec{b: d.bytes()}
+		rec.decode(&rd)
+		if rd.err != nil {
+			d.fail()
+			return nil, nil
+		}
+		scores = append(scores, rec)
+	}
+	return usage, scores
+}

@@ -1,10 +1,6 @@
 package statemachine
 
-import (
-	"math"
-
-	"github.com/cockroachdb/pebble/v2"
-)
+import "math"
 
 // fetchRoom is how many jobs queue q may hand out now under its concurrency
 // cap and throttle (math.MaxInt: unlimited).
@@ -46,19 +42,13 @@ func (a *applier) rateWindow(q string, c *QueueConfig) []int64 {
 
 func (a *applier) loadRates(q string) []int64 {
 	pfx := ratePrefix(q)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
-	if err != nil {
-		a.fail(err)
-		return nil
-	}
-	defer it.Close()
 	var times []int64
-	for it.First(); it.Valid(); it.Next() {
-		at, _, ok := splitTimeIndexKey(string(pfx), it.Key())
-		if ok {
+	a.eachKey(pfx, func(k, _ []byte) bool {
+		if at, _, ok := splitTimeIndexKey(string(pfx), k); ok {
 			times = append(times, at)
 		}
-	}
+		return true
+	})
 	return times
 }
 

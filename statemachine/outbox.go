@@ -167,60 +167,12 @@ type MoveInOp struct{ JobView }
 func (*MoveInOp) Code() OpCode { return OpMoveIn }
 func (o *MoveInOp) appendBody(b []byte) []byte {
 	e := enc{b: o.JobView.appendTo(b)}
-	// Appended later (wire.go): the usage records, then the scores, each
-	// list left out while it and the later one are empty.
-	if len(o.Usage) > 0 || len(o.Scores) > 0 {
-		e.uvarint(uint64(len(o.Usage)))
-		for i := range o.Usage {
-			e.bytes(o.Usage[i].appendTo(nil))
-		}
-	}
-	if len(o.Scores) > 0 {
-		e.uvarint(uint64(len(o.Scores)))
-		for i := range o.Scores {
-			e.bytes(o.Scores[i].appendTo(nil))
-		}
-	}
+	appendUsageScores(&e, o.Usage, o.Scores)
 	return e.b
 }
 func (o *MoveInOp) decode(d *dec) {
 	o.JobView.decode(d)
-	if !d.more() {
-		return
-	}
-	n := d.uvarint()
-	if n > 1<<20 {
-		d.fail()
-		return
-	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		var rec UsageRecord
-		rd := dec{b: d.bytes()}
-		rec.decode(&rd)
-		if rd.err != nil {
-			d.fail()
-			return
-		}
-		o.Usage = append(o.Usage, rec)
-	}
-	if !d.more() {
-		return
-	}
-	n = d.uvarint()
-	if n > MaxScoresPerJob {
-		d.fail()
-		return
-	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		var rec ScoreRecord
-		rd := dec{b: d.bytes()}
-		rec.decode(&rd)
-		if rd.err != nil {
-			d.fail()
-			return
-		}
-		o.Scores = append(o.Scores, rec)
-	}
+	o.Usage, o.Scores = decodeUsageScores(d)
 }
 
 func movedKey(id string) []byte { return append([]byte(pfxMoved), id...) }
@@ -288,24 +240,19 @@ func (a *applier) errorsOf(id string, n uint32) []JobError {
 	if n == 0 {
 		return nil
 	}
-	pfx := errorPrefix(id)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
-	if err != nil {
-		a.fail(err)
-		return nil
-	}
-	defer it.Close()
 	var out []JobError
-	for it.First(); it.Valid(); it.Next() {
+	a.eachKey(errorPrefix(id), func(_, v []byte) bool {
 		var je JobError
-		d := dec{b: it.Value()}
+		d := dec{b: v}
 		je.decode(&d)
 		if d.err != nil {
 			a.fail(d.err)
-			return nil
+			out = nil
+			return false
 		}
 		out = append(out, je)
-	}
+		return true
+	})
 	return out
 }
 

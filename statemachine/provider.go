@@ -467,23 +467,14 @@ func (a *applier) setProvider(o *SetProviderOp) Result {
 // order (through the batch).
 func (a *applier) linkedQueues(id string) []string {
 	pfx := []byte(pfxQueueCfg)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
-	if err != nil {
-		a.fail(err)
-		return nil
-	}
-	defer func() {
-		if err := it.Close(); err != nil {
-			a.fail(err)
-		}
-	}()
 	var out []string
-	for it.First(); it.Valid(); it.Next() {
-		q := string(it.Key()[len(pfx):])
+	a.eachKey(pfx, func(k, _ []byte) bool {
+		q := string(k[len(pfx):])
 		if c := a.config(q); c.Provider != "" && queueProviderID(q, c.Provider) == id {
 			out = append(out, q)
 		}
-	}
+		return true
+	})
 	return out
 }
 
@@ -647,21 +638,12 @@ func (a *applier) loadProvTokens(id string) []provTok {
 
 func (a *applier) eachProvKey(pfx, id string, f func(at int64, v []byte)) {
 	wp := providerWindowPrefix(pfx, id)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: wp, UpperBound: prefixEnd(wp)})
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	defer func() {
-		if err := it.Close(); err != nil {
-			a.fail(err)
+	a.eachKey(wp, func(k, v []byte) bool {
+		if at, _, ok := splitTimeIndexKey(string(wp), k); ok {
+			f(at, v)
 		}
-	}()
-	for it.First(); it.Valid(); it.Next() {
-		if at, _, ok := splitTimeIndexKey(string(wp), it.Key()); ok {
-			f(at, it.Value())
-		}
-	}
+		return true
+	})
 }
 
 // linkedProvider is the ID of the provider queue q is linked to and its

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -16,41 +15,20 @@ import (
 
 // corvo usage: GET /api/v1/usage/summary.
 func newUsageCmd() *cobra.Command {
-	var c clientFlags
 	var period, groupBy string
-	cmd := &cobra.Command{
-		Use:   "usage",
-		Short: "Show the tokens and cost workers reported, by queue, model, provider or tag",
-		Example: `  corvo usage
-  corvo usage --period 7d --group-by model
-  corvo usage --period 30d --group-by tag:tenant -o json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := c.validate(); err != nil {
-				return err
-			}
+	cmd := apiCommand("usage", "Show the tokens and cost workers reported, by queue, model, provider or tag", cobra.NoArgs,
+		func(*cobra.Command, []string) (string, string, any, error) {
 			q := url.Values{}
 			q.Set("period", period)
 			if groupBy != "" {
 				q.Set("group_by", groupBy)
 			}
-			out, _, err := c.call("GET", "/api/v1/usage/summary?"+q.Encode(), nil)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if c.output == "json" {
-				_, err = fmt.Fprintln(w, strings.TrimSpace(string(out)))
-				return err
-			}
-			var s corvo.UsageSummary
-			if err := json.Unmarshal(out, &s); err != nil {
-				return &exitError{exitError_, fmt.Errorf("unexpected response: %w", err)}
-			}
-			return printUsage(w, &s, groupBy)
+			return "GET", "/api/v1/usage/summary?" + q.Encode(), nil, nil
 		},
-	}
-	c.register(cmd)
+		render(func(w io.Writer, s *corvo.UsageSummary) error { return printUsage(w, s, groupBy) }))
+	cmd.Example = `  corvo usage
+  corvo usage --period 7d --group-by model
+  corvo usage --period 30d --group-by tag:tenant -o json`
 	cmd.Flags().StringVar(&period, "period", "24h", "period counted back from now: 24h, 7d or 30d")
 	cmd.Flags().StringVar(&groupBy, "group-by", "", "group by queue, model, provider, tag:<key>, or hour or day (spend over time, oldest first) (default: totals only)")
 	return cmd
