@@ -25,6 +25,11 @@ var testMirror *mirror.Mirror
 // a test can push old events out.
 const testEventsCapacity = 200000
 
+// testReadTimeout is the read deadline of the tests' servers: long, so a
+// loaded machine does not cut their searches (readpool_test tests the
+// deadline itself). A search then waits up to half of it for the mirror.
+const testReadTimeout = 10 * time.Second
+
 // testClusterSecret is the cluster credential of every server the tests
 // start (frontServer gives it to those that set none).
 const testClusterSecret = "test-cluster-secret-0123456789abcdef"
@@ -45,6 +50,7 @@ func AppliedHook(info *statemachine.AppliedInfo) { testApplied(info) }
 const (
 	TestClusterSecret   = testClusterSecret
 	TestEventsCapacity  = testEventsCapacity
+	TestReadTimeout     = testReadTimeout
 	TestEventsKeepalive = 300 * time.Millisecond
 )
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"strings"
@@ -29,6 +30,7 @@ func (n notHosting) Hosts(sh int) bool { return sh != n.missing }
 func frontServer(t *testing.T, cfg Config, eng Engine) (*Server, string) {
 	t.Helper()
 	cfg.Logger = zerolog.Nop()
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, testReadTimeout)
 	if cfg.Peer == nil {
 		cfg.Peer = peer.New(peer.Config{Secret: testClusterSecret, RequestTimeout: cfg.RequestTimeout, Logger: zerolog.Nop()})
 	}

@@ -38,7 +38,10 @@ func TestMain(m *testing.M) {
 		ClusterSecret: gateway.TestClusterSecret,
 		// No rebalancing of provider shares behind the tests' backs: the
 		// tests that want one run it themselves.
-		Gateway: gateway.Config{EventsKeepalive: gateway.TestEventsKeepalive, ProviderRebalance: -1},
+		// Reads get a long deadline (gateway.TestReadTimeout): the tests
+		// check answers, not the deadline (readpool_test does), and a
+		// loaded machine must not turn a search into a 429 or a stale page.
+		Gateway: gateway.Config{EventsKeepalive: gateway.TestEventsKeepalive, ProviderRebalance: -1, ReadTimeout: gateway.TestReadTimeout},
 		Test: node.TestConfig{RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 20 * time.Millisecond,
 			MirrorFlushWindow: 10 * time.Millisecond, EventsCapacity: gateway.TestEventsCapacity, OnApplied: gateway.AppliedHook}})
 	cancel()
