@@ -390,10 +390,18 @@ func (a *applier) finish(j *Job, st *JobState) {
 	a.putState(j, st)
 	a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
 	if st.State == StateDead {
-		a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
+		a.setDead(j, st)
 	}
 	a.releaseUnique(j)
 	a.afterFinish(j, st)
+}
+
+// setDead files a dead job in the dead-letter list under its death time,
+// with its queue as the value: a list by queue skips other queues' jobs
+// without loading them (entries written before the value was, "", are
+// loaded).
+func (a *applier) setDead(j *Job, st *JobState) {
+	a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), []byte(j.Queue))
 }
 
 func (a *applier) view(id string) (*JobView, bool) {

@@ -195,3 +195,38 @@ func benchRounds(n, per int, round func()) {
 		round()
 	}
 }
+
+// BenchmarkListDeadByQueue: one page of a queue's dead letters on a shard
+// where another queue has 20,000 (the on-call view of one queue).
+func BenchmarkListDeadByQueue(b *testing.B) {
+	tb := setup(b)
+	kill := func(q string, n int) {
+		ops := make([]Op, 0, n)
+		for i := 0; i < n; i++ {
+			j := Job{ID: tb.newID(), Queue: q, Payload: []byte(`{}`), JobOptions: DefaultJobOptions()}
+			j.MaxRetries = 0
+			ops = append(ops, &EnqueueOp{Job: j})
+		}
+		tb.apply(ops...)
+		for done := 0; done < n; {
+			got := tb.fetch(min(n-done, 500), q)
+			fails := make([]Op, len(got))
+			for i, v := range got {
+				fails[i] = &FailOp{JobID: v.Job.ID, Error: "x"}
+			}
+			tb.apply(fails...)
+			done += len(got)
+		}
+	}
+	kill("b", 5)
+	for i := 0; i < 20; i++ {
+		kill("a", 1000)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		v, err := tb.sm.Lookup(DeadQuery{Queue: "b", Limit: 50})
+		if err != nil || len(v.(DeadPage).Jobs) != 5 {
+			b.Fatal(err, v)
+		}
+	}
+}

@@ -239,7 +239,7 @@ func (a *applier) importJob(in *JobExport) Result {
 		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
 		a.rewind(&a.s.purgeCursor, st.CompletedAt)
 		if st.State == StateDead {
-			a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
+			a.setDead(&j, &st)
 		}
 	}
 	for _, dep := range in.Resolved {

@@ -104,6 +104,9 @@ func (a *applier) moveJob(o *MoveJobOp) Result {
 		a.addPending(&j)
 	}
 	a.move(j.Queue, 0, from)
+	if from == StateDead {
+		a.setDead(&j, &st) // the list's value is its queue
+	}
 	if e := a.event(EventMoved, &j, &st); e != nil {
 		e.FromQueue = j0.Queue
 	}

@@ -14,7 +14,7 @@ const (
 	pfxDue       = "d|"        // d|{due:8BE}{id}                         → "" (scheduled + retrying)
 	pfxLease     = "l|"        // l|{lease_expires:8BE}{id}               → "" (active)
 	pfxFinished  = "t|"        // t|{finished:8BE}{id} → "" (completed, dead, cancelled: retention)
-	pfxDead      = "dx|"       // dx|{died:8BE}{id} → "" (the dead-letter list)
+	pfxDead      = "dx|"       // dx|{died:8BE}{id} → the job's queue, or "" in older entries (the dead-letter list)
 	pfxExpire    = "x|"        // x|{expire_at:8BE}{id} → "" (jobs with expire_after)
 	pfxUnique    = "u|"        // u|{queue}\x00{unique key} → job id, expires:8BE (0: until done)
 	pfxUniqueX   = "ux|"       // ux|{expires:8BE}{queue}\x00{unique key} → "" (expiring unique locks)

@@ -288,6 +288,12 @@ func (s *StateMachine) listDead(q DeadQuery) (DeadPage, error) {
 		if !valid {
 			continue
 		}
+		// The entry's value is the job's queue (setDead; "" in entries
+		// written before): another queue's jobs are skipped unread.
+		if qv := it.Value(); len(qv) > 0 && ((q.Queue != "" && string(qv) != q.Queue) ||
+			(q.Namespace != "" && !router.QueueInNamespace(string(qv), q.Namespace))) {
+			continue
+		}
 		v, err := s.getJob(id)
 		if err != nil {
 			return page, err

@@ -300,7 +300,7 @@ func (a *applier) moveIn(o *MoveInOp) Result {
 		a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
 		a.rewind(&a.s.purgeCursor, st.CompletedAt)
 		if st.State == StateDead {
-			a.set(timeIndexKey(pfxDead, st.CompletedAt, j.ID), nil)
+			a.setDead(j, &st)
 		}
 	}
 	a.move(j.Queue, 0, st.State)

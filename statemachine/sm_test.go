@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"github.com/oklog/ulid/v2"
@@ -1574,4 +1575,54 @@ func TestStateMachineEnqueueOfAnExistingIDChangesNothing(t *testing.T) {
 	after := tb.dump()
 	require.Equal(t, len(before)+1, len(after), "only the second entry's dedup record is new")
 	require.Empty(t, tb.fetch(1, "q"), "the job is not pending again")
+}
+
+// The dead-letter list by queue: each entry carries its job's queue, so a
+// list of one queue skips the others' jobs unread; a dead job moved to
+// another queue is listed under it, and an entry written before the queue
+// was (an empty value) is still read and filtered by its job.
+func TestStateMachineDeadListByQueue(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	kill := func(q string) string {
+		id := tb.enqueue(q, PriorityNormal, func(j *Job) { j.MaxRetries = 0 })
+		tb.fetch(1, q)
+		require.Equal(t, StateDead, tb.one(&FailOp{JobID: id, Error: "x"}).State)
+		tb.advance(time.Millisecond)
+		return id
+	}
+	var a, b []string
+	for i := 0; i < 6; i++ {
+		a = append(a, kill("a"))
+	}
+	b = append(b, kill("b"), kill("ns/b"))
+	list := func(q DeadQuery) []string {
+		q.Limit = 50
+		v, err := tb.sm.Lookup(q)
+		require.NoError(t, err)
+		var ids []string
+		for _, j := range v.(DeadPage).Jobs {
+			ids = append(ids, j.Job.ID)
+		}
+		return ids
+	}
+	require.Equal(t, []string{b[0]}, list(DeadQuery{Queue: "b"}))
+	require.Equal(t, []string{b[1]}, list(DeadQuery{Namespace: "ns"}))
+	require.Len(t, list(DeadQuery{}), 8)
+
+	// Moved from a to b while dead: listed under b only.
+	require.Equal(t, StateDead, tb.one(&MoveJobOp{JobID: a[0], Queue: "b"}).State)
+	require.Equal(t, []string{b[0], a[0]}, list(DeadQuery{Queue: "b"}))
+	require.NotContains(t, list(DeadQuery{Queue: "a"}), a[0])
+
+	// An entry from before the value: read, and filtered by its job.
+	st := tb.get(a[1]).State
+	k := timeIndexKey(pfxDead, st.CompletedAt, a[1])
+	v, closer, err := tb.sm.db.Get(k)
+	require.NoError(t, err)
+	require.Equal(t, "a", string(v))
+	require.NoError(t, closer.Close())
+	require.NoError(t, tb.sm.db.Set(k, nil, pebble.NoSync))
+	require.Contains(t, list(DeadQuery{Queue: "a"}), a[1])
+	require.NotContains(t, list(DeadQuery{Queue: "b"}), a[1])
 }
