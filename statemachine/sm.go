@@ -182,6 +182,7 @@ type StateMachine struct {
 	closed        bool
 	openedAt      uint64       // the applied index Open found
 	dedup         *dedupFilter // which entry IDs may have a dedup record (dedup.go)
+	recoverBatch  int          // recover's batch size (0: recoverBatchBytes)
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
@@ -226,6 +227,10 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open pebble %s: %w", s.cfg.Dir, err)
 	}
+	if err := s.wipeUnfinishedRecovery(db); err != nil {
+		_ = db.Close()
+		return 0, err
+	}
 	s.closeMu.Lock() // MemoryUsage reads db from other goroutines
 	s.db = db
 	s.closeMu.Unlock()
@@ -238,6 +243,47 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 	}
 	s.openedAt = s.applied
 	return s.applied, nil
+}
+
+// allKeysStart and allKeysEnd bound every key of the layout (keys.go).
+var (
+	allKeysStart = []byte{0}
+	allKeysEnd   = []byte{0xff, 0xff, 0xff, 0xff}
+)
+
+// wipeUnfinishedRecovery empties a DB that holds keys but no applied
+// index: what a snapshot recovery that did not finish left (recover writes
+// the index last; every Update writes it), which is neither the state
+// before it nor the snapshot's. Open then returns 0, and dragonboat
+// recovers from the snapshot again (or the replica catches up from
+// scratch), instead of running on a DB with keys missing.
+func (s *StateMachine) wipeUnfinishedRecovery(db *pebble.DB) error {
+	_, closer, err := db.Get([]byte(keyMeta))
+	if err == nil {
+		return closer.Close()
+	}
+	if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("read applied index: %w", err)
+	}
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	found := it.First()
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if !found {
+		return nil // a new DB
+	}
+	s.cfg.Logger.Warn().Str("dir", s.cfg.Dir).Msg("the shard's state holds the rest of a snapshot recovery that did not finish: emptied")
+	if err := db.DeleteRange(allKeysStart, allKeysEnd, pebble.NoSync); err != nil {
+		return fmt.Errorf("empty an unfinished recovery: %w", err)
+	}
+	if err := db.Flush(); err != nil {
+		return fmt.Errorf("empty an unfinished recovery: flush: %w", err)
+	}
+	return nil
 }
 
 func (s *StateMachine) resetCaches() {
@@ -540,7 +586,21 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	return nil
 }
 
-// recover is RecoverFromSnapshot's work, with the DB held (closeMu).
+// recoverBatchBytes is how much of a snapshot stream recover commits at a
+// time (StateMachine.recoverBatch: tests split small snapshots).
+const recoverBatchBytes = 4 << 20
+
+// recover is RecoverFromSnapshot's work, with the DB held (closeMu). It
+// commits the stream in batches, so a recovery that stops half-way (the
+// node shuts down: done; the stream breaks) leaves a DB that is neither
+// the old state nor the new. The applied index is therefore written last,
+// in the batch that completes the recovery: until then the DB has none
+// (the first step deletes every key), and Open takes a DB with keys but
+// no applied index for what it is, the rest of an unfinished recovery
+// (wipeUnfinishedRecovery). Written in stream order, it had sorted among
+// the first keys (m|) and landed in an early batch, and Open after a stop
+// returned the snapshot's index over a DB without the keys that sort
+// after it (pending index, queue stats, dedup records …).
 func (s *StateMachine) recover(r io.Reader, done <-chan struct{}) error {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
@@ -549,9 +609,10 @@ func (s *StateMachine) recover(r io.Reader, done <-chan struct{}) error {
 	if sr.err != nil || string(magic) != snapshotMagic {
 		return errors.New("statemachine: not a corvo snapshot")
 	}
-	if err := s.db.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, pebble.NoSync); err != nil {
+	if err := s.db.DeleteRange(allKeysStart, allKeysEnd, pebble.NoSync); err != nil {
 		return err
 	}
+	var meta []byte
 	b := s.db.NewBatch()
 	for {
 		k, v, ok := sr.pair()
@@ -562,11 +623,15 @@ func (s *StateMachine) recover(r io.Reader, done <-chan struct{}) error {
 		if !ok {
 			break
 		}
+		if string(k) == keyMeta {
+			meta = append([]byte(nil), v...)
+			continue
+		}
 		if err := b.Set(k, v, nil); err != nil {
 			b.Close()
 			return err
 		}
-		if b.Len() > 4<<20 {
+		if b.Len() > cmp.Or(s.recoverBatch, recoverBatchBytes) {
 			select {
 			case <-done:
 				b.Close()
@@ -577,6 +642,12 @@ func (s *StateMachine) recover(r io.Reader, done <-chan struct{}) error {
 				return err
 			}
 			b = s.db.NewBatch()
+		}
+	}
+	if meta != nil {
+		if err := b.Set([]byte(keyMeta), meta, nil); err != nil {
+			b.Close()
+			return err
 		}
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {

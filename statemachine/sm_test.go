@@ -2,6 +2,7 @@ package statemachine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -1625,4 +1627,41 @@ func TestStateMachineDeadListByQueue(t *testing.T) {
 	require.NoError(t, tb.sm.db.Set(k, nil, pebble.NoSync))
 	require.Contains(t, list(DeadQuery{Queue: "a"}), a[1])
 	require.NotContains(t, list(DeadQuery{Queue: "b"}), a[1])
+}
+
+// TestStateMachineUnfinishedRecoveryIsEmptied: a snapshot recovery commits
+// its stream in batches, so one that stops half-way (the node shuts down,
+// the stream breaks) leaves part of the snapshot in the DB, and Close
+// flushes it. The next Open must not take that for a state: it finds no
+// applied index (recover writes it last), empties the DB and returns 0,
+// and the recovery can then run again from the start.
+func TestStateMachineUnfinishedRecoveryIsEmptied(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	for i := range 40 {
+		a.enqueue(fmt.Sprintf("q%d", i%4), PriorityNormal)
+	}
+	a.fetch(5, "q0")
+	want, applied := a.dump(), a.sm.Applied()
+	ctx, err := a.sm.PrepareSnapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, a.sm.SaveSnapshot(ctx, &buf, nil))
+	snap := buf.Bytes()
+
+	b := setup(t)
+	b.enqueue("old", PriorityNormal) // state the recovery replaces
+	b.sm.recoverBatch = 256          // many batches, so some commit before the break
+	broken := io.MultiReader(bytes.NewReader(snap[:len(snap)*9/10]), iotest.ErrReader(errors.New("stream broken")))
+	require.Error(t, b.sm.RecoverFromSnapshot(broken, nil))
+	b.reopen() // Close flushes what the recovery committed
+	require.Zero(t, b.index, "Open returns no applied index for an unfinished recovery")
+	require.Empty(t, b.dump(), "the rest of the unfinished recovery is gone")
+
+	require.NoError(t, b.sm.RecoverFromSnapshot(bytes.NewReader(snap), nil))
+	require.Equal(t, want, b.dump())
+	require.Equal(t, applied, b.sm.Applied())
+	b.reopen()
+	require.Equal(t, applied, b.index)
+	require.Equal(t, want, b.dump())
 }

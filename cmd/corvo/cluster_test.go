@@ -200,7 +200,9 @@ type clusterLoad struct {
 
 	stopProducing chan struct{}
 	stopWorking   chan struct{}
-	wg            sync.WaitGroup
+	// producing and working count the producers and the workers still
+	// running.
+	producing, working sync.WaitGroup
 }
 
 // call sends one request to node k and on failure moves to the next node,
@@ -256,7 +258,7 @@ func (l *clusterLoad) hardFailure(what string) {
 }
 
 func (l *clusterLoad) produce(p int, queues []string) {
-	defer l.wg.Done()
+	defer l.producing.Done()
 	rnd := rand.New(rand.NewPCG(uint64(p), 7))
 	every := 100 * time.Millisecond
 	if raceEnabled {
@@ -269,6 +271,11 @@ func (l *clusterLoad) produce(p int, queues []string) {
 		case <-l.stopProducing:
 			return
 		case <-tick.C:
+			select {
+			case <-l.stopProducing: // both were ready: stop means stop
+				return
+			default:
+			}
 		}
 		q := queues[rnd.IntN(len(queues))]
 		jobs := make([]map[string]any, 10)
@@ -297,7 +304,7 @@ func (l *clusterLoad) produce(p int, queues []string) {
 }
 
 func (l *clusterLoad) work(w int, queues []string) {
-	defer l.wg.Done()
+	defer l.working.Done()
 	wid := fmt.Sprintf("w%d", w)
 	rnd := rand.New(rand.NewPCG(uint64(w), 11))
 	for k := w; ; k++ {
@@ -367,11 +374,11 @@ func TestClusterChaos(t *testing.T) {
 		accepted: map[string]bool{}, acks: map[string]int{}, handouts: map[string][]handout{},
 		stopProducing: make(chan struct{}), stopWorking: make(chan struct{})}
 	for p := 0; p < 3; p++ {
-		l.wg.Add(1)
+		l.producing.Add(1)
 		go l.produce(p, queues)
 	}
 	for w := 0; w < 6; w++ {
-		l.wg.Add(1)
+		l.working.Add(1)
 		go l.work(w, queues)
 	}
 
@@ -416,6 +423,14 @@ func TestClusterChaos(t *testing.T) {
 	l.mu.Unlock()
 
 	close(l.stopProducing)
+	// A producer stops between requests: one whose enqueue is still in
+	// flight (retrying past the restarts) adds its jobs when it is
+	// answered. Wait for that first: jobs accepted after the wait below
+	// ended, with the workers stopped, stayed pending, and the check of
+	// every replica failed on them (10 jobs of one batch pending at
+	// attempt 0 on all 3 nodes, committed 2.6 s after the gateway took
+	// the request).
+	l.producing.Wait()
 	// Wait for the workers to finish every accepted job: fail when they
 	// stop making progress for a minute (or after 10 minutes in all).
 	deadline, hardDeadline := time.Now().Add(time.Minute), time.Now().Add(10*time.Minute)
@@ -462,7 +477,7 @@ func TestClusterChaos(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	close(l.stopWorking)
-	l.wg.Wait()
+	l.working.Wait()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -573,7 +588,7 @@ func TestClusterAddAndRemoveNode(t *testing.T) {
 		accepted: map[string]bool{}, acks: map[string]int{}, handouts: map[string][]handout{},
 		stopProducing: make(chan struct{}), stopWorking: make(chan struct{})}
 	for p := 0; p < 2; p++ {
-		l.wg.Add(1)
+		l.producing.Add(1)
 		go l.produce(p, queues)
 	}
 
@@ -651,7 +666,7 @@ func TestClusterAddAndRemoveNode(t *testing.T) {
 	waitCluster(t, n1, 3)
 
 	close(l.stopProducing)
-	l.wg.Wait()
+	l.producing.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	require.Empty(t, l.hard)
