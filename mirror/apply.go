@@ -289,7 +289,8 @@ func (m *Mirror) rebuild(sh int) {
 	// The shard is consistent once the events since the scan started are
 	// in, unless more were lost meanwhile: then it goes again.
 	m.dirty[sh].Store(false)
-	if m.losses[sh].Load() != losses && !m.dirty[sh].Swap(true) {
+	lost := m.losses[sh].Load() != losses
+	if lost && !m.dirty[sh].Swap(true) {
 		m.log.Info().Int("shard", sh).Msg("mirror changes were dropped during the rebuild: rebuilding again")
 		m.rebuilds <- sh
 	}
@@ -309,7 +310,9 @@ func (m *Mirror) rebuild(sh int) {
 		m.log.Error().Err(err).Msg("mirror rebuild: state failed")
 	}
 	m.mirrored[sh].Store(idx)
-	m.refill[sh].Store(false)
+	if !lost { // else the next rebuild completes it
+		m.refill[sh].Store(false)
+	}
 	m.advanced()
 	m.log.Info().Int("shard", sh).Int("jobs", n).Dur("took", time.Since(start)).Msg("mirror shard rebuilt")
 }

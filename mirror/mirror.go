@@ -140,8 +140,9 @@ type Mirror struct {
 	// (false after DropShard, or when the node did not host the shard at
 	// Start). Only the apply goroutine changes it (Start before it runs).
 	hosted []atomic.Bool
-	// refill: the shard is hosted again after a drop and its first
-	// rebuild has not finished: its rows are incomplete.
+	// refill: the shard's rows are incomplete until its rebuild finishes:
+	// it is hosted again after a drop, or a snapshot replaced its state
+	// (a replica that joined or fell behind: its rows are another state's).
 	refill  []atomic.Bool
 	drops   chan dropReq
 	started atomic.Bool
@@ -413,7 +414,9 @@ func (m *Mirror) Applied(info *statemachine.AppliedInfo) {
 	m.seen[sh].Store(info.Index)
 	if info.Reset {
 		// A snapshot replaced the shard's state: changes were not
-		// emitted for it, so the shard is read again from Pebble.
+		// emitted for it, so the shard is read again from Pebble, and
+		// until then searches ask a node that holds it (Holds).
+		m.refill[sh].Store(true)
 		m.markDirty(sh)
 		return
 	}

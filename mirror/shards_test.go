@@ -27,6 +27,8 @@ type shardSource struct {
 	jobs  map[int][]statemachine.JobView // what a rebuild scan finds
 	index map[int]uint64
 	reads map[int]int // reads per shard
+	// gate, when set, holds every rebuild scan until it is closed.
+	gate chan struct{}
 }
 
 func newShardSource(n int, hosted ...int) *shardSource {
@@ -58,6 +60,14 @@ func (s *shardSource) readsOf(sh int) int {
 }
 
 func (s *shardSource) Read(sh int, q interface{}) (interface{}, error) {
+	if _, scan := q.(statemachine.ScanJobsQuery); scan {
+		s.mu.Lock()
+		gate := s.gate
+		s.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reads[sh]++
@@ -356,4 +366,33 @@ func TestMirrorStartsWithoutSomeShards(t *testing.T) {
 	require.Equal(t, map[int]int{0: 1, 3: 1}, countByShard(t, m, Filter{}))
 	require.False(t, m.dirty[1].Load(), "no retry is pending (a retry keeps the shard dirty)")
 	require.Zero(t, m.Lag()[1])
+}
+
+// TestMirrorResetHoldsNothingUntilRebuilt: a snapshot that replaces a
+// shard's state (Reset: a replica that joined or fell behind) leaves the
+// mirror's rows of it from another state; Holds is false from that moment
+// until the rebuild from Pebble has finished, so a search asks a node
+// that holds the shard instead of answering from them.
+func TestMirrorResetHoldsNothingUntilRebuilt(t *testing.T) {
+	t.Parallel()
+	src := newShardSource(2, 0, 1)
+	m := openShards(t, filepath.Join(t.TempDir(), "m.db"), src)
+	feedShard(t, m, 1, 10, shardView(1, 1, "q"))
+	require.True(t, m.Holds(1))
+
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the mirror closes (cleanups run last first): a failed check must not leave the rebuild waiting
+	src.mu.Lock()
+	src.gate, src.index[1], src.jobs[1] = gate, 50, []statemachine.JobView{shardView(1, 2, "q"), shardView(1, 3, "q")}
+	src.mu.Unlock()
+	m.Applied(&statemachine.AppliedInfo{ShardID: 2, From: 50, Index: 50, Reset: true})
+	require.False(t, m.Holds(1), "the rows are another state's until the rebuild")
+	eventually(t, "the rebuild scans", func() bool { return src.readsOf(1) > 0 })
+	require.False(t, m.Holds(1), "a rebuild under way holds nothing yet")
+	require.True(t, m.Holds(0), "other shards are untouched")
+	open()
+	eventually(t, "shard 1 rebuilt", func() bool { return m.Holds(1) })
+	require.Equal(t, map[int]int{1: 2}, countByShard(t, m, Filter{Shards: []int{1}}))
 }
