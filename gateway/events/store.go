@@ -160,13 +160,12 @@ func (r *reader) raw() []byte {
 }
 
 func (r *reader) str() string {
+	v := r.raw()
 	if r.whole == "" {
-		return string(r.raw())
+		return string(v)
 	}
-	n := min(r.uvarint(), uint64(len(r.b)))
-	at := len(r.whole) - len(r.b)
-	r.b = r.b[n:]
-	return r.whole[at : at+int(n)]
+	end := len(r.whole) - len(r.b)
+	return r.whole[end-len(v) : end]
 }
 
 // decodeHead reads a record's shard and position; the reader is left at
@@ -214,8 +213,9 @@ func decodeEvent(rec []byte) Event {
 	e.Error = r.str()
 	e.Reason = r.str()
 	if n := r.uvarint(); n > 0 {
-		e.Progress = append([]byte{}, r.b[:min(n-1, uint64(len(r.b)))]...)
-		r.b = r.b[min(n-1, uint64(len(r.b))):]
+		n = min(n-1, uint64(len(r.b)))
+		e.Progress = append([]byte{}, r.b[:n]...)
+		r.b = r.b[n:]
 	}
 	e.DueAt = r.varint()
 	return e
