@@ -44,7 +44,7 @@ SnapshotBytes=33554432
 RTTMillisecond=50
 ElectionRTT=20
 MaxOpsPerEntry=4096
-MaxEntryBytes=8388608
+MaxEntryBytes=786432
 MaxQueuedRequests=16384
 ProposalTimeout=3s
 ProposalDeadline=10s
@@ -57,4 +57,13 @@ SweepInterval=1s
 AuditRetention=2160h0m0s
 `, got)
 	require.NoError(t, c.Validate())
+}
+
+// TestEntryCapUnderLogDBLargeBatch: the largest entry the proposer builds
+// from several requests (twice MaxEntryBytes) plus the Raft state written
+// beside it stays under the size at which the log's Pebble turns a write
+// into a memtable of its own (half its memtable), see MaxEntryBytesDefault.
+func TestEntryCapUnderLogDBLargeBatch(t *testing.T) {
+	t.Parallel()
+	require.Less(t, 2*MaxEntryBytesDefault+64<<10, logDBMemTableBytes/2)
 }

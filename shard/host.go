@@ -28,13 +28,27 @@ import (
 	"github.com/corvohq/corvo/statemachine"
 )
 
+// logDBMemTableBytes is the Raft log database's memtable size (dragonboat's
+// tiny LogDB config).
+const logDBMemTableBytes = 4 << 20
+
 // Defaults for Config.
 const (
-	ShardsDefault            = 4 // measured best on 2 cores (ARCHITECTURE.md)
-	RTTMillisecondDefault    = 50
-	ElectionRTTDefault       = 20 // 1 s: shorter timeouts churned under load
-	MaxOpsPerEntryDefault    = 4096
-	MaxEntryBytesDefault     = 8 << 20
+	ShardsDefault         = 4 // measured best on 2 cores (ARCHITECTURE.md)
+	RTTMillisecondDefault = 50
+	ElectionRTTDefault    = 20 // 1 s: shorter timeouts churned under load
+	MaxOpsPerEntryDefault = 4096
+	// MaxEntryBytesDefault: an entry holds up to twice this (shard's
+	// proposer), which keeps it under the Raft log database's large-batch
+	// threshold, half its memtable (logDBMemTableBytes). Pebble turns a
+	// larger write into a memtable of its own, and after its flush the
+	// memtable queue's old backing array still points at it: a burst of 1
+	// MiB payloads left an 8 MiB batch held until the log's memtable next
+	// filled, an hour or more on an idle node (measured with
+	// scripts/overload.sh: idle RSS 76 -> 67 MiB with the fixed mmap
+	// threshold of internal/membudget; 8 MiB entries also accepted fewer
+	// payload bytes). A single request larger than this is still one entry.
+	MaxEntryBytesDefault     = 768 << 10
 	MaxQueuedRequestsDefault = 16384
 	ProposalTimeoutDefault   = 3 * time.Second
 	ProposalDeadlineDefault  = 10 * time.Second
@@ -263,6 +277,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	logdb := config.GetTinyMemLogDBConfig()
+	logdb.KVWriteBufferSize = logDBMemTableBytes
 	logdb.Shards = 1 // fsyncs of all shards share one WAL
 	// Each of dragonboat's step workers keeps the buffer it encoded its
 	// largest entry into, up to MaxSaveBufferSize (64 MiB by default): a
