@@ -17,9 +17,18 @@ package membudget
 // with it made at node start, 92 MiB with the limit from the start,
 // docs/operating-under-load.md).
 __attribute__((constructor)) static void corvo_limit_arenas(void) {
-	if (getenv("MALLOC_ARENA_MAX") != NULL) return;
-	long n = sysconf(_SC_NPROCESSORS_ONLN) / 2;
-	mallopt(M_ARENA_MAX, n < 2 ? 2 : (int)n);
+	if (getenv("MALLOC_ARENA_MAX") == NULL) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN) / 2;
+		mallopt(M_ARENA_MAX, n < 2 ? 2 : (int)n);
+	}
+	// A fixed mmap threshold (unless MALLOC_MMAP_THRESHOLD_ is set): blocks
+	// of 128 KiB or more (Pebble's memtables, SQLite's bulk page caches)
+	// get a mapping of their own, whose untouched pages are never resident
+	// and which goes back to the OS when freed. glibc's default raises the
+	// threshold to the size of each mapped block freed (up to 32 MiB), after
+	// which such blocks come from an arena, are zeroed there and stay as
+	// its slack once freed (docs/operating-under-load.md).
+	if (getenv("MALLOC_MMAP_THRESHOLD_") == NULL) mallopt(M_MMAP_THRESHOLD, 128 << 10);
 }
 */
 import "C"
