@@ -24,6 +24,12 @@ import (
 // API) for the test, closed when it ends, and returns its URL.
 func openTestNode(t *testing.T, shards int) string {
 	t.Helper()
+	return openTestNodeFlush(t, shards, 10*time.Millisecond)
+}
+
+// openTestNodeFlush is openTestNode with the mirror's flush window.
+func openTestNodeFlush(t *testing.T, shards int, flush time.Duration) string {
+	t.Helper()
 	raft, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	raftAddr := raft.Addr().String()
@@ -32,7 +38,7 @@ func openTestNode(t *testing.T, shards int) string {
 	defer cancel()
 	n, err := node.Open(ctx, node.Config{DataDir: t.TempDir(), Bind: "127.0.0.1:0", RaftBind: raftAddr, Shards: shards, Logger: zerolog.Nop(),
 		ClusterSecret: gateway.TestClusterSecret, Gateway: gateway.Config{EventsKeepalive: gateway.TestEventsKeepalive},
-		Test: node.TestConfig{RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 20 * time.Millisecond, MirrorFlushWindow: 10 * time.Millisecond}})
+		Test: node.TestConfig{RTTMillisecond: 10, ElectionRTT: 10, TickInterval: 20 * time.Millisecond, MirrorFlushWindow: flush}})
 	require.NoError(t, err)
 	go func() { _ = n.Serve() }()
 	t.Cleanup(func() { n.Close() })

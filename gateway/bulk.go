@@ -73,7 +73,7 @@ func (s *Server) handleBulk(ctx *fasthttp.RequestCtx) {
 	}
 	stale := false
 	if req.Filter != nil && s.cfg.Mirror != nil {
-		stale = !s.awaitMirror(context.Background()) // a filter matches what this node wrote before
+		stale = !s.awaitMirror(context.Background(), nil) // a filter matches what this node wrote before
 	}
 	async, total, aerr := s.bulkIsAsync(&req)
 	if aerr != nil {

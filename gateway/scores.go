@@ -177,7 +177,7 @@ func (s *Server) handleScores(compare bool) func(*fasthttp.RequestCtx) {
 		}
 		rctx, cancel := s.readContext(ctx)
 		defer cancel()
-		s.awaitMirror(rctx) // read your writes, on every node a part runs on too
+		s.awaitMirror(rctx, nil) // read your writes, on every node a part runs on too
 		f.Shards = local
 		gs, err := s.cfg.Mirror.ScoreSummary(rctx, f)
 		if errors.Is(err, mirror.ErrBadFilter) {

@@ -154,15 +154,25 @@ func (s *Server) countByQueueState(r *searchRequest, ns string, shards []int) *i
 // awaitMirror makes a search read its writes: it waits, up to
 // Config.SearchWait and until ctx ends, until the mirror holds every
 // change this node's replicas had applied when it was called — every
-// write this node answered. False: it could not (the answer is then
-// marked stale).
-func (s *Server) awaitMirror(ctx context.Context) bool {
+// write this node answered, and every write to its shards another node
+// answered before asking it for a part. only, when not nil, limits the
+// wait to those shards (a part of another node's search). False: it could
+// not (the answer is then marked stale).
+func (s *Server) awaitMirror(ctx context.Context, only []int) bool {
 	if s.cfg.SearchWait < 0 {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.SearchWait)
 	defer cancel()
-	return s.cfg.Mirror.WaitFor(ctx, s.cfg.Mirror.Mark()) == nil
+	mark := s.cfg.Mirror.Mark()
+	if only != nil {
+		for sh := range mark {
+			if !slices.Contains(only, sh) {
+				mark[sh] = 0
+			}
+		}
+	}
+	return s.cfg.Mirror.WaitFor(ctx, mark) == nil
 }
 
 // mirrorWaitShare is the share of a search's read deadline it may spend
@@ -198,10 +208,13 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	forwarded := peer.Forwarded(ctx)
 	stale := false
-	if only == nil && !forwarded {
+	if only != nil || !forwarded {
+		// A part waits too: the node that asked for it waited only for its
+		// own mirror, and a write it answered for these shards was applied
+		// here (TestClusterNamespacesIsolate missed a shard's jobs without).
 		deadline, _ := rctx.Deadline()
 		wctx, cancel := context.WithDeadline(rctx, deadline.Add(-s.cfg.ReadTimeout/mirrorWaitShare))
-		stale = !s.awaitMirror(wctx)
+		stale = !s.awaitMirror(wctx, only)
 		cancel()
 	}
 	res, aerr := s.search(rctx, s.searchNamespace(ctx), &req, only, forwarded)
@@ -209,6 +222,7 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	stale = stale || res.stale
 	if res.partial {
 		readsPartial.Inc()
 	}
@@ -358,6 +372,9 @@ type searchResult struct {
 	// partial: the read deadline cut a part short; hits are the matches
 	// up to its last one, total a lower bound.
 	partial bool
+	// stale: a part's node could not wait for its mirror to hold the
+	// writes it had applied.
+	stale bool
 }
 
 // holder is implemented by mirrors that may not hold every shard
@@ -621,6 +638,7 @@ func mergeParts(desc bool, limit int, parts ...*searchResult) *searchResult {
 		out.hits = append(out.hits, p.hits...)
 		out.total += p.total
 		out.hasMore = out.hasMore || p.hasMore
+		out.stale = out.stale || p.stale
 		if p.partial {
 			out.partial = true
 			if n := len(p.hits); n > 0 && (stop == nil || order(p.hits[n-1], *stop) < 0) {
@@ -656,7 +674,7 @@ func (s *Server) searchRemote(ns string, body []byte, shards []int, deadline tim
 	}
 	out := make([]*searchResult, len(answers))
 	for j, a := range answers {
-		r := &searchResult{total: a.Total, hasMore: a.HasMore, partial: a.Partial, hits: make([]searchHit, len(a.Jobs))}
+		r := &searchResult{total: a.Total, hasMore: a.HasMore, partial: a.Partial, stale: a.Stale, hits: make([]searchHit, len(a.Jobs))}
 		for i := range a.Jobs {
 			k := &a.Keys[i]
 			r.hits[i] = searchHit{v: k.V, id: k.ID, queue: k.Queue, raw: a.Jobs[i]}

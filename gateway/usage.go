@@ -264,7 +264,7 @@ func (s *Server) handleUsageSummary(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	// Read your writes, on every node a part runs on too: a report
 	// acknowledged before the summary was asked is in it.
-	s.awaitMirror(rctx)
+	s.awaitMirror(rctx, nil)
 	f.Shards = local
 	sum, err := s.cfg.Mirror.UsageSummary(rctx, f)
 	if errors.Is(err, mirror.ErrBadFilter) {

@@ -85,6 +85,9 @@ type SearchAnswer struct {
 	// Partial: the node's read deadline cut its search short (its jobs
 	// are its matches up to the last one).
 	Partial bool `json:"partial"`
+	// Stale: the node could not wait for its mirror to hold every write
+	// it had applied to these shards.
+	Stale bool `json:"stale"`
 }
 
 // SearchKey is a search row's keyset position.
