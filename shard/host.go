@@ -45,9 +45,9 @@ const (
 	// memtable queue's old backing array still points at it: a burst of 1
 	// MiB payloads left an 8 MiB batch held until the log's memtable next
 	// filled, an hour or more on an idle node (measured with
-	// scripts/overload.sh: idle RSS 76 -> 67 MiB with the fixed mmap
-	// threshold of internal/membudget; 8 MiB entries also accepted fewer
-	// payload bytes). A single request larger than this is still one entry.
+	// scripts/overload.sh: idle RSS 77-85 -> 70-76 MiB; 8 MiB entries also
+	// accepted fewer payload bytes). A single request larger than this is
+	// still one entry.
 	MaxEntryBytesDefault     = 768 << 10
 	MaxQueuedRequestsDefault = 16384
 	ProposalTimeoutDefault   = 3 * time.Second
