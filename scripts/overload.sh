@@ -35,6 +35,8 @@ sleep 5 # shards elected, first mirror sync
 start=$(rss_kib "$SERVER")
 [ "$SETTLE" -le 5 ] || sleep $((SETTLE - 5))
 pre=$(rss_kib "$SERVER")
+# AT_PRE, when set, runs now (before the load) as AT_IDLE does after it.
+[ -z "${AT_PRE:-}" ] || SERVER=$SERVER bash -c "$AT_PRE" || true
 (peak=0; while kill -0 "$SERVER" 2>/dev/null; do
   r=$(rss_kib "$SERVER"); [ "${r:-0}" -gt "$peak" ] && peak=$r && echo "$peak" > "$WORK/peak"
   sleep 0.2

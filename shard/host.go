@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	pebblelog "github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/config"
@@ -239,6 +240,11 @@ type Host struct {
 	logSizes     []logSize
 	snapshotReqs chan snapshotReq
 
+	// logDBs are the Raft log's Pebble DBs (logdb_memory.go), nil once
+	// the host closes; logDBMu orders flushes before the close.
+	logDBMu sync.Mutex
+	logDBs  []*pebblelog.DB
+
 	closing       chan struct{}
 	stopProposers chan struct{}
 	wg            sync.WaitGroup
@@ -302,6 +308,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("start raft node host: %w", err)
 	}
 	h.nh = nh
+	if h.logDBs, err = logDBs(nh); err != nil {
+		h.log.Warn().Err(err).Msg("the raft log's Pebble DBs were not found: its memtable is not given back when the node is quiet")
+	}
 	var members map[uint64]dragonboat.Target
 	if !cfg.Join {
 		members = map[uint64]dragonboat.Target{cfg.NodeID: cfg.RaftAddress}
@@ -391,7 +400,8 @@ func (h *Host) MemoryUsage() (blockCache, memtables, jobCache int64) {
 
 // ReleaseMemory gives back what the node's shards cache for speed (the
 // node's idle release): each state machine's cache of live jobs and its
-// memtable (flushed), then the blocks in the shared block cache. The
+// memtable (flushed), the Raft log's memtable (flushed), then the blocks
+// in the shared block cache. The
 // caches refill from Pebble as the load comes back.
 func (h *Host) ReleaseMemory() error {
 	var errs []error
@@ -401,6 +411,9 @@ func (h *Host) ReleaseMemory() error {
 				errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
 			}
 		}
+	}
+	if err := h.flushLogDB(); err != nil {
+		errs = append(errs, err)
 	}
 	// A reservation of the whole cache evicts every block no reader
 	// holds; releasing it gives the cache its size back.
@@ -628,6 +641,9 @@ func (h *Host) Close() {
 		close(h.closing)
 		close(h.stopProposers)
 		h.wg.Wait()
+		h.logDBMu.Lock()
+		h.logDBs = nil
+		h.logDBMu.Unlock()
 		if h.nh != nil {
 			h.nh.Close()
 		}
