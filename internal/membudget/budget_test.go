@@ -270,3 +270,40 @@ func TestReleaseEmptiesPools(t *testing.T) {
 	require.Nil(t, w.Value(), "a pooled buffer survived the release")
 	runtime.KeepAlive(&pool)
 }
+
+// While quiet, the heap is kept near its live objects: a few MiB of
+// garbage are released (at most every ReleaseEvery), not ReleaseFloor;
+// busy again, the floor is ReleaseFloor once more.
+func TestWatcherQuietKeepsHeapSmall(t *testing.T) {
+	t.Parallel()
+	b := New(NewPlan(1<<30, 4))
+	acct := b.ActivityAccount("bodies", 1<<30)
+	now := time.Unix(1000, 0)
+	var spare int64
+	releases := 0
+	w := &watcher{b: b, busyAt: now, cfg: WatchConfig{Resident: func() int64 { return 100 << 20 }, Reclaimable: func() int64 { return spare },
+		Release: func() { releases++ }, QuietRelease: func() {},
+		Now: func() time.Time { return now }}.withDefaults()}
+	step := func(d time.Duration) { now = now.Add(d); w.step() }
+	busy := func() {
+		acct.Acquire(QuietBytesDefault)
+		acct.Release(QuietBytesDefault)
+	}
+	busy()
+	spare = QuietReleaseFloor + 1
+	step(ReleaseEveryDefault)
+	require.Zero(t, releases, "busy: a few MiB of garbage are kept")
+	step(QuietAfterDefault)
+	require.Equal(t, 1, releases, "the quiet release")
+	step(time.Second)
+	require.Equal(t, 1, releases, "not again before ReleaseEvery")
+	step(ReleaseEveryDefault)
+	require.Equal(t, 2, releases, "quiet: released at QuietReleaseFloor")
+	spare = QuietReleaseFloor
+	step(ReleaseEveryDefault)
+	require.Equal(t, 2, releases, "less is not worth a collection")
+	busy()
+	spare = QuietReleaseFloor + 1
+	step(ReleaseEveryDefault)
+	require.Equal(t, 2, releases, "busy again: back to ReleaseFloor")
+}

@@ -20,6 +20,15 @@ const (
 	// ReleaseFloor: less reclaimable heap than this is not worth a
 	// collection.
 	ReleaseFloor = 16 << 20
+	// QuietReleaseFloor replaces ReleaseFloor while the node is quiet
+	// (after its quiet release, until it is busy again). An idle node
+	// still allocates (maintenance ticks, its own Raft entries, Pebble's
+	// compactions after a burst: ~150 KB/s), and at the default GOGC its
+	// heap would grow to twice the live objects between collections,
+	// keeping up to that much resident and the C heap untrimmed: its RSS
+	// wandered by ±8 MB a minute after a burst. Releasing at 4 MiB of
+	// garbage costs a collection about every half minute at that rate.
+	QuietReleaseFloor = 4 << 20
 	// QuietAfterDefault, QuietBytesDefault: a node whose clients sent
 	// less than QuietBytes of request bodies over QuietAfter, and whose
 	// accounts hold less than that, is quiet and gives back its caches
@@ -102,8 +111,9 @@ type watcher struct {
 // budget is Over while resident memory is above Total (writes are
 // refused), and memory is handed back to the OS (at most every
 // ReleaseEvery) while the process is over or the Go heap holds more than
-// ReleaseFloor beyond its live objects — so a burst's
-// memory does not stay with the process once the burst has passed. The memory limit is the
+// ReleaseFloor (QuietReleaseFloor while quiet) beyond its live objects —
+// so a burst's memory does not stay with the process once the burst has
+// passed. The memory limit is the
 // process's: Watch puts back the one it found when it returns.
 func (b *Budget) Watch(cfg WatchConfig, stop <-chan struct{}) {
 	cfg = cfg.withDefaults()
@@ -149,8 +159,12 @@ func (w *watcher) step() {
 		w.cfg.QuietRelease()
 		quietReleasedTotal.Inc()
 	}
+	floor := int64(ReleaseFloor)
+	if w.quietDone {
+		floor = QuietReleaseFloor
+	}
 	spare := w.cfg.Reclaimable()
-	if (w.b.over.Load() || spare > ReleaseFloor) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery || quiet {
+	if (w.b.over.Load() || spare > floor) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery || quiet {
 		w.lastRelease = now
 		w.cfg.Release()
 		releasedTotal.Inc()
