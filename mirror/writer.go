@@ -458,3 +458,8 @@ func (b *batch) saveIndex(shard int, idx uint64, gen int64) {
 	b.int(int64(idx))
 	b.int(gen)
 }
+
+// SQLiteMemory is what SQLite holds in the process (page caches, prepared
+// statements, schemas of every connection): the sqlite_cache consumer's
+// gauge.
+func SQLiteMemory() int64 { return int64(C.sqlite3_memory_used()) }

@@ -10,6 +10,9 @@
 typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
 
+// What SQLite holds in the whole process (sqlite3_memory_used).
+long long sqlite3_memory_used(void);
+
 // corvo_open opens the database file for writing, with the mirror's
 // pragmas (WAL, synchronous=OFF, a 64 MiB page cache, a busy timeout).
 int corvo_open(const char *path, sqlite3 **db, long long cache_kib);

@@ -7,6 +7,7 @@ import (
 
 	"github.com/corvohq/corvo/gateway/events"
 	"github.com/corvohq/corvo/internal/membudget"
+	"github.com/corvohq/corvo/mirror"
 	"github.com/corvohq/corvo/shard"
 )
 
@@ -57,9 +58,10 @@ func (m *nodeMemory) start(host *shard.Host, hub *events.Hub, quiet func()) {
 		return func() int64 { return pick(host.MemoryUsage()) }
 	}
 	extra := map[string]func() int64{
-		"block_cache": usage(func(b, _, _ int64) int64 { return b }),
-		"memtables":   usage(func(_, mt, _ int64) int64 { return mt }),
-		"job_cache":   usage(func(_, _, j int64) int64 { return j }),
+		"block_cache":  usage(func(b, _, _ int64) int64 { return b }),
+		"memtables":    usage(func(_, mt, _ int64) int64 { return mt }),
+		"job_cache":    usage(func(_, _, j int64) int64 { return j }),
+		"sqlite_cache": mirror.SQLiteMemory,
 	}
 	if hub != nil {
 		extra["event_ring"] = hub.Held
