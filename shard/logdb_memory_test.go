@@ -1,9 +1,7 @@
 package shard
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -14,12 +12,7 @@ func TestLogDBFlushFreesItsMemtable(t *testing.T) {
 	h := openHost(t, t.TempDir(), 1)
 	defer h.Close()
 	require.NotEmpty(t, h.logDBs, "the raft log's Pebble DBs were not found")
-	for range 20 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := h.Propose(ctx, 0, enqueueOp(0, "q"))
-		cancel()
-		require.NoError(t, err)
-	}
+	proposeEnqueues(t, h, 20)
 	flushes := func() (n int64) {
 		for _, db := range h.logDBs {
 			n += db.Metrics().Flush.Count
