@@ -27,6 +27,10 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DI
 echo "server flags: ${SERVER_FLAGS:-(defaults)}; load: $CONNS connections, $SMALL_SIZE B for $SMALL_FOR, then $LARGE_SIZE B for $LARGE_FOR"
 
 rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# RssAnon leaves out the binary's file pages (clean, shared with the page
+# cache): how many of them are resident varies by ~6 MiB from run to run
+# and grows as the load runs code paths the idle node never ran.
+anon_kib() { awk '/^RssAnon/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 # The pre-load figure is taken once the node has idled SETTLE seconds, as
 # the idle one IDLE_AFTER seconds after the load: an idle node's RSS grows
 # by itself over its first minute (52 -> 55 MiB) as its GC cycles and
@@ -34,7 +38,7 @@ rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 sleep 5 # shards elected, first mirror sync
 start=$(rss_kib "$SERVER")
 [ "$SETTLE" -le 5 ] || sleep $((SETTLE - 5))
-pre=$(rss_kib "$SERVER")
+pre=$(rss_kib "$SERVER") pre_anon=$(anon_kib "$SERVER")
 # AT_PRE, when set, runs now (before the load) as AT_IDLE does after it.
 [ -z "${AT_PRE:-}" ] || SERVER=$SERVER bash -c "$AT_PRE" || true
 (peak=0; while kill -0 "$SERVER" 2>/dev/null; do
@@ -46,7 +50,7 @@ SAMPLER=$!
 "$WORK/overloadprobe" -conns "$CONNS" "$URL" "$SMALL_SIZE:$SMALL_FOR" "$LARGE_SIZE:$LARGE_FOR" | tee "$WORK/probe.txt"
 peak=$(cat "$WORK/peak")
 sleep "$IDLE_AFTER"
-idle=$(rss_kib "$SERVER")
+idle=$(rss_kib "$SERVER") idle_anon=$(anon_kib "$SERVER")
 # AT_IDLE, when set, runs now with the server still up (e.g. a heap
 # profile with SERVER_FLAGS="--pprof-bind 127.0.0.1:6061").
 [ -z "${AT_IDLE:-}" ] || SERVER=$SERVER bash -c "$AT_IDLE" || true
@@ -58,4 +62,5 @@ kill -TERM "$SERVER"; wait "$SERVER" || true
 run_server "$PORT"
 bytes2=$(du -sb "$DIR/data" | cut -f1)
 echo "RSS 5 s after the start $((start / 1024)) MiB; pre-load RSS (idle ${SETTLE}s) $((pre / 1024)) MiB; peak RSS $((peak / 1024)) MiB; idle RSS ${IDLE_AFTER}s after the load $((idle / 1024)) MiB"
+echo "anonymous RSS (RssAnon, without the binary's file pages): pre-load $((pre_anon / 1024)) MiB; idle $((idle_anon / 1024)) MiB"
 echo "data dir $((bytes >> 20)) MiB for $((accepted >> 20)) MiB of accepted payloads: $(ratio "$bytes") B/B; after a restart $((bytes2 >> 20)) MiB: $(ratio "$bytes2") B/B"
