@@ -126,6 +126,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		a.s.lastNow = e.Now
 	}
 	a.now = a.s.lastNow
+	a.s.jobIDs.advance(a.now)
 	a.rateSeq, a.outSeq, a.jobSeq, a.evPos = 0, 0, 0, 0 // per entry, so keys never depend on how entries were batched
 
 	// Every entry is checked against the ones applied, not only retries: a
@@ -298,6 +299,9 @@ func (a *applier) get(k []byte) ([]byte, bool) {
 func (a *applier) set(k, v []byte) {
 	if err := a.b.Set(k, v, nil); err != nil {
 		a.fail(err)
+	}
+	if len(k) > len(pfxJob) && k[0] == pfxJob[0] && k[1] == pfxJob[1] {
+		a.s.jobIDs.add(k[len(pfxJob):])
 	}
 }
 
@@ -602,8 +606,10 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	// (applyEntry) is the first guard, this is the second, and without it
 	// a duplicate would put a finished job back to pending and run it
 	// again.
-	if _, exists := a.get(jobKey(j.ID)); exists {
-		return Result{State: a.loadState(j.ID).State, Existing: true, JobID: j.ID}
+	if a.s.jobIDs.mayExist([]byte(j.ID)) {
+		if _, exists := a.get(jobKey(j.ID)); exists {
+			return Result{State: a.loadState(j.ID).State, Existing: true, JobID: j.ID}
+		}
 	}
 	j.CreatedAt = a.now
 	j.Seq = a.nextSeq()

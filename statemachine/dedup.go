@@ -22,63 +22,78 @@ import (
 // it, so replicas stay deterministic whatever their filters hold.
 //
 // Entry IDs start with their proposal time, so the filter is split into
-// buckets of dedupBucketNs by that time; PruneDedupOp drops the buckets
-// wholly before its cut, the same keys its DeleteRange removes. A bucket
-// grows by chaining a filter twice the size of the last when the last is
-// full, so a burst never raises the false-positive rate past dedupFP.
-type dedupFilter struct {
-	buckets map[int64][]*dedupBloom
-}
-
-type dedupBloom struct {
-	f        *bloom.BloomFilter
-	n, limit uint
-}
+// buckets of dedupBucketNs by that time (bloomBuckets); PruneDedupOp drops
+// the buckets wholly before its cut, the same keys its DeleteRange removes.
+type dedupFilter struct{ bloomBuckets }
 
 const (
 	dedupBucketNs = int64(60e9)
 	dedupFirstCap = 1 << 14
-	dedupFP       = 0.01
 )
 
-func newDedupFilter() *dedupFilter {
-	return &dedupFilter{buckets: make(map[int64][]*dedupBloom)}
-}
+func newDedupFilter() *dedupFilter { return &dedupFilter{newBloomBuckets(dedupFirstCap)} }
 
 func dedupBucket(id EntryID) int64 {
 	return int64(binary.BigEndian.Uint64(id[:8])) / dedupBucketNs
 }
 
-func (d *dedupFilter) add(id EntryID) {
-	b := dedupBucket(id)
+func (d *dedupFilter) add(id EntryID) { d.addKey(dedupBucket(id), id[:]) }
+
+// mayContain is false only when no dedup record of id is stored.
+func (d *dedupFilter) mayContain(id EntryID) bool { return d.test(dedupBucket(id), id[:]) }
+
+// prune forgets the buckets whose every ID is before the cut (those
+// PruneDedupOp deletes); a bucket the cut splits stays whole.
+func (d *dedupFilter) prune(before EntryID) { d.dropBefore(dedupBucket(before)) }
+
+// bloomBuckets is a set of keys in bloom filters, split into buckets by a
+// time the caller derives from each key, so that a whole bucket can be
+// forgotten at once. A bucket grows by chaining a filter twice the size
+// of the last when the last is full, so a burst never raises the
+// false-positive rate past bloomFP.
+type bloomBuckets struct {
+	buckets  map[int64][]*bucketBloom
+	firstCap uint
+}
+
+type bucketBloom struct {
+	f        *bloom.BloomFilter
+	n, limit uint
+}
+
+const bloomFP = 0.01
+
+func newBloomBuckets(firstCap uint) bloomBuckets {
+	return bloomBuckets{buckets: make(map[int64][]*bucketBloom), firstCap: firstCap}
+}
+
+func (d *bloomBuckets) addKey(b int64, key []byte) {
 	chain := d.buckets[b]
 	if len(chain) == 0 || chain[len(chain)-1].n >= chain[len(chain)-1].limit {
-		limit := uint(dedupFirstCap)
+		limit := d.firstCap
 		if len(chain) > 0 {
 			limit = chain[len(chain)-1].limit * 2
 		}
-		chain = append(chain, &dedupBloom{f: bloom.NewWithEstimates(limit, dedupFP), limit: limit})
+		chain = append(chain, &bucketBloom{f: bloom.NewWithEstimates(limit, bloomFP), limit: limit})
 		d.buckets[b] = chain
 	}
 	last := chain[len(chain)-1]
-	last.f.Add(id[:])
+	last.f.Add(key)
 	last.n++
 }
 
-// mayContain is false only when no dedup record of id is stored.
-func (d *dedupFilter) mayContain(id EntryID) bool {
-	for _, f := range d.buckets[dedupBucket(id)] {
-		if f.f.Test(id[:]) {
+// test is false only when key was never added to bucket b.
+func (d *bloomBuckets) test(b int64, key []byte) bool {
+	for _, f := range d.buckets[b] {
+		if f.f.Test(key) {
 			return true
 		}
 	}
 	return false
 }
 
-// prune forgets the buckets whose every ID is before the cut (those
-// PruneDedupOp deletes); a bucket the cut splits stays whole.
-func (d *dedupFilter) prune(before EntryID) {
-	cut := dedupBucket(before)
+// dropBefore forgets the buckets before cut.
+func (d *bloomBuckets) dropBefore(cut int64) {
 	for b := range d.buckets {
 		if b < cut {
 			delete(d.buckets, b)

@@ -182,6 +182,7 @@ type StateMachine struct {
 	closed        bool
 	openedAt      uint64       // the applied index Open found
 	dedup         *dedupFilter // which entry IDs may have a dedup record (dedup.go)
+	jobIDs        *jobIDFilter // which recent job IDs may have a job record (jobids.go)
 	recoverBatch  int          // recover's batch size (0: recoverBatchBytes)
 }
 
@@ -330,6 +331,14 @@ func (s *StateMachine) loadMeta() error {
 	if err := s.loadDedup(); err != nil {
 		return err
 	}
+	if err := s.loadApplied(); err != nil {
+		return err
+	}
+	return s.loadJobIDs(s.lastNow)
+}
+
+// loadApplied reads the applied index and the last entry's time.
+func (s *StateMachine) loadApplied() error {
 	v, closer, err := s.db.Get([]byte(keyMeta))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil

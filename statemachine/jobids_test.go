@@ -1,0 +1,125 @@
+package statemachine
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+)
+
+func jobIDAt(tag string, at time.Time, rnd *rand.Rand) string {
+	var u ulid.ULID
+	_ = u.SetTime(ulid.Timestamp(at))
+	for i := 6; i < 16; i++ {
+		u[i] = byte(rnd.Uint32())
+	}
+	return "job_" + tag + "_" + u.String()
+}
+
+func TestJobIDBucketIsTheULIDTime(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(5, 6))
+	for range 1000 {
+		at := time.UnixMilli(rnd.Int64N(1 << 47))
+		b, ok := jobIDBucket([]byte(jobIDAt("12", at, rnd)))
+		require.True(t, ok)
+		require.Equal(t, at.UnixMilli()/jobIDBucketMs, b)
+	}
+	good := jobIDAt("3", time.Now(), rnd)
+	for _, bad := range []string{
+		"", "job_", "job_3_", "task_3_" + good[len("job_3_"):], "job__" + good[len("job_3_"):], "job_x_" + good[len("job_3_"):],
+		good[:len(good)-1], good + "0", "job_3_" + string(bytes.ToLower([]byte(good[len("job_3_"):]))),
+		"job_3_8" + good[len("job_3_")+1:], // beyond 48 bits
+	} {
+		_, ok := jobIDBucket([]byte(bad))
+		require.False(t, ok, bad)
+	}
+}
+
+func TestJobIDFilterAnswersOnlyWhatItHolds(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(7, 8))
+	t0 := time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC)
+	f := newJobIDFilter(jobIDBucketOfTime(t0.UnixNano()))
+	var ids []string
+	for i := range 3 * jobIDFirstCap { // one bucket's chain grows
+		id := jobIDAt("1", t0.Add(time.Duration(i)*time.Microsecond), rnd)
+		f.add([]byte(id))
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		require.True(t, f.mayExist([]byte(id)))
+	}
+	fp := 0
+	for range 10000 {
+		if f.mayExist([]byte(jobIDAt("1", t0, rnd))) {
+			fp++
+		}
+	}
+	require.Less(t, fp, 300, "false positives near bloomFP, not every lookup")
+	require.True(t, f.mayExist([]byte(jobIDAt("1", t0.Add(-time.Minute), rnd))), "an ID before from is the DB's to answer")
+	require.True(t, f.mayExist([]byte("custom-id")), "an ID of another shape is the DB's to answer")
+
+	f.advance(t0.Add(jobIDKeep*jobIDBucketMs*time.Millisecond + time.Minute).UnixNano())
+	require.Empty(t, f.buckets, "buckets more than jobIDKeep before now are forgotten")
+	require.True(t, f.mayExist([]byte(ids[0])), "and their IDs are the DB's to answer again")
+	f.advance(t0.UnixNano())
+	require.Greater(t, f.from, jobIDBucketOfTime(t0.UnixNano()), "from never goes back")
+}
+
+// An enqueue of an ID that exists changes nothing whether the filter was
+// filled by the entries, rebuilt on reopen (the scan seeks past older
+// jobs of every shard tag) or on a snapshot's restore, or has forgotten
+// the ID's bucket.
+func TestStateMachineExistingIDFoundThroughTheJobIDFilter(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var old, recent []string
+	for _, tag := range []string{"0", "1", "10", "2"} {
+		id := jobIDAt(tag, tb.now, tb.rnd)
+		require.Equal(t, StatusOK, tb.one(&EnqueueOp{Job: Job{ID: id, Queue: "q", JobOptions: DefaultJobOptions()}}).Status)
+		old = append(old, id)
+	}
+	tb.advance(10 * time.Minute)
+	for _, tag := range []string{"0", "1", "10", "2"} {
+		id := jobIDAt(tag, tb.now, tb.rnd)
+		require.Equal(t, StatusOK, tb.one(&EnqueueOp{Job: Job{ID: id, Queue: "q", JobOptions: DefaultJobOptions()}}).Status)
+		recent = append(recent, id)
+	}
+	again := func(tb *testBundle, what string) {
+		t.Helper()
+		tb.advance(time.Second)
+		for _, id := range append(append([]string(nil), old...), recent...) {
+			r := tb.one(&EnqueueOp{Job: Job{ID: id, Queue: "q", JobOptions: DefaultJobOptions()}})
+			require.True(t, r.Existing, "%s: %s", what, id)
+		}
+		for _, id := range recent {
+			require.True(t, tb.sm.jobIDs.mayExist([]byte(id)), "%s: %s", what, id)
+		}
+		for _, id := range old {
+			b, _ := jobIDBucket([]byte(id))
+			require.False(t, tb.sm.jobIDs.test(b, []byte(id)), "%s: the older jobs were not loaded: %s", what, id)
+		}
+		require.False(t, tb.sm.jobIDs.mayExist([]byte(jobIDAt("1", tb.now, tb.rnd))), "%s: a new ID is new", what)
+	}
+	again(tb, "as applied")
+	tb.reopen()
+	again(tb, "after a reopen")
+
+	ctx, err := tb.sm.PrepareSnapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, tb.sm.SaveSnapshot(ctx, &buf, nil))
+	other := setup(t)
+	require.NoError(t, other.sm.RecoverFromSnapshot(&buf, nil))
+	other.index, other.now = tb.index, tb.now
+	again(other, "after a snapshot")
+
+	tb.advance(time.Hour)
+	tb.apply() // an entry an hour later: every bucket is forgotten
+	require.Empty(t, tb.sm.jobIDs.buckets)
+	again(tb, "an hour later")
+}
