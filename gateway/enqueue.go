@@ -69,7 +69,8 @@ func (s *Server) handleEnqueue(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.counters(job.Queue).enqueued.Inc()
-	b := append([]byte(`{"job_id":`), appendString(nil, job.ID)...)
+	var buf [160]byte // the answer fits (writeJSON copies it)
+	b := appendString(append(buf[:0], `{"job_id":`...), job.ID)
 	b = append(b, `,"status":`...)
 	b = appendString(b, stateName(rs[0].State))
 	b = append(b, `,"unique_existing":false`...)

@@ -68,7 +68,11 @@ func (a *applier) noteChange(j *Job, st *JobState) {
 	if a.changed == nil {
 		return
 	}
-	a.changed[j.ID] = &JobView{Job: *j, State: *st}
+	if v := a.changed[j.ID]; v != nil { // changed again in this Update
+		v.Job, v.State = *j, *st
+	} else {
+		a.changed[j.ID] = &JobView{Job: *j, State: *st}
+	}
 	delete(a.deleted, j.ID)
 }
 
@@ -83,15 +87,17 @@ func (a *applier) noteDeleted(id string) {
 	a.deleted[id] = true
 }
 
-// changeList copies the Update's changes out of the apply buffers.
+// changeList copies the Update's changes out of the apply buffers: each
+// view's bytes are cloned in place (the views are the applier's alone,
+// and it is done with them).
 func (a *applier) changeList() []JobChange {
 	if a.changed == nil || len(a.changed)+len(a.deleted) == 0 {
 		return nil
 	}
 	out := make([]JobChange, 0, len(a.changed)+len(a.deleted))
 	for id, v := range a.changed {
-		cv := &JobView{Job: cloneJob(v.Job), State: cloneState(v.State)}
-		out = append(out, JobChange{ID: id, View: cv, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id], NewScores: a.newScores[id]})
+		v.Job, v.State = cloneJob(v.Job), cloneState(v.State)
+		out = append(out, JobChange{ID: id, View: v, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id], NewScores: a.newScores[id]})
 	}
 	for id := range a.deleted {
 		out = append(out, JobChange{ID: id, Deleted: true})
