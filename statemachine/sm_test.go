@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
@@ -987,6 +989,50 @@ func TestStateMachineWorkers(t *testing.T) {
 	ws = v.([]WorkerInfo)
 	require.Len(t, ws, 1, "a worker silent for a day is forgotten")
 	require.Equal(t, "w-b", ws[0].ID)
+}
+
+// A worker that polls its queues in rotating order is not rewritten on
+// every fetch; a different set of queues is written at once.
+func TestStateMachineWorkerRotatingQueuesWriteOnce(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	qs := []string{"a", "b", "c"}
+	tb.one(&FetchOp{Queues: qs, WorkerID: "w", Hostname: "h", Count: 1})
+	before := tb.dump()
+	for i := 1; i <= 3; i++ {
+		tb.advance(time.Millisecond)
+		rot := append(append([]string(nil), qs[i%3:]...), qs[:i%3]...)
+		tb.one(&FetchOp{Queues: rot, WorkerID: "w", Hostname: "h", Count: 1})
+	}
+	after := tb.dump()
+	workerKeys := func(keys []string) (out []string) {
+		for _, k := range keys {
+			if strings.HasPrefix(k, `"`+pfxWorker) || strings.HasPrefix(k, `"`+pfxWorkerX) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	require.Equal(t, workerKeys(before), workerKeys(after), "the same queues in another order: no rewrite")
+
+	tb.advance(time.Millisecond)
+	tb.one(&FetchOp{Queues: []string{"a", "b", "d"}, WorkerID: "w", Hostname: "h", Count: 1})
+	v, err := tb.sm.Lookup(WorkersQuery{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "d"}, v.([]WorkerInfo)[0].Queues)
+
+	require.True(t, sameQueues([]string{"x", "y"}, []string{"y", "x"}))
+	require.False(t, sameQueues([]string{"x", "x"}, []string{"x", "y"}))
+	require.False(t, sameQueues([]string{"x"}, []string{"x", "y"}))
+	long := make([]string, 40)
+	for i := range long {
+		long[i] = fmt.Sprint("q", i)
+	}
+	rev := slices.Clone(long)
+	slices.Reverse(rev)
+	require.True(t, sameQueues(long, rev))
+	rev[0] = "other"
+	require.False(t, sameQueues(long, rev))
 }
 
 // TestStateMachineCrossShardMove plays the relay by hand between two

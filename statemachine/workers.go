@@ -82,7 +82,7 @@ func (a *applier) touchWorker(id, hostname string, queues []string) {
 	if hostname != "" && hostname != w.Hostname {
 		w.Hostname, changed = hostname, true
 	}
-	if queues != nil && !slices.Equal(queues, w.Queues) {
+	if queues != nil && !sameQueues(queues, w.Queues) {
 		w.Queues, changed = slices.Clone(queues), true
 	}
 	if !changed {
@@ -97,6 +97,32 @@ func (a *applier) touchWorker(id, hostname string, queues []string) {
 	w.LastSeen = a.now
 	a.set(workerKey(id), w.appendTo(nil))
 	a.set(timeIndexKey(pfxWorkerX, w.LastSeen, id), nil)
+}
+
+// sameQueues reports whether a and b list the same queues in any order: a
+// worker that polls its queues in rotating order (the SDKs' fairness) is
+// not rewritten on every fetch.
+func sameQueues(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if slices.Equal(a, b) {
+		return true
+	}
+	if len(a) > 16 {
+		a, b = slices.Clone(a), slices.Clone(b)
+		slices.Sort(a)
+		slices.Sort(b)
+		return slices.Equal(a, b)
+	}
+	for _, l := range [2][2][]string{{a, b}, {b, a}} {
+		for _, q := range l[0] {
+			if !slices.Contains(l[1], q) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // forgetWorkers drops workers silent for WorkerForgetAfter.
