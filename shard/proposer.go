@@ -10,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/client"
+	sm "github.com/lni/dragonboat/v4/statemachine"
 
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -223,6 +224,40 @@ func (p *proposer) flush(batch []*request, nops int) {
 	}
 }
 
+// proposeOnce is one attempt: dragonboat's SyncPropose without its
+// context, so an entry costs no timer, context or goroutine of its own. The
+// attempt ends with dragonboat's answer (its own timeout included), or
+// early on a leader change: a proposal forwarded to a replica that just
+// lost leadership would otherwise wait out the whole timeout before its
+// retry.
+func (p *proposer) proposeOnce(cmd []byte, timeout time.Duration) (sm.Result, error) {
+	changed := p.h.leaderChanged(int(p.shardID) - 1)
+	rs, err := p.h.nh.Propose(p.session, cmd, timeout)
+	if err != nil {
+		return sm.Result{}, err
+	}
+	select {
+	case r := <-rs.AppliedC():
+		switch {
+		case r.Completed():
+			rs.Release()
+			return r.GetResult(), nil
+		case r.Rejected():
+			return sm.Result{}, dragonboat.ErrRejected
+		case r.Timeout():
+			return sm.Result{}, dragonboat.ErrTimeout
+		case r.Terminated():
+			return sm.Result{}, dragonboat.ErrShardClosed
+		case r.Dropped():
+			return sm.Result{}, dragonboat.ErrShardNotReady
+		default: // aborted
+			return sm.Result{}, dragonboat.ErrAborted
+		}
+	case <-changed:
+		return sm.Result{}, dragonboat.ErrCanceled
+	}
+}
+
 // propose commits one entry, retrying the same bytes (same entry ID, so the
 // state machine applies it once) while Raft times out or has no leader.
 func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
@@ -243,22 +278,7 @@ func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
 		if timeout < 50*time.Millisecond {
 			return nil, ErrUnavailable
 		}
-		// A leader change ends the attempt early: a proposal forwarded to
-		// a replica that just lost leadership would otherwise wait out
-		// the whole timeout before its retry.
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		changed := p.h.leaderChanged(int(p.shardID) - 1)
-		stop := make(chan struct{})
-		go func() {
-			select {
-			case <-changed:
-				cancel()
-			case <-stop:
-			}
-		}()
-		res, err := p.h.nh.SyncPropose(ctx, p.session, cmd)
-		close(stop)
-		cancel()
+		res, err := p.proposeOnce(cmd, timeout)
 		switch {
 		case err == nil:
 			if res.Value != statemachine.ResultApplied {
