@@ -1,7 +1,6 @@
 package statemachine
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -67,14 +66,7 @@ func TestStateMachineDuplicateAfterReopenAndSnapshotAppliesOnce(t *testing.T) {
 	again := tb.applyRaw(retry)
 	require.Equal(t, first[0].Jobs[0].Job.ID, again[0].Jobs[0].Job.ID, "after a reopen")
 
-	ctx, err := tb.sm.PrepareSnapshot()
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	require.NoError(t, tb.sm.SaveSnapshot(ctx, &buf, nil))
-	other := setup(t)
-	require.NoError(t, other.sm.RecoverFromSnapshot(&buf, nil))
-	other.index = tb.index
-	other.now = tb.now
+	other := tb.restored()
 	again = other.applyRaw(retry)
 	require.Equal(t, first[0].Jobs[0].Job.ID, again[0].Jobs[0].Job.ID, "after a snapshot")
 	require.Len(t, other.fetch(10, "q"), 1, "only the other job is left to claim")

@@ -109,14 +109,7 @@ func TestStateMachineExistingIDFoundThroughTheJobIDFilter(t *testing.T) {
 	tb.reopen()
 	again(tb, "after a reopen")
 
-	ctx, err := tb.sm.PrepareSnapshot()
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	require.NoError(t, tb.sm.SaveSnapshot(ctx, &buf, nil))
-	other := setup(t)
-	require.NoError(t, other.sm.RecoverFromSnapshot(&buf, nil))
-	other.index, other.now = tb.index, tb.now
-	again(other, "after a snapshot")
+	again(tb.restored(), "after a snapshot")
 
 	tb.advance(time.Hour)
 	tb.apply() // an entry an hour later: every bucket is forgotten

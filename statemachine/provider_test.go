@@ -1,7 +1,6 @@
 package statemachine
 
 import (
-	"bytes"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -88,13 +87,7 @@ func TestProviderRequestWindow(t *testing.T) {
 	require.Equal(t, start.Add(10*time.Second).UnixNano()+ProviderWindowNs+1, sig.last["a"].BlockedUntil)
 
 	// A snapshot carries the window.
-	ctx, err := tb.sm.PrepareSnapshot()
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	require.NoError(t, tb.sm.SaveSnapshot(ctx, &buf, nil))
-	other := setup(t)
-	require.NoError(t, other.sm.RecoverFromSnapshot(&buf, nil))
-	other.now, other.index = tb.now, other.sm.Applied()
+	other := tb.restored()
 	require.Equal(t, tb.dump(), other.dump())
 	require.Empty(t, other.fetch(1, "a"), "the restored window is full")
 }

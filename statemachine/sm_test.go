@@ -63,6 +63,20 @@ func (tb *testBundle) reopen() {
 	tb.open()
 }
 
+// restored is a new state machine restored from a snapshot of tb's, at
+// tb's index and time.
+func (tb *testBundle) restored() *testBundle {
+	tb.t.Helper()
+	ctx, err := tb.sm.PrepareSnapshot()
+	require.NoError(tb.t, err)
+	var buf bytes.Buffer
+	require.NoError(tb.t, tb.sm.SaveSnapshot(ctx, &buf, nil))
+	other := setup(tb.t)
+	require.NoError(tb.t, other.sm.RecoverFromSnapshot(&buf, nil))
+	other.index, other.now = other.sm.Applied(), tb.now
+	return other
+}
+
 func (tb *testBundle) advance(d time.Duration) { tb.now = tb.now.Add(d) }
 
 func (tb *testBundle) newID() string {
