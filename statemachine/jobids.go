@@ -24,8 +24,11 @@ import (
 // deterministic whatever their filters hold.
 //
 // Only the last jobIDKeep buckets are kept (advance, as entries apply):
-// the IDs enqueues bring are minutes old at most, and the filter stays
-// small after a burst.
+// a new job's ID is nearly always made by the node that proposes it,
+// milliseconds before its entry's time (a retry resends the same entry),
+// so 20-30 s of IDs covers them and the filter stays small (~1.2-2.4
+// bytes per job of that window). An older ID (a bulk request proposed in
+// chunks, a job moved from another shard) asks Pebble, as before.
 type jobIDFilter struct {
 	bloomBuckets
 	from int64 // the first bucket whose every stored job ID is in the filter
@@ -33,7 +36,7 @@ type jobIDFilter struct {
 
 const (
 	jobIDBucketMs = 10_000
-	jobIDKeep     = 6 // buckets: a minute of IDs
+	jobIDKeep     = 2 // buckets: 20-30 s of IDs
 	jobIDFirstCap = 1 << 12
 )
 
