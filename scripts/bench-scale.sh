@@ -12,6 +12,7 @@
 # Each stage is repeated for every shard count in SHARDS. Knobs:
 #   BIN=bin/corvo CPU_SHARE=0.25 PERIOD_US=10000 DUR=20s SHARDS="4 16"
 #   STAGES="r1 r3 fixed" LOAD="--mode e2e --producers 64 --workers 256 --queues 32"
+#   FIXED_FLAGS="--ack-fetch" (added to the fixed-rate stage's bench flags)
 # PERIOD_US is the CFS period: a node that used its share waits for the
 # next period, so a long period (the kernel's default is 100 ms) adds up
 # to (1 - CPU_SHARE) of it to a request's latency; 10 ms keeps that small.
@@ -135,7 +136,7 @@ for shards in $SHARDS; do
       cluster "$n" "$r" "$shards" "$port"
       if [ "$stage" = fixed ]; then
         # shellcheck disable=SC2086
-        run "fixed-n$n-r$r-s$shards" --mode fixed-rate --rate 1000 --senders 32 --workers 8 --queues 8 --duration "$DUR"
+        run "fixed-n$n-r$r-s$shards" --mode fixed-rate --rate 1000 --senders 32 --workers 8 --queues 8 --duration "$DUR" ${FIXED_FLAGS:-}
       else
         # shellcheck disable=SC2086
         run "$stage-n$n-s$shards" $LOAD --duration "$DUR"
