@@ -53,7 +53,7 @@ func TestMetricsMetadata(t *testing.T) {
 	require.Equal(t, "gauge", types["corvo_memory_resident_bytes"])
 	require.Equal(t, "gauge", types["corvo_memory_over_budget"])
 	require.Equal(t, "counter", types["corvo_memory_refused_total"])
-	for _, c := range []string{"request_bodies", "proposals", "mirror_buffer", "event_ring", "block_cache", "memtables", "job_cache"} {
+	for _, c := range []string{"request_bodies", "proposals", "mirror_buffer", "event_ring", "block_cache", "memtables", "job_cache", "filters"} {
 		require.Contains(t, string(body), `corvo_memory_used_bytes{consumer="`+c+`"} `)
 	}
 	for _, c := range []string{"request_bodies", "proposals", "mirror_buffer", "block_cache", "memtables", "job_cache", "raft_log"} {

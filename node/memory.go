@@ -62,6 +62,7 @@ func (m *nodeMemory) start(host *shard.Host, hub *events.Hub, quiet func()) {
 		"memtables":    usage(func(_, mt, _ int64) int64 { return mt }),
 		"job_cache":    usage(func(_, _, j int64) int64 { return j }),
 		"sqlite_cache": mirror.SQLiteMemory,
+		"filters":      host.FilterBytes,
 	}
 	if hub != nil {
 		extra["event_ring"] = hub.Held

@@ -398,6 +398,18 @@ func (h *Host) MemoryUsage() (blockCache, memtables, jobCache int64) {
 	return h.cache.Size(), memtables, jobCache
 }
 
+// FilterBytes is what the shards' dedup and job-ID filters hold
+// (statemachine.StateMachine.FilterBytes).
+func (h *Host) FilterBytes() int64 {
+	var n int64
+	for i := range h.sms {
+		if s := h.sms[i].Load(); s != nil {
+			n += s.FilterBytes()
+		}
+	}
+	return n
+}
+
 // ReleaseMemory gives back what the node's shards cache for speed (the
 // node's idle release): each state machine's cache of live jobs and its
 // memtable (flushed), the Raft log's memtable (flushed), then the blocks

@@ -54,6 +54,7 @@ func (d *dedupFilter) prune(before EntryID) { d.dropBefore(dedupBucket(before)) 
 type bloomBuckets struct {
 	buckets  map[int64][]*bucketBloom
 	firstCap uint
+	bytes    int64 // the filters' bit arrays (MemoryUsage)
 }
 
 type bucketBloom struct {
@@ -74,7 +75,9 @@ func (d *bloomBuckets) addKey(b int64, key []byte) {
 		if len(chain) > 0 {
 			limit = chain[len(chain)-1].limit * 2
 		}
-		chain = append(chain, &bucketBloom{f: bloom.NewWithEstimates(limit, bloomFP), limit: limit})
+		f := bloom.NewWithEstimates(limit, bloomFP)
+		d.bytes += bloomBytes(f)
+		chain = append(chain, &bucketBloom{f: f, limit: limit})
 		d.buckets[b] = chain
 	}
 	last := chain[len(chain)-1]
@@ -94,12 +97,18 @@ func (d *bloomBuckets) test(b int64, key []byte) bool {
 
 // dropBefore forgets the buckets before cut.
 func (d *bloomBuckets) dropBefore(cut int64) {
-	for b := range d.buckets {
+	for b, chain := range d.buckets {
 		if b < cut {
+			for _, f := range chain {
+				d.bytes -= bloomBytes(f.f)
+			}
 			delete(d.buckets, b)
 		}
 	}
 }
+
+// bloomBytes is the size of f's bit array.
+func bloomBytes(f *bloom.BloomFilter) int64 { return int64(f.Cap()+63) / 64 * 8 }
 
 // loadDedup fills the filter with every dedup record stored: at most
 // DedupRetention's worth of entry IDs (the keys alone are read).

@@ -53,6 +53,9 @@ func TestJobIDFilterAnswersOnlyWhatItHolds(t *testing.T) {
 	for _, id := range ids {
 		require.True(t, f.mayExist([]byte(id)))
 	}
+	// The chain of one bucket: filters for 4,096 and 8,192 IDs, ~9.6 bits
+	// per ID at bloomFP.
+	require.InDelta(t, float64(3*jobIDFirstCap)*9.6/8, float64(f.bytes), float64(3*jobIDFirstCap)/8, "the filters' bytes: %d", f.bytes)
 	fp := 0
 	for range 10000 {
 		if f.mayExist([]byte(jobIDAt("1", t0, rnd))) {
@@ -65,6 +68,7 @@ func TestJobIDFilterAnswersOnlyWhatItHolds(t *testing.T) {
 
 	f.advance(t0.Add(jobIDKeep*jobIDBucketMs*time.Millisecond + time.Minute).UnixNano())
 	require.Empty(t, f.buckets, "buckets more than jobIDKeep before now are forgotten")
+	require.Zero(t, f.bytes, "and their bytes with them")
 	require.True(t, f.mayExist([]byte(ids[0])), "and their IDs are the DB's to answer again")
 	f.advance(t0.UnixNano())
 	require.Greater(t, f.from, jobIDBucketOfTime(t0.UnixNano()), "from never goes back")
@@ -104,8 +108,10 @@ func TestStateMachineExistingIDFoundThroughTheJobIDFilter(t *testing.T) {
 			require.False(t, tb.sm.jobIDs.test(b, []byte(id)), "%s: the older jobs were not loaded: %s", what, id)
 		}
 		require.False(t, tb.sm.jobIDs.mayExist([]byte(jobIDAt("1", tb.now, tb.rnd))), "%s: a new ID is new", what)
+		require.Equal(t, tb.sm.dedup.bytes+tb.sm.jobIDs.bytes, tb.sm.FilterBytes(), "%s: the gauge's figure", what)
 	}
 	again(tb, "as applied")
+	require.Positive(t, tb.sm.jobIDs.bytes)
 	tb.reopen()
 	again(tb, "after a reopen")
 
@@ -114,5 +120,6 @@ func TestStateMachineExistingIDFoundThroughTheJobIDFilter(t *testing.T) {
 	tb.advance(time.Hour)
 	tb.apply() // an entry an hour later: every bucket is forgotten
 	require.Empty(t, tb.sm.jobIDs.buckets)
+	require.Equal(t, tb.sm.dedup.bytes, tb.sm.FilterBytes(), "the job-ID filter holds nothing")
 	again(tb, "an hour later")
 }

@@ -177,6 +177,7 @@ type StateMachine struct {
 
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
 	jobBytes      atomic.Int64  // the job cache's size after the last Update (MemoryUsage)
+	filterBytes   atomic.Int64  // the dedup and job-ID filters' size after the last Update (MemoryUsage)
 	closeMu       sync.RWMutex  // lookups, Sync and snapshots hold it shared; Close and ReleaseMemory's reopen exclusively
 	pinned        atomic.Int32  // snapshots prepared and not yet saved: the DB may not reopen
 	closed        bool
@@ -334,7 +335,24 @@ func (s *StateMachine) loadMeta() error {
 	if err := s.loadApplied(); err != nil {
 		return err
 	}
-	return s.loadJobIDs(s.lastNow)
+	if err := s.loadJobIDs(s.lastNow); err != nil {
+		return err
+	}
+	s.filterBytes.Store(s.filtersSize())
+	return nil
+}
+
+// filtersSize is what the dedup and job-ID filters' bit arrays take
+// (MemoryUsage). Call with jobsMu held, or before the shard serves.
+func (s *StateMachine) filtersSize() int64 {
+	var n int64
+	if s.dedup != nil {
+		n += s.dedup.bytes
+	}
+	if s.jobIDs != nil {
+		n += s.jobIDs.bytes
+	}
+	return n
 }
 
 // loadApplied reads the applied index and the last entry's time.
@@ -404,6 +422,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	s.applied = last
 	s.appliedAtomic.Store(last)
 	s.jobBytes.Store(s.jobs.bytes)
+	s.filterBytes.Store(s.filtersSize())
 	if s.cfg.Listener != nil {
 		s.cfg.Listener.Applied(&AppliedInfo{ShardID: s.cfg.ShardID, Index: last, Queues: signals, Active: s.active, Due: s.due,
 			Outbox: s.outbox, NextCron: s.nextCron, Changes: a.changeList(), From: entries[0].Index, Events: a.events, Bytes: size})
@@ -426,6 +445,11 @@ func (s *StateMachine) Sync() error {
 	}
 	return nil
 }
+
+// FilterBytes is what the shard's dedup and job-ID filters hold (bloom
+// filters of the entry IDs of DedupRetention and the job IDs of the last
+// 20-30 s: they grow with the write rate, ~1-2 bytes per job).
+func (s *StateMachine) FilterBytes() int64 { return s.filterBytes.Load() }
 
 // MemoryUsage is what the shard holds in memory: its Pebble memtables
 // (those waiting to be freed included) and its cache of live jobs.
