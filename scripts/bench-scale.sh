@@ -21,10 +21,10 @@
 set -euo pipefail
 BIN=${BIN:-bin/corvo}
 # 0.2 of a core: six nodes then take 1.2 of the box's two cores and the
-# load generator the rest. At 0.25, six
-# nodes and the generator needed the whole box, which then set the
-# six-node figure (replicas 3: 1.39x three nodes at 0.25, 1.79x at 0.2;
-# BENCHMARKS.md, session 17).
+# load generator the rest. At 0.25, six nodes and the generator needed the
+# whole box, which then set the six-node figure (replicas 3: 1.39x three
+# nodes at 0.25; 1.18-1.79x over four runs at 0.2; BENCHMARKS.md,
+# session 17).
 CPU_SHARE=${CPU_SHARE:-0.2}
 DUR=${DUR:-20s}
 SHARDS=${SHARDS:-4 16}
