@@ -115,17 +115,16 @@ func (r *runner) forJobID(id string) *httpClient {
 }
 
 // workerQueues is the node worker w is bound to and the queues (indexes)
-// its fetches name: those hosted there. A node hosting none of the
-// queues leaves its workers on every queue, through the node.
+// its fetches name: those hosted there. Worker w goes to the node of
+// queue w mod the queue count, so each node gets workers in proportion to
+// the queues it hosts, as it gets jobs (job i goes to queue i mod the
+// queue count). Bound round-robin over the nodes instead, a node hosting
+// half the queues had a quarter of the workers of a 4-node run and fell
+// behind while the others idled (BENCHMARKS.md, session 17).
 func (r *runner) workerQueues(w int) (node int, queues []int) {
-	node = w % len(r.clients)
+	node = r.place.queueHost[w%len(r.place.queueHost)]
 	for i, k := range r.place.queueHost {
 		if k == node {
-			queues = append(queues, i)
-		}
-	}
-	if len(queues) == 0 {
-		for i := range r.place.queueHost {
 			queues = append(queues, i)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 // TestPlacement: the queue → shard rule and job-ID parsing the bench takes
 // from the Go SDK are the server's router's; each shard goes to its leader when it is up, else to
 // the first placed node that is up; a shard with no node up is an error;
-// a worker fetches from its node's queues, or from all when its node
-// hosts none.
+// a worker fetches from its node's queues, and the nodes get workers in
+// proportion to the queues they host.
 func TestPlacement(t *testing.T) {
 	t.Parallel()
 	for _, shards := range []int{1, 4, 6, 16} {
@@ -54,6 +54,20 @@ func TestPlacement(t *testing.T) {
 	require.Equal(t, 2, node)
 	require.Equal(t, []int{1, 2}, qs)
 	node, qs = r.workerQueues(4)
-	require.Equal(t, 1, node)
-	require.Equal(t, []int{0, 1, 2, 3}, qs, "node 1 hosts no queue: its workers fetch from all")
+	require.Equal(t, 0, node)
+	require.Equal(t, []int{0, 3}, qs)
+	// Workers follow the queues: node 1 hosts none and gets none.
+	per := map[int]int{}
+	for w := range 8 {
+		node, _ := r.workerQueues(w)
+		per[node]++
+	}
+	require.Equal(t, map[int]int{0: 4, 2: 4}, per)
+	r.place.queueHost = []int{0, 0, 0, 1} // node 0 hosts three queues of four
+	per = map[int]int{}
+	for w := range 8 {
+		node, _ := r.workerQueues(w)
+		per[node]++
+	}
+	require.Equal(t, map[int]int{0: 6, 1: 2}, per, "workers in proportion to the queues, as the jobs are")
 }
