@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scale-out you can see (issue 16, point 5): every node gets the same CPU
-# share (a cgroup v1 child of /sys/fs/cgroup/cpu per node, CPU_SHARE of a
+# share (a cgroup v1 child of /sys/fs/cgroup/cpu per node, the stage's share of a
 # core; needs root), so adding nodes adds CPU the way adding machines
 # would, and the same `corvo bench --placement` load runs against each
 # cluster. The load generator runs outside the cgroups.
@@ -10,22 +10,26 @@
 #   fixed-rate:  4 nodes, replicas 1, 1,000 jobs/s over 8 queues (goal p50 ≤ 2 ms)
 #
 # Each stage is repeated for every shard count in SHARDS. Knobs:
-#   BIN=bin/corvo CPU_SHARE=0.2 PERIOD_US=10000 DUR=20s SHARDS="4 16"
+#   BIN=bin/corvo CPU_SHARE=0.2 (or SHARE_R1=0.25 SHARE_R3=0.2 SHARE_FIXED=0.25)
+#   PERIOD_US=10000 DUR=20s SHARDS="4 16"
 #   STAGES="r1 r3 fixed" LOAD="--mode e2e --producers 64 --workers 256 --queues 32"
 #   FIXED_FLAGS="--ack-fetch" (added to the fixed-rate stage's bench flags)
 # PERIOD_US is the CFS period: a node that used its share waits for the
 # next period, so a long period (the kernel's default is 100 ms) adds up
-# to (1 - CPU_SHARE) of it to a request's latency; 10 ms keeps that small.
+# to (1 - the share) of it to a request's latency; 10 ms keeps that small.
 # The load is closed-loop, so it needs enough concurrency to keep every
 # node busy at every cluster size (throughput = concurrency / latency).
 set -euo pipefail
 BIN=${BIN:-bin/corvo}
-# 0.2 of a core: six nodes then take 1.2 of the box's two cores and the
-# load generator the rest. At 0.25, six nodes and the generator needed the
-# whole box, which then set the six-node figure (replicas 3: 1.39x three
-# nodes at 0.25; 1.18-1.79x over four runs at 0.2; BENCHMARKS.md,
-# session 17).
-CPU_SHARE=${CPU_SHARE:-0.2}
+# Each stage compares its clusters under one per-node share (CPU_SHARE,
+# when set, is every stage's). Replicas 3 gets 0.2 of a core: six nodes at
+# 0.25 take 1.5 cores, and with the load generator they needed the whole
+# box, which then set the six-node figure (1.39x three nodes at 0.25;
+# 1.18-1.79x over four runs at 0.2; BENCHMARKS.md, session 17). Replicas 1
+# and the fixed rate (at most four nodes, 1 core) keep 0.25.
+SHARE_R1=${CPU_SHARE:-${SHARE_R1:-0.25}}
+SHARE_R3=${CPU_SHARE:-${SHARE_R3:-0.2}}
+SHARE_FIXED=${CPU_SHARE:-${SHARE_FIXED:-0.25}}
 DUR=${DUR:-20s}
 SHARDS=${SHARDS:-4 16}
 STAGES=${STAGES:-r1 r3 fixed}
@@ -38,7 +42,7 @@ CG_ROOT=/sys/fs/cgroup/cpu
 CG=$CG_ROOT/corvo-bench-scale-$$
 DIR=$(mktemp -d)
 PERIOD=${PERIOD_US:-10000}
-QUOTA=$(python3 -c "print(int($CPU_SHARE * $PERIOD))")
+QUOTA= # the stage's: quota SHARE
 
 PIDS=()
 stop_nodes() {
@@ -57,7 +61,10 @@ trap cleanup EXIT INT TERM
 [ -w "$CG_ROOT" ] || { echo "needs root and cgroup v1 at $CG_ROOT" >&2; exit 1; }
 mkdir "$CG"
 
-# cap PID I: node I's cgroup, CPU_SHARE of a core; PID moves into it.
+# quota SHARE: the stage's CFS quota, SHARE of a core per PERIOD.
+quota() { QUOTA=$(python3 -c "print(int($1 * $PERIOD))"); }
+
+# cap PID I: node I's cgroup, the stage's share of a core; PID moves into it.
 cap() {
   local d=$CG/node$2
   mkdir -p "$d"
@@ -131,9 +138,9 @@ port=20000
 for shards in $SHARDS; do
   for stage in $STAGES; do
     case $stage in
-    r1) sizes="1 2 4" r=1 ;;
-    r3) sizes="3 6" r=3 ;;
-    fixed) sizes="4" r=1 ;;
+    r1) sizes="1 2 4" r=1; quota "$SHARE_R1" ;;
+    r3) sizes="3 6" r=3; quota "$SHARE_R3" ;;
+    fixed) sizes="4" r=1; quota "$SHARE_FIXED" ;;
     *) echo "unknown stage $stage" >&2; exit 1 ;;
     esac
     for n in $sizes; do
