@@ -14,6 +14,10 @@
 #   PERIOD_US=10000 DUR=20s SHARDS="4 16"
 #   STAGES="r1 r3 fixed" LOAD="--mode e2e --producers 64 --workers 256 --queues 32"
 #   FIXED_FLAGS="--ack-fetch" (added to the fixed-rate stage's bench flags)
+#   PLACEMENT="" (default --placement: each request straight to its shard's
+#   node, each worker on one node's queues; empty: requests spread over the
+#   nodes, which forward them, and every worker fetches over every queue,
+#   across nodes)
 # PERIOD_US is the CFS period: a node that used its share waits for the
 # next period, so a long period (the kernel's default is 100 ms) adds up
 # to (1 - the share) of it to a request's latency; 10 ms keeps that small.
@@ -38,6 +42,7 @@ STAGES=${STAGES:-r1 r3 fixed}
 # at the end; BENCHMARKS.md, session 16), so the load generator, not the
 # cluster, set the figure.
 LOAD=${LOAD:---mode e2e --producers 64 --workers 256 --queues 32}
+PLACEMENT=${PLACEMENT---placement}
 CG_ROOT=/sys/fs/cgroup/cpu
 CG=$CG_ROOT/corvo-bench-scale-$$
 DIR=$(mktemp -d)
@@ -129,9 +134,9 @@ cluster() {
 run() {
   local name=$1
   shift
-  echo "### $name: corvo bench --url $URLS --placement $*" >&2
-  # shellcheck disable=SC2068
-  "$BIN" bench --url "$URLS" --placement -o json $@ 2>/dev/null | sed "s/^/$name /"
+  echo "### $name: corvo bench --url $URLS $PLACEMENT $*" >&2
+  # shellcheck disable=SC2068,SC2086
+  "$BIN" bench --url "$URLS" $PLACEMENT -o json $@ 2>/dev/null | sed "s/^/$name /"
 }
 
 port=20000
