@@ -177,7 +177,7 @@ type StateMachine struct {
 
 	appliedAtomic atomic.Uint64 // the applied index, for lookups
 	jobBytes      atomic.Int64  // the job cache's size after the last Update (MemoryUsage)
-	filterBytes   atomic.Int64  // the dedup and job-ID filters' size after the last Update (MemoryUsage)
+	filterBytes   atomic.Int64  // the dedup and job-ID filters' size after the last Update (FilterBytes)
 	closeMu       sync.RWMutex  // lookups, Sync and snapshots hold it shared; Close and ReleaseMemory's reopen exclusively
 	pinned        atomic.Int32  // snapshots prepared and not yet saved: the DB may not reopen
 	closed        bool
@@ -343,7 +343,7 @@ func (s *StateMachine) loadMeta() error {
 }
 
 // filtersSize is what the dedup and job-ID filters' bit arrays take
-// (MemoryUsage). Call with jobsMu held, or before the shard serves.
+// (FilterBytes). Call with jobsMu held, or before the shard serves.
 func (s *StateMachine) filtersSize() int64 {
 	var n int64
 	if s.dedup != nil {

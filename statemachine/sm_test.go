@@ -1047,6 +1047,22 @@ func TestStateMachineWorkerRotatingQueuesWriteOnce(t *testing.T) {
 	require.True(t, sameQueues(long, rev))
 	rev[0] = "other"
 	require.False(t, sameQueues(long, rev))
+	rot := append(slices.Clone(long[7:]), long[:7]...)
+	require.True(t, sameQueues(long, rot))
+	rot[len(rot)-1] = "other"
+	require.False(t, sameQueues(long, rot))
+}
+
+// A worker's rotated queue list is recognised on every fetch without an
+// allocation (not parallel: AllocsPerRun).
+func TestSameQueuesRotationAllocatesNothing(t *testing.T) {
+	long := make([]string, 40)
+	for i := range long {
+		long[i] = fmt.Sprint("q", i)
+	}
+	rot := append(slices.Clone(long[7:]), long[:7]...)
+	require.True(t, sameQueues(long, rot))
+	require.Zero(t, testing.AllocsPerRun(10, func() { sameQueues(long, rot) }))
 }
 
 // TestStateMachineCrossShardMove plays the relay by hand between two
