@@ -18,7 +18,7 @@ const (
 // runSDK is mode e2e through the Go SDK as an application would use it:
 // Producers goroutines calling Client.Enqueue (coalesced by the SDK) and
 // one Worker of Workers slots over every queue (batched acks that fetch),
-// with no tuning. Request latencies are not recorded (the SDK sends
+// with no tuning; with Rate, the calls are paced to Rate a second. Request latencies are not recorded (the SDK sends
 // them); a job counts as completed when its handler returns (the ack
 // follows in the SDK).
 func (r *runner) runSDK(start time.Time) *stats {
@@ -48,14 +48,24 @@ func (r *runner) runSDK(start time.Time) *stats {
 		_ = w.Run(wctx)
 	}()
 	pctx, pcancel := r.producerContext(start)
+	var (
+		p         *pacer
+		pacerDone <-chan struct{}
+	)
+	if r.cfg.Rate > 0 { // --rate: Rate calls a second over all producers
+		p, pacerDone = startPacer(pctx, float64(r.cfg.Rate), r.cfg.Producers)
+	}
 	results := make([]*stats, r.cfg.Producers)
 	var wg sync.WaitGroup
 	for i := range results {
-		wg.Go(func() { results[i] = r.sdkProducer(pctx, c) })
+		wg.Go(func() { results[i] = r.sdkProducer(pctx, c, p) })
 	}
 	wg.Wait()
 	r.producersDone.Store(true)
 	pcancel()
+	if p != nil {
+		<-pacerDone
+	}
 	// The workers stop once every job enqueued is completed (or the
 	// monitor or a deadline ends workCtx).
 	for wctx.Err() == nil && r.ctr.completed.Load() < r.ctr.enqueued.Load() {
@@ -71,13 +81,16 @@ func (r *runner) runSDK(start time.Time) *stats {
 	return all
 }
 
-func (r *runner) sdkProducer(ctx context.Context, c *corvo.Client) *stats {
+func (r *runner) sdkProducer(ctx context.Context, c *corvo.Client, p *pacer) *stats {
 	st := &stats{}
 	queues := r.cfg.queueNames()
 	var buf []byte
 	for ctx.Err() == nil {
 		i, n := r.claim()
 		if n == 0 {
+			break
+		}
+		if p != nil && !p.take(ctx) {
 			break
 		}
 		sent := time.Now()
