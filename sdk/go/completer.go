@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -33,6 +34,7 @@ const (
 // started (nil: none, the slot is free).
 type pendingAck struct {
 	a    Ack
+	g    *fetchGroup // the slot's: its next job comes from the group's queues
 	next chan *JobContext
 }
 
@@ -56,9 +58,10 @@ func newCompleter(w *Worker) *completer {
 	return c
 }
 
-// ack queues a slot's ack and returns the slot's next job (nil: none).
-func (c *completer) ack(a Ack) *JobContext {
-	p := &pendingAck{a: a, next: make(chan *JobContext, 1)}
+// ack queues the ack of a slot of group g and returns the slot's next job
+// (nil: none).
+func (c *completer) ack(a Ack, g *fetchGroup) *JobContext {
+	p := &pendingAck{a: a, g: g, next: make(chan *JobContext, 1)}
 	c.in <- p
 	return <-p.next
 }
@@ -108,28 +111,50 @@ func (c *completer) run() {
 			}
 		}
 		window.Stop()
-		c.sem <- struct{}{}
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			defer func() { <-c.sem }()
-			c.send(batch)
-		}()
+		// One request per group: its acks go to the group's node, and
+		// fetch from its queues.
+		for _, part := range byGroup(batch) {
+			c.sem <- struct{}{}
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				defer func() { <-c.sem }()
+				c.send(part)
+			}()
+		}
 		if !open {
 			return
 		}
 	}
 }
 
-// send acks a batch and hands each slot its next job.
+// byGroup splits a batch by the slots' groups, in order.
+func byGroup(batch []*pendingAck) [][]*pendingAck {
+	var parts [][]*pendingAck
+	for _, p := range batch {
+		i := slices.IndexFunc(parts, func(part []*pendingAck) bool { return part[0].g == p.g })
+		if i < 0 {
+			parts = append(parts, nil)
+			i = len(parts) - 1
+		}
+		parts[i] = append(parts[i], p)
+	}
+	return parts
+}
+
+// send acks a batch of one group's slots and hands each slot its next
+// job: the first keep of them (Worker.keep) fetch one each from the
+// group's queues, the others are given back.
 func (c *completer) send(batch []*pendingAck) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w := c.w
+	g := batch[0].g
+	keep := w.keep(g, len(batch))
 	if len(batch) == 1 {
 		var next *JobContext
-		if j := w.ackOne(ctx, batch[0].a); j != nil {
-			next = w.startAll([]FetchedJob{*j})[0]
+		if j := w.ackOne(ctx, batch[0].a, g, keep == 1); j != nil {
+			next = w.startAll([]FetchedJob{*j}, g)[0]
 		}
 		batch[0].next <- next
 		return
@@ -140,8 +165,8 @@ func (c *completer) send(batch []*pendingAck) {
 	}
 	var out *AckBatchResult
 	var err error
-	if !w.draining.Load() && !w.plainBatch.Load() {
-		out, err = w.c.ackBatch(ctx, acks, &FetchBody{Queues: w.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: len(acks)})
+	if keep > 0 && !w.draining.Load() && !w.plainBatch.Load() {
+		out, err = w.c.ackBatch(ctx, acks, &FetchBody{Queues: g.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: keep})
 		if isBadRequest(err) {
 			// A server without the batch's fetch refuses the field, and
 			// acked nothing: ack batches plainly, from now on.
@@ -172,12 +197,12 @@ func (c *completer) send(batch []*pendingAck) {
 		w.handBack(ctx, jobs) // claimed as the worker began to drain
 		jobs = nil
 	}
-	if len(jobs) > len(batch) {
-		w.handBack(ctx, jobs[len(batch):]) // more than asked for: not ours to run
-		jobs = jobs[:len(batch)]
+	if len(jobs) > keep {
+		w.handBack(ctx, jobs[keep:]) // more than asked for: not ours to run
+		jobs = jobs[:keep]
 	}
-	// All running before any slot has its job (as Run's fetch does).
-	jcs := w.startAll(jobs)
+	// All running before any slot has its job (as a poller's fetch does).
+	jcs := w.startAll(jobs, g)
 	for i, p := range batch {
 		if i < len(jcs) {
 			p.next <- jcs[i]
@@ -187,14 +212,15 @@ func (c *completer) send(batch []*pendingAck) {
 	}
 }
 
-// ackOne acks a lone job, with the slot's next fetch unless the worker
-// drains or the server refuses the field.
-func (w *Worker) ackOne(ctx context.Context, a Ack) *FetchedJob {
-	if w.draining.Load() || w.plainAcks.Load() {
+// ackOne acks a lone job of group g, with the slot's next fetch from the
+// group's queues when fetch, unless the worker drains or the server
+// refuses the field.
+func (w *Worker) ackOne(ctx context.Context, a Ack, g *fetchGroup, fetch bool) *FetchedJob {
+	if !fetch || w.draining.Load() || w.plainAcks.Load() {
 		_ = w.c.Ack(ctx, a)
 		return nil
 	}
-	out, err := w.c.AckAndFetch(ctx, a, FetchBody{Queues: w.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: 1})
+	out, err := w.c.AckAndFetch(ctx, a, FetchBody{Queues: g.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: 1})
 	if isBadRequest(err) {
 		// A server without ack-and-fetch refuses the field, and acked
 		// nothing: ack plainly, from now on.

@@ -1,8 +1,11 @@
 package corvo
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os/exec"
@@ -55,9 +58,40 @@ type forwardCounter struct {
 	mu        sync.Mutex
 	forwarded map[string]int
 	total     map[string]int
+	fetches   []sentFetch
+}
+
+// sentFetch is a fetch a request carried (a fetch's, or an ack's next
+// one): the node it went to and the queues it named.
+type sentFetch struct {
+	node   string
+	queues []string
 }
 
 func (f *forwardCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if p := req.URL.Path; req.Body != nil && (p == "/api/v1/fetch" || strings.HasPrefix(p, "/api/v1/ack/")) {
+		b, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		var body struct {
+			Queues []string `json:"queues"`
+			Fetch  *struct {
+				Queues []string `json:"queues"`
+			} `json:"fetch"`
+		}
+		if json.Unmarshal(b, &body) == nil {
+			if body.Fetch != nil {
+				body.Queues = body.Fetch.Queues
+			}
+			if len(body.Queues) > 0 {
+				f.mu.Lock()
+				f.fetches = append(f.fetches, sentFetch{"http://" + req.URL.Host, body.Queues})
+				f.mu.Unlock()
+			}
+		}
+	}
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
 		return resp, err
@@ -122,7 +156,8 @@ func startSpreadCluster(t *testing.T, ctx context.Context) []string {
 // and acks straight to the node hosting their shard: on a cluster whose
 // shards each live on one node, none of them is forwarded, while the
 // same load through one node without the placement is. A worker over
-// queues on every node gets every job exactly once.
+// queues on every node gets every job exactly once, fetching from each
+// node only the queues it hosts.
 func TestPlacementRoutesStraight(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
@@ -240,6 +275,21 @@ func TestPlacementRoutesStraight(t *testing.T) {
 			t.Fatalf("job %+v", j)
 		}
 	}
+	// The worker fetched from each node apart: every fetch, and every
+	// fetch an ack carried, named only queues of the node it went to.
+	on.mu.Lock()
+	p := c.place.cur.Load()
+	for _, f := range on.fetches {
+		for _, q := range f.queues {
+			if node := p.hosts[ShardForQueue(q, 6)][0]; node != f.node {
+				t.Errorf("a fetch sent to %s named %s, on %s: %v", f.node, q, node, f.queues)
+			}
+		}
+	}
+	if len(on.fetches) == 0 {
+		t.Error("no fetch seen")
+	}
+	on.mu.Unlock()
 	fwd, total := on.counts()
 	t.Logf("with the placement: requests %v, forwarded %v", total, fwd)
 	for _, route := range []string{"/api/v1/enqueue", "/api/v1/enqueue/batch", "/api/v1/ack/{id}", "/api/v1/jobs/{id}"} {
@@ -309,4 +359,104 @@ func TestPlacementFailsOver(t *testing.T) {
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A worker over queues on two nodes shares its slots between them: while
+// one node's backlog holds every slot but the one the other node's poller
+// waits with, a backlog arriving on the other node gets its share (a slot
+// that finished a job gives its slot back for that poller when its node
+// holds more than its share), instead of one slot until the first backlog
+// is done.
+func TestWorkerSharesSlotsBetweenNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	urls := startSpreadCluster(t, ctx)
+	c := New(urls[0])
+	if err := c.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two queues whose shards two different nodes lead.
+	var queues []string
+	var nodes []string
+	for i := 0; len(queues) < 2; i++ {
+		q := fmt.Sprintf("share.q%d", i)
+		node := c.routeQueue(q)[0]
+		if len(nodes) == 0 || node != nodes[0] {
+			queues, nodes = append(queues, q), append(nodes, node)
+		}
+	}
+	enqueue := func(q string, n int) {
+		reqs := make([]EnqueueRequest, n)
+		for i := range reqs {
+			reqs[i] = EnqueueRequest{Queue: q, Payload: map[string]int{"i": i}}
+		}
+		if _, err := c.EnqueueBatch(ctx, reqs, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const settled, measured = 30, 150
+	enqueue(queues[0], 400)
+	var mu sync.Mutex
+	var order []string
+	busy, done := make(chan struct{}), make(chan struct{})
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w := NewWorker(c, WorkerOptions{Concurrency: 6, FetchTimeout: 2 * time.Second})
+	var from int // where the second backlog's measure starts
+	for _, q := range queues {
+		w.Register(q, func(jctx context.Context, j *JobContext) (any, error) {
+			// A job that takes a while: the slots stay busy, so the
+			// backlog that took them first would keep them.
+			select {
+			case <-time.After(2 * time.Millisecond):
+			case <-jctx.Done():
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, j.Queue)
+			switch len(order) {
+			case settled:
+				close(busy)
+			case from + measured:
+				if from > 0 {
+					close(done)
+				}
+			}
+			return nil, nil
+		})
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- w.Run(wctx) }()
+	select {
+	case <-busy:
+	case <-ctx.Done():
+		t.Fatal("the worker never took the first backlog")
+	}
+	enqueue(queues[1], 200)
+	mu.Lock()
+	from = len(order)
+	mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the worker never handled the jobs measured")
+	}
+	stop()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := map[string]int{}
+	for _, q := range order[from : from+measured] {
+		n[q]++
+	}
+	// Its share is half the slots; one slot of six would give it ~17 %.
+	if n[queues[1]] < measured*3/10 {
+		t.Fatalf("of the %d jobs handled once %s had a backlog too, it had %d (under 30%%): %v", measured, queues[1], n[queues[1]], n)
+	}
+	t.Logf("of the %d jobs handled once both queues had a backlog: %v", measured, n)
 }

@@ -47,11 +47,12 @@ type Worker struct {
 	// none in flight): a finished job's usage waits for it (usageLeft).
 	hbRound chan struct{}
 
-	// queues are the ones Run fetches from; draining is set when Run's
-	// context ends (acks then fetch nothing more); plainAcks when the
-	// server took no fetch with an ack (an older server), plainBatch when
-	// it took none with an ack batch. comp batches the acks (completer.go).
-	queues     []string
+	// groups are Run's queues grouped by node, a poller each (groups.go);
+	// draining is set when Run's context ends (acks then fetch nothing
+	// more); plainAcks when the server took no fetch with an ack (an
+	// older server), plainBatch when it took none with an ack batch. comp
+	// batches the acks (completer.go).
+	groups     atomic.Pointer[[]*fetchGroup]
 	base       context.Context // every job's context derives from it (Run's)
 	draining   atomic.Bool
 	plainAcks  atomic.Bool
@@ -93,6 +94,7 @@ func (w *Worker) ID() string { return w.opt.ID }
 type JobContext struct {
 	FetchedJob
 	w      *Worker
+	g      *fetchGroup // the queues its ack fetches the slot's next job from
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -225,7 +227,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	for q := range w.handlers {
 		queues = append(queues, q)
 	}
-	w.queues = queues
 	stopWatch := context.AfterFunc(ctx, func() { w.draining.Store(true) })
 	defer stopWatch()
 	w.slots = make(chan struct{}, w.opt.Concurrency)
@@ -238,51 +239,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbCtx, stopHB := context.WithCancel(context.Background())
 	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx) }()
 
-	var wg sync.WaitGroup
+	var wg sync.WaitGroup // the slots running jobs
+	w.placementWait(ctx)
+	groups := w.c.groupQueues(queues)
 	for ctx.Err() == nil {
-		// Lease only as many jobs as there are free slots.
-		select {
-		case w.slots <- struct{}{}:
-		case <-ctx.Done():
-			continue
+		current := groups // the completer reads it (Worker.keep)
+		w.groups.Store(&current)
+		done := make(chan struct{}) // closed when the grouping changes
+		var pollers sync.WaitGroup
+		for _, g := range current {
+			pollers.Go(func() { w.poll(ctx, done, g, len(current) > 1, &wg) })
 		}
-		free := 1
-		for free < w.opt.Concurrency {
-			select {
-			case w.slots <- struct{}{}:
-				free++
-				continue
-			default:
-			}
-			break
-		}
-		jobs, err := w.c.Fetch(ctx, FetchRequest{Queues: queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname,
-			Timeout: w.opt.FetchTimeout.Seconds(), Count: free})
-		for i := len(jobs); i < free; i++ {
-			<-w.slots
-		}
-		if err != nil && ctx.Err() == nil {
-			select { // the server is away: try again shortly
-			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-		// Every job of the answer counts as running before the first
-		// handler does: a handler that finishes at once must not find the
-		// worker idle and send its ack alone (see completer.run).
-		jcs := w.startAll(jobs)
-		for _, jc := range jcs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-w.slots }()
-				// Each ack fetches the next job for this slot when one
-				// is pending (one request per job in the steady state).
-				for jc != nil {
-					jc = w.handle(jc)
-				}
-			}()
-		}
+		groups = w.regroup(ctx, queues, current)
+		close(done)
+		pollers.Wait()
 	}
 	// Drain.
 	done := make(chan struct{})
@@ -300,9 +270,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// startAll registers jobs as running (heartbeats carry them from now on)
-// and returns their contexts.
-func (w *Worker) startAll(jobs []FetchedJob) []*JobContext {
+// startAll registers jobs of group g as running (heartbeats carry them
+// from now on) and returns their contexts.
+func (w *Worker) startAll(jobs []FetchedJob, g *fetchGroup) []*JobContext {
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -311,7 +281,7 @@ func (w *Worker) startAll(jobs []FetchedJob) []*JobContext {
 	defer w.mu.Unlock()
 	for i, j := range jobs {
 		ctx, cancel := context.WithCancelCause(w.base)
-		jcs[i] = &JobContext{FetchedJob: j, w: w, ctx: ctx, cancel: cancel}
+		jcs[i] = &JobContext{FetchedJob: j, w: w, g: g, ctx: ctx, cancel: cancel}
 		w.inflight[j.JobID] = jcs[i]
 	}
 	return jcs
@@ -370,7 +340,7 @@ func (w *Worker) handle(jc *JobContext) *JobContext {
 		a.StepStatus = "exit"
 	}
 	jc.mu.Unlock()
-	return w.comp.ack(a)
+	return w.comp.ack(a, jc.g)
 }
 
 // running is how many jobs the worker runs: handlers running, and jobs

@@ -640,14 +640,16 @@ func TestWorkerStartsAnAckBatchsJobsTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := NewWorker(c, WorkerOptions{Concurrency: n})
-	w.queues, w.base = []string{"sdk.together"}, ctx
-	jobs, err := c.Fetch(ctx, FetchRequest{Queues: w.queues, WorkerID: w.ID(), Count: n})
+	g := &fetchGroup{queues: []string{"sdk.together"}}
+	w.groups.Store(&[]*fetchGroup{g})
+	w.base = ctx
+	jobs, err := c.Fetch(ctx, FetchRequest{Queues: g.queues, WorkerID: w.ID(), Count: n})
 	if err != nil || len(jobs) != n {
 		t.Fatalf("fetched %d jobs: %v", len(jobs), err)
 	}
 	batch := make([]*pendingAck, n)
 	for i, j := range jobs {
-		batch[i] = &pendingAck{a: Ack{JobID: j.JobID, WorkerID: w.ID(), Attempt: j.Attempt}, next: make(chan *JobContext, 1)}
+		batch[i] = &pendingAck{a: Ack{JobID: j.JobID, WorkerID: w.ID(), Attempt: j.Attempt}, g: g, next: make(chan *JobContext, 1)}
 	}
 	(&completer{w: w}).send(batch)
 	if got := w.running(); got != n {
