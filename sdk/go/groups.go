@@ -35,11 +35,21 @@ type fetchGroup struct {
 	chains  atomic.Int32
 }
 
+// slotsPerGroup: a worker groups its queues by node only with at least
+// this many slots per group. Each poller holds a slot while its node has
+// nothing, so while one node has all the work the others' pollers keep
+// (groups - 1) slots from it: under a quarter of the slots this way. With
+// fewer slots the worker fetches over every queue at once, as on one node.
+const slotsPerGroup = 4
+
 // groupQueues groups queues by the node leading their shard, in the order
-// of their first queue (one group of all of them without the placement).
-func (c *Client) groupQueues(queues []string) []*fetchGroup {
+// of their first queue: one group of all of them without the placement,
+// or when a worker of slots slots would have fewer than slotsPerGroup per
+// group.
+func (c *Client) groupQueues(queues []string, slots int) []*fetchGroup {
+	all := []*fetchGroup{{queues: queues}}
 	if c.placement() == nil {
-		return []*fetchGroup{{queues: queues}}
+		return all
 	}
 	var groups []*fetchGroup
 	at := map[string]*fetchGroup{}
@@ -55,6 +65,9 @@ func (c *Client) groupQueues(queues []string) []*fetchGroup {
 			groups = append(groups, g)
 		}
 		g.queues = append(g.queues, q)
+	}
+	if len(groups) > 1 && slots < slotsPerGroup*len(groups) {
+		return all
 	}
 	return groups
 }
@@ -135,7 +148,7 @@ func (w *Worker) regroup(ctx context.Context, queues []string, cur []*fetchGroup
 			return cur
 		case <-t.C:
 		}
-		if next := w.c.groupQueues(queues); !sameGroups(next, cur) {
+		if next := w.c.groupQueues(queues, w.opt.Concurrency); !sameGroups(next, cur) {
 			return next
 		}
 	}

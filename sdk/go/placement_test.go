@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,7 +236,7 @@ func TestPlacementRoutesStraight(t *testing.T) {
 	allSeen := make(chan struct{})
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	w := NewWorker(c, WorkerOptions{Concurrency: 8, FetchTimeout: 2 * time.Second})
+	w := NewWorker(c, WorkerOptions{Concurrency: 12, FetchTimeout: 2 * time.Second}) // 4 slots a node: a poller each
 	for _, q := range queues {
 		w.Register(q, func(_ context.Context, j *JobContext) (any, error) {
 			mu.Lock()
@@ -404,7 +405,7 @@ func TestWorkerSharesSlotsBetweenNodes(t *testing.T) {
 	busy, done := make(chan struct{}), make(chan struct{})
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	w := NewWorker(c, WorkerOptions{Concurrency: 6, FetchTimeout: 2 * time.Second})
+	w := NewWorker(c, WorkerOptions{Concurrency: 8, FetchTimeout: 2 * time.Second})
 	var from int // where the second backlog's measure starts
 	for _, q := range queues {
 		w.Register(q, func(jctx context.Context, j *JobContext) (any, error) {
@@ -454,9 +455,44 @@ func TestWorkerSharesSlotsBetweenNodes(t *testing.T) {
 	for _, q := range order[from : from+measured] {
 		n[q]++
 	}
-	// Its share is half the slots; one slot of six would give it ~17 %.
+	// Its share is half the slots; one slot of eight would give it ~12 %.
 	if n[queues[1]] < measured*3/10 {
 		t.Fatalf("of the %d jobs handled once %s had a backlog too, it had %d (under 30%%): %v", measured, queues[1], n[queues[1]], n)
 	}
 	t.Logf("of the %d jobs handled once both queues had a backlog: %v", measured, n)
+}
+
+// A worker groups its queues by the node leading their shard when it has
+// slotsPerGroup slots per group; with fewer, or without the placement, it
+// fetches over every queue at once.
+func TestGroupQueues(t *testing.T) {
+	c := New("http://127.0.0.1:1")
+	c.place.started.Store(true)
+	queues := []string{"a", "b", "c", "d", "e", "f"}
+	if g := c.groupQueues(queues, 100); len(g) != 1 || !slices.Equal(g[0].queues, queues) {
+		t.Fatalf("without the placement: %+v", g)
+	}
+	nodes := []string{"http://n1", "http://n2", "http://n3"}
+	p := &placement{hosts: make([][]string, 6)}
+	for sh := range p.hosts {
+		p.hosts[sh] = []string{nodes[sh%3]}
+	}
+	c.place.cur.Store(p)
+	want := map[string][]string{}
+	for _, q := range queues {
+		node := nodes[ShardForQueue(q, 6)%3]
+		want[node] = append(want[node], q)
+	}
+	g := c.groupQueues(queues, slotsPerGroup*len(want))
+	if len(g) != len(want) {
+		t.Fatalf("%d groups for %v", len(g), want)
+	}
+	for _, x := range g {
+		if !slices.Equal(x.queues, want[x.node]) {
+			t.Fatalf("group %s: %v, want %v", x.node, x.queues, want[x.node])
+		}
+	}
+	if g := c.groupQueues(queues, slotsPerGroup*len(want)-1); len(g) != 1 || !slices.Equal(g[0].queues, queues) {
+		t.Fatalf("with fewer slots than %d a group: %+v", slotsPerGroup, g)
+	}
 }

@@ -241,7 +241,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup // the slots running jobs
 	w.placementWait(ctx)
-	groups := w.c.groupQueues(queues)
+	groups := w.c.groupQueues(queues, w.opt.Concurrency)
 	for ctx.Err() == nil {
 		current := groups // the completer reads it (Worker.keep)
 		w.groups.Store(&current)
