@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 	"unsafe"
 
 	pebblelog "github.com/cockroachdb/pebble"
@@ -88,9 +89,22 @@ func (h *Host) flushLogDB() error {
 	defer h.logDBMu.Unlock()
 	var errs []error
 	for _, db := range h.logDBs {
-		if err := db.Flush(); err != nil {
+		// A flush that cannot write is retried by Pebble for ever: wait
+		// for it a bounded time (statemachine/flush.go).
+		done, err := db.AsyncFlush()
+		if err == nil {
+			select {
+			case <-done:
+			case <-time.After(logDBFlushWait):
+				err = fmt.Errorf("did not finish within %v (does the disk fail?)", logDBFlushWait)
+			}
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("flush the raft log: %w", err))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// logDBFlushWait bounds the idle release's flush of the Raft log.
+const logDBFlushWait = time.Minute

@@ -202,6 +202,9 @@ func (s *StateMachine) pebbleOptions() *pebble.Options {
 		L0CompactionThreshold: 8,
 		L0StopWritesThreshold: 32,
 		Logger:                pebbleLogger{s.cfg.Logger},
+		EventListener: &pebble.EventListener{
+			BackgroundError: (&errorLimiter{log: s.cfg.Logger, every: backgroundErrorEvery, now: time.Now}).backgroundError,
+		},
 		// No write-ahead log: the Raft log is this DB's log. Update
 		// commits to the memtable only; Sync (before every snapshot and
 		// log compaction) and Close flush it, and after a crash Open
@@ -282,7 +285,7 @@ func (s *StateMachine) wipeUnfinishedRecovery(db *pebble.DB) error {
 	if err := db.DeleteRange(allKeysStart, allKeysEnd, pebble.NoSync); err != nil {
 		return fmt.Errorf("empty an unfinished recovery: %w", err)
 	}
-	if err := db.Flush(); err != nil {
+	if err := flushWithin(db, flushWait); err != nil {
 		return fmt.Errorf("empty an unfinished recovery: flush: %w", err)
 	}
 	return nil
@@ -440,7 +443,7 @@ func (s *StateMachine) Sync() error {
 	if s.db == nil {
 		return ErrClosed
 	}
-	if err := s.db.Flush(); err != nil {
+	if err := flushWithin(s.db, flushWait); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
@@ -495,7 +498,7 @@ func (s *StateMachine) ReleaseMemory() error {
 		return nil
 	}
 	s.dropJobCache()
-	if err := s.db.Flush(); err != nil {
+	if err := flushWithin(s.db, releaseFlushWait); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
@@ -516,7 +519,7 @@ func (s *StateMachine) reopenLocked() error {
 	}
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
 	s.jobBytes.Store(0)
-	if err := s.db.Flush(); err != nil {
+	if err := flushWithin(s.db, releaseFlushWait); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
 	if s.pinned.Load() > 0 { // a snapshot being saved reads this DB
@@ -547,8 +550,9 @@ func (s *StateMachine) Close() error {
 		return nil
 	}
 	// What the memtable holds is flushed, so a restart need not replay
-	// it from the Raft log (a crash does).
-	ferr := s.db.Flush()
+	// it from the Raft log (a crash does); a flush that cannot finish
+	// is left to that replay.
+	ferr := flushWithin(s.db, closeFlushWait)
 	err := s.db.Close()
 	s.db = nil
 	if ferr != nil {
@@ -686,7 +690,7 @@ func (s *StateMachine) recover(r io.Reader, done <-chan struct{}) error {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
-	if err := s.db.Flush(); err != nil { // durable before dragonboat records the snapshot
+	if err := flushWithin(s.db, flushWait); err != nil { // durable before dragonboat records the snapshot
 		return fmt.Errorf("flush: %w", err)
 	}
 	return s.loadMeta()
