@@ -1,6 +1,6 @@
 import { CorvoError, ConflictError } from "./errors.js";
 import { fetchSend, httpSend, type Reply, type Send, staleConnection } from "./transport.js";
-import { downForMs, ForwardedHeader, planPlacement, type Placement, placementRefreshMs, shardForQueue, shardOfJobId, storedQueue } from "./placement.js";
+import { downForMs, ForwardedHeader, planPlacement, type Placement, placementRefreshMs, placementTimeoutMs, shardForQueue, slotsPerGroup, shardOfJobId, storedQueue } from "./placement.js";
 import type {
   AckBatchResult,
   AckFetched,
@@ -203,6 +203,7 @@ export class Client {
   private placeStarted = false;
   private place: Placement | null = null;
   private placeLoading = false;
+  private placeRead: Promise<void> | null = null; // the read under way
   private placeLast = 0;
   private readonly down = new Map<string, number>(); // node → until when it is left out
 
@@ -410,9 +411,61 @@ export class Client {
     if (this.placeOff || this.placeLoading || (this.placeLast !== 0 && Date.now() - this.placeLast < placementRefreshMs)) return;
     this.placeLoading = true;
     this.placeLast = Date.now();
-    void this.loadPlacement()
+    this.placeRead = this.loadPlacement()
       .catch(() => {}) // failing, the old placement stays
-      .finally(() => (this.placeLoading = false));
+      .finally(() => {
+        this.placeLoading = false;
+        this.placeRead = null;
+      });
+  }
+
+  /**
+   * @internal The placement, read at once if no read has been made yet
+   * (or waited for while the first read is under way), for at most
+   * placementTimeoutMs or until signal aborts: a worker starting on a
+   * cluster groups its queues by node from its first fetch. null: nothing
+   * to route (failing, there is none yet: a later read may bring it).
+   */
+  async placementNow(signal?: AbortSignal): Promise<Placement | null> {
+    const p = this.placement(); // the first call starts the read
+    const read = this.placeRead;
+    if (p || !read || signal?.aborted) return p;
+    let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
+    await new Promise<void>((r) => {
+      timer = setTimeout(r, placementTimeoutMs);
+      onAbort = r;
+      signal?.addEventListener("abort", onAbort, { once: true });
+      void read.then(() => r());
+    });
+    clearTimeout(timer);
+    if (onAbort) signal?.removeEventListener("abort", onAbort);
+    return this.placement();
+  }
+
+  /**
+   * @internal Groups queues by the node leading their shard (the first
+   * host of their route; "" for queues with no route), in the order of
+   * each group's first queue. Without the placement, or when a worker of
+   * `slots` slots would have fewer than slotsPerGroup per group: one group
+   * of all of them, node "".
+   */
+  groupQueues(queues: string[], slots: number): { node: string; queues: string[] }[] {
+    const all = [{ node: "", queues: [...queues] }];
+    if (!this.placement()) return all;
+    const groups: { node: string; queues: string[] }[] = [];
+    const at = new Map<string, { node: string; queues: string[] }>();
+    for (const q of queues) {
+      const node = this.routeQueue(q)?.[0] ?? "";
+      let g = at.get(node);
+      if (!g) {
+        g = { node, queues: [] };
+        at.set(node, g);
+        groups.push(g);
+      }
+      g.queues.push(q);
+    }
+    return groups.length > 1 && slots < slotsPerGroup * groups.length ? all : groups;
   }
 
   /** Reads the placement (st: a cluster status read already) and makes it the client's. */
@@ -422,7 +475,7 @@ export class Client {
         // Through the node list, without waiting out a Retry-After.
         for (let i = 0; ; i++) {
           try {
-            st = await this.call<ClusterStatus>("GET", "/api/v1/cluster/status", undefined, { retries: 0, signal: AbortSignal.timeout(10_000) });
+            st = await this.call<ClusterStatus>("GET", "/api/v1/cluster/status", undefined, { retries: 0, signal: AbortSignal.timeout(placementTimeoutMs) });
             break;
           } catch (err) {
             if (err instanceof CorvoError || i + 1 >= this.nodes.length) throw err;
@@ -438,7 +491,7 @@ export class Client {
     }
     let ns = this.namespace ?? "";
     if (ns === "" && this.apiKey) {
-      ns = (await this.call<WhoAmI>("GET", "/api/v1/auth/whoami", undefined, { retries: 0, signal: AbortSignal.timeout(10_000) })).namespace; // the key's own
+      ns = (await this.call<WhoAmI>("GET", "/api/v1/auth/whoami", undefined, { retries: 0, signal: AbortSignal.timeout(placementTimeoutMs) })).namespace; // the key's own
     }
     const [cur] = this.base();
     this.place = planPlacement(st, cur.startsWith("https://") ? "https://" : "http://", ns);

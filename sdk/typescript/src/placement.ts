@@ -22,6 +22,16 @@ import type { ClusterStatus } from "./types.js";
 export const ForwardedHeader = "X-Corvo-Forwarded";
 /** The least time between two reads of the placement. */
 export const placementRefreshMs = 2_000;
+/** How long one read of the placement may take (each of its requests, and a worker's wait for it). */
+export const placementTimeoutMs = 10_000;
+/**
+ * A worker groups its queues by node only with at least this many slots
+ * per group (the Go SDK's slotsPerGroup). Each poller holds a slot while
+ * its node has nothing, so while one node has all the work the others'
+ * pollers keep (groups - 1) slots from it: under a quarter of the slots
+ * this way. With fewer slots the worker fetches over every queue at once.
+ */
+export const slotsPerGroup = 4;
 /** How long a node that could not be reached is left out of routing. */
 export const downForMs = 5_000;
 

@@ -183,8 +183,68 @@ export class JobContext {
 
 interface PendingAck {
   ack: AckItem;
+  g: FetchGroup; // the slot's: its next job comes from the group's queues
   next: (job: FetchedJob | null) => void;
 }
+
+// A worker over queues on several nodes of a cluster fetches from each
+// node apart (as the Go SDK's, sdk/go/groups.go): its queues are grouped
+// by the node leading their shard, and each group has a poller that
+// long-polls that node for the group's queues alone, so every fetch is one
+// the node answers itself instead of a fetch the node must spread over the
+// others (a claim and a wait on every other node per fetch). An ack's
+// fetch names its job's group, whose node the ack goes to. The worker's
+// slots are shared: a group's poller holds one slot while its node has
+// nothing (so a job there is delivered at once) and takes more as its
+// answers come back full, and a slot that finished a job goes on fetching
+// from its group unless another group's poller waits for a slot and this
+// group holds more than its share of them: then the slot is given back for
+// that poller (fairness between nodes, as the server's rotation gives it
+// between the queues of one fetch). Without the placement (one node, or
+// `placement: false`) there is one group: every queue, fetched as before.
+
+/** The worker's queues whose shards one node leads. */
+interface FetchGroup {
+  node: string; // the node's base URL ("": not routed)
+  queues: string[];
+  // waiting: its poller waits for a free slot; chains: slots running its
+  // jobs (each fetching its next one from the group on its ack).
+  waiting: number;
+  chains: number;
+}
+
+/** A poller's wait for a free slot: answered true with the slot, false when the poller is to stop. */
+interface SlotWait {
+  gen: Grouping;
+  take: (got: boolean) => void;
+}
+
+/** One grouping of the worker's queues; over once it is replaced (or the worker drains). */
+interface Grouping {
+  groups: FetchGroup[];
+  over: boolean;
+}
+
+/** Whether two groupings put the same queues on the same nodes. */
+function sameGroups(a: FetchGroup[], b: FetchGroup[]): boolean {
+  const same = (x: string[], y: string[]) => x.length === y.length && x.every((q, i) => q === y[i]);
+  return a.length === b.length && a.every((x, i) => x.node === b[i].node && same(x.queues, b[i].queues));
+}
+
+/** Splits a batch of acks by the slots' groups, in order. */
+function byGroup(batch: PendingAck[]): PendingAck[][] {
+  const parts = new Map<FetchGroup, PendingAck[]>();
+  for (const p of batch) {
+    const part = parts.get(p.g);
+    if (part) part.push(p);
+    else parts.set(p.g, [p]);
+  }
+  return [...parts.values()];
+}
+
+// How often a running worker checks whether its queues' nodes changed (a
+// leader moved, a node left).
+const regroupEveryMs = 1_000;
 
 // As the Go SDK's completer (sdk/go/completer.go).
 const ackWindowMs = 1;
@@ -207,11 +267,13 @@ export class Worker {
   private readonly opt: Required<Omit<WorkerOptions, "id" | "onError">> & Pick<WorkerOptions, "onError">;
   private readonly handlers = new Map<string, Handler>();
   private readonly inflight = new Map<string, JobContext>();
-  private queues: string[] = [];
+  // The grouping the pollers fetch for (Worker.keep reads it), and the
+  // pollers waiting for a free slot, first come first served.
+  private grouping: Grouping = { groups: [], over: false };
+  private slotWaits: SlotWait[] = [];
   private draining = false;
   private stopFetch = new AbortController();
   private drainStarted = 0;
-  private wake: (() => void) | null = null;
   private plainAcks = false;
   private plainBatch = false;
   // The completer: acks gathered while handlers run, sent together.
@@ -220,6 +282,7 @@ export class Worker {
   private ackRequests = 0;
   private ackIdle: (() => void) | null = null;
   private slotsUsed = 0;
+  private readonly slots = new Set<Promise<void>>(); // running jobs, one chain each
   // Settles when the heartbeat in flight is answered (null: none in
   // flight): a finished job's usage waits for it (usageLeft).
   private hbRound: Promise<void> | null = null;
@@ -261,47 +324,39 @@ export class Worker {
    */
   async run(): Promise<void> {
     if (this.handlers.size === 0) throw new Error("corvo: no handler registered");
-    this.queues = [...this.handlers.keys()];
+    const queues = [...this.handlers.keys()];
     const onSignal = () => void this.stop();
     if (this.opt.handleSignals) {
       process.on("SIGTERM", onSignal);
       process.on("SIGINT", onSignal);
     }
     const hb = this.heartbeatLoop();
-    const slots: Promise<void>[] = [];
+    const pollers = new Set<Promise<void>>();
     try {
+      // The placement before the first fetch (at most placementTimeoutMs;
+      // without it the worker starts with one group and regroups once it
+      // is known).
+      await this.client.placementNow(this.stopFetch.signal);
+      let groups = this.group(queues);
       while (!this.draining) {
-        const free = this.opt.concurrency - this.slotsUsed;
-        if (free <= 0) {
-          await new Promise<void>((r) => (this.wake = r));
-          this.wake = null;
-          continue;
+        const gen: Grouping = { groups, over: false };
+        this.grouping = gen;
+        for (const g of groups) {
+          const p = this.poll(gen, g, groups.length > 1);
+          pollers.add(p);
+          void p.then(() => pollers.delete(p));
         }
-        let jobs: FetchedJob[] = [];
-        this.slotsUsed += free; // lease only as many jobs as there are free slots
-        try {
-          // A drain closes it: the server hands back what it claimed for it.
-          jobs = await this.client.fetch(this.fetchBody(free, this.opt.fetchTimeoutMs / 1000), { signal: this.stopFetch.signal });
-        } catch (err) {
-          if (!this.draining) {
-            this.opt.onError?.(err);
-            await sleep(500, this.stopFetch.signal).catch(() => {}); // the server is away: try again shortly
-          }
-        }
-        this.slotsUsed -= free - jobs.length;
-        if (this.draining) {
-          await this.handBack(jobs);
-          this.slotsUsed -= jobs.length;
-          break;
-        }
-        for (const j of jobs) {
-          const p = this.slot(j);
-          slots.push(p);
-          void p.then(() => slots.splice(slots.indexOf(p), 1));
-        }
+        groups = await this.regroup(queues, groups);
+        // Replaced: its pollers waiting for a slot stop now; a fetch under
+        // way is still answered and its jobs run (so no claimed job is
+        // left behind), and the new pollers start at once beside it.
+        gen.over = true;
+        this.endWaits(gen);
       }
-      // Drain.
-      const all = Promise.all(slots);
+      // Drain: the fetches in flight were closed (stop), and what they
+      // claimed was handed back; then the running jobs.
+      await Promise.all(pollers);
+      const all = Promise.all(this.slots);
       let timer: NodeJS.Timeout | undefined;
       const left = this.drainStarted + this.opt.shutdownGraceMs - Date.now();
       const graceOver = new Promise<"grace">((r) => (timer = setTimeout(() => r("grace"), Math.max(left, 0))));
@@ -324,28 +379,150 @@ export class Worker {
     if (this.draining) return;
     this.draining = true;
     this.drainStarted = Date.now();
-    this.stopFetch.abort(new WorkerShutdownError()); // closes the fetch in flight, ends a back-off sleep
-    this.wake?.();
+    // Closes the fetches in flight, ends a back-off sleep and the wait
+    // for the placement or the next regrouping.
+    this.stopFetch.abort(new WorkerShutdownError());
+    this.grouping.over = true;
+    this.endWaits();
     this.flushAcks();
   }
 
-  private fetchBody(count: number, timeout: number): FetchRequest {
-    return { queues: this.queues, worker_id: this.id, hostname: this.opt.hostname, timeout, count };
+  private fetchBody(g: FetchGroup, count: number, timeout: number): FetchRequest {
+    return { queues: g.queues, worker_id: this.id, hostname: this.opt.hostname, timeout, count };
   }
 
-  /** Runs jobs on one slot: each ack fetches the slot's next job. */
-  private async slot(first: FetchedJob): Promise<void> {
+  // ---- fetch groups: a poller per node (see FetchGroup)
+
+  /** queues grouped by the node leading their shard (one group of all of them without the placement). */
+  private group(queues: string[]): FetchGroup[] {
+    return this.client.groupQueues(queues, this.opt.concurrency).map((g) => ({ ...g, waiting: 0, chains: 0 }));
+  }
+
+  /** Answers a new grouping of queues once it differs from cur (checked every regroupEveryMs), or cur once the worker drains. */
+  private async regroup(queues: string[], cur: FetchGroup[]): Promise<FetchGroup[]> {
+    while (!this.draining) {
+      try {
+        await sleep(regroupEveryMs, this.stopFetch.signal);
+      } catch {
+        break;
+      }
+      const next = this.group(queues);
+      if (!sameGroups(next, cur)) return next;
+    }
+    return cur;
+  }
+
+  /** Takes a free slot for a poller of gen, waiting for one if none is; false: the poller is to stop instead. */
+  private takeSlot(gen: Grouping): Promise<boolean> | boolean {
+    if (gen.over || this.draining) return false;
+    if (this.slotsUsed < this.opt.concurrency) {
+      this.slotsUsed++;
+      return true;
+    }
+    return new Promise((take) => this.slotWaits.push({ gen, take }));
+  }
+
+  /** Frees a slot: the first poller waiting for one takes it over. */
+  private freeSlot(): void {
+    const w = this.slotWaits.shift();
+    if (w) w.take(true);
+    else this.slotsUsed--;
+  }
+
+  /** Stops the pollers of gen (every poller when none given) that wait for a slot. */
+  private endWaits(gen?: Grouping): void {
+    const left: SlotWait[] = [];
+    for (const w of this.slotWaits) {
+      if (!gen || w.gen === gen) w.take(false);
+      else left.push(w);
+    }
+    this.slotWaits = left;
+  }
+
+  /**
+   * Group g's poller: it leases as many jobs as it holds free slots
+   * (shared: starting from one, twice as many after each full answer, as
+   * many as came after a short one; alone: every free slot) and starts a
+   * slot for each, until the worker drains or its grouping is replaced (a
+   * fetch under way is still answered and its jobs run, so no claimed job
+   * is left behind).
+   */
+  private async poll(gen: Grouping, g: FetchGroup, shared: boolean): Promise<void> {
+    let want = shared ? 1 : this.opt.concurrency;
+    while (!gen.over && !this.draining) {
+      g.waiting++;
+      const got = await this.takeSlot(gen);
+      g.waiting--;
+      if (!got) return;
+      let free = 1;
+      while (free < want && this.slotsUsed < this.opt.concurrency) {
+        this.slotsUsed++;
+        free++;
+      }
+      let jobs: FetchedJob[] = [];
+      try {
+        // A drain closes it: the server hands back what it claimed for it.
+        jobs = await this.client.fetch(this.fetchBody(g, free, this.opt.fetchTimeoutMs / 1000), { signal: this.stopFetch.signal });
+      } catch (err) {
+        if (!this.draining) {
+          this.opt.onError?.(err);
+          await sleep(500, this.stopFetch.signal).catch(() => {}); // the server is away: try again shortly
+        }
+      }
+      for (let i = jobs.length; i < free; i++) this.freeSlot();
+      if (this.draining) {
+        await this.handBack(jobs);
+        for (let i = 0; i < jobs.length; i++) this.freeSlot();
+        return;
+      }
+      if (shared) want = jobs.length === free ? Math.min(2 * free, this.opt.concurrency) : Math.max(jobs.length, 1);
+      // Every job of the answer counts as running before the first
+      // handler finishes (handle registers it before its first await): a
+      // handler that finishes at once must not find the worker idle and
+      // send its ack alone (see scheduleAcks).
+      for (const j of jobs) {
+        g.chains++;
+        const p = this.slot(j, g);
+        this.slots.add(p);
+        void p.then(() => this.slots.delete(p));
+      }
+    }
+  }
+
+  /**
+   * How many of n slots that just finished a job of group g go on fetching
+   * from it: all of them unless another group's poller waits for a slot
+   * while g holds more than its share (the slots over all the groups that
+   * hold or want some); those beyond the share are given back.
+   */
+  private keep(g: FetchGroup, n: number): number {
+    const groups = this.grouping.groups;
+    if (groups.length < 2) return n;
+    let hungry = false;
+    let active = 0;
+    for (const o of groups) {
+      if (o.waiting > 0 || o.chains > 0) active++;
+      hungry ||= o !== g && o.waiting > 0;
+    }
+    if (!hungry) return n;
+    const share = Math.max(Math.floor(this.opt.concurrency / Math.max(active, 1)), 1);
+    const excess = g.chains - share;
+    return Math.max(Math.min(n, n - excess), 0);
+  }
+
+  /** Runs jobs of group g on one slot: each ack fetches the slot's next job from the group. */
+  private async slot(first: FetchedJob, g: FetchGroup): Promise<void> {
     let job: FetchedJob | null = first;
     try {
-      while (job) job = await this.handle(job);
+      while (job) job = await this.handle(job, g);
     } finally {
-      this.slotsUsed--;
-      this.wake?.();
+      g.chains--;
+      this.freeSlot();
     }
   }
 
   /** Runs a job and reports its outcome; answers the slot's next job (null: none). */
-  private async handle(job: FetchedJob): Promise<FetchedJob | null> {
+  private async handle(job: FetchedJob, g: FetchGroup): Promise<FetchedJob | null> {
     const ctx = new JobContext(this, job);
     this.inflight.set(job.job_id, ctx);
     const h = this.handlers.get(job.queue);
@@ -392,7 +569,7 @@ export class Worker {
     if (usage) ack.usage = usage;
     if (ctx.exit) ack.step_status = "exit";
     return new Promise<FetchedJob | null>((next) => {
-      this.acks.push({ ack, next });
+      this.acks.push({ ack, g, next });
       this.scheduleAcks();
     });
   }
@@ -414,13 +591,18 @@ export class Worker {
       this.ackTimer = null;
     }
     while (this.acks.length > 0 && this.ackRequests < maxAckRequests) {
-      const batch = this.acks.splice(0, maxAckBatch);
-      this.ackRequests++;
-      void this.sendAcks(batch).finally(() => {
-        this.ackRequests--;
-        if (this.acks.length > 0) this.scheduleAcks();
-        else if (this.ackRequests === 0) this.ackIdle?.();
-      });
+      // One request per group: its acks go to the group's node, and fetch
+      // from its queues. The parts no request is left for go first next.
+      const parts = byGroup(this.acks.splice(0, maxAckBatch));
+      while (parts.length > 0 && this.ackRequests < maxAckRequests) {
+        this.ackRequests++;
+        void this.sendAcks(parts.shift()!).finally(() => {
+          this.ackRequests--;
+          if (this.acks.length > 0) this.scheduleAcks();
+          else if (this.ackRequests === 0) this.ackIdle?.();
+        });
+      }
+      if (parts.length > 0) this.acks.unshift(...parts.flat());
     }
   }
 
@@ -430,10 +612,17 @@ export class Worker {
     return new Promise((r) => (this.ackIdle = r));
   }
 
+  /**
+   * Acks a batch of one group's slots and hands each slot its next job:
+   * the first keep of them (Worker.keep) fetch one each from the group's
+   * queues, the others are given back.
+   */
   private async sendAcks(batch: PendingAck[]): Promise<void> {
+    const g = batch[0].g;
+    const keep = this.keep(g, batch.length);
     let jobs: FetchedJob[] = [];
     try {
-      jobs = batch.length === 1 ? await this.ackOne(batch[0].ack) : await this.ackMany(batch.map((p) => p.ack));
+      jobs = batch.length === 1 ? await this.ackOne(batch[0].ack, g, keep === 1) : await this.ackMany(batch.map((p) => p.ack), g, keep);
     } catch (err) {
       this.opt.onError?.(err);
     }
@@ -441,19 +630,26 @@ export class Worker {
       await this.handBack(jobs); // claimed as the worker began to drain
       jobs = [];
     }
-    if (jobs.length > batch.length) await this.handBack(jobs.slice(batch.length)); // more than asked for
+    if (jobs.length > keep) {
+      await this.handBack(jobs.slice(keep)); // more than asked for: not ours to run
+      jobs = jobs.slice(0, keep);
+    }
     batch.forEach((p, i) => p.next(jobs[i] ?? null));
   }
 
-  /** Acks a lone job with the slot's next fetch, unless draining or the server refuses the field. */
-  private async ackOne(a: AckItem): Promise<FetchedJob[]> {
+  /**
+   * Acks a lone job of group g, with the slot's next fetch from the
+   * group's queues when fetch, unless draining or the server refuses the
+   * field.
+   */
+  private async ackOne(a: AckItem, g: FetchGroup, fetch: boolean): Promise<FetchedJob[]> {
     const { job_id, ...body } = a;
-    if (this.draining || this.plainAcks) {
+    if (!fetch || this.draining || this.plainAcks) {
       await this.client.ack(job_id, body);
       return [];
     }
     try {
-      return (await this.client.ackAndFetch(job_id, body, this.fetchBody(1, 0))).jobs ?? [];
+      return (await this.client.ackAndFetch(job_id, body, this.fetchBody(g, 1, 0))).jobs ?? [];
     } catch (err) {
       if (!(err instanceof CorvoError && err.status === 400)) throw err;
       this.plainAcks = true; // a server without ack-and-fetch refused the field, and acked nothing
@@ -462,12 +658,12 @@ export class Worker {
     }
   }
 
-  /** Acks many jobs in one request with a fetch for the slots they free. */
-  private async ackMany(acks: AckItem[]): Promise<FetchedJob[]> {
+  /** Acks many jobs of group g in one request, with a fetch from the group's queues for keep of the slots they free. */
+  private async ackMany(acks: AckItem[], g: FetchGroup, keep: number): Promise<FetchedJob[]> {
     let out;
-    if (!this.draining && !this.plainBatch) {
+    if (keep > 0 && !this.draining && !this.plainBatch) {
       try {
-        out = await this.client.ackBatchAndFetch(acks, this.fetchBody(acks.length, 0));
+        out = await this.client.ackBatchAndFetch(acks, this.fetchBody(g, keep, 0));
       } catch (err) {
         if (!(err instanceof CorvoError && err.status === 400)) throw err;
         this.plainBatch = true;

@@ -95,6 +95,40 @@ async function node(route) {
 
 const enqueued = { status: 201, body: { job_id: "job_0_01HX", status: "pending", unique_existing: false } };
 
+test("a worker groups its queues by the node leading their shard with 4 slots a group; with fewer, or without the placement, one group", async () => {
+  const nodes = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]; // never dialled: grouping reads the placement only
+  const a = await node((r) => {
+    if (r.path === "/api/v1/cluster/status") {
+      return {
+        status: 200,
+        body: {
+          shard_count: 6,
+          nodes: nodes.map((addr, i) => ({ node_id: i + 1, http_address: addr, status: "up" })),
+          shards: [0, 1, 2, 3, 4, 5].map((sh) => ({ shard_id: sh, leader_node: (sh % 3) + 1, placed_nodes: [(sh % 3) + 1] })),
+        },
+      };
+    }
+  });
+  try {
+    const queues = ["a", "b", "c", "d", "e", "f"];
+    const off = new Client(a.url, { placement: false });
+    assert.deepEqual(off.groupQueues(queues, 100), [{ node: "", queues }]);
+    const c = new Client(a.url);
+    await c.discover();
+    const want = new Map();
+    for (const q of queues) {
+      const n = "http://" + nodes[shardForQueue(q, 6) % 3];
+      want.set(n, [...(want.get(n) ?? []), q]);
+    }
+    const groups = c.groupQueues(queues, 4 * want.size);
+    assert.equal(groups.length, want.size);
+    for (const g of groups) assert.deepEqual(g.queues, want.get(g.node));
+    assert.deepEqual(c.groupQueues(queues, 4 * want.size - 1), [{ node: "", queues }]);
+  } finally {
+    await a.close();
+  }
+});
+
 test("a routed request goes to its shard's leader; an unreachable one is skipped and the placement read again; a 503 goes the usual way", async () => {
   const dead = await freeAddr(); // nothing listens: the shard's leader is down
   let statusReads = 0;
@@ -195,10 +229,22 @@ test("an answer marked forwarded makes the client read the placement again; a 40
   }
 });
 
-/** A fetch that counts, by route, every answer and those a node gave after forwarding the request. */
+/**
+ * A fetch that counts, by route, every answer and those a node gave after
+ * forwarding the request, and records every fetch a request carried (a
+ * fetch's, or an ack's next one): the node it went to and the queues it
+ * named.
+ */
 function countingFetch() {
   const counts = { forwarded: {}, total: {} };
+  const fetches = [];
   const f = async (url, init) => {
+    const u = new URL(url);
+    if ((u.pathname === "/api/v1/fetch" || u.pathname.startsWith("/api/v1/ack/")) && typeof init?.body === "string") {
+      const body = JSON.parse(init.body);
+      const queues = body.fetch ? body.fetch.queues : body.queues;
+      if (queues?.length > 0) fetches.push({ node: u.origin, queues });
+    }
     const res = await fetch(url, init);
     let route = new URL(url).pathname;
     if (route.startsWith("/api/v1/ack/") && route !== "/api/v1/ack/batch") route = "/api/v1/ack/{id}";
@@ -207,31 +253,40 @@ function countingFetch() {
     if (res.headers.get(ForwardedHeader)) counts.forwarded[route] = (counts.forwarded[route] ?? 0) + 1;
     return res;
   };
-  return { counts, fetch: f };
+  return { counts, fetches, fetch: f };
 }
 
-test("on a real 3-node cluster, a client that knows the placement has no enqueue, ack or job read forwarded; a worker over every node's queues gets each job once", { timeout: 240_000 }, async () => {
+/**
+ * Starts a 3-node cluster of 6 shards on one node each (--replicas 1),
+ * two led by each node; answers its nodes once the shards are spread.
+ * The caller stops them.
+ */
+async function startSpreadCluster(nodes) {
+  nodes.push(await startServer(["--node-id", "a", "--replicas", "1", "--shards", "6"]));
+  const join = nodes[0].url.slice("http://".length);
+  nodes.push(await startServer(["--node-id", "b", "--join", join]));
+  nodes.push(await startServer(["--node-id", "c", "--join", join]));
+  const admin = new Client(nodes[0].url, { placement: false });
+  await until(
+    "the shards to spread over the nodes",
+    async () => {
+      const st = await admin.clusterStatus();
+      return (
+        st.nodes.length === 3 &&
+        st.shards.length === 6 &&
+        st.nodes.every((n) => n.status === "up" && n.leader_of.length === 2) &&
+        st.shards.every((sh) => sh.leader_node !== 0 && sh.placed_nodes.length === 1 && sh.placed_nodes[0] === sh.leader_node && sh.settled === true)
+      );
+    },
+    180_000,
+  );
+  return nodes;
+}
+
+test("on a real 3-node cluster, a client that knows the placement has no enqueue, ack or job read forwarded; a worker over every node's queues gets each job once, fetching from each node only the queues it leads", { timeout: 240_000 }, async () => {
   const nodes = [];
   try {
-    // 6 shards on one node each (--replicas 1), two led by each node.
-    nodes.push(await startServer(["--node-id", "a", "--replicas", "1", "--shards", "6"]));
-    const join = nodes[0].url.slice("http://".length);
-    nodes.push(await startServer(["--node-id", "b", "--join", join]));
-    nodes.push(await startServer(["--node-id", "c", "--join", join]));
-    const admin = new Client(nodes[0].url, { placement: false });
-    await until(
-      "the shards to spread over the nodes",
-      async () => {
-        const st = await admin.clusterStatus();
-        return (
-          st.nodes.length === 3 &&
-          st.shards.length === 6 &&
-          st.nodes.every((n) => n.status === "up" && n.leader_of.length === 2) &&
-          st.shards.every((sh) => sh.leader_node !== 0 && sh.placed_nodes.length === 1 && sh.placed_nodes[0] === sh.leader_node && sh.settled === true)
-        );
-      },
-      180_000,
-    );
+    await startSpreadCluster(nodes);
     // One queue per shard: every node hosts two of them.
     const queuesOf = (prefix) => {
       const qs = new Array(6);
@@ -271,7 +326,7 @@ test("on a real 3-node cluster, a client that knows the placement has no enqueue
     assert.equal(want.size, perQueue * queues.length + queues.length);
 
     const seen = new Map();
-    const w = new Worker(c, { concurrency: 8, fetchTimeoutMs: 2_000, handleSignals: false });
+    const w = new Worker(c, { concurrency: 12, fetchTimeoutMs: 2_000, handleSignals: false }); // 4 slots a node: a poller each
     for (const q of queues) w.register(q, (j) => void seen.set(j.job_id, (seen.get(j.job_id) ?? 0) + 1));
     const running = w.run();
     await until("the worker to handle every job", () => seen.size === want.size, 60_000);
@@ -291,6 +346,77 @@ test("on a real 3-node cluster, a client that knows the placement has no enqueue
     }
     assert.ok(on.counts.total["/api/v1/enqueue/batch"] > 0, `no coalesced batch: ${JSON.stringify(on.counts.total)}`);
     assert.ok((on.counts.total["/api/v1/ack/{id}"] ?? 0) + (on.counts.total["/api/v1/ack/batch"] ?? 0) > 0, "no ack");
+    // The worker fetched from each node apart: every fetch, and every
+    // fetch an ack carried, named only queues whose shard the node it
+    // went to leads.
+    const p = planPlacement(await c.clusterStatus(), "http://", "");
+    assert.ok(on.fetches.length > 0, "no fetch seen");
+    for (const f of on.fetches) {
+      for (const q of f.queues) {
+        const leader = p.hosts[shardForQueue(q, 6)][0];
+        assert.equal(leader, f.node, `a fetch sent to ${f.node} named ${q}, on ${leader}: ${f.queues}`);
+      }
+    }
+  } finally {
+    for (const n of nodes) await n.stop();
+  }
+});
+
+// A worker over queues on two nodes shares its slots between them: while
+// one node's backlog holds every slot but the one the other node's poller
+// waits with, a backlog arriving on the other node gets its share (a slot
+// that finished a job gives its slot back for that poller when its node
+// holds more than its share), instead of one slot until the first backlog
+// is done. As sdk/go's TestWorkerSharesSlotsBetweenNodes.
+test("on a real 3-node cluster, a worker over queues on two nodes shares its slots between their backlogs", { timeout: 240_000 }, async () => {
+  const nodes = [];
+  try {
+    await startSpreadCluster(nodes);
+    const c = new Client(nodes[0].url);
+    await c.discover();
+    // Two queues whose shards two different nodes lead.
+    const p = planPlacement(await c.clusterStatus(), "http://", "");
+    const leader = (q) => p.hosts[shardForQueue(q, 6)][0];
+    const queues = [];
+    for (let i = 0; queues.length < 2; i++) {
+      const q = `share.q${i}`;
+      if (queues.length === 0 || leader(q) !== leader(queues[0])) queues.push(q);
+    }
+    const enqueue = (q, n) => c.enqueueBatch(Array.from({ length: n }, (_, i) => ({ queue: q, payload: { i } })));
+    const settled = 30;
+    const measured = 150;
+    await enqueue(queues[0], 400);
+    const order = [];
+    let from = 0; // where the second backlog's measure starts
+    let busy;
+    let done;
+    const busyP = new Promise((r) => (busy = r));
+    const doneP = new Promise((r) => (done = r));
+    const w = new Worker(c, { concurrency: 8, fetchTimeoutMs: 2_000, handleSignals: false });
+    for (const q of queues) {
+      w.register(q, async (j) => {
+        // A job that takes a while: the slots stay busy, so the backlog
+        // that took them first would keep them.
+        await new Promise((r) => setTimeout(r, 2));
+        order.push(j.queue);
+        if (order.length === settled) busy();
+        if (from > 0 && order.length === from + measured) done();
+      });
+    }
+    const running = w.run();
+    const within = (what, promise) =>
+      Promise.race([promise, new Promise((_, rej) => setTimeout(() => rej(new Error(`timed out waiting for ${what}`)), 60_000).unref())]);
+    await within("the worker to take the first backlog", busyP);
+    await enqueue(queues[1], 200);
+    from = order.length;
+    await within("the worker to handle the jobs measured", doneP);
+    w.stop();
+    await running;
+    const n = {};
+    for (const q of order.slice(from, from + measured)) n[q] = (n[q] ?? 0) + 1;
+    // Its share is half the slots; one slot of eight would give it ~12 %.
+    assert.ok((n[queues[1]] ?? 0) >= (measured * 3) / 10, `of the ${measured} jobs handled once ${queues[1]} had a backlog too, it had ${n[queues[1]] ?? 0} (under 30%): ${JSON.stringify(n)}`);
+    console.log(`of the ${measured} jobs handled once both queues had a backlog: ${JSON.stringify(n)}`);
   } finally {
     for (const n of nodes) await n.stop();
   }
