@@ -477,7 +477,7 @@ class Client:
             self._place_last = now
         threading.Thread(target=self._load_placement_async, name="corvo-placement", daemon=True).start()
 
-    def _load_placement_async(self) -> None:
+    def _load_placement_async(self, read: Optional[threading.Event] = None) -> None:
         try:
             self._load_placement(None)
         except Exception:
@@ -485,6 +485,29 @@ class Client:
         finally:
             with self._place_lock:
                 self._place_loading = False
+            if read is not None:
+                read.set()
+
+    def _placement_now(self, timeout: float = PLACEMENT_TIMEOUT) -> Optional[_Routing]:
+        """The placement, read at once if no read has been made yet, waiting
+        for it at most timeout seconds: a worker starting on a cluster groups
+        its queues by node from its first fetch (as the Go SDK's
+        placementNow). None: nothing to route (yet: failing or late, the read
+        is made again later, as any other)."""
+        if self._place_off:
+            return None
+        if self._place is not None or self._place_started:
+            return self._placement()
+        self._place_started = True
+        with self._place_lock:
+            if self._place_loading:
+                return self._place
+            self._place_loading = True
+            self._place_last = time.monotonic()
+        read = threading.Event()
+        threading.Thread(target=self._load_placement_async, args=(read,), name="corvo-placement", daemon=True).start()
+        read.wait(timeout)
+        return self._place
 
     def _load_placement(self, status: Optional[Dict[str, Any]]) -> None:
         """Reads the placement (status: a cluster status read already) and makes it the client's."""

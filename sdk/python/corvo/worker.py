@@ -31,6 +31,17 @@ ACK_WINDOW = 0.001
 MAX_ACK_BATCH = 1000
 MAX_ACK_REQUESTS = 4
 
+# How often a running worker checks whether its queues' nodes changed (a
+# leader moved, a node left), in seconds.
+REGROUP_EVERY = 1.0
+
+# A worker groups its queues by node only with at least this many slots per
+# group (the Go SDK's slotsPerGroup). Each poller holds a slot while its node
+# has nothing, so while one node has all the work the others' pollers keep
+# (groups - 1) slots from it: under a quarter of the slots this way. With
+# fewer slots the worker fetches over every queue at once.
+SLOTS_PER_GROUP = 4
+
 # Error codes for which an ack of an ack batch is sent again alone.
 _RETRY_ALONE = ("overloaded", "rate_limited", "unavailable", "shutting_down")
 
@@ -71,6 +82,7 @@ class JobContext:
         self.job = job
         self.reason: Optional[BaseException] = None
         self._w = worker
+        self._group: Optional[_FetchGroup] = None  # the queues its ack fetches the slot's next job from
         self._event = threading.Event()
         self._progress: Any = None
         self._checkpoint: Any = job.get("checkpoint")
@@ -200,15 +212,57 @@ class JobContext:
             self._event.set()
 
 
+# A worker over queues on several nodes of a cluster fetches from each node
+# apart, as the Go SDK's (sdk/go/groups.go): its queues are grouped by the
+# node leading their shard, and each group has a poller that long-polls that
+# node for the group's queues alone, so every fetch is one the node answers
+# itself instead of a fetch the node must spread over the others (a claim
+# and a wait on every other node per fetch). An ack's fetch names its job's
+# group, whose node the ack goes to. The worker's slots are shared: a
+# group's poller holds one slot while its node has nothing (so a job there
+# is delivered at once) and takes more as its answers come back full, and a
+# slot that finished a job goes on fetching from its group unless another
+# group's poller waits for a slot and this group holds more than its share
+# of them: then the slot is given back for that poller (fairness between
+# nodes, as the server's rotation gives it between the queues of one
+# fetch). Without the placement (one node, or placement=False) there is one
+# group: every queue, fetched as before.
+
+
+class _FetchGroup:
+    """The worker's queues whose shards one node leads. waiting: its poller
+    waits for a free slot; chains: slots running its jobs (each fetching its
+    next one from the group on its ack). Both are guarded by the worker's
+    _cond."""
+
+    __slots__ = ("node", "queues", "waiting", "chains")
+
+    def __init__(self, node: str, queues: List[str]):
+        self.node = node  # the node's base URL ("": not routed)
+        self.queues = queues
+        self.waiting = 0
+        self.chains = 0
+
+    def __repr__(self) -> str:
+        return "_FetchGroup(%r, %r)" % (self.node, self.queues)
+
+
+def _same_groups(a: List[_FetchGroup], b: List[_FetchGroup]) -> bool:
+    """Whether two groupings put the same queues on the same nodes."""
+    return len(a) == len(b) and all(x.node == y.node and x.queues == y.queues for x, y in zip(a, b))
+
+
 class _PendingAck:
     """A slot's ack waiting to be sent. Its lock is taken from the start: the
     slot's thread blocks on it; it is released once, with the slot's next job
-    (settled) or to make the thread the next sender (lead)."""
+    (settled) or to make the thread the next sender (lead). group: the
+    slot's, whose queues its next job comes from."""
 
-    __slots__ = ("item", "lock", "batch", "next")
+    __slots__ = ("item", "group", "lock", "batch", "next")
 
-    def __init__(self, item: AckItem):
+    def __init__(self, item: AckItem, group: Optional[_FetchGroup]):
         self.item = item
+        self.group = group
         self.lock = threading.Lock()
         self.lock.acquire()
         self.batch: Optional[List["_PendingAck"]] = None  # set when made the next sender: what to send
@@ -229,6 +283,9 @@ class Worker:
     the slot's next fetch (one request per job while jobs are pending); acks
     that finish together share one ``POST /api/v1/ack/batch`` with a fetch for
     the slots they free. One heartbeat request carries every running job.
+    When the client knows the cluster's placement, the queues are grouped
+    by the node leading their shard and each node is fetched from apart
+    (its queues only), the slots shared between the nodes.
 
     Args:
         client: the :class:`~corvo.Client`.
@@ -279,8 +336,11 @@ class Worker:
         self.continue_over_budget = continue_over_budget
         self._handlers: Dict[str, Handler] = {}
         self._queues: List[str] = []
-        # _cond guards the slots, the drain and the count of slots acking;
-        # _mu the running jobs and the waiting acks.
+        # _groups are the queues grouped by node, a poller each (the current
+        # grouping; _keep reads it).
+        self._groups: List[_FetchGroup] = []
+        # _cond guards the slots, the groups' counts, the drain and the
+        # count of slots acking; _mu the running jobs and the waiting acks.
         self._cond = threading.Condition(threading.Lock())
         self._mu = threading.Lock()
         self._inflight: Dict[str, JobContext] = {}
@@ -288,7 +348,9 @@ class Worker:
         self._draining = False
         self._drain_started = 0.0
         self._stopped = threading.Event()
-        self._stop_fetch = Cancel()  # stop() closes the fetch in flight with it
+        # stop() closes the pollers' fetches in flight with them (a Cancel
+        # ends one request at a time: one each).
+        self._fetch_cancels: List[Cancel] = []
         self._jobs: "_queue.SimpleQueue[Optional[JobContext]]" = _queue.SimpleQueue()
         self._acks: List[_PendingAck] = []
         self._ack_requests = 0
@@ -325,8 +387,9 @@ class Worker:
             except Exception:
                 pass
 
-    def _fetch_body(self, count: int, timeout: float) -> FetchRequest:
-        return {"queues": self._queues, "worker_id": self.id, "hostname": self.hostname, "timeout": timeout, "count": count}
+    def _fetch_body(self, g: Optional[_FetchGroup], count: int, timeout: float) -> FetchRequest:
+        queues = self._queues if g is None else g.queues
+        return {"queues": queues, "worker_id": self.id, "hostname": self.hostname, "timeout": timeout, "count": count}
 
     # ---- run and drain -------------------------------------------------
 
@@ -336,8 +399,8 @@ class Worker:
         handlers finish for up to ``shutdown_grace`` seconds, and fails the
         rest with ``worker_shutdown`` and their last checkpoint (their
         :attr:`JobContext.cancel_event` is set), so the server retries them
-        from there. The fetch in flight is closed at once (the server hands
-        back what it claimed for it). Returns once drained."""
+        from there. The fetches in flight are closed at once (the server
+        hands back what it claimed for them). Returns once drained."""
         if not self._handlers:
             raise RuntimeError("corvo: no handler registered")
         self._queues = list(self._handlers)
@@ -374,49 +437,164 @@ class Worker:
             self._draining = True
             self._drain_started = time.monotonic()
             self._cond.notify_all()
-        # Closes the long-poll in flight (its connection: the server hands
-        # back what it claimed for it) and ends a retry's wait.
-        self._stop_fetch.cancel()
+            cancels = list(self._fetch_cancels)
+        # Closes the long-polls in flight (their connections: the server
+        # hands back what it claimed for them) and ends a retry's wait.
+        for cancel in cancels:
+            cancel.cancel()
 
     def _fetch_loop(self) -> None:
+        """Runs a poller per group of the queues (one without the placement)
+        until the drain; every REGROUP_EVERY seconds it groups the queues
+        again and, when the grouping changed, replaces the pollers."""
         c = self._cond
+        # Reads the placement before the first fetch (for at most the read's
+        # timeout; without it the worker starts with one group and regroups
+        # once it is known).
+        self.client._placement_now()
+        groups = self._group_queues()
         while True:
             with c:
-                while self._slots_used >= self.concurrency and not self._draining:
-                    c.wait()
                 if self._draining:
                     return
-                free = self.concurrency - self._slots_used
+                self._groups = groups  # _keep reads it
+            done = threading.Event()  # set when the grouping changes
+            pollers: List[threading.Thread] = []
+            cancels: List[Cancel] = []
+            for g in groups:
+                cancel = Cancel()
+                with c:
+                    self._fetch_cancels.append(cancel)
+                    draining = self._draining
+                if draining:
+                    cancel.cancel()  # stop() came before it was listed
+                cancels.append(cancel)
+                t = threading.Thread(target=self._poll, args=(g, len(groups) > 1, done, cancel), name="corvo-fetch", daemon=True)
+                t.start()
+                pollers.append(t)
+            groups = self._regroup(groups)
+            done.set()
+            with c:
+                c.notify_all()  # a poller waiting for a slot stops
+            for t in pollers:
+                t.join()
+            with c:
+                for cancel in cancels:
+                    self._fetch_cancels.remove(cancel)
+
+    def _group_queues(self) -> List[_FetchGroup]:
+        """The queues grouped by the node leading their shard, in the order of
+        their first queue (queues without a route form their own group); one
+        group of all of them without the placement, or with fewer than
+        SLOTS_PER_GROUP slots per group."""
+        client = self.client
+        if client._placement() is None:
+            return [_FetchGroup("", list(self._queues))]
+        groups: List[_FetchGroup] = []
+        at: Dict[str, _FetchGroup] = {}
+        for q in self._queues:
+            r = client._route_queue(q)
+            node = r[0].url if r else ""
+            g = at.get(node)
+            if g is None:
+                g = at[node] = _FetchGroup(node, [])
+                groups.append(g)
+            g.queues.append(q)
+        if len(groups) > 1 and self.concurrency < SLOTS_PER_GROUP * len(groups):
+            return [_FetchGroup("", list(self._queues))]
+        return groups
+
+    def _regroup(self, cur: List[_FetchGroup]) -> List[_FetchGroup]:
+        """A new grouping of the queues once it differs from cur, or cur once
+        the worker drains."""
+        while True:
+            with self._cond:
+                if self._cond.wait_for(lambda: self._draining, REGROUP_EVERY):
+                    return cur
+            nxt = self._group_queues()
+            if not _same_groups(nxt, cur):
+                return nxt
+
+    def _poll(self, g: _FetchGroup, shared: bool, done: threading.Event, cancel: Cancel) -> None:
+        """Group g's poller: leases as many jobs as it holds free slots
+        (shared with other groups: starting from one, twice as many after
+        each full answer, as many as came after a short one; alone: every
+        free slot) and hands each to a slot, until the drain or done (its
+        grouping was replaced: a fetch under way is still answered and its
+        jobs run, so no claimed job is left behind)."""
+        c = self._cond
+        want = 1 if shared else self.concurrency
+        while True:
+            with c:
+                g.waiting += 1
+                while self._slots_used >= self.concurrency and not self._draining and not done.is_set():
+                    c.wait()
+                g.waiting -= 1
+                if self._draining or done.is_set():
+                    return
+                free = min(want, self.concurrency - self._slots_used)
                 self._slots_used += free  # lease only as many jobs as there are free slots
             jobs: List[FetchedJob] = []
             try:
                 # A drain closes it: the server hands back what it claimed for it.
                 jobs = self.client.fetch(
-                    self._queues,
+                    g.queues,
                     worker_id=self.id,
                     hostname=self.hostname,
                     timeout=self.fetch_timeout,
                     count=free,
-                    cancel=self._stop_fetch,
+                    cancel=cancel,
                 )
             except Exception as err:
                 if not self._draining:
                     self._error(err)
                     with c:
-                        c.wait_for(lambda: self._draining, 0.5)  # the server is away: try again shortly
+                        c.wait_for(lambda: self._draining or done.is_set(), 0.5)  # the server is away: try again shortly
             with c:
                 self._slots_used -= free - len(jobs)
+                if len(jobs) < free:
+                    c.notify_all()  # slots left over: another group's poller may take them
                 draining = self._draining
             if draining:
                 self._hand_back(jobs)
                 with c:
                     self._slots_used -= len(jobs)
+                    c.notify_all()
                 return
+            if shared:
+                want = min(2 * free, self.concurrency) if len(jobs) == free else max(len(jobs), 1)
             # Every job of the answer counts as running before a slot runs
             # one: a handler that returns at once must not find the worker
             # idle and send its ack alone (see _ack).
-            for ctx in self._start(jobs):
+            ctxs = self._start(jobs, g)
+            with c:
+                g.chains += len(ctxs)
+            for ctx in ctxs:
                 self._jobs.put(ctx)
+            if done.is_set():
+                return
+
+    def _keep(self, g: Optional[_FetchGroup], n: int) -> int:
+        """How many of n slots that just finished a job of group g go on
+        fetching from it: all of them unless another group's poller waits for
+        a slot while g holds more than its share (the slots over all the
+        groups that hold or want some); those beyond the share are given
+        back (they ack without a fetch, and their slots are free)."""
+        with self._cond:
+            groups = self._groups
+            if len(groups) < 2:
+                return n
+            hungry, active = False, 0
+            for o in groups:
+                if o.waiting > 0 or o.chains > 0:
+                    active += 1
+                if o is not g and o.waiting > 0:
+                    hungry = True
+            if not hungry:
+                return n
+            share = max(self.concurrency // max(active, 1), 1)
+            excess = (g.chains if g is not None else 0) - share
+            return max(min(n, n - excess), 0)
 
     def _drain(self) -> None:
         c = self._cond
@@ -440,6 +618,7 @@ class Worker:
             ctx = self._jobs.get()
             if ctx is None:
                 return
+            g = ctx._group  # the chain's: every job it runs is of this group
             try:
                 while ctx is not None:
                     ctx = self._handle(ctx)
@@ -448,11 +627,15 @@ class Worker:
             finally:
                 with self._cond:
                     self._slots_used -= 1
+                    if g is not None:
+                        g.chains -= 1
                     self._cond.notify_all()
 
-    def _start(self, jobs: List[FetchedJob]) -> List[JobContext]:
-        """Registers jobs as running (heartbeats carry them from now on)."""
+    def _start(self, jobs: List[FetchedJob], g: Optional[_FetchGroup]) -> List[JobContext]:
+        """Registers jobs of group g as running (heartbeats carry them from now on)."""
         ctxs = [JobContext(self, j) for j in jobs]
+        for ctx in ctxs:
+            ctx._group = g
         with self._mu:
             for ctx in ctxs:
                 self._inflight[ctx.job["job_id"]] = ctx
@@ -510,7 +693,7 @@ class Worker:
                 item["usage"] = usage
             if ctx._exit:
                 item["step_status"] = "exit"
-            return self._ack(item)
+            return self._ack(item, ctx._group)
         finally:
             with self._cond:
                 self._acking -= 1
@@ -519,15 +702,18 @@ class Worker:
 
     # ---- the completer: acks of slots that finish together share a request
 
-    def _ack(self, item: AckItem) -> Optional[JobContext]:
-        """Queues a slot's ack; answers the slot's next job (None: none).
+    def _ack(self, item: AckItem, g: Optional[_FetchGroup]) -> Optional[JobContext]:
+        """Queues the ack of a slot of group g; answers the slot's next job
+        (None: none).
 
         While fewer than MAX_ACK_REQUESTS ack requests are out, the ack's own
-        thread sends it at once, with every ack waiting (up to a request's
-        worth); otherwise it waits, and a sender that finishes hands the
-        sending on to the first waiting thread, whose request carries the
-        acks that gathered meanwhile (the batches grow under load)."""
-        p = _PendingAck(item)
+        thread sends it at once, with every ack of its group waiting (up to a
+        request's worth); otherwise it waits, and a sender that finishes
+        hands the sending on to the first waiting thread, whose request
+        carries the acks of its group that gathered meanwhile (the batches
+        grow under load). One request per group: its acks go to the group's
+        node, and fetch from its queues."""
+        p = _PendingAck(item, g)
         with self._mu:
             wait = self._ack_requests >= MAX_ACK_REQUESTS
             if wait:
@@ -543,19 +729,18 @@ class Worker:
             if self._inflight and not self._draining:
                 time.sleep(ACK_WINDOW)  # handlers still run: let their acks join
             with self._mu:
-                batch = [p] + self._acks[: MAX_ACK_BATCH - 1]
-                del self._acks[: MAX_ACK_BATCH - 1]
-        # All running before any slot has its job (as the fetch loop does).
-        ctxs = self._start(self._send_acks([b.item for b in batch]))
+                batch = [p] + self._take_acks(g, MAX_ACK_BATCH - 1)
+        # All running before any slot has its job (as a poller's fetch does).
+        ctxs = self._start(self._send_acks([b.item for b in batch], g), g)
         for i, b in enumerate(batch):
             b.next = ctxs[i] if i < len(ctxs) else None
             if b is not p:
                 b.lock.release()
-        # Take what gathered meanwhile and hand it to the first of those
-        # slots to send.
+        # Take what gathered meanwhile of the first waiting ack's group and
+        # hand it to the first of those slots to send (the other groups' go
+        # with the next senders that finish).
         with self._mu:
-            nxt = self._acks[:MAX_ACK_BATCH]
-            del self._acks[:MAX_ACK_BATCH]
+            nxt = self._take_acks(self._acks[0].group, MAX_ACK_BATCH) if self._acks else []
             if not nxt:
                 self._ack_requests -= 1
         if nxt:
@@ -563,28 +748,43 @@ class Worker:
             nxt[0].lock.release()
         return p.next
 
-    def _send_acks(self, items: List[AckItem]) -> List[FetchedJob]:
+    def _take_acks(self, g: Optional[_FetchGroup], n: int) -> List[_PendingAck]:
+        """Takes up to n of the waiting acks of group g, in order (under _mu)."""
+        mine: List[_PendingAck] = []
+        rest: List[_PendingAck] = []
+        for a in self._acks:
+            (mine if a.group is g and len(mine) < n else rest).append(a)
+        self._acks = rest
+        return mine
+
+    def _send_acks(self, items: List[AckItem], g: Optional[_FetchGroup]) -> List[FetchedJob]:
+        """Acks a batch of group g's slots; answers their next jobs: the first
+        keep of them (_keep) fetch one each from the group's queues, the
+        others are given back."""
+        keep = self._keep(g, len(items))
         jobs: List[FetchedJob] = []
         try:
-            jobs = self._ack_one(items[0]) if len(items) == 1 else self._ack_many(items)
+            jobs = self._ack_one(items[0], g, keep == 1) if len(items) == 1 else self._ack_many(items, g, keep)
         except Exception as err:
             self._error(err)
         if self._draining and jobs:
             self._hand_back(jobs)  # claimed as the worker began to drain
             return []
-        if len(jobs) > len(items):
-            self._hand_back(jobs[len(items) :])  # more than asked for
-            jobs = jobs[: len(items)]
+        if len(jobs) > keep:
+            self._hand_back(jobs[keep:])  # more than asked for
+            jobs = jobs[:keep]
         return jobs
 
-    def _ack_one(self, a: AckItem) -> List[FetchedJob]:
-        """Acks a lone job with the slot's next fetch, unless draining or the server refuses the field."""
+    def _ack_one(self, a: AckItem, g: Optional[_FetchGroup], fetch: bool) -> List[FetchedJob]:
+        """Acks a lone job of group g, with the slot's next fetch from the
+        group's queues when fetch, unless draining or the server refuses the
+        field."""
         kw = {k: v for k, v in a.items() if k != "job_id"}
-        if self._draining or self._plain_acks:
+        if not fetch or self._draining or self._plain_acks:
             self.client.ack(a["job_id"], **kw)
             return []
         try:
-            return self.client.ack_and_fetch(a["job_id"], self._fetch_body(1, 0), **kw).get("jobs") or []
+            return self.client.ack_and_fetch(a["job_id"], self._fetch_body(g, 1, 0), **kw).get("jobs") or []
         except CorvoError as err:
             if err.status != 400:
                 raise
@@ -592,12 +792,13 @@ class Worker:
             self.client.ack(a["job_id"], **kw)
             return []
 
-    def _ack_many(self, acks: List[AckItem]) -> List[FetchedJob]:
-        """Acks many jobs in one request with a fetch for the slots they free."""
+    def _ack_many(self, acks: List[AckItem], g: Optional[_FetchGroup], keep: int) -> List[FetchedJob]:
+        """Acks many jobs of group g in one request, with a fetch from the
+        group's queues for the keep slots that go on (none: a plain batch)."""
         out = None
-        if not self._draining and not self._plain_batch:
+        if keep > 0 and not self._draining and not self._plain_batch:
             try:
-                out = self.client.ack_batch_and_fetch(acks, self._fetch_body(len(acks), 0))
+                out = self.client.ack_batch_and_fetch(acks, self._fetch_body(g, keep, 0))
             except CorvoError as err:
                 if err.status != 400:
                     raise

@@ -2,11 +2,14 @@
 sdk/typescript/src/placement.ts): the queue → shard hash is the server's
 (xxhash64, vectors from the Go implementation), scripted nodes show the
 routing rules, and a real 3-node cluster shows that a client knowing the
-placement has nothing forwarded."""
+placement has nothing forwarded, and that a worker fetches from each node
+only the queues it leads, sharing its slots between the nodes."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 import unittest
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -335,6 +338,65 @@ class TestRouting(unittest.TestCase):
         self.assertEqual(b.paths(), [])
         self.assertEqual(a.paths().count("/api/v1/cluster/status"), 1, "only discover() read the status")
 
+    def test_a_worker_fetches_from_each_node_only_the_queues_it_leads_and_without_the_placement_every_queue_from_one(self) -> None:
+        qa, qb, qa2 = queue_on(0, 2, "w"), queue_on(1, 2, "w"), queue_on(0, 2, "x")
+        # 8 slots: 4 a node; 7: under SLOTS_PER_GROUP a node, one group.
+        for placement, slots in ((True, 8), (False, 8), (True, 7)):
+            grouped = placement and slots >= 8
+            a, b, c, _ = self.two_nodes(placement=placement)
+            w = Worker(c, concurrency=slots, fetch_timeout=1, handle_signals=False)
+            for q in (qa, qb, qa2):
+                w.register(q, lambda j, ctx: None)
+            t = threading.Thread(target=w.run)
+            t.start()
+            try:
+                if grouped:
+                    until("a fetch on each node", lambda: self.count(a, "/api/v1/fetch") >= 3 and self.count(b, "/api/v1/fetch") >= 3)
+                else:
+                    until("fetches", lambda: self.count(a, "/api/v1/fetch") >= 3)
+            finally:
+                w.stop()
+                t.join(10)
+            self.assertFalse(t.is_alive(), "the worker did not drain")
+            fa = [r.body for r in list(a.seen) if r.path == "/api/v1/fetch"]
+            fb = [r.body for r in list(b.seen) if r.path == "/api/v1/fetch"]
+            if grouped:
+                # A poller a node, each holding one slot while its node has nothing.
+                self.assertEqual({(tuple(f["queues"]), f["count"]) for f in fa}, {((qa, qa2), 1)})
+                self.assertEqual({(tuple(f["queues"]), f["count"]) for f in fb}, {((qb,), 1)})
+            else:
+                # As on one node: one fetch loop, every queue, every free slot.
+                self.assertEqual({(tuple(f["queues"]), f["count"]) for f in fa}, {((qa, qb, qa2), slots)})
+                self.assertEqual(fb, [])
+
+    def test_a_running_worker_groups_its_queues_again_when_their_nodes_change(self) -> None:
+        a, b, c, _ = self.two_nodes()
+        qa, qb = queue_on(0, 2, "g"), queue_on(1, 2, "g")
+        w = Worker(c, concurrency=8, fetch_timeout=1, handle_signals=False)
+        for q in (qa, qb):
+            w.register(q, lambda j, ctx: None)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            until("a fetch on each node", lambda: self.count(a, "/api/v1/fetch") > 0 and self.count(b, "/api/v1/fetch") > 0)
+            # Shard 1's leader moves to a: one group, fetched from a as on
+            # one node (every queue, every free slot).
+            p = c._place
+            assert p is not None
+            c._place = type(p)(p.ns, [p.hosts[0], p.hosts[0]])
+            until(
+                "a fetch of both queues on a",
+                lambda: any(r.body["queues"] == [qa, qb] and r.body["count"] == 8 for r in list(a.seen) if r.path == "/api/v1/fetch"),
+                10,
+            )
+            nb = self.count(b, "/api/v1/fetch")
+            time.sleep(0.2)
+            self.assertEqual(self.count(b, "/api/v1/fetch"), nb, "b's poller still fetches")
+        finally:
+            w.stop()
+            t.join(10)
+        self.assertFalse(t.is_alive(), "the worker did not drain")
+
     def test_coalesced_enqueues_go_as_one_batch_per_node(self) -> None:
         hold = threading.Event()
         self.addCleanup(hold.set)
@@ -384,103 +446,209 @@ def queues_of(prefix: str, shards: int) -> List[str]:
     return [queue_on(i, shards, prefix) for i in range(shards)]
 
 
+def start_spread_cluster(t: unittest.TestCase) -> List[str]:
+    """A 3-node cluster of 6 shards on one node each (--replicas 1), two led
+    by each node, once settled; its nodes' URLs. Stopped when t ends."""
+    env = {"CORVO_CLUSTER_SECRET": TEST_CLUSTER_SECRET}
+    nodes: List[Server] = []
+    t.addCleanup(lambda: [n.stop() for n in nodes])
+    nodes.append(Server(["--node-id", "a", "--replicas", "1", "--shards", "6"], env))
+    join = nodes[0].url[len("http://") :]
+    nodes.append(Server(["--node-id", "b", "--join", join], env))
+    nodes.append(Server(["--node-id", "c", "--join", join], env))
+    admin = Client(nodes[0].url, placement=False)
+    t.addCleanup(admin.close)
+
+    def spread() -> bool:
+        st = admin.cluster_status()
+        return (
+            len(st["nodes"]) == 3
+            and len(st["shards"]) == 6
+            and all(n["status"] == "up" and len(n["leader_of"]) == 2 for n in st["nodes"])
+            and all(
+                sh["leader_node"] != 0 and sh["placed_nodes"] == [sh["leader_node"]] and sh.get("settled") is True
+                for sh in st["shards"]
+            )
+        )
+
+    until("the shards to spread over the nodes", spread, 180)
+    return [n.url for n in nodes]
+
+
 class TestCluster(unittest.TestCase):
     def test_on_a_real_3_node_cluster_a_client_that_knows_the_placement_has_no_enqueue_ack_or_job_read_forwarded(self) -> None:
-        env = {"CORVO_CLUSTER_SECRET": TEST_CLUSTER_SECRET}
-        nodes: List[Server] = []
-        try:
-            # 6 shards on one node each (--replicas 1), two led by each node.
-            nodes.append(Server(["--node-id", "a", "--replicas", "1", "--shards", "6"], env))
-            join = nodes[0].url[len("http://") :]
-            nodes.append(Server(["--node-id", "b", "--join", join], env))
-            nodes.append(Server(["--node-id", "c", "--join", join], env))
-            admin = Client(nodes[0].url, placement=False)
-            self.addCleanup(admin.close)
+        # A worker over queues on every node gets every job exactly once,
+        # fetching from each node only the queues it leads.
+        urls = start_spread_cluster(self)
+        per_queue = 20
 
-            def spread() -> bool:
-                st = admin.cluster_status()
-                return (
-                    len(st["nodes"]) == 3
-                    and len(st["shards"]) == 6
-                    and all(n["status"] == "up" and len(n["leader_of"]) == 2 for n in st["nodes"])
-                    and all(
-                        sh["leader_node"] != 0 and sh["placed_nodes"] == [sh["leader_node"]] and sh.get("settled") is True
-                        for sh in st["shards"]
-                    )
-                )
-
-            until("the shards to spread over the nodes", spread, 180)
-            per_queue = 20
-
-            def load(c: Client, queues: List[str]) -> List[str]:
-                # 8 threads enqueueing at once: their calls coalesce.
-                ids: List[str] = []
-                lock = threading.Lock()
-
-                def producer(g: int) -> None:
-                    for i in range(g, per_queue * len(queues), 8):
-                        jid = c.enqueue(queues[i % len(queues)], {"i": i})["job_id"]
-                        with lock:
-                            ids.append(jid)
-
-                ts = [threading.Thread(target=producer, args=(g,)) for g in range(8)]
-                for t in ts:
-                    t.start()
-                for t in ts:
-                    t.join(60)
-                return ids
-
-            # Without the placement, through one node: enqueues are forwarded.
-            off = Client(nodes[0].url, placement=False)
-            self.addCleanup(off.close)
-            off_counts = count_forwarded(off)
-            self.assertEqual(len(load(off, queues_of("plain", 6))), per_queue * 6)
-            self.assertGreater(
-                off_counts["forwarded"].get("/api/v1/enqueue", 0) + off_counts["forwarded"].get("/api/v1/enqueue/batch", 0), 0, off_counts
-            )
-
-            c = Client(nodes[0].url)
-            self.addCleanup(c.close)
-            on = count_forwarded(c)
-            c.discover()
-            queues = queues_of("place", 6)
-            want = set()
-            for q in queues:
-                want.add(c.enqueue(q, {"alone": 1})["job_id"])
-            want.update(load(c, queues))
-            self.assertEqual(len(want), per_queue * len(queues) + len(queues))
-
-            seen: Dict[str, int] = {}
+        def load(c: Client, queues: List[str]) -> List[str]:
+            # 8 threads enqueueing at once: their calls coalesce.
+            ids: List[str] = []
             lock = threading.Lock()
 
-            def handler(j: Any, ctx: Any) -> None:
-                with lock:
-                    seen[j["job_id"]] = seen.get(j["job_id"], 0) + 1
+            def producer(g: int) -> None:
+                for i in range(g, per_queue * len(queues), 8):
+                    jid = c.enqueue(queues[i % len(queues)], {"i": i})["job_id"]
+                    with lock:
+                        ids.append(jid)
 
-            w = Worker(c, concurrency=8, fetch_timeout=2, handle_signals=False)
-            for q in queues:
-                w.register(q, handler)
-            t = threading.Thread(target=w.run)
-            t.start()
-            try:
-                until("the worker to handle every job", lambda: len(seen) == len(want), 60)
-            finally:
-                w.stop()
-                t.join(30)
-            self.assertFalse(t.is_alive(), "the worker did not drain")
-            for jid, n in seen.items():
-                self.assertEqual(n, 1, "job %s handled %d times" % (jid, n))
-            self.assertEqual(set(seen), want)
-            for jid in want:
-                j = until("job %s completed" % jid, lambda: (lambda j: j if j["state"] == "completed" else None)(c.job(jid)))
-                self.assertEqual(j["attempt"], 1)
-            for route in ("/api/v1/enqueue", "/api/v1/enqueue/batch", "/api/v1/ack/{id}", "/api/v1/jobs/{id}"):
-                self.assertEqual(on["forwarded"].get(route, 0), 0, "%s forwarded: %s" % (route, on))
-            self.assertGreater(on["total"].get("/api/v1/enqueue/batch", 0), 0, "no coalesced batch: %s" % on["total"])
-            self.assertGreater(on["total"].get("/api/v1/ack/{id}", 0) + on["total"].get("/api/v1/ack/batch", 0), 0, "no ack")
+            ts = [threading.Thread(target=producer, args=(g,)) for g in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            return ids
+
+        # Without the placement, through one node: enqueues are forwarded.
+        off = Client(urls[0], placement=False)
+        self.addCleanup(off.close)
+        off_counts = count_forwarded(off)
+        self.assertEqual(len(load(off, queues_of("plain", 6))), per_queue * 6)
+        self.assertGreater(
+            off_counts["forwarded"].get("/api/v1/enqueue", 0) + off_counts["forwarded"].get("/api/v1/enqueue/batch", 0), 0, off_counts
+        )
+
+        c = Client(urls[0])
+        self.addCleanup(c.close)
+        on = count_forwarded(c)
+        fetches = record_fetches(c)
+        c.discover()
+        queues = queues_of("place", 6)
+        want = set()
+        for q in queues:
+            want.add(c.enqueue(q, {"alone": 1})["job_id"])
+        want.update(load(c, queues))
+        self.assertEqual(len(want), per_queue * len(queues) + len(queues))
+
+        seen: Dict[str, int] = {}
+        lock = threading.Lock()
+
+        def handler(j: Any, ctx: Any) -> None:
+            with lock:
+                seen[j["job_id"]] = seen.get(j["job_id"], 0) + 1
+
+        w = Worker(c, concurrency=12, fetch_timeout=2, handle_signals=False)  # 4 slots a node: a poller each
+        for q in queues:
+            w.register(q, handler)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            until("the worker to handle every job", lambda: len(seen) == len(want), 60)
         finally:
-            for n in nodes:
-                n.stop()
+            w.stop()
+            t.join(30)
+        self.assertFalse(t.is_alive(), "the worker did not drain")
+        for jid, n in seen.items():
+            self.assertEqual(n, 1, "job %s handled %d times" % (jid, n))
+        self.assertEqual(set(seen), want)
+        for jid in want:
+            j = until("job %s completed" % jid, lambda: (lambda j: j if j["state"] == "completed" else None)(c.job(jid)))
+            self.assertEqual(j["attempt"], 1)
+        for route in ("/api/v1/enqueue", "/api/v1/enqueue/batch", "/api/v1/ack/{id}", "/api/v1/jobs/{id}"):
+            self.assertEqual(on["forwarded"].get(route, 0), 0, "%s forwarded: %s" % (route, on))
+        self.assertGreater(on["total"].get("/api/v1/enqueue/batch", 0), 0, "no coalesced batch: %s" % on["total"])
+        self.assertGreater(on["total"].get("/api/v1/ack/{id}", 0) + on["total"].get("/api/v1/ack/batch", 0), 0, "no ack")
+        # The worker fetched from each node apart: every fetch, and every
+        # fetch an ack carried, named only queues of the node it went to.
+        p = c._place
+        assert p is not None
+        self.assertTrue(fetches, "no fetch seen")
+        for node, fq in fetches:
+            for q in fq:
+                leader = p.hosts[shard_for_queue(stored_queue(p.ns, q), 6)][0].url
+                self.assertEqual(leader, node, "a fetch sent to %s named %s, on %s: %s" % (node, q, leader, fq))
+
+    def test_a_worker_over_queues_on_two_nodes_shares_its_slots_between_them(self) -> None:
+        # While one node's backlog holds every slot but the one the other
+        # node's poller waits with, a backlog arriving on the other node gets
+        # its share (a slot that finished a job gives its slot back for that
+        # poller when its node holds more than its share), instead of one
+        # slot until the first backlog is done.
+        urls = start_spread_cluster(self)
+        c = Client(urls[0])
+        self.addCleanup(c.close)
+        c.discover()
+        # Two queues whose shards two different nodes lead.
+        queues: List[str] = []
+        nodes: List[str] = []
+        i = 0
+        while len(queues) < 2:
+            q = "share.q%d" % i
+            r = c._route_queue(q)
+            assert r
+            if not nodes or r[0].url != nodes[0]:
+                queues.append(q)
+                nodes.append(r[0].url)
+            i += 1
+
+        def enqueue(q: str, n: int) -> None:
+            c.enqueue_batch([{"queue": q, "payload": {"i": i}} for i in range(n)])
+
+        settled, measured = 30, 150
+        enqueue(queues[0], 400)
+        lock = threading.Lock()
+        order: List[str] = []
+        busy, done = threading.Event(), threading.Event()
+        start = [0]  # where the second backlog's measure starts
+
+        def handler(j: Any, ctx: Any) -> None:
+            # A job that takes a while: the slots stay busy, so the backlog
+            # that took them first would keep them.
+            ctx.wait(0.002)
+            with lock:
+                order.append(j["queue"])
+                if len(order) == settled:
+                    busy.set()
+                if start[0] > 0 and len(order) == start[0] + measured:
+                    done.set()
+
+        w = Worker(c, concurrency=8, fetch_timeout=2, handle_signals=False)
+        for q in queues:
+            w.register(q, handler)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(busy.wait(60), "the worker never took the first backlog")
+            enqueue(queues[1], 200)
+            with lock:
+                start[0] = len(order)
+            self.assertTrue(done.wait(60), "the worker never handled the jobs measured")
+        finally:
+            w.stop()
+            t.join(30)
+        self.assertFalse(t.is_alive(), "the worker did not drain")
+        with lock:
+            got = order[start[0] : start[0] + measured]
+        n = {q: got.count(q) for q in queues}
+        # Its share is half the slots; one slot of eight would give it ~12 %.
+        self.assertGreaterEqual(
+            n[queues[1]],
+            measured * 3 // 10,
+            "of the %d jobs handled once %s had a backlog too, it had %d (under 30%%): %s" % (measured, queues[1], n[queues[1]], n),
+        )
+
+
+def record_fetches(c: Client) -> List[Tuple[str, List[str]]]:
+    """Records every fetch the client's transport sends (a fetch's, or the
+    next one an ack or an ack batch carries): the node it went to and the
+    queues it named."""
+    seen: List[Tuple[str, List[str]]] = []
+    lock = threading.Lock()
+    request = c._transport.request
+
+    def recording(base: Any, method: str, path: str, payload: Any, *args: Any, **kw: Any) -> Any:
+        route = path.split("?")[0]
+        if payload and (route == "/api/v1/fetch" or route.startswith("/api/v1/ack/")):
+            body = json.loads(payload)
+            queues = (body.get("fetch") or {}).get("queues") if "fetch" in body else body.get("queues")
+            if queues:
+                with lock:
+                    seen.append((base.url, list(queues)))
+        return request(base, method, path, payload, *args, **kw)
+
+    c._transport.request = recording  # type: ignore[method-assign]
+    return seen
 
 
 def count_forwarded(c: Client) -> Dict[str, Dict[str, int]]:
