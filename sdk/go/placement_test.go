@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"slices"
 	"strings"
@@ -494,5 +495,115 @@ func TestGroupQueues(t *testing.T) {
 	}
 	if g := c.groupQueues(queues, slotsPerGroup*len(want)-1); len(g) != 1 || !slices.Equal(g[0].queues, queues) {
 		t.Fatalf("with fewer slots than %d a group: %+v", slotsPerGroup, g)
+	}
+}
+
+// A running worker groups its queues again when their nodes change: once
+// the shard of one node's queue moves to the other node, that node is
+// long-polled for both queues (one group: every free slot) and the first
+// node's poller stops.
+func TestWorkerRegroupsWhenALeaderMoves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type fetch struct {
+		queues []string
+		count  int
+	}
+	var mu sync.Mutex
+	seen := map[string][]fetch{}
+	node := func(name string) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/api/v1/fetch" {
+				http.NotFound(w, r)
+				return
+			}
+			var body FetchBody
+			if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			seen[name] = append(seen[name], fetch{body.Queues, max(body.Count, 1)})
+			mu.Unlock()
+			select { // a long-poll that finds nothing
+			case <-time.After(20 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := node("a"), node("b")
+	var qa, qb string // on shards 0 and 1 of 2
+	for i := 0; qa == "" || qb == ""; i++ {
+		q := fmt.Sprintf("regroup.q%d", i)
+		if ShardForQueue(q, 2) == 0 && qa == "" {
+			qa = q
+		} else if ShardForQueue(q, 2) == 1 && qb == "" {
+			qb = q
+		}
+	}
+	c := New(a.URL)
+	c.place.started.Store(true) // the placement is set here, never read
+	c.place.cur.Store(&placement{hosts: [][]string{{a.URL}, {b.URL}}})
+	w := NewWorker(c, WorkerOptions{Concurrency: 8, FetchTimeout: time.Second})
+	for _, q := range []string{qa, qb} {
+		w.Register(q, func(context.Context, *JobContext) (any, error) { return nil, nil })
+	}
+	wctx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- w.Run(wctx) }()
+	defer func() {
+		stop()
+		if err := <-runDone; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("never: %s (fetches seen %v)", what, seen)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	waitUntil("a fetch on each node", func() bool { return len(seen["a"]) > 0 && len(seen["b"]) > 0 })
+	mu.Lock()
+	for name, q := range map[string]string{"a": qa, "b": qb} {
+		for _, f := range seen[name] {
+			if !slices.Equal(f.queues, []string{q}) || f.count != 1 {
+				t.Fatalf("node %s was asked %+v, want only %s, one job (an idle node's poller holds one slot)", name, f, q)
+			}
+		}
+	}
+	mu.Unlock()
+	// Shard 1 moves to a: one group, both queues, every free slot.
+	c.place.cur.Store(&placement{hosts: [][]string{{a.URL}, {a.URL}}})
+	both := func(f fetch) bool { return len(f.queues) == 2 && f.count == 8 }
+	waitUntil("a fetch of both queues on a", func() bool { return slices.ContainsFunc(seen["a"], both) })
+	mu.Lock()
+	onB := len(seen["b"])
+	from := len(seen["a"])
+	mu.Unlock()
+	waitUntil("five more fetches on a", func() bool { return len(seen["a"]) >= from+5 })
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(seen["b"]); n > onB {
+		t.Fatalf("b was still polled after the regroup: %d fetches, %d at the regroup", n, onB)
+	}
+	for _, f := range seen["a"][from:] {
+		if !both(f) {
+			t.Fatalf("after the regroup a was asked %+v", f)
+		}
 	}
 }
