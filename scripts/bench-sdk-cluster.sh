@@ -5,8 +5,12 @@
 # there): Client.Enqueue from 16 goroutines, one Worker of 32 slots over 8
 # queues. Prints the bench's JSON line, then the delivery latency and every
 # node's CPU seconds per 1,000 jobs (the bench itself reads one node's).
+# HTTP=1 runs the load generator's own requests instead, spread over every
+# node (LOAD then holds all the bench's flags: add --placement to send each
+# to its shard's node).
 #   scripts/bench-sdk-cluster.sh                      # --rate 1000 --duration 20s
 #   LOAD="--jobs 50000" scripts/bench-sdk-cluster.sh  # as fast as it goes
+#   HTTP=1 LOAD="--mode fixed-rate --rate 1000 --senders 32 --workers 8 --queues 8 --jobs 10000" scripts/bench-sdk-cluster.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/corvo} NODES=${NODES:-4} SHARDS=${SHARDS:-4} PORT=${PORT:-19300}
@@ -31,8 +35,14 @@ for _ in $(seq 1 240); do
 done
 cpu() { local t=0 f; for p in "${pids[@]}"; do read -r -a f < "/proc/$p/stat"; t=$((t + f[13] + f[14])); done; echo "$t"; }
 before=$(cpu)
+urls=()
+for i in $(seq 1 "$NODES"); do urls+=("http://127.0.0.$i:$((PORT + i - 1))"); done
 # shellcheck disable=SC2086 # LOAD is a list of flags
-"$BIN" bench --url "http://127.0.0.1:$PORT" --client sdk --mode e2e $LOAD --producers 16 --workers 32 --queues 8 -o json 2>/dev/null | tee "$DIR/out.json"
+if [ -n "${HTTP:-}" ]; then
+  "$BIN" bench --url "$(IFS=,; echo "${urls[*]}")" $LOAD -o json 2>/dev/null | tee "$DIR/out.json"
+else
+  "$BIN" bench --url "${urls[0]}" --client sdk --mode e2e $LOAD --producers 16 --workers 32 --queues 8 -o json 2>/dev/null | tee "$DIR/out.json"
+fi
 after=$(cpu)
 python3 - "$DIR/out.json" "$before" "$after" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
