@@ -9,6 +9,8 @@ import (
 
 	pebblelog "github.com/cockroachdb/pebble"
 	"github.com/lni/dragonboat/v4"
+
+	"github.com/corvohq/corvo/statemachine"
 )
 
 // The Raft log's memtable after a burst. dragonboat's LogDB is a Pebble
@@ -90,16 +92,8 @@ func (h *Host) flushLogDB() error {
 	var errs []error
 	for _, db := range h.logDBs {
 		// A flush that cannot write is retried by Pebble for ever: wait
-		// for it a bounded time (statemachine/flush.go).
-		done, err := db.AsyncFlush()
-		if err == nil {
-			select {
-			case <-done:
-			case <-time.After(logDBFlushWait):
-				err = fmt.Errorf("did not finish within %v (does the disk fail?)", logDBFlushWait)
-			}
-		}
-		if err != nil {
+		// for it a bounded time.
+		if err := statemachine.FlushWithin(db.AsyncFlush, logDBFlushWait); err != nil {
 			errs = append(errs, fmt.Errorf("flush the raft log: %w", err))
 		}
 	}

@@ -27,8 +27,13 @@ var (
 )
 
 // flushWithin flushes db's memtables and waits for it at most d.
-func flushWithin(db *pebble.DB, d time.Duration) error {
-	done, err := db.AsyncFlush()
+func flushWithin(db *pebble.DB, d time.Duration) error { return FlushWithin(db.AsyncFlush, d) }
+
+// FlushWithin starts a flush (a Pebble DB's AsyncFlush, of either Pebble
+// version: the shard package flushes the Raft log's with it) and waits
+// for it at most d.
+func FlushWithin(asyncFlush func() (<-chan struct{}, error), d time.Duration) error {
+	done, err := asyncFlush()
 	if err != nil {
 		return err
 	}
