@@ -193,7 +193,11 @@ func (c *Client) placement() *placement {
 		return nil
 	}
 	if !c.place.started.Load() && c.place.started.CompareAndSwap(false, true) {
+		// The call that starts the read routes nothing: the read is under
+		// way, and whether it is done before this request leaves must not
+		// decide where the request goes.
 		c.refreshPlacement()
+		return nil
 	}
 	return c.place.cur.Load()
 }

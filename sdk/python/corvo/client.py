@@ -414,8 +414,11 @@ class Client:
         if self._place_off:
             return None
         if not self._place_started:
+            # The call that starts the read routes nothing: whether the read
+            # is done before this request leaves must not decide where it goes.
             self._place_started = True
             self._refresh_placement()
+            return None
         return self._place
 
     def _route_shard(self, sh: int) -> Optional[List[Base]]:
