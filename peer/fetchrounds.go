@@ -19,6 +19,11 @@ import (
 // nothing) — and claims from whichever part says it has work, for what is
 // still missing, until something is claimed or the long-poll ends.
 
+// waitGrace is how long a wait on another node may still be answered
+// once the fetch it was for has returned, before it is cancelled (which
+// closes its connection).
+const waitGrace = 100 * time.Millisecond
+
 // remoteFetchSlice is how long a fetch waits before claiming again from
 // another node whose wait failed (an unreachable node, or one that has no
 // wait route): that node is polled at this pace, never spun on.
@@ -113,23 +118,38 @@ type FetchRounds struct {
 // anything: the jobs other nodes claimed, as they rendered them (the
 // local ones are Local's). err: every source failed on the first claims
 // (the first failure, as Local or Fetch gave it). Nothing and no error:
-// the deadline passed, or the server is shutting down. Outstanding waits
-// are cancelled before it returns.
+// the deadline passed, or the server is shutting down. Waits still out
+// are left waitGrace to be answered, then cancelled.
 func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 	sources := len(r.Groups)
 	if r.LocalQueues {
 		sources++
 	}
+	// Waits still out when the fetch returns are left waitGrace to be
+	// answered, then cancelled: at a steady rate another node's wait is
+	// answered within milliseconds and its connection goes back to the
+	// pool, where cancelling it would close it (and the next wait dial
+	// a new one).
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
+	over := make(chan struct{})
+	waits := 0
+	defer func() {
+		close(over)
+		if waits == 0 {
+			cancel()
+		} else {
+			time.AfterFunc(waitGrace, cancel)
+		}
+	}()
 	ready := make(chan int, len(r.Groups)) // one wait per group at a time: never blocks
 	waiting := make([]bool, len(r.Groups))
 	delay := make([]time.Duration, len(r.Groups))
 	due := make([]bool, len(r.Groups)) // claim from this group in the next round
+	// A group whose last claim found nothing is waited on first, not
+	// claimed from: its wait answers at once if it has work, and an idle
+	// node then costs one request per fetch, not a claim and a wait.
 	for k := range due {
-		due[k] = true
+		due[k] = !c.idle.has(&r.Groups[k])
 	}
 	localDue := r.LocalQueues
 	start := int(c.Next() % uint64(max(sources, 1)))
@@ -162,6 +182,8 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 				var got [][]byte
 				got, err = c.fetchGroup(&r.Groups[k], &r, want)
 				raw = append(raw, got...)
+				// A failure is claimed again first, so that it is seen.
+				c.idle.mark(&r.Groups[k], err == nil && len(got) == 0)
 				switch {
 				case err != nil:
 					delay[k] = remoteFetchSlice
@@ -183,7 +205,7 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 		if local+len(raw) > 0 {
 			return raw, nil
 		}
-		if round == 0 && tried > 0 && failed == tried {
+		if round == 0 && tried > 0 && tried == sources && failed == tried { // (a group waited on first was not tried)
 			return nil, first
 		}
 		wait := time.Until(r.Deadline)
@@ -193,8 +215,8 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 		for k := range r.Groups {
 			if !waiting[k] && !due[k] {
 				waiting[k] = true
-				wg.Add(1)
-				go c.waitGroup(ctx, &wg, &r.Groups[k], k, delay[k], r.Deadline, ready)
+				waits++
+				go c.waitGroup(ctx, over, &r.Groups[k], k, delay[k], r.Deadline, ready)
 			}
 		}
 		from, alive := r.Local.Wait(wait, ready)
@@ -220,14 +242,17 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 // waitGroup waits, after delay, until the group's node says one of its
 // queues has work (or, when that node cannot be waited on, until
 // remoteFetchSlice has passed), then sends k on ready. It gives up
-// silently when ctx ends or deadline passes.
-func (c *Client) waitGroup(ctx context.Context, wg *sync.WaitGroup, g *FetchGroup, k int, delay time.Duration, deadline time.Time, ready chan<- int) {
-	defer wg.Done()
+// silently when ctx ends or deadline passes, and once the fetch is over
+// (over closed) it starts nothing more: a wait under way is left to end
+// (ctx ends it waitGrace later).
+func (c *Client) waitGroup(ctx context.Context, over <-chan struct{}, g *FetchGroup, k int, delay time.Duration, deadline time.Time, ready chan<- int) {
 	pause := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
+			return false
+		case <-over:
 			return false
 		case <-t.C:
 			return true
@@ -242,6 +267,11 @@ func (c *Client) waitGroup(ctx context.Context, wg *sync.WaitGroup, g *FetchGrou
 			return
 		}
 		ok, err := c.WaitReady(ctx, g.Addrs, g.Queues, d)
+		select {
+		case <-over:
+			return
+		default:
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -255,6 +285,58 @@ func (c *Client) waitGroup(ctx context.Context, wg *sync.WaitGroup, g *FetchGrou
 			ready <- k
 			return
 		}
+	}
+}
+
+// idleGroupsMax bounds idleGroups: past it the set starts again empty
+// (every group is claimed from first once more).
+const idleGroupsMax = 4096
+
+// idleGroups is the set of fetch groups (a node and queues) whose last
+// claim found nothing.
+type idleGroups struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func groupKey(g *FetchGroup) string {
+	n := len(g.Addrs[0])
+	for _, q := range g.Queues {
+		n += 1 + len(q)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, g.Addrs[0]...)
+	for _, q := range g.Queues {
+		b = append(append(b, 0), q...)
+	}
+	return string(b)
+}
+
+func (s *idleGroups) has(g *FetchGroup) bool {
+	if len(g.Addrs) == 0 {
+		return false
+	}
+	k := groupKey(g)
+	s.mu.Lock()
+	_, ok := s.m[k]
+	s.mu.Unlock()
+	return ok
+}
+
+func (s *idleGroups) mark(g *FetchGroup, idle bool) {
+	if len(g.Addrs) == 0 {
+		return
+	}
+	k := groupKey(g)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !idle:
+		delete(s.m, k)
+	case s.m == nil || len(s.m) >= idleGroupsMax:
+		s.m = map[string]struct{}{k: {}}
+	default:
+		s.m[k] = struct{}{}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	corvo "github.com/corvohq/corvo/sdk/go"
@@ -95,6 +96,9 @@ func newFetchNode(t *testing.T, answers ...[2]int) *fetchNode {
 }
 
 func (n *fetchNode) wait(w http.ResponseWriter, r *http.Request) {
+	// Read to the end, so that the server sees the caller hang up (it
+	// watches the connection only once the body is read).
+	_, _ = io.Copy(io.Discard, r.Body)
 	n.waits <- r
 	n.mu.Lock()
 	status := n.waitStatus
@@ -283,4 +287,41 @@ func TestFetchRoundsEnds(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, raw)
 	require.NotEmpty(t, l.waits)
+}
+
+// TestFetchRoundsWaitsFirstOnAnIdleNode: a group whose last claim found
+// nothing is waited on before it is claimed from (one request while the
+// node stays idle, not a claim and a wait); once a claim takes a job the
+// next fetch claims from it first again.
+func TestFetchRoundsWaitsFirstOnAnIdleNode(t *testing.T) {
+	t.Parallel()
+	remote := newFetchNode(t, [2]int{204, 0}, [2]int{200, 1}, [2]int{204, 0})
+	group := []FetchGroup{{Addrs: []string{remote.addr}, Queues: []string{"q"}}}
+	c := New(Config{})
+	raw, err := c.FetchRounds(FetchRounds{Local: &fakeLocal{}, Groups: group, Count: 1, Deadline: time.Now().Add(-time.Second)})
+	require.NoError(t, err)
+	require.Nil(t, raw)
+	require.Equal(t, []int{1}, remote.asked(), "an unknown group is claimed from first")
+
+	done := make(chan [][]byte, 1)
+	go func() {
+		raw, err := c.FetchRounds(FetchRounds{Local: &fakeLocal{}, Groups: group, Count: 1, Deadline: time.Now().Add(time.Minute)})
+		assert.NoError(t, err)
+		done <- raw
+	}()
+	select {
+	case <-remote.waits:
+	case raw := <-done:
+		require.Failf(t, "the idle group was claimed from first", "it gave %d jobs", len(raw))
+	}
+	require.Equal(t, []int{1}, remote.asked(), "the idle group was waited on, not claimed from")
+	remote.work <- struct{}{}
+	require.Len(t, <-done, 1)
+	require.Equal(t, []int{1, 1}, remote.asked(), "claimed once the node said it had work")
+
+	raw, err = c.FetchRounds(FetchRounds{Local: &fakeLocal{}, Groups: group, Count: 1, Deadline: time.Now().Add(-time.Second)})
+	require.NoError(t, err)
+	require.Nil(t, raw)
+	require.Equal(t, []int{1, 1, 1}, remote.asked(), "a group that last gave a job is claimed from first")
+	require.Empty(t, remote.waits)
 }

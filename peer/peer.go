@@ -114,6 +114,10 @@ type Client struct {
 	seen map[uint64]time.Time // last good /healthz
 	led  map[uint64]int       // data shards each node said it leads, then
 
+	// idle: the fetch groups whose last claim found nothing
+	// (fetchrounds.go); a fetch waits on them before claiming.
+	idle idleGroups
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	loop     sync.WaitGroup
