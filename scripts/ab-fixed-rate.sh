@@ -17,6 +17,10 @@ GEN=${!#}
 for r in $(seq "$ROUNDS"); do
   for bin in "$@"; do
     dir=$(mktemp -d)
+    # Written-back data first: on ext4 (data=ordered) the server's fsyncs
+    # otherwise wait for other files' dirty pages (a build or copy just
+    # before; BENCHMARKS.md, session 19: p99 2.1-3.5 ms against 1.3-1.9).
+    sync
     "$bin" server --data-dir "$dir" --bind 127.0.0.1:18097 --raft-bind 127.0.0.1:19497 --log-level warn 2>/dev/null &
     pid=$!
     for _ in $(seq 100); do curl -sf http://127.0.0.1:18097/healthz >/dev/null && break; sleep 0.1; done

@@ -79,6 +79,10 @@ trap 'exit 130' INT TERM
 
 start_server() {
   DIR=$(mktemp -d -t bench-peers-corvo.XXXXXX)
+  # Written-back data first: on ext4 (data=ordered) the server's fsyncs
+  # otherwise wait for other files' dirty pages (a build or copy just
+  # before; BENCHMARKS.md, session 19: p99 2.1-3.5 ms against 1.3-1.9).
+  sync
   "$BIN" server --data-dir "$DIR/data" --bind "127.0.0.1:$PORT" --raft-bind "127.0.0.1:$((PORT + 1000))" \
     --log-level warn >>"$OUT/corvo-server.log" 2>&1 &
   SERVER=$!
@@ -133,6 +137,7 @@ peer_run() {
     return 0
   fi
   log "$peer ($tag): $* $script"
+  sync # as start_server: nothing else's writeback in the run
   env "$@" timeout "$PEER_TIMEOUT" "$script" >"$OUT/$peer-$tag.out" 2>"$OUT/$peer-$tag.log" || rc=$?
   if ((rc == 0)) && python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); sys.exit("error" in d)' \
     "$OUT/$peer-$tag.out" 2>/dev/null; then

@@ -135,6 +135,7 @@ run() {
   local name=$1
   shift
   echo "### $name: corvo bench --url $URLS $PLACEMENT $*" >&2
+  sync # as scripts/ab-fixed-rate.sh: nothing else's writeback in the run
   # shellcheck disable=SC2068,SC2086
   "$BIN" bench --url "$URLS" $PLACEMENT -o json $@ 2>/dev/null | sed "s/^/$name /"
 }

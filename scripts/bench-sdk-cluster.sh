@@ -34,6 +34,7 @@ for _ in $(seq 1 240); do
   sleep 0.5
 done
 cpu() { local t=0 f; for p in "${pids[@]}"; do read -r -a f < "/proc/$p/stat"; t=$((t + f[13] + f[14])); done; echo "$t"; }
+sync # as scripts/ab-fixed-rate.sh: nothing else's writeback in the run
 before=$(cpu)
 urls=()
 for i in $(seq 1 "$NODES"); do urls+=("http://127.0.0.$i:$((PORT + i - 1))"); done

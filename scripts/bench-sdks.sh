@@ -31,6 +31,7 @@ child_cpu_s() {
 WORK=$(mktemp -d)
 
 run() { # sdk → "jobs/s client-cpu server-cpu"
+  sync # as scripts/ab-fixed-rate.sh: nothing else's writeback in the run
   start_server "$PORT"
   trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK" "$DIR"' EXIT
   local before out rate
