@@ -488,11 +488,15 @@ func TestClusterChaos(t *testing.T) {
 		require.Equal(t, 1, n, "job %s was acked with 200 %d times", id, n)
 	}
 	// No job handed out twice while a lease was valid: every handout has
-	// its own attempt number, and a later handout was received at least a
-	// lease after the earlier one was sent.
+	// its own attempt number, and each attempt was received at least a
+	// lease after the previous attempt's fetch was sent (that attempt was
+	// claimed after its fetch was sent, and the next only once its lease
+	// ran out). In attempt order, not in the order the fetches were sent:
+	// a fetch retried across a killed node can take longer than a lease
+	// and be answered with a later attempt than a fetch sent after it.
 	doubles := 0
 	for id, hs := range l.handouts {
-		sort.Slice(hs, func(i, j int) bool { return hs[i].sent.Before(hs[j].sent) })
+		sort.Slice(hs, func(i, j int) bool { return hs[i].attempt < hs[j].attempt })
 		seen := map[int]bool{}
 		for i, h := range hs {
 			require.False(t, seen[h.attempt], "job %s handed out twice as attempt %d", id, h.attempt)
