@@ -3,7 +3,10 @@
 #   start_server PORT   sets DIR, URL and SERVER (its pid)
 #   run_server PORT     starts it again on the same DIR (after a stop)
 # SERVER_FLAGS (word-split) are added to the server's flags, e.g.
-# SERVER_FLAGS="--max-payload 2097152".
+# SERVER_FLAGS="--max-payload 2097152". BIN may be a wrapper script only
+# if it execs the server (`exec corvo "$@"`): SERVER is what the scripts
+# measure and stop, and a wrapper's child would be neither (and would
+# outlive the script).
 BIN=${BIN:-bin/corvo}
 start_server() {
   DIR=$(mktemp -d)
