@@ -148,8 +148,10 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 	// A group whose last claim found nothing is waited on first, not
 	// claimed from: its wait answers at once if it has work, and an idle
 	// node then costs one request per fetch, not a claim and a wait.
+	keys := make([]string, len(r.Groups))
 	for k := range due {
-		due[k] = !c.idle.has(&r.Groups[k])
+		keys[k] = groupKey(&r.Groups[k])
+		due[k] = !c.idle.has(keys[k])
 	}
 	localDue := r.LocalQueues
 	start := int(c.Next() % uint64(max(sources, 1)))
@@ -183,7 +185,7 @@ func (c *Client) FetchRounds(r FetchRounds) (raw [][]byte, err error) {
 				got, err = c.fetchGroup(&r.Groups[k], &r, want)
 				raw = append(raw, got...)
 				// A failure is claimed again first, so that it is seen.
-				c.idle.mark(&r.Groups[k], err == nil && len(got) == 0)
+				c.idle.mark(keys[k], err == nil && len(got) == 0)
 				switch {
 				case err != nil:
 					delay[k] = remoteFetchSlice
@@ -250,9 +252,7 @@ func (c *Client) waitGroup(ctx context.Context, over <-chan struct{}, g *FetchGr
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
-		case <-ctx.Done():
-			return false
-		case <-over:
+		case <-over: // closed before ctx ends
 			return false
 		case <-t.C:
 			return true
@@ -268,12 +268,9 @@ func (c *Client) waitGroup(ctx context.Context, over <-chan struct{}, g *FetchGr
 		}
 		ok, err := c.WaitReady(ctx, g.Addrs, g.Queues, d)
 		select {
-		case <-over:
+		case <-over: // (and so whenever ctx ended)
 			return
 		default:
-		}
-		if ctx.Err() != nil {
-			return
 		}
 		if err != nil {
 			if !pause(remoteFetchSlice) {
@@ -299,7 +296,12 @@ type idleGroups struct {
 	m  map[string]struct{}
 }
 
+// groupKey names a group by its first node and its queues; "" (never
+// idle) for a group without a node.
 func groupKey(g *FetchGroup) string {
+	if len(g.Addrs) == 0 {
+		return ""
+	}
 	n := len(g.Addrs[0])
 	for _, q := range g.Queues {
 		n += 1 + len(q)
@@ -312,22 +314,20 @@ func groupKey(g *FetchGroup) string {
 	return string(b)
 }
 
-func (s *idleGroups) has(g *FetchGroup) bool {
-	if len(g.Addrs) == 0 {
+func (s *idleGroups) has(k string) bool {
+	if k == "" {
 		return false
 	}
-	k := groupKey(g)
 	s.mu.Lock()
 	_, ok := s.m[k]
 	s.mu.Unlock()
 	return ok
 }
 
-func (s *idleGroups) mark(g *FetchGroup, idle bool) {
-	if len(g.Addrs) == 0 {
+func (s *idleGroups) mark(k string, idle bool) {
+	if k == "" {
 		return
 	}
-	k := groupKey(g)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
