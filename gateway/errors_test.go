@@ -23,6 +23,8 @@ func (b busyEngine) Propose(context.Context, int, ...statemachine.Op) ([]statema
 }
 func (busyEngine) Read(int, interface{}) (interface{}, error)                      { return nil, nil }
 func (busyEngine) Fetchable(string) bool                                           { return true }
+func (busyEngine) Reserve(_ []string, n int) shard.Reservation                     { return shard.Reservation{N: n} }
+func (busyEngine) Release(shard.Reservation, bool)                                 {}
 func (busyEngine) ThrottledUntil(string) int64                                     { return 0 }
 func (busyEngine) Watch(string) <-chan struct{}                                    { return make(chan struct{}) }
 func (busyEngine) Head(q string) statemachine.QueueHead                            { return statemachine.QueueHead{Queue: q} }

@@ -303,7 +303,14 @@ func (s *Server) tryFetch(queues []string, req *fetchRequest, count int) ([]stat
 	}
 	var jobs []statemachine.JobView
 	for _, sh := range order {
-		rs, aerr := s.propose(sh, &statemachine.FetchOp{Queues: byShard[sh], WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(count - len(jobs))})
+		// The claim asks for the jobs it reserved, so that claims in
+		// flight at once never ask for more than are pending.
+		res := s.eng.Reserve(byShard[sh], count-len(jobs))
+		if res.N == 0 {
+			continue
+		}
+		rs, aerr := s.propose(sh, &statemachine.FetchOp{Queues: byShard[sh], WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(res.N)})
+		s.eng.Release(res, aerr != nil || len(rs[0].Jobs) > 0)
 		if aerr != nil {
 			if len(jobs) > 0 {
 				break // hand out what was claimed; the rest can wait

@@ -34,6 +34,12 @@ type Engine interface {
 	Propose(ctx context.Context, shard int, ops ...statemachine.Op) ([]statemachine.Result, error)
 	Read(shard int, query interface{}) (interface{}, error)
 	Fetchable(queue string) bool
+	// Reserve takes up to n of the pending jobs of queues (one shard's)
+	// that no claim in flight from this node reserved, for a claim of
+	// Reservation.N jobs; Release returns it when the claim answers (wake:
+	// it failed or got jobs, so parked long-polls may look again).
+	Reserve(queues []string, n int) shard.Reservation
+	Release(r shard.Reservation, wake bool)
 	ThrottledUntil(queue string) int64
 	Watch(queue string) <-chan struct{}
 	Head(queue string) statemachine.QueueHead

@@ -622,11 +622,25 @@ func (h *Host) Read(i int, query interface{}) (interface{}, error) {
 // MissConfirmTimeout bounds the linearizable read that confirms a miss.
 const MissConfirmTimeout = 2 * time.Second
 
-// Fetchable reports whether queue has pending jobs and is not paused, as
-// far as this node's replica knows.
+// Fetchable reports whether queue has pending jobs that no claim in
+// flight from this node reserved (Reserve), and is not paused or blocked,
+// as far as this node's replica knows.
 func (h *Host) Fetchable(queue string) bool {
 	return h.signals.fetchable(queue, h.clock.Now().UnixNano())
 }
+
+// Reserve reserves up to n of the pending jobs of queues (all on one
+// shard) that no claim in flight from this node reserved, for a claim of
+// Reservation.N jobs about to be proposed (N 0: nothing to claim; park
+// instead). Release it when the claim answers.
+func (h *Host) Reserve(queues []string, n int) Reservation {
+	return h.signals.reserve(queues, n, h.clock.Now().UnixNano())
+}
+
+// Release returns a reservation when its claim answered; wake: the claim
+// failed or got jobs, so long-polls that parked may look again if jobs
+// are left that no claim reserved.
+func (h *Host) Release(r Reservation, wake bool) { h.signals.release(r, wake) }
 
 // ThrottledUntil is when a throttled queue may hand out jobs again (Unix
 // ns; 0 when it is not waiting on a throttle window).

@@ -36,12 +36,15 @@ type signals struct {
 
 type queueSignal struct {
 	pending atomic.Int64
-	paused  atomic.Bool
-	blocked atomic.Int64           // QueueSignal.BlockedUntil
-	head    statemachine.QueueHead // guarded by signals.mu
-	seen    bool                   // set by an Applied (newer than any seed); guarded by signals.mu
-	shard   int                    // the queue's shard index; guarded by signals.mu
-	ready   chan struct{}          // closed and replaced when the queue gains jobs; guarded by signals.mu
+	// claiming: the pending jobs that claims proposed through this node
+	// reserved and that have not answered yet (signals.reserve).
+	claiming atomic.Int64
+	paused   atomic.Bool
+	blocked  atomic.Int64           // QueueSignal.BlockedUntil
+	head     statemachine.QueueHead // guarded by signals.mu
+	seen     bool                   // set by an Applied (newer than any seed); guarded by signals.mu
+	shard    int                    // the queue's shard index; guarded by signals.mu
+	ready    chan struct{}          // closed and replaced when the queue gains jobs; guarded by signals.mu
 }
 
 func newSignals(shards int) *signals {
@@ -82,11 +85,73 @@ func (s *signals) watch(q string) <-chan struct{} {
 	return ch
 }
 
+// fetchable: the queue has pending jobs that no claim in flight from
+// this node reserved, and it is neither paused nor blocked by a limit.
 func (s *signals) fetchable(q string, now int64) bool {
 	s.mu.Lock()
 	qs, ok := s.queues[q]
 	s.mu.Unlock()
-	return ok && qs.pending.Load() > 0 && !qs.paused.Load() && qs.blocked.Load() <= now
+	return ok && qs.pending.Load() > qs.claiming.Load() && !qs.paused.Load() && qs.blocked.Load() <= now
+}
+
+// Reservation is what a claim about to be proposed reserved of its
+// queues' pending jobs (Host.Reserve): N jobs, which is the claim's
+// count. Claims proposed at once through one node then ask, between
+// them, for no more jobs than are pending: without it every long-poll
+// that saw a queue with one pending job proposed a claim, one won and
+// the rest went through Raft for nothing (up to one empty claim per job
+// delivered, under load on a cluster).
+type Reservation struct {
+	N    int
+	qs   []*queueSignal
+	took []int64
+}
+
+// reserve takes up to n of the queues' pending jobs not reserved yet, in
+// the queues' order.
+func (s *signals) reserve(queues []string, n int, now int64) Reservation {
+	var r Reservation
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range queues {
+		if r.N >= n {
+			break
+		}
+		qs, ok := s.queues[q]
+		if !ok || qs.paused.Load() || qs.blocked.Load() > now {
+			continue
+		}
+		free := qs.pending.Load() - qs.claiming.Load()
+		if free <= 0 {
+			continue
+		}
+		take := min(free, int64(n-r.N))
+		qs.claiming.Add(take)
+		r.qs, r.took = append(r.qs, qs), append(r.took, take)
+		r.N += int(take)
+	}
+	return r
+}
+
+// release returns a reservation once its claim answered. wake says
+// whether the long-polls of its queues should look again if jobs are left
+// that no claim reserved (they may have parked because this claim had
+// them): a claim that failed or that got jobs wakes them. One that applied
+// and got nothing does not: a queue whose pending jobs cannot be claimed
+// is retried on a timer by the poll that saw it, never spun on.
+func (s *signals) release(r Reservation, wake bool) {
+	if len(r.qs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, qs := range r.qs {
+		qs.claiming.Add(-r.took[i])
+		if wake && qs.pending.Load() > qs.claiming.Load() && !qs.paused.Load() && qs.blocked.Load() != math.MaxInt64 {
+			close(qs.ready)
+			qs.ready = make(chan struct{})
+		}
+	}
 }
 
 // blockedUntil is when a throttled queue with pending jobs may hand them
