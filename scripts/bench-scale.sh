@@ -11,13 +11,17 @@
 #
 # Each stage is repeated for every shard count in SHARDS. Knobs:
 #   BIN=bin/corvo CPU_SHARE=0.2 (or SHARE_R1=0.25 SHARE_R3=0.2 SHARE_FIXED=0.25)
-#   PERIOD_US=10000 DUR=20s SHARDS="4 16"
+#   PERIOD_US=10000 DUR=20s SHARDS="4 16" ROUNDS=1
 #   STAGES="r1 r3 fixed" LOAD="--mode e2e --producers 64 --workers 256 --queues 32"
 #   FIXED_FLAGS="--ack-fetch" (added to the fixed-rate stage's bench flags)
 #   PLACEMENT="" (default --placement: each request straight to its shard's
 #   node, each worker on one node's queues; empty: requests spread over the
 #   nodes, which forward them, and every worker fetches over every queue,
 #   across nodes)
+# ROUNDS repeats each stage's cluster sizes that many times, alternated
+# (3, 6, 3, 6, ...), and ends with each stage's median jobs/s per size and
+# the ratios of the medians: on a shared 2-core box one run of a size
+# moves by ±20 % (BENCHMARKS.md, session 20).
 # PERIOD_US is the CFS period: a node that used its share waits for the
 # next period, so a long period (the kernel's default is 100 ms) adds up
 # to (1 - the share) of it to a request's latency; 10 ms keeps that small.
@@ -35,6 +39,7 @@ SHARE_R1=${CPU_SHARE:-${SHARE_R1:-0.25}}
 SHARE_R3=${CPU_SHARE:-${SHARE_R3:-0.2}}
 SHARE_FIXED=${CPU_SHARE:-${SHARE_FIXED:-0.25}}
 DUR=${DUR:-20s}
+ROUNDS=${ROUNDS:-1}
 SHARDS=${SHARDS:-4 16}
 STAGES=${STAGES:-r1 r3 fixed}
 # 256 workers: with 128, four nodes took the producers' jobs faster than
@@ -137,7 +142,32 @@ run() {
   echo "### $name: corvo bench --url $URLS $PLACEMENT $*" >&2
   sync # as scripts/ab-fixed-rate.sh: nothing else's writeback in the run
   # shellcheck disable=SC2068,SC2086
-  "$BIN" bench --url "$URLS" $PLACEMENT -o json $@ 2>/dev/null | sed "s/^/$name /"
+  "$BIN" bench --url "$URLS" $PLACEMENT -o json $@ 2>/dev/null | sed "s/^/$name /" | tee -a "$DIR/results"
+}
+
+# summary: each stage's median jobs/s per cluster size over the rounds,
+# and each size's ratio of medians to the stage's smallest.
+summary() {
+  python3 - "$DIR/results" <<'PY'
+import json, re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    name, _, js = line.partition(" ")
+    m = re.match(r"(\w+)-n(\d+)-(?:r\d+-)?s(\d+)$", name)
+    try:
+        d = json.loads(js)
+    except ValueError:
+        continue
+    if not m or "e2e_jobs_s" not in d:
+        continue
+    runs.setdefault((m[1], int(m[3])), {}).setdefault(int(m[2]), []).append(d["e2e_jobs_s"])
+for (stage, shards), sizes in sorted(runs.items()):
+    base = min(sizes)
+    med = {n: statistics.median(v) for n, v in sizes.items()}
+    parts = [f"n{n} median {med[n]:.0f} jobs/s of {['%.0f' % x for x in sizes[n]]}"
+             + ("" if n == base else f" ({med[n] / med[base]:.2f}x n{base})") for n in sorted(sizes)]
+    print(f"summary {stage} s{shards}: " + "; ".join(parts))
+PY
 }
 
 port=20000
@@ -149,7 +179,7 @@ for shards in $SHARDS; do
     fixed) sizes="4" r=1; quota "$SHARE_FIXED" ;;
     *) echo "unknown stage $stage" >&2; exit 1 ;;
     esac
-    for n in $sizes; do
+    for n in $(for _ in $(seq 1 "$ROUNDS"); do echo "$sizes"; done); do
       port=$((port + 10))
       cluster "$n" "$r" "$shards" "$port"
       if [ "$stage" = fixed ]; then
@@ -163,3 +193,4 @@ for shards in $SHARDS; do
     done
   done
 done
+summary
