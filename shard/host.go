@@ -640,7 +640,9 @@ func (h *Host) Reserve(queues []string, n int) Reservation {
 // Release returns a reservation when its claim answered; wake: the claim
 // failed or got jobs, so long-polls that parked may look again if jobs
 // are left that no claim reserved.
-func (h *Host) Release(r Reservation, wake bool) { h.signals.release(r, wake) }
+func (h *Host) Release(r Reservation, wake bool) {
+	h.signals.release(r, wake, h.clock.Now().UnixNano())
+}
 
 // ThrottledUntil is when a throttled queue may hand out jobs again (Unix
 // ns; 0 when it is not waiting on a throttle window).

@@ -91,7 +91,17 @@ func (s *signals) fetchable(q string, now int64) bool {
 	s.mu.Lock()
 	qs, ok := s.queues[q]
 	s.mu.Unlock()
-	return ok && qs.pending.Load() > qs.claiming.Load() && !qs.paused.Load() && qs.blocked.Load() <= now
+	return ok && qs.free(now) > 0
+}
+
+// free is how many of the queue's pending jobs a claim may take at now:
+// those no claim in flight reserved, none while it is paused or a limit
+// blocks it.
+func (qs *queueSignal) free(now int64) int64 {
+	if qs.paused.Load() || qs.blocked.Load() > now {
+		return 0
+	}
+	return qs.pending.Load() - qs.claiming.Load()
 }
 
 // Reservation is what a claim about to be proposed reserved of its
@@ -118,10 +128,10 @@ func (s *signals) reserve(queues []string, n int, now int64) Reservation {
 			break
 		}
 		qs, ok := s.queues[q]
-		if !ok || qs.paused.Load() || qs.blocked.Load() > now {
+		if !ok {
 			continue
 		}
-		free := qs.pending.Load() - qs.claiming.Load()
+		free := qs.free(now)
 		if free <= 0 {
 			continue
 		}
@@ -139,7 +149,7 @@ func (s *signals) reserve(queues []string, n int, now int64) Reservation {
 // them): a claim that failed or that got jobs wakes them. One that applied
 // and got nothing does not: a queue whose pending jobs cannot be claimed
 // is retried on a timer by the poll that saw it, never spun on.
-func (s *signals) release(r Reservation, wake bool) {
+func (s *signals) release(r Reservation, wake bool, now int64) {
 	if len(r.qs) == 0 {
 		return
 	}
@@ -147,7 +157,7 @@ func (s *signals) release(r Reservation, wake bool) {
 	defer s.mu.Unlock()
 	for i, qs := range r.qs {
 		qs.claiming.Add(-r.took[i])
-		if wake && qs.pending.Load() > qs.claiming.Load() && !qs.paused.Load() && qs.blocked.Load() != math.MaxInt64 {
+		if wake && qs.free(now) > 0 {
 			close(qs.ready)
 			qs.ready = make(chan struct{})
 		}

@@ -42,13 +42,13 @@ func TestSignalsReserveClaims(t *testing.T) {
 	// first, then the release; nothing is left unreserved, no wake-up.
 	watch := s.watch("a")
 	s.applied(&statemachine.AppliedInfo{ShardID: 1, Queues: []statemachine.QueueSignal{{Queue: "a", Pending: 1}}})
-	s.release(r1, true)
+	s.release(r1, true, 0)
 	require.False(t, s.fetchable("a", 0), "r2 still holds the last one")
 	require.False(t, closed(watch))
 
 	// r2's claim failed (never applied): its jobs are free again and the
 	// long-polls that parked for them are woken.
-	s.release(r2, true)
+	s.release(r2, true, 0)
 	require.True(t, s.fetchable("a", 0))
 	require.True(t, s.fetchable("b", 0))
 	require.True(t, closed(watch))
@@ -58,7 +58,7 @@ func TestSignalsReserveClaims(t *testing.T) {
 	// A claim that got nothing while the job stays pending (it could not
 	// be claimed) wakes nobody: the poll that saw it retries on a timer.
 	watch = s.watch("a")
-	s.release(r3, false)
+	s.release(r3, false, 0)
 	require.True(t, s.fetchable("a", 0))
 	require.False(t, closed(watch))
 }
