@@ -9,6 +9,7 @@
 #
 #   OLD=/tmp/corvo-old NEW=bin/corvo ROUNDS=3 DUR=15s scripts/ab-cpu.sh
 set -uo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 ROUNDS=${ROUNDS:-3}
 OLD=$(realpath "${OLD:?}"); NEW=$(realpath "${NEW:?}") # each server runs in its own directory
 scrape() { curl -sf http://127.0.0.1:18195/api/v1/metrics | grep -E '^(go_memstats_alloc_bytes_total|go_memstats_mallocs_total|go_gc_duration_seconds_count) ' ; }

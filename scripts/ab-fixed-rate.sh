@@ -8,6 +8,7 @@
 #
 #   ROUNDS=3 scripts/ab-fixed-rate.sh /tmp/corvo-old bin/corvo
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 ROUNDS=${ROUNDS:-3}
 RATE=${RATE:-1000}
 JOBS=${JOBS:-10000}

@@ -5,6 +5,7 @@
 #
 #   OLD=/tmp/corvo-old NEW=bin/corvo ROUNDS=3 scripts/ab-servers.sh
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 ROUNDS=${ROUNDS:-2}
 OLD=${OLD:?the old binary}
 NEW=${NEW:-bin/corvo}

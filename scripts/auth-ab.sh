@@ -4,6 +4,7 @@
 # alternated ROUNDS times; one job per request, 100k jobs, 32 producers.
 # Prints jobs/s and server CPU-seconds per 1,000 jobs.
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 BIN=${BIN:-/tmp/corvo}
 ROUNDS=${ROUNDS:-3}
 JOBS=${JOBS:-100000}

@@ -5,6 +5,7 @@
 # the 4 shards placed on 3 of the 4 nodes), spreading the load over the
 # nodes. STAGES picks some: STAGES="single 4" scripts/bench-cluster.sh
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 BIN=${BIN:-bin/corvo}
 DIR=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT

@@ -33,6 +33,7 @@
 # BIN=bin/corvo PORT=18120 PHASE_TIMEOUT=300 (s, each Corvo phase)
 # PEER_TIMEOUT=600 (s, each peer script run) OUT=<temp dir: raw JSON lines, logs>
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 JOBS=${JOBS:-20000}

@@ -28,6 +28,7 @@
 # The load is closed-loop, so it needs enough concurrency to keep every
 # node busy at every cluster size (throughput = concurrency / latency).
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 BIN=${BIN:-bin/corvo}
 # Each stage compares its clusters under one per-node share (CPU_SHARE,
 # when set, is every stage's). Replicas 3 gets 0.2 of a core: six nodes at

@@ -12,6 +12,7 @@
 #   LOAD="--jobs 50000" scripts/bench-sdk-cluster.sh  # as fast as it goes
 #   HTTP=1 LOAD="--mode fixed-rate --rate 1000 --senders 32 --workers 8 --queues 8 --jobs 10000" scripts/bench-sdk-cluster.sh
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/corvo} NODES=${NODES:-4} SHARDS=${SHARDS:-4} PORT=${PORT:-19300}
 LOAD=${LOAD:---rate 1000 --duration 20s}

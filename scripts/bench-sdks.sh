@@ -11,6 +11,7 @@
 #   make build sdk-ts-deps && scripts/bench-sdks.sh
 #   ROUNDS=3 JOBS=30000 scripts/bench-sdks.sh
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3} JOBS=${JOBS:-20000} PRODUCERS=${PRODUCERS:-16} CONCURRENCY=${CONCURRENCY:-32}
 PORT=${PORT:-18730}

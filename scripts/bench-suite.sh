@@ -3,6 +3,7 @@
 # embedded server (this binary, temp dir, default flags) and loads it over
 # HTTP from the same machine.
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 BIN=${BIN:-bin/corvo}
 # EXTRA=--server-arg=--no-mirror measures the engine without the SQLite mirror.
 EXTRA=${EXTRA:-}

@@ -8,6 +8,7 @@
 #   BIN=bin/corvo scripts/disk-amplification.sh
 #   BIN=bin/corvo scripts/disk-amplification.sh --mirror-payload-max 1024
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 BIN=${BIN:-bin/corvo}
 CONNS=${CONNS:-16} SIZE=${SIZE:-65536} DURATION=${DURATION:-30s} IDLE=${IDLE:-30}
 PORT=18490

@@ -5,6 +5,7 @@
 #   scripts/lag-at-rate.sh            # 50,000/s for 30 s
 #   RATE=40000 scripts/lag-at-rate.sh
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 . "$(dirname "$0")/server-lib.sh"
 start_server 18580
 RATE=${RATE:-50000}

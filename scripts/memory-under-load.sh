@@ -7,6 +7,7 @@
 # Env: PORT (default 18180), PRODUCERS (16), PAYLOAD (65536), BATCH (jobs
 # per enqueue request, 1), LOAD (30s), IDLE (60).
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/corvo}
 PORT=${PORT:-18180}

@@ -13,6 +13,7 @@
 #   scripts/overload.sh
 #   SMALL_FOR=20s LARGE_FOR=15s IDLE_AFTER=20 scripts/overload.sh
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 cd "$(dirname "$0")/.."
 SMALL_FOR=${SMALL_FOR:-60s} LARGE_FOR=${LARGE_FOR:-40s} IDLE_AFTER=${IDLE_AFTER:-60} SETTLE=${SETTLE:-60}
 SMALL_SIZE=${SMALL_SIZE:-65536} LARGE_SIZE=${LARGE_SIZE:-1048576} CONNS=${CONNS:-16}

@@ -12,6 +12,7 @@
 #   MODE=uneven scripts/provider-rate.sh
 #   MODE=uneven SERVER_FLAGS=--provider-rebalance=-1s scripts/provider-rate.sh  (the equal split)
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 . "$(dirname "$0")/server-lib.sh"
 start_server 18680
 go build -o "$DIR/providerprobe" ./scripts/providerprobe

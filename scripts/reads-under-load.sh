@@ -5,6 +5,7 @@
 # the server gets SIGTERM and the time until it exits is printed.
 #   scripts/reads-under-load.sh --rate 10000 --producers 8 --workers 8 --enqueue-batch 10 --fetch-batch 10 --ack-batch 10 --queues 4
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 . "$(dirname "$0")/server-lib.sh"
 start_server 18480
 go build -o "$DIR/readprobe" ./scripts/readprobe

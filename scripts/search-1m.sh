@@ -3,6 +3,7 @@
 # (mirror on), let the mirror catch up, then time each search three times
 # (duration_ms as the server reports it, including the total).
 set -euo pipefail
+. "$(dirname "$0")/bench-lock.sh" # one measurement at a time
 . "$(dirname "$0")/server-lib.sh"
 start_server 18380
 JOBS=${JOBS:-1000000}
