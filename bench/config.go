@@ -21,6 +21,7 @@
 package bench
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -127,6 +128,13 @@ type Config struct {
 	// FetchTimeout is the long-poll timeout of fetch requests in seconds
 	// (default 1).
 	FetchTimeout int
+	// JobTime is how long each job's handler runs before its ack (a
+	// sleep, which keeps the worker's slot busy as real work would; 0:
+	// none). With it the figures show what the ack round trip costs a
+	// worker whose handlers take time: a slot waits for it between jobs.
+	JobTime time.Duration
+	// sleep waits out JobTime (nil: sleepCtx; tests replace it).
+	sleep func(context.Context, time.Duration) error
 	// Client is "http" (default: the load generator's own requests, shaped
 	// by the batch settings) or "sdk" (mode e2e only: the Go SDK's
 	// Client.Enqueue from Producers goroutines and one Worker of Workers
@@ -193,6 +201,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("bench: unknown client %q (want http or sdk)", c.Client)
+	}
+	if c.JobTime < 0 {
+		return fmt.Errorf("bench: job time must not be negative, got %s", c.JobTime)
 	}
 	if c.Duration < 0 {
 		return fmt.Errorf("bench: duration must not be negative, got %s", c.Duration)

@@ -111,6 +111,7 @@ type ConfigSummary struct {
 	Rate         int     `json:"rate,omitempty"`
 	Senders      int     `json:"senders,omitempty"`
 	FetchTimeout int     `json:"fetch_timeout"`
+	JobTimeMS    float64 `json:"job_time_ms,omitempty"`
 }
 
 // Latencies groups the measured latency distributions; nil entries were not
@@ -153,7 +154,7 @@ func (r *runner) buildReport(tl timeline, st *stats, interrupted bool) *Report {
 			URL: c.URL, Jobs: c.Jobs, Producers: c.Producers, Workers: c.Workers,
 			EnqueueBatch: c.EnqueueBatch, FetchBatch: c.FetchBatch, AckBatch: c.AckBatch,
 			Queues: c.Queues, QueuePrefix: c.QueuePrefix, PayloadSize: c.PayloadSize,
-			Rate: c.Rate, FetchTimeout: c.FetchTimeout,
+			Rate: c.Rate, FetchTimeout: c.FetchTimeout, JobTimeMS: float64(c.JobTime) / float64(time.Millisecond),
 		},
 		DurationS:      activeEnd(tl, st).Sub(tl.start).Seconds(),
 		Enqueued:       r.ctr.enqueued.Load(),
@@ -291,6 +292,9 @@ func (r *Report) writeHeader(b *strings.Builder) {
 	fmt.Fprintf(b, " queues=%d payload=%dB", c.Queues, c.PayloadSize)
 	if c.Rate > 0 {
 		fmt.Fprintf(b, " rate=%d/s", c.Rate)
+	}
+	if c.JobTimeMS > 0 && r.Mode != ModeEnqueue {
+		fmt.Fprintf(b, " job_time=%gms", c.JobTimeMS)
 	}
 	b.WriteString("\n")
 }

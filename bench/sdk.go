@@ -35,8 +35,17 @@ func (r *runner) runSDK(start time.Time) *stats {
 	wst := &stats{}
 	var wmu sync.Mutex
 	for _, q := range r.cfg.queueNames() {
-		w.Register(q, func(_ context.Context, j *corvo.JobContext) (any, error) {
-			r.sdkHandled(wst, &wmu, j)
+		w.Register(q, func(ctx context.Context, j *corvo.JobContext) (any, error) {
+			fresh := r.sdkStarted(wst, &wmu, j)
+			if err := r.work(ctx); err != nil {
+				return nil, err
+			}
+			if fresh {
+				wmu.Lock()
+				wst.lastAck = time.Now()
+				wmu.Unlock()
+				r.ctr.completed.Add(1)
+			}
 			return nil, nil
 		})
 	}
@@ -109,8 +118,10 @@ func (r *runner) sdkProducer(ctx context.Context, c *corvo.Client, p *pacer) *st
 	return st
 }
 
-// sdkHandled accounts for a job the SDK worker handed its handler.
-func (r *runner) sdkHandled(st *stats, mu *sync.Mutex, j *corvo.JobContext) {
+// sdkStarted accounts for a job the SDK worker handed its handler: false
+// for a job of another run or one delivered before (not to be counted as
+// completed).
+func (r *runner) sdkStarted(st *stats, mu *sync.Mutex, j *corvo.JobContext) bool {
 	var p struct {
 		T int64  `json:"t"`
 		R string `json:"r"`
@@ -118,17 +129,16 @@ func (r *runner) sdkHandled(st *stats, mu *sync.Mutex, j *corvo.JobContext) {
 	}
 	if json.Unmarshal(j.Payload, &p) != nil || p.R != r.runID {
 		r.ctr.stale.Add(1)
-		return
+		return false
 	}
 	if r.deliveredBefore(p.I) {
 		r.ctr.dupes.Add(1)
-		return
+		return false
 	}
 	now := time.Now()
 	r.ctr.fetched.Add(1)
-	r.ctr.completed.Add(1)
 	mu.Lock()
 	st.record(kindToStart, now.Sub(time.Unix(0, p.T)))
-	st.lastAck = now
 	mu.Unlock()
+	return true
 }

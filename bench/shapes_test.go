@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,4 +266,60 @@ func TestAckFetchOneRequestPerJob(t *testing.T) {
 	require.EqualValues(t, 400, f.count(epAck))
 	require.Greater(t, f.count(epAckFetch), int64(300), "the acks carried the next fetch")
 	require.Less(t, f.count(epFetch), int64(100), "the workers long-polled only when an ack brought nothing")
+}
+
+// TestJobTimeRunsBeforeEachAck: with JobTime, every job's handler (the
+// sleep) runs once, for JobTime, before its ack, whether acks go one by
+// one, carry the next fetch or go in batches; the report names it.
+func TestJobTimeRunsBeforeEachAck(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		ackBatch int
+		ackFetch bool
+	}{{"ack", 1, false}, {"ack-fetch", 1, true}, {"ack-batch", 5, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeServer(t)
+			cfg := testConfig(f, ModeLifecycle)
+			cfg.Jobs, cfg.Workers, cfg.AckBatch, cfg.AckFetch = 60, 3, tc.ackBatch, tc.ackFetch
+			cfg.JobTime = time.Hour // never slept: the stub below counts
+			var mu sync.Mutex
+			var slept []time.Duration
+			cfg.sleep = func(_ context.Context, d time.Duration) error {
+				mu.Lock()
+				slept = append(slept, d)
+				mu.Unlock()
+				return nil
+			}
+			rep, err := Run(context.Background(), cfg)
+			require.NoError(t, err)
+			require.EqualValues(t, 60, rep.Completed)
+			require.Len(t, slept, 60, "one handler run per job")
+			for _, d := range slept {
+				require.Equal(t, time.Hour, d)
+			}
+			require.InDelta(t, float64(time.Hour/time.Millisecond), rep.Config.JobTimeMS, 0.001)
+		})
+	}
+}
+
+// TestJobTimeCutShortAcksNothing: a handler the run's end stops (its
+// sleep returns the context's error) acks nothing.
+func TestJobTimeCutShortAcksNothing(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	cfg := testConfig(f, ModeLifecycle)
+	cfg.Jobs, cfg.Workers = 10, 1
+	cfg.JobTime = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg.sleep = func(context.Context, time.Duration) error {
+		cancel() // the run ends while the first handler runs
+		return context.Canceled
+	}
+	rep, _ := Run(ctx, cfg)
+	require.NotNil(t, rep)
+	require.Zero(t, rep.Completed)
+	require.Zero(t, f.count(epAck)+f.count(epAckBatch)+f.count(epAckFetch), "no ack request")
 }

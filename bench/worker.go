@@ -59,10 +59,17 @@ func (r *runner) worker(ctx context.Context, id int) *stats {
 		st.record(kindFetchReq, lat)
 		jobs := r.received(st, resp, time.Now())
 		if a != nil {
-			a.in <- jobs
+			done := 0
+			for done < len(jobs) && r.work(ctx) == nil {
+				done++ // stopped mid-job: its lease runs out
+			}
+			a.in <- jobs[:done]
 			continue
 		}
 		for k := 0; k < len(jobs); k++ {
+			if r.work(ctx) != nil {
+				break // stopped mid-job: its lease runs out
+			}
 			if next := r.ackOne(c, st, jobs[k], ackFetch, n+k); next != nil {
 				jobs = append(jobs, next...)
 			}
@@ -194,4 +201,15 @@ func (r *runner) completed(st *stats, jobs []fetchedJob, failed map[string]bool,
 		r.ctr.completed.Add(own)
 		st.lastAck = done
 	}
+}
+
+// work is a job's handler (Config.JobTime): a sleep, ended early by ctx.
+func (r *runner) work(ctx context.Context) error {
+	if r.cfg.JobTime <= 0 {
+		return nil
+	}
+	if r.cfg.sleep != nil {
+		return r.cfg.sleep(ctx, r.cfg.JobTime)
+	}
+	return sleepCtx(ctx, r.cfg.JobTime)
 }

@@ -51,6 +51,7 @@ process_jobs_s, e2e_jobs_s, e2e_p50_ms, fixed_rate_p99_ms, ...).`,
   corvo bench --mode e2e --duration 10s --rate 1000
   corvo bench --mode e2e --jobs 100000 --producers 16 --workers 32 --queues 8 --payload-size 35
   corvo bench --client sdk --mode e2e --jobs 100000 --producers 16 --workers 32
+  corvo bench --client sdk --mode e2e --job-time 2ms --producers 16 --workers 32 --queues 8
   corvo bench --mode fixed-rate --rate 1000 --senders 32 --workers 8 --queues 8 --duration 20s -o json
   corvo bench --url http://10.0.0.5:8080 --mode enqueue --enqueue-batch 100 --jobs 1000000`,
 		Args: cobra.NoArgs,
@@ -130,6 +131,7 @@ process_jobs_s, e2e_jobs_s, e2e_p50_ms, fixed_rate_p99_ms, ...).`,
 	fl.IntVar(&cfg.PayloadSize, "payload-size", 64, "approximate payload bytes")
 	fl.IntVar(&cfg.Rate, "rate", 0, "steady enqueue rate in jobs/s (0: as fast as possible; required by fixed-rate)")
 	fl.IntVar(&cfg.FetchTimeout, "fetch-timeout", 1, "long-poll seconds")
+	fl.DurationVar(&cfg.JobTime, "job-time", 0, "how long each job's handler runs before its ack (a sleep: a worker's slot is busy as real work keeps it, e.g. 2ms); 0: none")
 	fl.StringVar(&cfg.Client, "client", bench.ClientHTTP, "http (the load generator's own requests) or sdk (e2e through the Go SDK: Client.Enqueue from --producers goroutines, one Worker of --workers slots, untuned)")
 	fl.StringVarP(&output, "output", "o", "table", "table or json (one line)")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write this process's CPU profile (the load generator's, or the SDK client's with --client sdk) to the file")
