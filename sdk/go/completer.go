@@ -10,9 +10,11 @@ import (
 )
 
 // The worker's completer (river's BatchCompleter is the model): a slot
-// whose handler succeeded hands its ack here and waits for the slot's next
-// job. Acks that finish within AckWindow of each other go out as one
-// POST /ack/batch carrying a fetch for the slots they free; a lone ack
+// whose handler succeeded hands its ack here, with how many jobs its
+// fetch should bring (its next one, and one to hold after a quick
+// handler: Worker.runSlot), and waits for them unless it holds its next
+// job already. Acks that finish within AckWindow of each other go out as
+// one POST /ack/batch carrying a fetch for the slots they free; a lone ack
 // goes out as the single ack-and-fetch. A batch is sent at once when no
 // handler is left running (nothing more can join it), so an idle worker's
 // ack waits for nothing.
@@ -30,12 +32,15 @@ const (
 	maxAckRequests = 4
 )
 
-// pendingAck is a slot's ack; next receives the slot's next job, already
-// started (nil: none, the slot is free).
+// pendingAck is a slot's ack; next receives the jobs its fetch claimed
+// for the slot (up to want: the slot's next job, and one to hold while it
+// runs that one; Worker.runSlot), already registered as running (none:
+// the slot has nothing more from this ack).
 type pendingAck struct {
 	a    Ack
-	g    *fetchGroup // the slot's: its next job comes from the group's queues
-	next chan *JobContext
+	g    *fetchGroup // the slot's: its next jobs come from the group's queues
+	want int
+	next chan []*JobContext
 }
 
 type completer struct {
@@ -58,12 +63,13 @@ func newCompleter(w *Worker) *completer {
 	return c
 }
 
-// ack queues the ack of a slot of group g and returns the slot's next job
-// (nil: none).
-func (c *completer) ack(a Ack, g *fetchGroup) *JobContext {
-	p := &pendingAck{a: a, g: g, next: make(chan *JobContext, 1)}
+// ack queues the ack of a slot of group g, whose fetch asks for want jobs
+// for the slot, and returns where they will come (want 0: none; the
+// channel is answered once the ack is).
+func (c *completer) ack(a Ack, g *fetchGroup, want int) <-chan []*JobContext {
+	p := &pendingAck{a: a, g: g, want: want, next: make(chan []*JobContext, 1)}
 	c.in <- p
-	return <-p.next
+	return p.next
 }
 
 // stop ends the completer once every slot has had its answer.
@@ -142,8 +148,8 @@ func byGroup(batch []*pendingAck) [][]*pendingAck {
 	return parts
 }
 
-// send acks a batch of one group's slots and hands each slot its next
-// job: the first keep of them (Worker.keep) fetch one each from the
+// send acks a batch of one group's slots and hands each slot its jobs:
+// the first keep of them (Worker.keep) fetch what they want from the
 // group's queues, the others are given back.
 func (c *completer) send(batch []*pendingAck) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -151,12 +157,12 @@ func (c *completer) send(batch []*pendingAck) {
 	w := c.w
 	g := batch[0].g
 	keep := w.keep(g, len(batch))
+	want := 0
+	for _, p := range batch[:keep] {
+		want += p.want
+	}
 	if len(batch) == 1 {
-		var next *JobContext
-		if j := w.ackOne(ctx, batch[0].a, g, keep == 1); j != nil {
-			next = w.startAll([]FetchedJob{*j}, g)[0]
-		}
-		batch[0].next <- next
+		batch[0].next <- w.startAll(w.ackOne(ctx, batch[0].a, g, want), g)
 		return
 	}
 	acks := make([]Ack, len(batch))
@@ -165,8 +171,8 @@ func (c *completer) send(batch []*pendingAck) {
 	}
 	var out *AckBatchResult
 	var err error
-	if keep > 0 && !w.draining.Load() && !w.plainBatch.Load() {
-		out, err = w.c.ackBatch(ctx, acks, &FetchBody{Queues: g.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: keep})
+	if want > 0 && !w.draining.Load() && !w.plainBatch.Load() {
+		out, err = w.c.ackBatch(ctx, acks, &FetchBody{Queues: g.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: want})
 		if isBadRequest(err) {
 			// A server without the batch's fetch refuses the field, and
 			// acked nothing: ack batches plainly, from now on.
@@ -197,30 +203,35 @@ func (c *completer) send(batch []*pendingAck) {
 		w.handBack(ctx, jobs) // claimed as the worker began to drain
 		jobs = nil
 	}
-	if len(jobs) > keep {
-		w.handBack(ctx, jobs[keep:]) // more than asked for: not ours to run
-		jobs = jobs[:keep]
+	if len(jobs) > want {
+		w.handBack(ctx, jobs[want:]) // more than asked for: not ours to run
+		jobs = jobs[:want]
 	}
-	// All running before any slot has its job (as a poller's fetch does).
+	// All running before any slot has its job (as a poller's fetch does);
+	// each slot's next job first, then the ones to hold.
 	jcs := w.startAll(jobs, g)
-	for i, p := range batch {
-		if i < len(jcs) {
-			p.next <- jcs[i]
-		} else {
-			p.next <- nil
+	got := make([][]*JobContext, len(batch))
+	for round := 0; len(jcs) > 0 && round < 2; round++ {
+		for i, p := range batch[:keep] {
+			if len(jcs) > 0 && p.want > round {
+				got[i], jcs = append(got[i], jcs[0]), jcs[1:]
+			}
 		}
+	}
+	for i, p := range batch {
+		p.next <- got[i]
 	}
 }
 
-// ackOne acks a lone job of group g, with the slot's next fetch from the
-// group's queues when fetch, unless the worker drains or the server
-// refuses the field.
-func (w *Worker) ackOne(ctx context.Context, a Ack, g *fetchGroup, fetch bool) *FetchedJob {
-	if !fetch || w.draining.Load() || w.plainAcks.Load() {
+// ackOne acks a lone job of group g, with a fetch of want jobs from the
+// group's queues (none when want is 0, the worker drains or the server
+// refuses the field).
+func (w *Worker) ackOne(ctx context.Context, a Ack, g *fetchGroup, want int) []FetchedJob {
+	if want == 0 || w.draining.Load() || w.plainAcks.Load() {
 		_ = w.c.Ack(ctx, a)
 		return nil
 	}
-	out, err := w.c.AckAndFetch(ctx, a, FetchBody{Queues: g.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: 1})
+	out, err := w.c.AckAndFetch(ctx, a, FetchBody{Queues: g.queues, WorkerID: w.opt.ID, Hostname: w.opt.Hostname, Count: want})
 	if isBadRequest(err) {
 		// A server without ack-and-fetch refuses the field, and acked
 		// nothing: ack plainly, from now on.
@@ -235,10 +246,11 @@ func (w *Worker) ackOne(ctx context.Context, a Ack, g *fetchGroup, fetch bool) *
 		w.handBack(ctx, out.Jobs)
 		return nil
 	}
-	if len(out.Jobs) > 1 {
-		w.handBack(ctx, out.Jobs[1:])
+	if len(out.Jobs) > want {
+		w.handBack(ctx, out.Jobs[want:])
+		return out.Jobs[:want]
 	}
-	return &out.Jobs[0]
+	return out.Jobs
 }
 
 // handBack fails jobs the worker claimed but will not run, so the server

@@ -212,11 +212,9 @@ func (w *Worker) poll(ctx context.Context, done <-chan struct{}, g *fetchGroup, 
 			g.chains.Add(1)
 			slots.Go(func() {
 				defer func() { g.chains.Add(-1); <-w.slots }()
-				// Each ack fetches the next job for this slot when one
-				// is pending (one request per job in the steady state).
-				for jc != nil {
-					jc = w.handle(jc)
-				}
+				// Each ack fetches the slot's next job when one is
+				// pending (one request per job in the steady state).
+				w.runSlot(jc)
 			})
 		}
 		select {

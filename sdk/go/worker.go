@@ -32,6 +32,15 @@ type WorkerOptions struct {
 	// JobContext.BudgetExceeded instead. Off: the context is cancelled
 	// with the cause ErrBudgetExceeded.
 	ContinueOverBudget bool
+	// PrefetchUnder: a slot whose handler took at most this long holds its
+	// next job while it runs one (its ack fetches one job more), so it
+	// starts that job the moment the handler returns instead of after the
+	// ack's round trip. After a longer handler the slot holds nothing: a
+	// held job waits for the handler before it (its lease kept by the
+	// heartbeats), which other workers might have run meanwhile; queues
+	// whose quick and slow jobs mix may want it off. Default 50ms;
+	// negative: never hold.
+	PrefetchUnder time.Duration
 }
 
 // Worker fetches jobs for its registered queues and runs their handlers.
@@ -54,6 +63,7 @@ type Worker struct {
 	// batches the acks (completer.go).
 	groups     atomic.Pointer[[]*fetchGroup]
 	base       context.Context // every job's context derives from it (Run's)
+	run        context.Context // Run's: done once the worker drains
 	draining   atomic.Bool
 	plainAcks  atomic.Bool
 	plainBatch atomic.Bool
@@ -79,6 +89,9 @@ func NewWorker(c *Client, opt WorkerOptions) *Worker {
 	}
 	if opt.ShutdownGrace <= 0 {
 		opt.ShutdownGrace = 30 * time.Second
+	}
+	if opt.PrefetchUnder == 0 {
+		opt.PrefetchUnder = 50 * time.Millisecond
 	}
 	return &Worker{c: c, opt: opt, handlers: map[string]Handler{}, inflight: map[string]*JobContext{}}
 }
@@ -227,6 +240,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for q := range w.handlers {
 		queues = append(queues, q)
 	}
+	w.run = ctx
 	stopWatch := context.AfterFunc(ctx, func() { w.draining.Store(true) })
 	defer stopWatch()
 	w.slots = make(chan struct{}, w.opt.Concurrency)
@@ -297,18 +311,92 @@ func (w *Worker) finish(jc *JobContext) (bool, chan struct{}) {
 	return ok, w.hbRound
 }
 
-// handle runs a job and reports its outcome; an ack (batched with the
-// acks of other slots that finish at about the same time: completer.go)
-// also fetches the slot's next job, returned already started (nil: none).
-func (w *Worker) handle(jc *JobContext) *JobContext {
+// runSlot runs a slot's jobs: jc, then the ones its acks bring. Each ack
+// (batched with the acks of other slots that finish at about the same
+// time: completer.go) fetches the slot's next job, and, after a handler
+// that took at most PrefetchUnder, one more that the slot holds while it
+// runs the next: the slot then starts it as soon as that handler returns,
+// while its ack is in flight. A slot has at most one ack in flight; it
+// ends when it has no job left to run (its poller fetches for it again).
+func (w *Worker) runSlot(jc *JobContext) {
+	var ready []*JobContext         // claimed for the slot, not started
+	var answer <-chan []*JobContext // the slot's ack in flight
+	for {
+		if jc != nil {
+			a, took := w.handle(jc)
+			if a != nil {
+				if answer != nil {
+					ready, answer = append(ready, <-answer...), nil
+				}
+				want := 0
+				if len(ready) == 0 {
+					want++ // the next job
+				}
+				if len(ready) <= 1 && w.opt.PrefetchUnder >= 0 && took <= w.opt.PrefetchUnder {
+					want++ // and one to hold
+				}
+				ch := w.comp.ack(*a, jc.g, want)
+				if len(ready) == 0 {
+					ready = <-ch
+				} else {
+					answer = ch
+				}
+			}
+		}
+		jc = nil
+		for jc == nil && len(ready) > 0 {
+			next := ready[0]
+			ready = ready[1:]
+			if w.startable(next) {
+				jc = next
+			}
+		}
+		if jc == nil {
+			if answer == nil {
+				return
+			}
+			ready, answer = <-answer, nil
+		}
+	}
+}
+
+// startable reports whether a job claimed for a slot may start; one that
+// may not is taken out of the running set: dropped when the server moved
+// on from it (cancelled, lease lost), given back when the worker drains.
+// A held job's lease is kept by the heartbeats like a running one's, so
+// it waits at most for the handler before it; one a heartbeat found over
+// its budget starts with its context done, as a running one would see it.
+func (w *Worker) startable(jc *JobContext) bool {
+	cause := context.Cause(jc.ctx)
+	moved := errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrLeaseLost)
+	// Run's context, not only draining (set by a goroutine once it is
+	// done): a job held when the drain begins never starts.
+	if w.run.Err() == nil && !w.draining.Load() && !moved {
+		return true
+	}
+	if ok, _ := w.finish(jc); !ok || moved {
+		return false // failed by the drain already, or nothing to report
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.handBack(ctx, []FetchedJob{jc.FetchedJob})
+	return false
+}
+
+// handle runs a job and reports its outcome: a failure at once, an ack
+// returned for the slot to send (nil: nothing to ack), with how long the
+// handler took.
+func (w *Worker) handle(jc *JobContext) (*Ack, time.Duration) {
 	h := w.handlers[jc.Queue]
+	start := time.Now()
 	result, err := w.safeCall(h, jc)
+	took := time.Since(start)
 	ok, round := w.finish(jc)
 	if !ok {
-		return nil // failed by the drain already
+		return nil, took // failed by the drain already
 	}
 	if cause := context.Cause(jc.ctx); errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrLeaseLost) {
-		return nil // the server has moved on: nothing to report
+		return nil, took // the server has moved on: nothing to report
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -323,7 +411,7 @@ func (w *Worker) handle(jc *JobContext) *JobContext {
 		var pe *providerError
 		_, _ = w.c.Fail(ctx, jc.JobID, Failure{Error: err.Error(), Checkpoint: cp, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: usage,
 			ProviderError: errors.As(err, &pe)})
-		return nil
+		return nil, took
 	}
 	a := Ack{JobID: jc.JobID, WorkerID: w.opt.ID, Attempt: jc.Attempt, Usage: usage}
 	if result != nil {
@@ -331,7 +419,7 @@ func (w *Worker) handle(jc *JobContext) *JobContext {
 		// failure to ack (as a lone ack's would be), never its batch's.
 		raw, err := json.Marshal(result)
 		if err != nil {
-			return nil
+			return nil, took
 		}
 		a.Result = json.RawMessage(raw)
 	}
@@ -340,7 +428,7 @@ func (w *Worker) handle(jc *JobContext) *JobContext {
 		a.StepStatus = "exit"
 	}
 	jc.mu.Unlock()
-	return w.comp.ack(a, jc.g)
+	return &a, took
 }
 
 // running is how many jobs the worker runs: handlers running, and jobs

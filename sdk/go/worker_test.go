@@ -649,15 +649,186 @@ func TestWorkerStartsAnAckBatchsJobsTogether(t *testing.T) {
 	}
 	batch := make([]*pendingAck, n)
 	for i, j := range jobs {
-		batch[i] = &pendingAck{a: Ack{JobID: j.JobID, WorkerID: w.ID(), Attempt: j.Attempt}, g: g, next: make(chan *JobContext, 1)}
+		batch[i] = &pendingAck{a: Ack{JobID: j.JobID, WorkerID: w.ID(), Attempt: j.Attempt}, g: g, want: 1, next: make(chan []*JobContext, 1)}
 	}
 	(&completer{w: w}).send(batch)
 	if got := w.running(); got != n {
 		t.Fatalf("%d jobs running before any slot took its next one, want all %d the batch fetched", got, n)
 	}
 	for i, p := range batch {
-		if jc := <-p.next; jc == nil || jc.Queue != "sdk.together" {
-			t.Fatalf("slot %d got %+v", i, jc)
+		if jcs := <-p.next; len(jcs) != 1 || jcs[0].Queue != "sdk.together" {
+			t.Fatalf("slot %d got %+v", i, jcs)
 		}
+	}
+}
+
+// gatedProxy forwards to url, holding the ack requests numbered in hold
+// (1 = the first ack request) until release is closed; held receives
+// each request's number as it is held.
+func gatedProxy(t *testing.T, url string, hold map[int]bool, held chan<- int, release <-chan struct{}) string {
+	t.Helper()
+	target, _ := neturl.Parse(url)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var acks atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/v1/ack/") {
+			if n := int(acks.Add(1)); hold[n] {
+				held <- n
+				<-release
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestWorkerHoldsTheNextJob: a slot whose handlers are quick holds its
+// next job while it runs one, so it starts that job while its ack is
+// still unanswered; every job runs once and is acked.
+func TestWorkerHoldsTheNextJob(t *testing.T) {
+	t.Parallel()
+	base := startServer(t)
+	held, release := make(chan int, 1), make(chan struct{})
+	c := New(gatedProxy(t, base, map[int]bool{2: true}, held, release))
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < 4; i++ {
+		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.hold", Payload: map[string]int{"n": i}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.JobID)
+	}
+	started := make(chan string, 4)
+	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second})
+	w.Register("sdk.hold", func(_ context.Context, j *JobContext) (any, error) {
+		started <- j.JobID
+		return nil, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	// Job 1 comes from the poller; its ack brings job 2 and one to hold;
+	// job 2's ack (the second ack request) is held at the proxy.
+	<-started
+	<-started
+	<-held
+	select {
+	case id := <-started:
+		if id != ids[2] {
+			t.Fatalf("started %s while the ack was held, want the third job %s", id, ids[2])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no job started while the slot's ack was unanswered: the slot held none")
+	}
+	close(release)
+	for _, id := range ids {
+		waitState(t, c, id, "completed")
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if len(started) != 1 {
+		t.Fatalf("%d more handler runs after the third, want the fourth job's only", len(started))
+	}
+}
+
+// TestWorkerHoldsOnlyAfterQuickHandlers: while a slot runs its second job
+// the third is held (claimed, active) when the first handler took at most
+// PrefetchUnder, and still pending on the server when it took longer or
+// holding is off.
+func TestWorkerHoldsOnlyAfterQuickHandlers(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	for _, tc := range []struct {
+		name  string
+		under time.Duration
+		third string
+	}{{"default", 0, "active"}, {"off", -1, "pending"}, {"slower", time.Nanosecond, "pending"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			queue := "sdk.hold." + tc.name
+			var ids []string
+			for i := 0; i < 3; i++ {
+				e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, e.JobID)
+			}
+			second, release := make(chan struct{}), make(chan struct{})
+			w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second, PrefetchUnder: tc.under})
+			w.Register(queue, func(_ context.Context, j *JobContext) (any, error) {
+				if j.JobID == ids[1] {
+					close(second)
+					<-release
+				}
+				return nil, nil
+			})
+			runCtx, stop := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() { errc <- w.Run(runCtx) }()
+			<-second
+			j, err := c.Job(ctx, ids[2])
+			close(release)
+			if err != nil || j.State != tc.third {
+				t.Errorf("third job while the second runs: %+v, %v; want %s", j, err, tc.third)
+			}
+			for _, id := range ids {
+				waitState(t, c, id, "completed")
+			}
+			stop()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestWorkerGivesBackAHeldJobWhenDraining: a job held when the worker
+// starts to drain is not started: it goes back to the server at once.
+func TestWorkerGivesBackAHeldJobWhenDraining(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < 3; i++ {
+		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.hold.drain", Payload: map[string]int{"n": i}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.JobID)
+	}
+	second, release := make(chan struct{}), make(chan struct{})
+	var ran sync.Map
+	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second})
+	w.Register("sdk.hold.drain", func(_ context.Context, j *JobContext) (any, error) {
+		ran.Store(j.JobID, true)
+		if j.JobID == ids[1] {
+			close(second)
+			<-release
+		}
+		return nil, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	<-second
+	if j, err := c.Job(ctx, ids[2]); err != nil || j.State != "active" {
+		t.Fatalf("third job while the second runs: %+v, %v; want it held (active)", j, err)
+	}
+	stop() // drain: the second job finishes, the held third must not start
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ran.Load(ids[2]); ok {
+		t.Fatal("the held job started after the drain began")
+	}
+	waitState(t, c, ids[1], "completed")
+	if j, err := c.Job(ctx, ids[2]); err != nil || j.State == "active" || j.State == "completed" {
+		t.Fatalf("held job after the drain: %+v, %v; want it given back", j, err)
 	}
 }
