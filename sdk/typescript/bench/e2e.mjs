@@ -1,8 +1,8 @@
 // End-to-end throughput of the TypeScript SDK, the shape of
 // `corvo bench --client sdk --mode e2e`: --producers loops calling
 // client.enqueue (coalesced by the client) while one Worker of
-// --concurrency slots runs a no-op handler, untuned, until --jobs jobs
-// have been handled. Prints one JSON line, with the node process's CPU
+// --concurrency slots runs a no-op handler (or one that takes
+// --job-time-ms), untuned, until --jobs jobs have been handled. Prints one JSON line, with the node process's CPU
 // milliseconds per job (user + system).
 //
 // --mode enqueue runs the producers alone (the jobs stay in the queue);
@@ -22,6 +22,7 @@ const { values: a } = parseArgs({
     concurrency: { type: "string", default: "32" },
     queue: { type: "string", default: "bench.ts" },
     "payload-size": { type: "string", default: "64" },
+    "job-time-ms": { type: "string", default: "0" },
   },
 });
 if (!["e2e", "enqueue", "work"].includes(a.mode)) throw new Error(`unknown --mode ${a.mode} (e2e, enqueue or work)`);
@@ -34,7 +35,9 @@ const worker = new Worker(client, { concurrency: Number(a.concurrency), handleSi
 let handled = 0;
 let allHandled;
 const done = new Promise((r) => (allHandled = r));
-worker.register(a.queue, () => {
+const jobTimeMs = Number(a["job-time-ms"]);
+worker.register(a.queue, async () => {
+  if (jobTimeMs > 0) await new Promise((r) => setTimeout(r, jobTimeMs)); // the handler's work
   if (++handled === jobs) allHandled();
 });
 const cpu0 = process.cpuUsage();

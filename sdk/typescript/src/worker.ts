@@ -31,6 +31,15 @@ export interface WorkerOptions {
    * Default false: the signal is aborted with a BudgetExceededError.
    */
   continueOverBudget?: boolean;
+  /**
+   * A slot whose handler took at most this long, ms, holds its next job
+   * while it runs one (its ack fetches one job more), so it starts that
+   * job the moment the handler returns instead of after the ack's round
+   * trip. After a longer handler the slot holds nothing: a held job waits
+   * for the handler before it (its lease kept by the heartbeats). Default
+   * 50; negative: never hold. As the Go SDK's PrefetchUnder.
+   */
+  prefetchUnderMs?: number;
 }
 
 /** A handler: return a result (any JSON value) to ack the job, throw to fail it. */
@@ -183,8 +192,9 @@ export class JobContext {
 
 interface PendingAck {
   ack: AckItem;
-  g: FetchGroup; // the slot's: its next job comes from the group's queues
-  next: (job: FetchedJob | null) => void;
+  g: FetchGroup; // the slot's: its next jobs come from the group's queues
+  want: number; // jobs its fetch asks for the slot: its next, and one to hold
+  next: (jobs: JobContext[]) => void; // what came, registered as running
 }
 
 // A worker over queues on several nodes of a cluster fetches from each
@@ -299,6 +309,7 @@ export class Worker {
       shutdownGraceMs: opts.shutdownGraceMs && opts.shutdownGraceMs > 0 ? opts.shutdownGraceMs : 30_000,
       handleSignals: opts.handleSignals ?? true,
       continueOverBudget: opts.continueOverBudget ?? false,
+      prefetchUnderMs: opts.prefetchUnderMs === undefined || opts.prefetchUnderMs === 0 ? 50 : opts.prefetchUnderMs,
       onError: opts.onError,
     };
   }
@@ -482,7 +493,7 @@ export class Worker {
       // send its ack alone (see scheduleAcks).
       for (const j of jobs) {
         g.chains++;
-        const p = this.slot(j, g);
+        const p = this.slot(this.track(j), g);
         this.slots.add(p);
         void p.then(() => this.slots.delete(p));
       }
@@ -510,22 +521,77 @@ export class Worker {
     return Math.max(Math.min(n, n - excess), 0);
   }
 
-  /** Runs jobs of group g on one slot: each ack fetches the slot's next job from the group. */
-  private async slot(first: FetchedJob, g: FetchGroup): Promise<void> {
-    let job: FetchedJob | null = first;
+  /** Registers a claimed job as running: heartbeats carry it from now on. */
+  private track(job: FetchedJob): JobContext {
+    const ctx = new JobContext(this, job);
+    this.inflight.set(job.job_id, ctx);
+    return ctx;
+  }
+
+  /**
+   * Runs jobs of group g on one slot (as the Go SDK's Worker.runSlot):
+   * first, then the ones its acks bring. Each ack fetches the slot's next
+   * job from the group, and, after a handler of at most prefetchUnderMs,
+   * one more that the slot holds and starts as soon as its next handler
+   * returns, while that ack is in flight. At most one ack in flight.
+   */
+  private async slot(first: JobContext, g: FetchGroup): Promise<void> {
+    let ready: JobContext[] = [first];
+    let answer: Promise<JobContext[]> | null = null;
     try {
-      while (job) job = await this.handle(job, g);
+      for (;;) {
+        let ctx: JobContext | undefined;
+        while (!ctx && ready.length > 0) {
+          const c = ready.shift()!;
+          if (await this.startable(c)) ctx = c;
+        }
+        if (!ctx) {
+          if (!answer) return;
+          ready = await answer;
+          answer = null;
+          continue;
+        }
+        const { ack, took } = await this.handle(ctx);
+        if (!ack) continue;
+        if (answer) {
+          ready.push(...(await answer));
+          answer = null;
+        }
+        let want = ready.length === 0 ? 1 : 0;
+        if (ready.length <= 1 && this.opt.prefetchUnderMs >= 0 && took <= this.opt.prefetchUnderMs) want++;
+        const p = new Promise<JobContext[]>((next) => {
+          this.acks.push({ ack, g, want, next });
+          this.scheduleAcks();
+        });
+        if (ready.length === 0) ready = await p;
+        else answer = p;
+      }
     } finally {
       g.chains--;
       this.freeSlot();
     }
   }
 
-  /** Runs a job and reports its outcome; answers the slot's next job (null: none). */
-  private async handle(job: FetchedJob, g: FetchGroup): Promise<FetchedJob | null> {
-    const ctx = new JobContext(this, job);
-    this.inflight.set(job.job_id, ctx);
+  /**
+   * Whether a job claimed for a slot may start; one that may not leaves the
+   * running set: dropped when the server moved on from it (cancelled, lease
+   * lost), given back when the worker drains.
+   */
+  private async startable(ctx: JobContext): Promise<boolean> {
+    const why = ctx.reason;
+    const moved = why instanceof JobCancelledError || why instanceof LeaseLostError;
+    if (!this.draining && !moved) return true;
+    if (this.inflight.get(ctx.job.job_id) !== ctx) return false; // failed by the drain already
+    this.inflight.delete(ctx.job.job_id);
+    if (!moved) await this.handBack([ctx.job]);
+    return false;
+  }
+
+  /** Runs a job and reports its outcome: a failure at once, the ack for the slot to send (null: nothing to ack), with the handler's time in ms. */
+  private async handle(ctx: JobContext): Promise<{ ack: AckItem | null; took: number }> {
+    const job = ctx.job;
     const h = this.handlers.get(job.queue);
+    const start = performance.now();
     let result: unknown;
     let failure: unknown;
     let failed = false;
@@ -536,12 +602,13 @@ export class Worker {
       failed = true;
       failure = err;
     }
-    if (this.inflight.get(job.job_id) !== ctx) return null; // failed by the drain already
+    const took = performance.now() - start;
+    if (this.inflight.get(job.job_id) !== ctx) return { ack: null, took }; // failed by the drain already
     this.inflight.delete(job.job_id);
     const round = this.hbRound; // a heartbeat in flight may carry this job's usage
     const why = ctx.reason;
     if (why instanceof JobCancelledError || why instanceof LeaseLostError) {
-      return null; // the server has moved on: nothing to report
+      return { ack: null, took }; // the server has moved on: nothing to report
     }
     if (round) await round;
     const usage = ctx.usageLeft();
@@ -562,16 +629,13 @@ export class Worker {
       } catch (err) {
         this.opt.onError?.(err);
       }
-      return null;
+      return { ack: null, took };
     }
     const ack: AckItem = { job_id: job.job_id, worker_id: this.id, attempt: job.attempt };
     if (result !== undefined) ack.result = result;
     if (usage) ack.usage = usage;
     if (ctx.exit) ack.step_status = "exit";
-    return new Promise<FetchedJob | null>((next) => {
-      this.acks.push({ ack, g, next });
-      this.scheduleAcks();
-    });
+    return { ack, took };
   }
 
   // ---- the completer: acks of slots that finish together share a request
@@ -613,16 +677,17 @@ export class Worker {
   }
 
   /**
-   * Acks a batch of one group's slots and hands each slot its next job:
-   * the first keep of them (Worker.keep) fetch one each from the group's
+   * Acks a batch of one group's slots and hands each slot its jobs: the
+   * first keep of them (Worker.keep) fetch what they want from the group's
    * queues, the others are given back.
    */
   private async sendAcks(batch: PendingAck[]): Promise<void> {
     const g = batch[0].g;
     const keep = this.keep(g, batch.length);
+    const want = batch.slice(0, keep).reduce((n, p) => n + p.want, 0);
     let jobs: FetchedJob[] = [];
     try {
-      jobs = batch.length === 1 ? await this.ackOne(batch[0].ack, g, keep === 1) : await this.ackMany(batch.map((p) => p.ack), g, keep);
+      jobs = batch.length === 1 ? await this.ackOne(batch[0].ack, g, want) : await this.ackMany(batch.map((p) => p.ack), g, want);
     } catch (err) {
       this.opt.onError?.(err);
     }
@@ -630,26 +695,35 @@ export class Worker {
       await this.handBack(jobs); // claimed as the worker began to drain
       jobs = [];
     }
-    if (jobs.length > keep) {
-      await this.handBack(jobs.slice(keep)); // more than asked for: not ours to run
-      jobs = jobs.slice(0, keep);
+    if (jobs.length > want) {
+      await this.handBack(jobs.slice(want)); // more than asked for: not ours to run
+      jobs = jobs.slice(0, want);
     }
-    batch.forEach((p, i) => p.next(jobs[i] ?? null));
+    // All running before any slot has its job; each slot's next job first,
+    // then the ones to hold.
+    const ctxs = jobs.map((j) => this.track(j));
+    const got: JobContext[][] = batch.map(() => []);
+    for (let round = 0; round < 2 && ctxs.length > 0; round++) {
+      batch.slice(0, keep).forEach((p, i) => {
+        if (ctxs.length > 0 && p.want > round) got[i].push(ctxs.shift()!);
+      });
+    }
+    batch.forEach((p, i) => p.next(got[i]));
   }
 
   /**
-   * Acks a lone job of group g, with the slot's next fetch from the
-   * group's queues when fetch, unless draining or the server refuses the
-   * field.
+   * Acks a lone job of group g, with a fetch of want jobs from the
+   * group's queues (none when want is 0, the worker drains or the server
+   * refuses the field).
    */
-  private async ackOne(a: AckItem, g: FetchGroup, fetch: boolean): Promise<FetchedJob[]> {
+  private async ackOne(a: AckItem, g: FetchGroup, want: number): Promise<FetchedJob[]> {
     const { job_id, ...body } = a;
-    if (!fetch || this.draining || this.plainAcks) {
+    if (want === 0 || this.draining || this.plainAcks) {
       await this.client.ack(job_id, body);
       return [];
     }
     try {
-      return (await this.client.ackAndFetch(job_id, body, this.fetchBody(g, 1, 0))).jobs ?? [];
+      return (await this.client.ackAndFetch(job_id, body, this.fetchBody(g, want, 0))).jobs ?? [];
     } catch (err) {
       if (!(err instanceof CorvoError && err.status === 400)) throw err;
       this.plainAcks = true; // a server without ack-and-fetch refused the field, and acked nothing

@@ -1,0 +1,78 @@
+// A slot holds its next job after a quick handler (as the Go SDK's
+// TestWorkerHoldsOnlyAfterQuickHandlers and
+// TestWorkerGivesBackAHeldJobWhenDraining), against a real server.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Client, Worker } from "../dist/index.js";
+import { startServer, waitState } from "./server.mjs";
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(async () => {
+  await server?.stop();
+});
+
+/**
+ * Enqueues three jobs on queue and runs a one-slot worker whose handler
+ * blocks on the second job; calls during(ids) while it does, then lets it
+ * finish. stopFirst: the worker is stopped before the second job ends.
+ */
+async function whileSecondRuns(queue, opts, during, stopFirst = false) {
+  const c = new Client(server.url);
+  const ids = [];
+  for (let i = 0; i < 3; i++) ids.push((await c.enqueue({ queue, payload: { n: i } })).job_id);
+  let second;
+  const secondStarted = new Promise((r) => (second = r));
+  let release;
+  const released = new Promise((r) => (release = r));
+  const ran = new Set();
+  const w = new Worker(c, { concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false, ...opts });
+  w.register(queue, async (job) => {
+    ran.add(job.job_id);
+    if (job.job_id === ids[1]) {
+      second();
+      await released;
+    }
+  });
+  const done = w.run();
+  await secondStarted;
+  try {
+    await during(c, ids);
+  } finally {
+    if (stopFirst) w.stop();
+    release();
+  }
+  if (!stopFirst) {
+    for (const id of ids) await waitState(c, id, "completed");
+    w.stop();
+  }
+  await done;
+  return { c, ids, ran };
+}
+
+for (const [name, opts, third] of [
+  ["default", {}, "active"],
+  ["off", { prefetchUnderMs: -1 }, "pending"],
+]) {
+  test(`a slot holds the job after its next one: ${name}`, async () => {
+    await whileSecondRuns(`ts.hold.${name}`, opts, async (c, ids) => {
+      const doc = await c.job(ids[2]);
+      assert.equal(doc.state, third, `the third job while the second runs`);
+    });
+  });
+}
+
+test("a job held when the drain begins is given back, never started", async () => {
+  const { c, ids, ran } = await whileSecondRuns(
+    "ts.hold.drain",
+    {},
+    async (c, ids) => assert.equal((await c.job(ids[2])).state, "active", "held"),
+    true,
+  );
+  assert.ok(!ran.has(ids[2]), "the held job ran after the drain began");
+  await waitState(c, ids[1], "completed");
+  const doc = await c.job(ids[2]);
+  assert.ok(doc.state !== "active" && doc.state !== "completed", `held job after the drain: ${doc.state}`);
+});
