@@ -735,6 +735,57 @@ func TestWorkerHoldsTheNextJob(t *testing.T) {
 	}
 }
 
+// whileSecondRuns enqueues three jobs on queue and runs a one-slot worker
+// (opt) whose handler blocks on the second job; during runs while it does
+// (ids: the jobs). With drain the worker is stopped before the second job
+// ends; without, it runs until all three are completed. It answers the
+// jobs and which of them a handler ran.
+func whileSecondRuns(t *testing.T, c *Client, queue string, opt WorkerOptions, drain bool, during func(ids []string)) ([]string, *sync.Map) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < 3; i++ {
+		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.JobID)
+	}
+	second, release := make(chan struct{}), make(chan struct{})
+	var ran sync.Map
+	opt.Concurrency, opt.FetchTimeout = 1, time.Second
+	w := NewWorker(c, opt)
+	w.Register(queue, func(_ context.Context, j *JobContext) (any, error) {
+		ran.Store(j.JobID, true)
+		if j.JobID == ids[1] {
+			close(second)
+			<-release
+		}
+		return nil, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	<-second
+	func() {
+		defer close(release)
+		if drain {
+			defer stop() // runs first: the drain begins before the second job ends
+		}
+		during(ids)
+	}()
+	if !drain {
+		for _, id := range ids {
+			waitState(t, c, id, "completed")
+		}
+		stop()
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return ids, &ran
+}
+
 // TestWorkerHoldsOnlyAfterQuickHandlers: while a slot runs its second job
 // the third is held (claimed, active) when the first handler took at most
 // PrefetchUnder, and still pending on the server when it took longer or
@@ -748,41 +799,11 @@ func TestWorkerHoldsOnlyAfterQuickHandlers(t *testing.T) {
 		third string
 	}{{"default", 0, "active"}, {"off", -1, "pending"}, {"slower", time.Nanosecond, "pending"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			queue := "sdk.hold." + tc.name
-			var ids []string
-			for i := 0; i < 3; i++ {
-				e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
-				if err != nil {
-					t.Fatal(err)
+			whileSecondRuns(t, c, "sdk.hold."+tc.name, WorkerOptions{PrefetchUnder: tc.under}, false, func(ids []string) {
+				if j, err := c.Job(context.Background(), ids[2]); err != nil || j.State != tc.third {
+					t.Errorf("third job while the second runs: %+v, %v; want %s", j, err, tc.third)
 				}
-				ids = append(ids, e.JobID)
-			}
-			second, release := make(chan struct{}), make(chan struct{})
-			w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second, PrefetchUnder: tc.under})
-			w.Register(queue, func(_ context.Context, j *JobContext) (any, error) {
-				if j.JobID == ids[1] {
-					close(second)
-					<-release
-				}
-				return nil, nil
 			})
-			runCtx, stop := context.WithCancel(ctx)
-			errc := make(chan error, 1)
-			go func() { errc <- w.Run(runCtx) }()
-			<-second
-			j, err := c.Job(ctx, ids[2])
-			close(release)
-			if err != nil || j.State != tc.third {
-				t.Errorf("third job while the second runs: %+v, %v; want %s", j, err, tc.third)
-			}
-			for _, id := range ids {
-				waitState(t, c, id, "completed")
-			}
-			stop()
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
 		})
 	}
 }
@@ -793,37 +814,11 @@ func TestWorkerGivesBackAHeldJobWhenDraining(t *testing.T) {
 	t.Parallel()
 	c := New(startServer(t))
 	ctx := context.Background()
-	var ids []string
-	for i := 0; i < 3; i++ {
-		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.hold.drain", Payload: map[string]int{"n": i}})
-		if err != nil {
-			t.Fatal(err)
+	ids, ran := whileSecondRuns(t, c, "sdk.hold.drain", WorkerOptions{}, true, func(ids []string) {
+		if j, err := c.Job(ctx, ids[2]); err != nil || j.State != "active" {
+			t.Errorf("third job while the second runs: %+v, %v; want it held (active)", j, err)
 		}
-		ids = append(ids, e.JobID)
-	}
-	second, release := make(chan struct{}), make(chan struct{})
-	var ran sync.Map
-	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second})
-	w.Register("sdk.hold.drain", func(_ context.Context, j *JobContext) (any, error) {
-		ran.Store(j.JobID, true)
-		if j.JobID == ids[1] {
-			close(second)
-			<-release
-		}
-		return nil, nil
 	})
-	runCtx, stop := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- w.Run(runCtx) }()
-	<-second
-	if j, err := c.Job(ctx, ids[2]); err != nil || j.State != "active" {
-		t.Fatalf("third job while the second runs: %+v, %v; want it held (active)", j, err)
-	}
-	stop() // drain: the second job finishes, the held third must not start
-	close(release)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
 	if _, ok := ran.Load(ids[2]); ok {
 		t.Fatal("the held job started after the drain began")
 	}
