@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .client import Cancel, Client
 from .errors import BudgetExceeded, CorvoError, JobCancelled, LeaseLost, ProviderError, WorkerShutdown
@@ -30,6 +30,11 @@ for none) acks the job; an exception fails it."""
 ACK_WINDOW = 0.001
 MAX_ACK_BATCH = 1000
 MAX_ACK_REQUESTS = 4
+
+# The ack senders' work: the group whose acks to send first (_ANY: the
+# first waiting ack's), or _STOP.
+_ANY = object()
+_STOP = object()
 
 # How often a running worker checks whether its queues' nodes changed (a
 # leader moved, a node left), in seconds.
@@ -253,20 +258,26 @@ def _same_groups(a: List[_FetchGroup], b: List[_FetchGroup]) -> bool:
 
 
 class _PendingAck:
-    """A slot's ack waiting to be sent. Its lock is taken from the start: the
-    slot's thread blocks on it; it is released once, with the slot's next job
-    (settled) or to make the thread the next sender (lead). group: the
-    slot's, whose queues its next job comes from."""
+    """A slot's ack waiting to be sent, with how many jobs its fetch asks for
+    the slot (want: its next job, and one to hold after a quick handler;
+    Worker._run_slot). Its lock is taken from the start and released once
+    the ack is answered, with the slot's jobs in ``next`` (already running).
+    group: the slot's, whose queues those jobs come from."""
 
-    __slots__ = ("item", "group", "lock", "batch", "next")
+    __slots__ = ("item", "group", "want", "lock", "next")
 
-    def __init__(self, item: AckItem, group: Optional[_FetchGroup]):
+    def __init__(self, item: AckItem, group: Optional[_FetchGroup], want: int):
         self.item = item
         self.group = group
+        self.want = want
         self.lock = threading.Lock()
         self.lock.acquire()
-        self.batch: Optional[List["_PendingAck"]] = None  # set when made the next sender: what to send
-        self.next: Optional["JobContext"] = None
+        self.next: List["JobContext"] = []
+
+    def wait(self) -> List["JobContext"]:
+        """The slot's jobs, once the ack is answered."""
+        self.lock.acquire()
+        return self.next
 
 
 class Worker:
@@ -280,9 +291,11 @@ class Worker:
     >>> worker.run()  # until SIGTERM/SIGINT or worker.stop(): then drains  # doctest: +SKIP
 
     The runtime fetches as many jobs as it has free slots; an ack carries
-    the slot's next fetch (one request per job while jobs are pending); acks
-    that finish together share one ``POST /api/v1/ack/batch`` with a fetch for
-    the slots they free. One heartbeat request carries every running job.
+    the slot's next fetch (one request per job while jobs are pending), and
+    after a quick handler one job more, which the slot holds and starts as
+    soon as its handler returns (``prefetch_under``); acks that finish
+    together share one ``POST /api/v1/ack/batch`` with a fetch for the slots
+    they free. One heartbeat request carries every running job.
     When the client knows the cluster's placement, the queues are grouped
     by the node leading their shard and each node is fetched from apart
     (its queues only), the slots shared between the nodes.
@@ -308,6 +321,15 @@ class Worker:
             unset when a heartbeat says the job is past a per-job budget: the
             handler reads :attr:`JobContext.budget_exceeded` instead. Default
             False: the job is cancelled with :class:`~corvo.BudgetExceeded`.
+        prefetch_under: a slot whose handler took at most this many seconds
+            holds its next job while it runs one (its ack fetches one job
+            more), so it starts that job the moment the handler returns
+            instead of after the ack's round trip. After a longer handler the
+            slot holds nothing: a held job waits for the handler before it
+            (its lease kept by the heartbeats), which other workers might
+            have run meanwhile; queues whose quick and slow jobs mix may want
+            it off. Default 0.05; negative: never hold (as the Go SDK's
+            ``PrefetchUnder``).
     """
 
     def __init__(
@@ -323,6 +345,7 @@ class Worker:
         handle_signals: bool = True,
         on_error: Optional[Callable[[BaseException], None]] = None,
         continue_over_budget: bool = False,
+        prefetch_under: float = 0.05,
     ):
         self.client = client
         self.hostname = hostname or socket.gethostname()
@@ -334,6 +357,7 @@ class Worker:
         self.handle_signals = handle_signals
         self.on_error = on_error
         self.continue_over_budget = continue_over_budget
+        self.prefetch_under = prefetch_under
         self._handlers: Dict[str, Handler] = {}
         self._queues: List[str] = []
         # _groups are the queues grouped by node, a poller each (the current
@@ -352,8 +376,11 @@ class Worker:
         # ends one request at a time: one each).
         self._fetch_cancels: List[Cancel] = []
         self._jobs: "_queue.SimpleQueue[Optional[JobContext]]" = _queue.SimpleQueue()
+        # The acks waiting for a request (_mu), the requests out, and the
+        # sender threads' work (_sender_loop).
         self._acks: List[_PendingAck] = []
         self._ack_requests = 0
+        self._senders: "_queue.SimpleQueue[Any]" = _queue.SimpleQueue()
         self._acking = 0
         self._plain_acks = False
         self._plain_batch = False
@@ -411,7 +438,8 @@ class Worker:
         hb = threading.Thread(target=self._heartbeat_loop, name="corvo-heartbeat", daemon=True)
         hb.start()
         slots = [threading.Thread(target=self._slot_loop, name="corvo-slot-%d" % i, daemon=True) for i in range(self.concurrency)]
-        for t in slots:
+        senders = [threading.Thread(target=self._sender_loop, name="corvo-ack-%d" % i, daemon=True) for i in range(MAX_ACK_REQUESTS)]
+        for t in slots + senders:
             t.start()
         try:
             self._fetch_loop()
@@ -422,6 +450,8 @@ class Worker:
             self._stopped.set()
             for _ in slots:
                 self._jobs.put(None)
+            for _ in senders:
+                self._senders.put(_STOP)
             hb.join()
 
     def _on_signal(self, *_: Any) -> None:
@@ -620,8 +650,7 @@ class Worker:
                 return
             g = ctx._group  # the chain's: every job it runs is of this group
             try:
-                while ctx is not None:
-                    ctx = self._handle(ctx)
+                self._run_slot(ctx)
             except Exception as err:  # a bug here must not kill the slot
                 self._error(err)
             finally:
@@ -630,6 +659,59 @@ class Worker:
                     if g is not None:
                         g.chains -= 1
                     self._cond.notify_all()
+
+    def _run_slot(self, ctx: Optional[JobContext]) -> None:
+        """Runs a slot's jobs: ctx, then the ones its acks bring. Each ack
+        (sent with the acks of other slots that finish at about the same
+        time) fetches the slot's next job and, after a handler that took at
+        most ``prefetch_under``, one more that the slot holds while it runs
+        the next: the slot starts it as soon as that handler returns, while
+        its ack is in flight. A slot has at most one ack in flight; it ends
+        when it has no job left to run (its poller fetches for it again)."""
+        ready: List[JobContext] = []  # claimed for the slot, not started
+        answer: Optional[_PendingAck] = None  # the slot's ack in flight
+        while True:
+            if ctx is not None:
+                item, took = self._handle(ctx)
+                if item is not None:
+                    if answer is not None:
+                        ready += answer.wait()
+                        answer = None
+                    want = 0 if ready else 1  # the next job
+                    if len(ready) <= 1 and 0 <= self.prefetch_under and took <= self.prefetch_under:
+                        want += 1  # and one to hold
+                    p = self._ack(item, ctx._group, want, not ready)
+                    if ready:
+                        answer = p
+                    else:
+                        ready = p.wait()
+            ctx = None
+            while ctx is None and ready:
+                nxt = ready.pop(0)
+                if self._startable(nxt):
+                    ctx = nxt
+            if ctx is None:
+                if answer is None:
+                    return
+                ready, answer = answer.wait(), None
+
+    def _startable(self, ctx: JobContext) -> bool:
+        """Whether a job claimed for a slot may start; one that may not is
+        taken out of the running set: dropped when the server moved on from
+        it (cancelled, lease lost), given back when the worker drains. A
+        held job's lease is kept by the heartbeats like a running one's, so
+        it waits at most for the handler before it; one a heartbeat found
+        over its budget starts cancelled, as a running one would be."""
+        moved = ctx.cancelled and isinstance(ctx.reason, (JobCancelled, LeaseLost))
+        if not self._draining and not moved:
+            return True
+        with self._mu:
+            if self._inflight.get(ctx.job["job_id"]) is not ctx:
+                return False  # failed by the drain already
+            del self._inflight[ctx.job["job_id"]]
+        if not moved:
+            self._hand_back([ctx.job])
+        return False
 
     def _start(self, jobs: List[FetchedJob], g: Optional[_FetchGroup]) -> List[JobContext]:
         """Registers jobs of group g as running (heartbeats carry them from now on)."""
@@ -641,33 +723,38 @@ class Worker:
                 self._inflight[ctx.job["job_id"]] = ctx
         return ctxs
 
-    def _handle(self, ctx: JobContext) -> Optional[JobContext]:
-        """Runs a started job and reports its outcome; answers the slot's next
-        job, started (None: none)."""
+    def _handle(self, ctx: JobContext) -> Tuple[Optional[AckItem], float]:
+        """Runs a started job and reports a failure; answers the ack to send
+        (None: nothing to ack) and how long the handler took, in seconds.
+        From the handler's end the job counts as acking until its ack is
+        answered (_acked)."""
         job = ctx.job
         jid = job["job_id"]
         with self._mu:
             if self._inflight.get(jid) is not ctx:
-                return None  # failed by the drain before it ran
+                return None, 0.0  # failed by the drain before it ran
         h = self._handlers.get(job["queue"])
         failure: Optional[BaseException] = None
         result: Any = None
+        start = time.monotonic()
         try:
             if h is None:
                 raise LookupError("no handler for queue %s" % job["queue"])
             result = h(job, ctx)
         except Exception as err:
             failure = err
+        took = time.monotonic() - start
         with self._mu:
             if self._inflight.get(jid) is not ctx:
-                return None  # failed by the drain already
+                return None, took  # failed by the drain already
             del self._inflight[jid]
             hb_round = self._hb_round  # a heartbeat in flight may carry this job's usage
         with self._cond:
             self._acking += 1
+        item: Optional[AckItem] = None
         try:
             if ctx.cancelled and isinstance(ctx.reason, (JobCancelled, LeaseLost)):
-                return None  # the server has moved on: nothing to report
+                return None, took  # the server has moved on: nothing to report
             if hb_round is not None:
                 hb_round.wait(30)
             usage = ctx._usage_left()
@@ -685,68 +772,85 @@ class Worker:
                     )
                 except Exception as err:
                     self._error(err)
-                return None
-            item: AckItem = {"job_id": jid, "worker_id": self.id, "attempt": job["attempt"]}
+                return None, took
+            item = {"job_id": jid, "worker_id": self.id, "attempt": job["attempt"]}
             if result is not None:
                 item["result"] = result
             if usage is not None:
                 item["usage"] = usage
             if ctx._exit:
                 item["step_status"] = "exit"
-            return self._ack(item, ctx._group)
+            return item, took
         finally:
-            with self._cond:
-                self._acking -= 1
-                if self._acking == 0:
-                    self._cond.notify_all()
+            if item is None:
+                self._acked(1)
+
+    def _acked(self, n: int) -> None:
+        with self._cond:
+            self._acking -= n
+            if self._acking == 0:
+                self._cond.notify_all()
 
     # ---- the completer: acks of slots that finish together share a request
 
-    def _ack(self, item: AckItem, g: Optional[_FetchGroup]) -> Optional[JobContext]:
-        """Queues the ack of a slot of group g; answers the slot's next job
-        (None: none).
+    def _ack(self, item: AckItem, g: Optional[_FetchGroup], want: int, wait: bool) -> _PendingAck:
+        """Queues the ack of a slot of group g, whose fetch asks for want jobs
+        for the slot; answers it (its wait() answers those jobs).
 
-        While fewer than MAX_ACK_REQUESTS ack requests are out, the ack's own
-        thread sends it at once, with every ack of its group waiting (up to a
-        request's worth); otherwise it waits, and a sender that finishes
-        hands the sending on to the first waiting thread, whose request
-        carries the acks of its group that gathered meanwhile (the batches
-        grow under load). One request per group: its acks go to the group's
-        node, and fetch from its queues."""
-        p = _PendingAck(item, g)
+        At most MAX_ACK_REQUESTS ack requests are out at once, each carrying
+        every ack of one group waiting when it goes (up to MAX_ACK_BATCH):
+        while fewer are out, the ack goes at once, sent by its slot's thread
+        when the slot waits for it anyway (wait), else by one of the
+        worker's sender threads; otherwise it waits for a request to end,
+        and the batches grow under load."""
+        p = _PendingAck(item, g, want)
         with self._mu:
-            wait = self._ack_requests >= MAX_ACK_REQUESTS
-            if wait:
-                self._acks.append(p)
-            else:
+            self._acks.append(p)
+            start = self._ack_requests < MAX_ACK_REQUESTS
+            if start:
                 self._ack_requests += 1
-        if wait:
-            p.lock.acquire()  # settled, or made the next sender
-            if p.batch is None:
-                return p.next
-            batch = p.batch
-        else:
-            if self._inflight and not self._draining:
-                time.sleep(ACK_WINDOW)  # handlers still run: let their acks join
+        if start:
+            if wait:
+                self._sender(g, once=True)
+            else:
+                self._senders.put(g)
+        return p
+
+    def _sender_loop(self) -> None:
+        while True:
+            g = self._senders.get()
+            if g is _STOP:
+                return
+            try:
+                self._sender(g, once=False)
+            except Exception as err:  # a bug here must not kill the sender
+                self._error(err)
+
+    def _sender(self, g: Any, once: bool) -> None:
+        """Holds one of the ack requests: sends the waiting acks of group g
+        (first letting others join for ACK_WINDOW while handlers still run),
+        then those of the first waiting ack's group, until none waits. once
+        (a slot's thread, whose next job waits for it): after the first
+        request it hands the sending on to a sender thread."""
+        if g is not _ANY and self._inflight and not self._draining:
+            time.sleep(ACK_WINDOW)  # handlers still run: let their acks join
+        while True:
             with self._mu:
-                batch = [p] + self._take_acks(g, MAX_ACK_BATCH - 1)
-        # All running before any slot has its job (as a poller's fetch does).
-        ctxs = self._start(self._send_acks([b.item for b in batch], g), g)
-        for i, b in enumerate(batch):
-            b.next = ctxs[i] if i < len(ctxs) else None
-            if b is not p:
-                b.lock.release()
-        # Take what gathered meanwhile of the first waiting ack's group and
-        # hand it to the first of those slots to send (the other groups' go
-        # with the next senders that finish).
-        with self._mu:
-            nxt = self._take_acks(self._acks[0].group, MAX_ACK_BATCH) if self._acks else []
-            if not nxt:
-                self._ack_requests -= 1
-        if nxt:
-            nxt[0].batch = nxt
-            nxt[0].lock.release()
-        return p.next
+                batch = self._take_acks(g, MAX_ACK_BATCH) if g is not _ANY else []
+                if not batch and self._acks:
+                    batch = self._take_acks(self._acks[0].group, MAX_ACK_BATCH)
+                if not batch:
+                    self._ack_requests -= 1
+                    return
+            self._send(batch)
+            g = _ANY
+            if once:
+                with self._mu:
+                    if not self._acks:
+                        self._ack_requests -= 1
+                        return
+                self._senders.put(_ANY)  # the slot's next job waits for this thread
+                return
 
     def _take_acks(self, g: Optional[_FetchGroup], n: int) -> List[_PendingAck]:
         """Takes up to n of the waiting acks of group g, in order (under _mu)."""
@@ -757,34 +861,50 @@ class Worker:
         self._acks = rest
         return mine
 
-    def _send_acks(self, items: List[AckItem], g: Optional[_FetchGroup]) -> List[FetchedJob]:
-        """Acks a batch of group g's slots; answers their next jobs: the first
-        keep of them (_keep) fetch one each from the group's queues, the
-        others are given back."""
-        keep = self._keep(g, len(items))
-        jobs: List[FetchedJob] = []
+    def _send(self, batch: List[_PendingAck]) -> None:
+        """Acks a batch of one group's slots in one request and hands each
+        slot its jobs: the first keep of them (_keep) fetch what they want
+        from the group's queues, the others are given back."""
+        g = batch[0].group
+        got: List[List[JobContext]] = [[] for _ in batch]
         try:
-            jobs = self._ack_one(items[0], g, keep == 1) if len(items) == 1 else self._ack_many(items, g, keep)
-        except Exception as err:
-            self._error(err)
-        if self._draining and jobs:
-            self._hand_back(jobs)  # claimed as the worker began to drain
-            return []
-        if len(jobs) > keep:
-            self._hand_back(jobs[keep:])  # more than asked for
-            jobs = jobs[:keep]
-        return jobs
+            keep = self._keep(g, len(batch))
+            want = sum(b.want for b in batch[:keep])
+            items = [b.item for b in batch]
+            jobs: List[FetchedJob] = []
+            try:
+                jobs = self._ack_one(items[0], g, want) if len(items) == 1 else self._ack_many(items, g, want)
+            except Exception as err:
+                self._error(err)
+            if self._draining and jobs:
+                self._hand_back(jobs)  # claimed as the worker began to drain
+                jobs = []
+            if len(jobs) > want:
+                self._hand_back(jobs[want:])  # more than asked for
+                jobs = jobs[:want]
+            # All running before any slot has its job (as a poller's fetch
+            # does); each slot's next job first, then the ones to hold.
+            ctxs = self._start(jobs, g)
+            for rnd in range(2):
+                for i, b in enumerate(batch[:keep]):
+                    if ctxs and b.want > rnd:
+                        got[i].append(ctxs.pop(0))
+        finally:
+            for b, jcs in zip(batch, got):
+                b.next = jcs
+                b.lock.release()
+            self._acked(len(batch))
 
-    def _ack_one(self, a: AckItem, g: Optional[_FetchGroup], fetch: bool) -> List[FetchedJob]:
-        """Acks a lone job of group g, with the slot's next fetch from the
-        group's queues when fetch, unless draining or the server refuses the
-        field."""
+    def _ack_one(self, a: AckItem, g: Optional[_FetchGroup], want: int) -> List[FetchedJob]:
+        """Acks a lone job of group g, with a fetch of want jobs from the
+        group's queues (none when want is 0, the worker drains or the server
+        refuses the field)."""
         kw = {k: v for k, v in a.items() if k != "job_id"}
-        if not fetch or self._draining or self._plain_acks:
+        if want == 0 or self._draining or self._plain_acks:
             self.client.ack(a["job_id"], **kw)
             return []
         try:
-            return self.client.ack_and_fetch(a["job_id"], self._fetch_body(g, 1, 0), **kw).get("jobs") or []
+            return self.client.ack_and_fetch(a["job_id"], self._fetch_body(g, want, 0), **kw).get("jobs") or []
         except CorvoError as err:
             if err.status != 400:
                 raise
@@ -792,13 +912,13 @@ class Worker:
             self.client.ack(a["job_id"], **kw)
             return []
 
-    def _ack_many(self, acks: List[AckItem], g: Optional[_FetchGroup], keep: int) -> List[FetchedJob]:
-        """Acks many jobs of group g in one request, with a fetch from the
-        group's queues for the keep slots that go on (none: a plain batch)."""
+    def _ack_many(self, acks: List[AckItem], g: Optional[_FetchGroup], want: int) -> List[FetchedJob]:
+        """Acks many jobs of group g in one request, with a fetch of want jobs
+        from the group's queues (none: a plain batch)."""
         out = None
-        if keep > 0 and not self._draining and not self._plain_batch:
+        if want > 0 and not self._draining and not self._plain_batch:
             try:
-                out = self.client.ack_batch_and_fetch(acks, self._fetch_body(g, keep, 0))
+                out = self.client.ack_batch_and_fetch(acks, self._fetch_body(g, want, 0))
             except CorvoError as err:
                 if err.status != 400:
                     raise

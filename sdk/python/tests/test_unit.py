@@ -442,6 +442,13 @@ class TestWorker(Base):
         self.assertEqual(seen[0], 3, "the first handler ran before the others counted as running")
 
     def test_an_ack_carries_the_next_fetch_and_runs_the_job_it_brings_back(self) -> None:
+        # After a quick handler the fetch asks for one job more, to hold
+        # (prefetch_under); with it off, for the slot's next job only.
+        for kw, count in (({}, 2), ({"prefetch_under": -1}, 1)):
+            with self.subTest(**kw):
+                self.ack_fetches(kw, count)
+
+    def ack_fetches(self, kw: Dict[str, Any], count: int) -> None:
         def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
             if r.path == "/api/v1/fetch":
                 if sum(1 for x in s.seen if x.path == "/api/v1/fetch") == 1:
@@ -455,7 +462,7 @@ class TestWorker(Base):
             return None
 
         s = self.fake(route)
-        w = Worker(self.client(s.url), id="w1", concurrency=1, fetch_timeout=1, handle_signals=False)
+        w = Worker(self.client(s.url), id="w1", concurrency=1, fetch_timeout=1, handle_signals=False, **kw)
         ran: List[str] = []
 
         def handler(j: Any, ctx: Any) -> Any:
@@ -473,7 +480,7 @@ class TestWorker(Base):
         ack_a = next(r for r in s.seen if r.path == "/api/v1/ack/a")
         self.assertEqual(
             ack_a.body,
-            {"worker_id": "w1", "attempt": 1, "result": {"ok": "a"}, "fetch": {"queues": ["q"], "worker_id": "w1", "hostname": w.hostname, "timeout": 0, "count": 1}},
+            {"worker_id": "w1", "attempt": 1, "result": {"ok": "a"}, "fetch": {"queues": ["q"], "worker_id": "w1", "hostname": w.hostname, "timeout": 0, "count": count}},
         )
         self.assertEqual(ran, ["a", "b"])
         paths = s.paths()

@@ -1,0 +1,88 @@
+"""A slot holds its next job after a quick handler (prefetch_under), as the
+Go SDK's TestWorkerHoldsOnlyAfterQuickHandlers and
+TestWorkerGivesBackAHeldJobWhenDraining and the TypeScript SDK's
+test/hold.test.mjs, against a real server."""
+
+from __future__ import annotations
+
+import threading
+import unittest
+from typing import Any, Callable, Dict, List, Set, Tuple
+
+from _server import Server, wait_state
+
+from corvo import Client, Worker
+
+
+class TestHold(unittest.TestCase):
+    server: Server
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server([])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+    def while_second_runs(
+        self, queue: str, kw: Dict[str, Any], during: Callable[[Client, List[str]], None], stop_first: bool = False
+    ) -> Tuple[Client, List[str], Set[str]]:
+        """Enqueues three jobs on queue and runs a one-slot worker whose
+        handler blocks on the second job; calls during(client, ids) while it
+        does, then lets it finish. stop_first: the worker is stopped before
+        the second job ends."""
+        c = Client(self.server.url)
+        self.addCleanup(c.close)
+        ids = [c.enqueue(queue, {"n": i})["job_id"] for i in range(3)]
+        second, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+        ran: Set[str] = set()
+
+        def handler(job: Any, ctx: Any) -> None:
+            ran.add(job["job_id"])
+            if job["job_id"] == ids[1]:
+                second.set()
+                release.wait(30)
+
+        w = Worker(c, concurrency=1, fetch_timeout=1, handle_signals=False, **kw)
+        w.register(queue, handler)
+        t = threading.Thread(target=w.run, daemon=True)
+        t.start()
+        self.assertTrue(second.wait(20), "the second job never started")
+        try:
+            during(c, ids)
+        finally:
+            if stop_first:
+                w.stop()
+            release.set()
+        if not stop_first:
+            for jid in ids:
+                wait_state(c, jid, "completed")
+            w.stop()
+        t.join(30)
+        self.assertFalse(t.is_alive(), "the worker did not stop")
+        return c, ids, ran
+
+    def test_a_slot_holds_the_job_after_its_next_one_unless_off(self) -> None:
+        for name, kw, third in (("default", {}, "active"), ("off", {"prefetch_under": -1}, "pending")):
+            with self.subTest(name):
+
+                def during(c: Client, ids: List[str]) -> None:
+                    self.assertEqual(c.job(ids[2])["state"], third, "the third job while the second runs")
+
+                self.while_second_runs("py.hold." + name, kw, during)
+
+    def test_a_job_held_when_the_drain_begins_is_given_back_never_started(self) -> None:
+        def during(c: Client, ids: List[str]) -> None:
+            self.assertEqual(c.job(ids[2])["state"], "active", "held")
+
+        c, ids, ran = self.while_second_runs("py.hold.drain", {}, during, stop_first=True)
+        self.assertNotIn(ids[2], ran, "the held job ran after the drain began")
+        wait_state(c, ids[1], "completed")
+        st = c.job(ids[2])["state"]
+        self.assertNotIn(st, ("active", "completed"), "held job after the drain: " + st)
+
+
+if __name__ == "__main__":
+    unittest.main()
