@@ -179,6 +179,44 @@ func TestAPICrossShardMoveReadableAtOnce(t *testing.T) {
 	}
 }
 
+// TestAPIUnclaim: a worker gives back a job it claimed and will not run:
+// pending at once, the attempt not counted (a job without retries is not
+// dead for it), no error; only the lease's holder may, once; a job whose
+// cancel came while it was held is cancelled instead.
+func TestAPIUnclaim(t *testing.T) {
+	t.Parallel()
+	q := uq("unclaim")
+	id := enqueue(t, map[string]any{"queue": q, "payload": map[string]any{}, "max_retries": 0})
+	j, ok := fetchOne(t, 5, q)
+	require.True(t, ok)
+	require.Equal(t, id, j.JobID)
+	lease := map[string]any{"worker_id": "w-" + t.Name(), "attempt": 1}
+	code, body := call(t, "POST", "/api/v1/unclaim/"+id, lease)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"status":"pending"}`, string(body))
+	doc := getJob(t, id)
+	require.Equal(t, "pending", doc.State)
+	require.Zero(t, doc.Attempt)
+	require.Empty(t, doc.Errors)
+	code, body = call(t, "POST", "/api/v1/unclaim/"+id, lease)
+	require.Equal(t, 409, code, "the lease is gone: %s", body)
+	j, ok = fetchOne(t, 5, q)
+	require.True(t, ok, "pending again at once")
+	require.Equal(t, 1, j.Attempt, "a first attempt again")
+
+	c := enqueue(t, map[string]any{"queue": q, "payload": map[string]any{}})
+	code, body = call(t, "POST", "/api/v1/ack/"+id, lease)
+	require.Equal(t, 200, code, string(body))
+	_, ok = fetchOne(t, 5, q)
+	require.True(t, ok)
+	code, body = call(t, "POST", "/api/v1/jobs/"+c+"/cancel", nil)
+	require.Equal(t, 200, code, string(body))
+	code, body = call(t, "POST", "/api/v1/unclaim/"+c, lease)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"status":"cancelled"}`, string(body))
+	require.Equal(t, "cancelled", getJob(t, c).State)
+}
+
 // TestAPIFailZeroBackoffSaysRetrying: a failure with retries left answers
 // "retrying" with next_attempt_at even when the backoff is none; the job
 // itself is fetchable again at once.

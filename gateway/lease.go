@@ -337,6 +337,33 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, 200, append(b, '}'))
 }
 
+// POST /api/v1/unclaim/{id} — a worker gives back a job it claimed and
+// will not run (a job it held when it began to drain): pending again at
+// once, the attempt not counted, no error recorded, as the server does
+// for a fetch whose client left (undelivered.go); cancelled instead when
+// a cancel came meanwhile. Only the lease's holder may: worker_id and
+// attempt are required.
+func (s *Server) handleUnclaim(ctx *fasthttp.RequestCtx) {
+	var req holderFields
+	if err := decodeBody(ctx.PostBody(), &req, false); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if req.WorkerID == "" || noAttempt(req.Attempt) {
+		writeError(ctx, invalid("an unclaim must name the lease's \"worker_id\" and \"attempt\""))
+		return
+	}
+	var r *statemachine.Result
+	if _, ok := s.onJob(ctx, func(id string, sh int) (aerr *apiError) {
+		r, aerr = s.proposeJob(sh, &statemachine.UnclaimOp{JobID: id, Holder: req.holder()})
+		return aerr
+	}); !ok {
+		return
+	}
+	unclaimedJobs.Inc()
+	writeJSON(ctx, 200, append(append([]byte(`{"status":`), appendString(nil, stateName(r.State))...), '}'))
+}
+
 // POST /api/v1/heartbeat — one request for every job a worker holds; jobs
 // on different shards are proposed in parallel.
 func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {

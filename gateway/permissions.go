@@ -28,6 +28,8 @@ var permissions = map[string]auth.Permission{
 	"POST /api/v1/fail/{id}": auth.PermJobsWork,
 	"POST /api/v1/heartbeat": auth.PermJobsWork,
 
+	"POST /api/v1/unclaim/{id}": auth.PermJobsWork,
+
 	"GET /api/v1/jobs/{id}":                  auth.PermJobsRead,
 	"POST /api/v1/jobs/search":               auth.PermJobsRead,
 	"GET /api/v1/usage/summary":              auth.PermQueuesRead,
@@ -151,6 +153,7 @@ var audited = map[string]auditRow{
 	"POST /api/v1/ack/batch":       {auditHot, "ack a batch"},
 	"POST /api/v1/ack/{id}":        {auditHot, "ack job {id}"},
 	"POST /api/v1/fail/{id}":       {auditHot, "fail job {id}"},
+	"POST /api/v1/unclaim/{id}":    {auditHot, "unclaim job {id}"},
 	"POST /api/v1/heartbeat":       {auditHot, "heartbeat"},
 	"POST /api/v1/jobs/{id}/score": {auditHot, "score job {id}"},
 	// A read that takes a body.

@@ -341,6 +341,7 @@ func New(cfg Config, eng Engine) *Server {
 	s.route(r, "POST", "/api/v1/ack/batch", s.handleAckBatch)
 	s.route(r, "POST", "/api/v1/ack/{id}", s.handleAck)
 	s.route(r, "POST", "/api/v1/fail/{id}", s.handleFail)
+	s.route(r, "POST", "/api/v1/unclaim/{id}", s.handleUnclaim)
 	s.route(r, "POST", "/api/v1/heartbeat", s.handleHeartbeat)
 	s.route(r, "GET", "/api/v1/jobs/{id}", s.handleGetJob)
 	s.route(r, "POST", "/api/v1/jobs/{id}/cancel", s.handleCancel)

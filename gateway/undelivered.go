@@ -25,6 +25,9 @@ import (
 
 var undeliveredJobs = metrics.GetOrCreateCounter(`corvo_fetch_undelivered_total`)
 
+// unclaimedJobs counts the jobs workers gave back (POST /unclaim/{id}).
+var unclaimedJobs = metrics.GetOrCreateCounter(`corvo_jobs_unclaimed_total`)
+
 // clientGone reports whether ctx's client closed its connection (or reset
 // it): a peek at the socket that neither blocks nor takes a byte from the
 // next request. Over TLS only a TCP close is seen (a close_notify alert is

@@ -915,11 +915,13 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 // job.
 const ReasonUndelivered = "undelivered"
 
-// unclaim undoes claim for a job whose fetch answer was never delivered:
-// the lease released, the attempt and the worker taken back, pending
-// again. The job record keeps no trace of the claim (no attempt, no
-// error); the event stream has its started event and then a retrying one
-// with reason "undelivered".
+// unclaim undoes claim for a job whose fetch answer was never delivered,
+// or that its worker gave back unstarted: the lease released, the attempt
+// and the worker taken back, pending again. The job record keeps no trace
+// of the claim (no attempt, no error); the event stream has its started
+// event and then a retrying one with reason "undelivered". A job whose
+// cancel came while it was claimed is cancelled instead, as a fail or a
+// heartbeat would have it.
 func (a *applier) unclaim(o *UnclaimOp) Result {
 	if o.Holder.WorkerID == "" || o.Holder.Attempt == 0 {
 		return Result{Status: StatusInvalid, Message: "an unclaim names the worker and attempt of the claim"}
@@ -929,6 +931,13 @@ func (a *applier) unclaim(o *UnclaimOp) Result {
 		return r
 	}
 	a.releaseLease(j.ID, &st)
+	if st.CancelRequested {
+		st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
+		st.CancelRequested = false
+		a.finish(j, &st)
+		a.move(j.Queue, StateActive, StateCancelled)
+		return Result{State: StateCancelled, Queue: j.Queue}
+	}
 	st.State = StatePending
 	st.Attempt--
 	st.WorkerID, st.Hostname = "", ""

@@ -1492,6 +1492,17 @@ func TestStateMachineUnclaim(t *testing.T) {
 	require.EqualValues(t, 1, again[0].State.Attempt)
 	require.Equal(t, StatusOK, tb.one(&AckOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status)
 	require.Equal(t, StatusConflict, tb.one(&UnclaimOp{JobID: id, Holder: Holder{WorkerID: "w1", Attempt: 1}}).Status, "a finished job stays finished")
+
+	// A cancel that came while the job was claimed is not lost: the job
+	// is cancelled, not pending again.
+	c := tb.enqueue("q", PriorityNormal)
+	require.Len(t, tb.fetch(1, "q"), 1)
+	require.Equal(t, StateActive, tb.one(&CancelOp{JobID: c}).State, "a running job's cancel waits for its worker")
+	r = tb.one(&UnclaimOp{JobID: c, Holder: Holder{WorkerID: "w1", Attempt: 1}})
+	require.Equal(t, StatusOK, r.Status)
+	require.Equal(t, StateCancelled, r.State)
+	require.Equal(t, StateCancelled, tb.get(c).State.State)
+	require.Empty(t, tb.fetch(1, "q"), "nothing pending")
 }
 
 // TestStateMachineSchedulePauseAndRunNow: a paused schedule does not fire
