@@ -158,6 +158,22 @@ func (c *Client) Fail(ctx context.Context, jobID string, f Failure) (*FailResult
 	return &out, err
 }
 
+// Unclaim gives back a job the worker claimed and will not run (one it
+// held when it began to drain): pending again at once, the attempt not
+// counted, no error recorded (POST /api/v1/unclaim/{id}). workerID and
+// attempt name the lease (FetchedJob.Attempt). The answer's Status is
+// "pending", or "cancelled" when a cancel came while the job was claimed.
+// A job that ran and failed is a Fail, not this.
+func (c *Client) Unclaim(ctx context.Context, jobID, workerID string, attempt int) (*UnclaimResult, error) {
+	var out UnclaimResult
+	body := struct {
+		WorkerID string `json:"worker_id"`
+		Attempt  int    `json:"attempt"`
+	}{workerID, attempt}
+	_, err := c.doAt(ctx, c.routeJob(jobID), http.MethodPost, "/api/v1/unclaim/"+url.PathEscape(jobID), body, &out)
+	return &out, err
+}
+
 // Heartbeat extends the leases of the jobs a worker holds; the answer maps
 // each job to "ok", "cancel", "lost" or "not_found".
 func (c *Client) Heartbeat(ctx context.Context, workerID string, jobs map[string]HeartbeatJob) (map[string]string, error) {

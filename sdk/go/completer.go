@@ -253,11 +253,15 @@ func (w *Worker) ackOne(ctx context.Context, a Ack, g *fetchGroup, want int) []F
 	return out.Jobs
 }
 
-// handBack fails jobs the worker claimed but will not run, so the server
-// retries them at once.
+// handBack gives back jobs the worker claimed but will not run: pending
+// again at once, their attempts not counted (Client.Unclaim). A server
+// without the endpoint (404) has them failed with "worker_shutdown"
+// instead, which it retries as any failure.
 func (w *Worker) handBack(ctx context.Context, jobs []FetchedJob) {
 	for _, j := range jobs {
-		_, _ = w.c.Fail(ctx, j.JobID, Failure{Error: "worker_shutdown", WorkerID: w.opt.ID, Attempt: j.Attempt})
+		if _, err := w.c.Unclaim(ctx, j.JobID, w.opt.ID, j.Attempt); IsNotFound(err) {
+			_, _ = w.c.Fail(ctx, j.JobID, Failure{Error: "worker_shutdown", WorkerID: w.opt.ID, Attempt: j.Attempt})
+		}
 	}
 }
 

@@ -141,6 +141,11 @@ type FailResult struct {
 	AttemptsRemaining int        `json:"attempts_remaining"`
 }
 
+// UnclaimResult is the answer to Client.Unclaim.
+type UnclaimResult struct {
+	Status string `json:"status"` // pending, cancelled
+}
+
 // HeartbeatJob carries progress and/or a checkpoint for one held job.
 type HeartbeatJob struct {
 	Progress   any `json:"progress,omitempty"`
