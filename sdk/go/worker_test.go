@@ -829,3 +829,37 @@ func TestWorkerGivesBackAHeldJobWhenDraining(t *testing.T) {
 		t.Fatalf("held job after the drain: %+v, %v; want it pending, attempt 0, no error", j, err)
 	}
 }
+
+// TestHandBackFailsWhereUnclaimIsMissing: a server without POST
+// /unclaim/{id} (404) has a job the worker gives back failed with
+// "worker_shutdown", as before the endpoint existed.
+func TestHandBackFailsWhereUnclaimIsMissing(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var paths []string
+	var failed map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		paths = append(paths, r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasPrefix(r.URL.Path, "/api/v1/fail/") {
+			_ = json.NewDecoder(r.Body).Decode(&failed)
+			_, _ = w.Write([]byte(`{"status":"retrying","attempts_remaining":2}`))
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":"no such endpoint","code":"not_found"}`))
+	}))
+	defer srv.Close()
+	w := NewWorker(New(srv.URL, WithoutPlacement()), WorkerOptions{ID: "w1"})
+	w.handBack(context.Background(), []FetchedJob{{JobID: "job_0_x", Attempt: 2}})
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(paths, " ") != "/api/v1/unclaim/job_0_x /api/v1/fail/job_0_x" {
+		t.Fatalf("requests %v", paths)
+	}
+	if failed["error"] != "worker_shutdown" || failed["worker_id"] != "w1" || failed["attempt"] != float64(2) {
+		t.Fatalf("fail body %v", failed)
+	}
+}

@@ -37,6 +37,7 @@ from .types import (
     EnqueueRequest,
     Event,
     FailResult,
+    UnclaimResult,
     FetchedJob,
     FetchRequest,
     HeartbeatAnswer,
@@ -867,6 +868,15 @@ class Client:
             }
         )
         return self._call("POST", "/api/v1/fail/" + _enc(job_id), body, route=self._route_job(job_id))
+
+    def unclaim(self, job_id: str, worker_id: str, attempt: int) -> UnclaimResult:
+        """Gives back a job the worker claimed and will not run (one it held
+        when it began to drain; ``POST /api/v1/unclaim/{id}``): pending again
+        at once, the attempt not counted, no error recorded. ``worker_id`` and
+        ``attempt`` name the lease. A job that ran and failed is a
+        :meth:`fail`, not this."""
+        body = {"worker_id": worker_id, "attempt": attempt}
+        return self._call("POST", "/api/v1/unclaim/" + _enc(job_id), body, route=self._route_job(job_id))
 
     def heartbeat(self, worker_id: str, jobs: Dict[str, HeartbeatJob]) -> Dict[str, str]:
         """Extends the leases of the jobs a worker holds and stores their

@@ -180,6 +180,12 @@ class FailResult(TypedDict, total=False):
     attempts_remaining: int
 
 
+class UnclaimResult(TypedDict):
+    """The answer to an unclaim: ``cancelled`` when a cancel came while the job was claimed."""
+
+    status: Literal["pending", "cancelled"]
+
+
 class HeartbeatJob(TypedDict, total=False):
     """A held job's part of a heartbeat."""
 

@@ -14,7 +14,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .client import Cancel, Client
-from .errors import BudgetExceeded, CorvoError, JobCancelled, LeaseLost, ProviderError, WorkerShutdown
+from .errors import BudgetExceeded, CorvoError, JobCancelled, LeaseLost, NotFoundError, ProviderError, WorkerShutdown
 from .types import AckItem, FetchedJob, FetchRequest, HeartbeatAnswer, HeartbeatJob, Usage
 
 __all__ = ["Worker", "JobContext", "Handler"]
@@ -937,10 +937,16 @@ class Worker:
         return out.get("jobs") or []
 
     def _hand_back(self, jobs: List[FetchedJob]) -> None:
-        """Fails jobs the worker claimed but will not run, so the server retries them at once."""
+        """Gives back jobs the worker claimed but will not run: pending again
+        at once, their attempts not counted (unclaim). A server without the
+        endpoint (404) has them failed with ``worker_shutdown`` instead, which
+        it retries as any failure."""
         for j in jobs:
             try:
-                self.client.fail(j["job_id"], "worker_shutdown", worker_id=self.id, attempt=j["attempt"])
+                try:
+                    self.client.unclaim(j["job_id"], self.id, j["attempt"])
+                except NotFoundError:
+                    self.client.fail(j["job_id"], "worker_shutdown", worker_id=self.id, attempt=j["attempt"])
             except Exception as err:
                 self._error(err)
 

@@ -625,8 +625,8 @@ class TestWorker(Base):
                 acked.set()
                 go.wait(10)  # answered once the drain began, with the slot's next job
                 return {"status": 200, "body": {"status": "completed", "jobs": [job("b")]}}
-            if r.path == "/api/v1/fail/b":
-                return {"status": 200, "body": {"status": "retrying", "attempts_remaining": 2}}
+            if r.path == "/api/v1/unclaim/b":
+                return {"status": 200, "body": {"status": "pending"}}
             return None
 
         s = self.fake(route)
@@ -641,8 +641,22 @@ class TestWorker(Base):
         t.join(10)
         self.assertFalse(t.is_alive())
         self.assertEqual(ran, ["a"], "a job claimed as the drain began ran")
-        f = next(r for r in s.seen if r.path == "/api/v1/fail/b").body
-        self.assertEqual(f, {"error": "worker_shutdown", "worker_id": "w1", "attempt": 1})
+        # Given back unstarted: an unclaim (the attempt not counted), not a fail.
+        f = next(r for r in s.seen if r.path == "/api/v1/unclaim/b").body
+        self.assertEqual(f, {"worker_id": "w1", "attempt": 1})
+        self.assertNotIn("/api/v1/fail/b", s.paths())
+
+    def test_a_server_without_unclaim_has_a_given_back_job_failed_with_worker_shutdown(self) -> None:
+        def route(r: Req, n: int) -> Optional[Dict[str, Any]]:
+            if r.path.startswith("/api/v1/fail/"):
+                return {"status": 200, "body": {"status": "retrying", "attempts_remaining": 2}}
+            return None  # 404, as an older server answers /api/v1/unclaim/{id}
+
+        s = self.fake(route)
+        w = Worker(self.client(s.url), id="w1", handle_signals=False)
+        w._hand_back([job("b", attempt=2)])
+        self.assertEqual(s.paths(), ["/api/v1/unclaim/b", "/api/v1/fail/b"])
+        self.assertEqual(s.seen[1].body, {"error": "worker_shutdown", "worker_id": "w1", "attempt": 2})
 
 if __name__ == "__main__":
     unittest.main()

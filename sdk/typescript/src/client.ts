@@ -25,6 +25,7 @@ import type {
   EnqueueRequest,
   FailRequest,
   FailResult,
+  UnclaimResult,
   FetchedJob,
   FetchRequest,
   Health,
@@ -640,6 +641,16 @@ export class Client {
   /** Completes many jobs and claims up to `fetch.count` next jobs (only if an ack applied). */
   ackBatchAndFetch(acks: AckItem[], fetch: FetchRequest, o?: CallOptions): Promise<AckBatchResult> {
     return this.call("POST", "/api/v1/ack/batch", { acks, fetch }, { ...o, route: this.routeMost(acks.map((a) => a.job_id), true) });
+  }
+
+  /**
+   * Gives back a job the worker claimed and will not run (one it held when
+   * it began to drain): pending again at once, the attempt not counted, no
+   * error recorded. `workerId` and `attempt` name the lease. A job that ran
+   * and failed is a {@link fail}, not this.
+   */
+  unclaim(jobId: string, workerId: string, attempt: number, o?: CallOptions): Promise<UnclaimResult> {
+    return this.call("POST", "/api/v1/unclaim/" + enc(jobId), { worker_id: workerId, attempt }, { ...o, route: this.routeJob(jobId) });
   }
 
   /** Reports a failed attempt; the server decides what follows. */

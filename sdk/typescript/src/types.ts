@@ -189,6 +189,12 @@ export interface FailResult {
   attempts_remaining: number;
 }
 
+/** The answer to {@link Client.unclaim}. */
+export interface UnclaimResult {
+  /** "cancelled" when a cancel came while the job was claimed. */
+  status: "pending" | "cancelled";
+}
+
 /** A held job's part of a heartbeat. */
 export interface HeartbeatJob {
   attempt?: number;

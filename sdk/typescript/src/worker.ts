@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { Client, sleep } from "./client.js";
-import { BudgetExceededError, CorvoError, JobCancelledError, LeaseLostError, ProviderError, WorkerShutdownError } from "./errors.js";
+import { BudgetExceededError, CorvoError, isNotFound, JobCancelledError, LeaseLostError, ProviderError, WorkerShutdownError } from "./errors.js";
 import type { AckItem, FetchedJob, FetchRequest, HeartbeatAnswer, HeartbeatJob, Usage } from "./types.js";
 
 /** Options of a Worker; every one has a default. */
@@ -755,12 +755,21 @@ export class Worker {
     return out.jobs ?? [];
   }
 
-  /** Fails jobs the worker claimed but will not run, so the server retries them at once. */
+  /**
+   * Gives back jobs the worker claimed but will not run: pending again at
+   * once, their attempts not counted (unclaim). A server without the
+   * endpoint (404) has them failed with "worker_shutdown" instead, which it
+   * retries as any failure.
+   */
   private async handBack(jobs: FetchedJob[]): Promise<void> {
     await Promise.all(
       jobs.map((j) =>
         this.client
-          .fail(j.job_id, { error: "worker_shutdown", worker_id: this.id, attempt: j.attempt })
+          .unclaim(j.job_id, this.id, j.attempt)
+          .catch((err) => {
+            if (!isNotFound(err)) throw err;
+            return this.client.fail(j.job_id, { error: "worker_shutdown", worker_id: this.id, attempt: j.attempt });
+          })
           .catch((err) => this.opt.onError?.(err)),
       ),
     );

@@ -74,5 +74,8 @@ test("a job held when the drain begins is given back, never started", async () =
   assert.ok(!ran.has(ids[2]), "the held job ran after the drain began");
   await waitState(c, ids[1], "completed");
   const doc = await c.job(ids[2]);
-  assert.ok(doc.state !== "active" && doc.state !== "completed", `held job after the drain: ${doc.state}`);
+  // Given back unstarted: pending at once, its attempt not counted, no error (an unclaim, not a fail).
+  assert.equal(doc.state, "pending", "held job after the drain");
+  assert.equal(doc.attempt, 0, "its attempt not counted");
+  assert.deepEqual(doc.errors ?? [], [], "no error recorded");
 });

@@ -560,3 +560,18 @@ test("a fetched job's routing names the model to call; a ProviderError fails the
     await s.close();
   }
 });
+
+test("a server without unclaim (404) has a job the worker gives back failed with worker_shutdown", async () => {
+  const s = await fake((r) =>
+    r.path.startsWith("/api/v1/fail/") ? { status: 200, body: { status: "retrying", attempts_remaining: 2 } } : undefined,
+  );
+  try {
+    const w = new Worker(new Client(s.url, single), { id: "w1", handleSignals: false });
+    await w["handBack"]([{ job_id: "job_0_x", attempt: 2 }]);
+    assert.deepEqual(s.seen.map((r) => r.path), ["/api/v1/unclaim/job_0_x", "/api/v1/fail/job_0_x"]);
+    assert.deepEqual(s.seen[0].body, { worker_id: "w1", attempt: 2 });
+    assert.deepEqual(s.seen[1].body, { error: "worker_shutdown", worker_id: "w1", attempt: 2 });
+  } finally {
+    await s.close();
+  }
+});
