@@ -37,9 +37,10 @@ type WorkerOptions struct {
 	// starts that job the moment the handler returns instead of after the
 	// ack's round trip. After a longer handler the slot holds nothing: a
 	// held job waits for the handler before it (its lease kept by the
-	// heartbeats), which other workers might have run meanwhile; queues
-	// whose quick and slow jobs mix may want it off. Default 50ms;
-	// negative: never hold.
+	// heartbeats) for at most 4×PrefetchUnder: a handler that runs longer
+	// has the slot give its held jobs back (unclaimed, their attempts not
+	// counted) for other workers to run. Default 50ms; negative: never
+	// hold.
 	PrefetchUnder time.Duration
 }
 
@@ -323,7 +324,16 @@ func (w *Worker) runSlot(jc *JobContext) {
 	var answer <-chan []*JobContext // the slot's ack in flight
 	for {
 		if jc != nil {
-			a, took := w.handle(jc)
+			var a *Ack
+			var took time.Duration
+			if len(ready) > 0 || answer != nil {
+				var gaveBack bool
+				if a, took, gaveBack = w.handleHolding(jc, ready, answer); gaveBack {
+					ready, answer = nil, nil
+				}
+			} else {
+				a, took = w.handle(jc)
+			}
 			if a != nil {
 				if answer != nil {
 					ready, answer = append(ready, <-answer...), nil
@@ -360,6 +370,62 @@ func (w *Worker) runSlot(jc *JobContext) {
 	}
 }
 
+// handleHolding runs jc while its slot holds jobs (ready, and those its ack
+// in flight brings): when the handler runs past 4×PrefetchUnder (a job
+// slower than the ones that made the slot hold) the held jobs are given
+// back (unclaimed, their attempts not counted) for other workers to run,
+// instead of waiting for it; it reports whether they were.
+func (w *Worker) handleHolding(jc *JobContext, ready []*JobContext, answer <-chan []*JobContext) (*Ack, time.Duration, bool) {
+	var mu sync.Mutex
+	returned, taken := false, false
+	back := make(chan struct{}) // closed once they are given back
+	t := time.AfterFunc(4*w.opt.PrefetchUnder, func() {
+		mu.Lock()
+		if returned {
+			mu.Unlock()
+			return
+		}
+		taken = true
+		mu.Unlock()
+		defer close(back)
+		held := ready
+		if answer != nil {
+			held = append(held, <-answer...)
+		}
+		w.giveBack(held)
+	})
+	a, took := w.handle(jc)
+	mu.Lock()
+	returned = true
+	gave := taken
+	mu.Unlock()
+	t.Stop()
+	if gave {
+		<-back
+	}
+	return a, took, gave
+}
+
+// giveBack takes jobs claimed for a slot out of the running set and hands
+// them back to the server unstarted, but for those it moved on from
+// (cancelled, lease lost) and those the drain failed already.
+func (w *Worker) giveBack(jcs []*JobContext) {
+	var back []FetchedJob
+	for _, jc := range jcs {
+		cause := context.Cause(jc.ctx)
+		moved := errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrLeaseLost)
+		if ok, _ := w.finish(jc); ok && !moved {
+			back = append(back, jc.FetchedJob)
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.handBack(ctx, back)
+}
+
 // startable reports whether a job claimed for a slot may start; one that
 // may not is taken out of the running set: dropped when the server moved
 // on from it (cancelled, lease lost), given back when the worker drains.
@@ -374,12 +440,7 @@ func (w *Worker) startable(jc *JobContext) bool {
 	if w.run.Err() == nil && !w.draining.Load() && !moved {
 		return true
 	}
-	if ok, _ := w.finish(jc); !ok || moved {
-		return false // failed by the drain already, or nothing to report
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	w.handBack(ctx, []FetchedJob{jc.FetchedJob})
+	w.giveBack([]*JobContext{jc})
 	return false
 }
 

@@ -797,7 +797,10 @@ func TestWorkerHoldsOnlyAfterQuickHandlers(t *testing.T) {
 		name  string
 		under time.Duration
 		third string
-	}{{"default", 0, "active"}, {"off", -1, "pending"}, {"slower", time.Nanosecond, "pending"}} {
+	}{
+		// 1s: held for up to 4s while the second runs, so the check
+		// below never races the give-back (TestWorkerGivesBackHeldJobsBehindASlowHandler).
+		{"holding", time.Second, "active"}, {"off", -1, "pending"}, {"slower", time.Nanosecond, "pending"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			whileSecondRuns(t, c, "sdk.hold."+tc.name, WorkerOptions{PrefetchUnder: tc.under}, false, func(ids []string) {
 				if j, err := c.Job(context.Background(), ids[2]); err != nil || j.State != tc.third {
@@ -808,13 +811,35 @@ func TestWorkerHoldsOnlyAfterQuickHandlers(t *testing.T) {
 	}
 }
 
+// TestWorkerGivesBackHeldJobsBehindASlowHandler: a job held behind a
+// handler that runs past 4×PrefetchUnder goes back to the server while
+// that handler runs (pending, its attempt not counted), for any worker to
+// run; it is run once in the end all the same.
+func TestWorkerGivesBackHeldJobsBehindASlowHandler(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	ids, ran := whileSecondRuns(t, c, "sdk.hold.slow", WorkerOptions{}, false, func(ids []string) {
+		j := waitState(t, c, ids[2], "pending")
+		if j.Attempt != 0 || len(j.Errors) != 0 {
+			t.Errorf("held job given back: %+v; want attempt 0, no error", j)
+		}
+	})
+	if _, ok := ran.Load(ids[2]); !ok {
+		t.Fatal("the job given back never ran")
+	}
+	if j, err := c.Job(ctx, ids[2]); err != nil || j.Attempt != 1 {
+		t.Fatalf("the job given back: %+v, %v; want it completed at its first attempt", j, err)
+	}
+}
+
 // TestWorkerGivesBackAHeldJobWhenDraining: a job held when the worker
 // starts to drain is not started: it goes back to the server at once.
 func TestWorkerGivesBackAHeldJobWhenDraining(t *testing.T) {
 	t.Parallel()
 	c := New(startServer(t))
 	ctx := context.Background()
-	ids, ran := whileSecondRuns(t, c, "sdk.hold.drain", WorkerOptions{}, true, func(ids []string) {
+	ids, ran := whileSecondRuns(t, c, "sdk.hold.drain", WorkerOptions{PrefetchUnder: time.Second}, true, func(ids []string) {
 		if j, err := c.Job(ctx, ids[2]); err != nil || j.State != "active" {
 			t.Errorf("third job while the second runs: %+v, %v; want it held (active)", j, err)
 		}
