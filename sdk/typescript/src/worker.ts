@@ -36,8 +36,10 @@ export interface WorkerOptions {
    * while it runs one (its ack fetches one job more), so it starts that
    * job the moment the handler returns instead of after the ack's round
    * trip. After a longer handler the slot holds nothing: a held job waits
-   * for the handler before it (its lease kept by the heartbeats). Default
-   * 50; negative: never hold. As the Go SDK's PrefetchUnder.
+   * for the handler before it (its lease kept by the heartbeats) for at
+   * most 4×prefetchUnderMs, after which it is given back (unclaimed, its
+   * attempt not counted) for any worker to run. Default 50; negative:
+   * never hold. As the Go SDK's PrefetchUnder.
    */
   prefetchUnderMs?: number;
 }
@@ -551,7 +553,22 @@ export class Worker {
           answer = null;
           continue;
         }
+        // Held jobs wait for this handler for at most 4×prefetchUnderMs: a
+        // slower one has them given back (unclaimed) for any worker to run.
+        let gaveBack: Promise<void> | null = null;
+        const timer =
+          ready.length > 0 || answer
+            ? setTimeout(() => {
+                const held = ready;
+                const inFlight = answer;
+                ready = [];
+                answer = null;
+                gaveBack = (async () => this.giveBack([...held, ...(inFlight ? await inFlight : [])]))();
+              }, 4 * this.opt.prefetchUnderMs)
+            : undefined;
         const { ack, took } = await this.handle(ctx);
+        clearTimeout(timer);
+        if (gaveBack) await gaveBack;
         if (!ack) continue;
         if (answer) {
           ready.push(...(await answer));
@@ -581,10 +598,24 @@ export class Worker {
     const why = ctx.reason;
     const moved = why instanceof JobCancelledError || why instanceof LeaseLostError;
     if (!this.draining && !moved) return true;
-    if (this.inflight.get(ctx.job.job_id) !== ctx) return false; // failed by the drain already
-    this.inflight.delete(ctx.job.job_id);
-    if (!moved) await this.handBack([ctx.job]);
+    await this.giveBack([ctx]);
     return false;
+  }
+
+  /**
+   * Takes jobs claimed for a slot out of the running set and hands them back
+   * to the server unstarted, but for those it moved on from (cancelled,
+   * lease lost) and those the drain failed already.
+   */
+  private async giveBack(ctxs: JobContext[]): Promise<void> {
+    const back: FetchedJob[] = [];
+    for (const ctx of ctxs) {
+      if (this.inflight.get(ctx.job.job_id) !== ctx) continue; // failed by the drain already
+      this.inflight.delete(ctx.job.job_id);
+      const why = ctx.reason;
+      if (!(why instanceof JobCancelledError || why instanceof LeaseLostError)) back.push(ctx.job);
+    }
+    if (back.length > 0) await this.handBack(back);
   }
 
   /** Runs a job and reports its outcome: a failure at once, the ack for the slot to send (null: nothing to ack), with the handler's time in ms. */

@@ -53,7 +53,9 @@ async function whileSecondRuns(queue, opts, during, stopFirst = false) {
 }
 
 for (const [name, opts, third] of [
-  ["default", {}, "active"],
+  // 1 s: held for up to 4 s while the second runs, so the check never
+  // races the give-back (the test after these).
+  ["holding", { prefetchUnderMs: 1000 }, "active"],
   ["off", { prefetchUnderMs: -1 }, "pending"],
 ]) {
   test(`a slot holds the job after its next one: ${name}`, async () => {
@@ -64,10 +66,20 @@ for (const [name, opts, third] of [
   });
 }
 
+test("a job held behind a handler that runs past 4×prefetchUnderMs is given back while it runs", async () => {
+  const { c, ids, ran } = await whileSecondRuns("ts.hold.slow", {}, async (c, ids) => {
+    const doc = await waitState(c, ids[2], "pending");
+    assert.equal(doc.attempt, 0, "its attempt not counted");
+    assert.deepEqual(doc.errors ?? [], [], "no error recorded");
+  });
+  assert.ok(ran.has(ids[2]), "the job given back never ran");
+  assert.equal((await c.job(ids[2])).attempt, 1, "run at its first attempt");
+});
+
 test("a job held when the drain begins is given back, never started", async () => {
   const { c, ids, ran } = await whileSecondRuns(
     "ts.hold.drain",
-    {},
+    { prefetchUnderMs: 1000 },
     async (c, ids) => assert.equal((await c.job(ids[2])).state, "active", "held"),
     true,
   );
