@@ -36,6 +36,9 @@ MAX_ACK_REQUESTS = 4
 _ANY = object()
 _STOP = object()
 
+# What Worker._holds.pop answers for a hold the other side took (_Hold).
+_TAKEN = object()
+
 # How often a running worker checks whether its queues' nodes changed (a
 # leader moved, a node left), in seconds.
 REGROUP_EVERY = 1.0
@@ -280,6 +283,23 @@ class _PendingAck:
         return self.next
 
 
+class _Hold:
+    """The jobs a slot holds while a handler runs (ready, and those its ack
+    in flight brings), watched by the worker's hold thread: past deadline
+    it takes them (done made then, as most holds end in time) and gives
+    them back, and sets done once they are. Who takes the hold out of
+    Worker._holds (a dict.pop, atomic) owns it: the hold thread, or the slot
+    once its handler returned."""
+
+    __slots__ = ("ready", "answer", "deadline", "done")
+
+    def __init__(self, ready: List["JobContext"], answer: Optional[_PendingAck], deadline: float):
+        self.ready = ready
+        self.answer = answer
+        self.deadline = deadline
+        self.done: Optional[threading.Event] = None
+
+
 class Worker:
     """Fetches jobs of its registered queues and runs their handlers, each on
     one of ``concurrency`` threads.
@@ -326,10 +346,10 @@ class Worker:
             more), so it starts that job the moment the handler returns
             instead of after the ack's round trip. After a longer handler the
             slot holds nothing: a held job waits for the handler before it
-            (its lease kept by the heartbeats), which other workers might
-            have run meanwhile; queues whose quick and slow jobs mix may want
-            it off. Default 0.05; negative: never hold (as the Go SDK's
-            ``PrefetchUnder``).
+            (its lease kept by the heartbeats) for at most 4 × this, after
+            which it is given back (unclaimed, its attempt not counted) for
+            any worker to run. Default 0.05; negative: never hold (as the Go
+            SDK's ``PrefetchUnder``).
     """
 
     def __init__(
@@ -381,6 +401,8 @@ class Worker:
         self._acks: List[_PendingAck] = []
         self._ack_requests = 0
         self._senders: "_queue.SimpleQueue[Any]" = _queue.SimpleQueue()
+        # The slots' holds while their handlers run (_hold_loop).
+        self._holds: Dict[_Hold, None] = {}
         self._acking = 0
         self._plain_acks = False
         self._plain_batch = False
@@ -441,6 +463,9 @@ class Worker:
         senders = [threading.Thread(target=self._sender_loop, name="corvo-ack-%d" % i, daemon=True) for i in range(MAX_ACK_REQUESTS)]
         for t in slots + senders:
             t.start()
+        holds = threading.Thread(target=self._hold_loop, name="corvo-holds", daemon=True)
+        if self.prefetch_under >= 0:
+            holds.start()
         try:
             self._fetch_loop()
             self._drain()
@@ -672,7 +697,18 @@ class Worker:
         answer: Optional[_PendingAck] = None  # the slot's ack in flight
         while True:
             if ctx is not None:
-                item, took = self._handle(ctx)
+                if ready or answer is not None:
+                    # Held jobs wait for this handler for at most
+                    # 4×prefetch_under: a slower one has them given back
+                    # (unclaimed) for any worker to run (_hold_loop).
+                    hold = _Hold(ready, answer, time.monotonic() + 4 * self.prefetch_under)
+                    self._holds[hold] = None
+                    item, took = self._handle(ctx)
+                    if self._holds.pop(hold, _TAKEN) is _TAKEN:
+                        hold.done.wait()  # type: ignore[union-attr]
+                        ready, answer = [], None
+                else:
+                    item, took = self._handle(ctx)
                 if item is not None:
                     if answer is not None:
                         ready += answer.wait()
@@ -695,6 +731,41 @@ class Worker:
                     return
                 ready, answer = answer.wait(), None
 
+    def _hold_loop(self) -> None:
+        """Gives back the jobs of slots whose handler ran past their hold's
+        deadline, checking every quarter of the limit until the worker stops."""
+        every = max(self.prefetch_under, 0.04)
+        while not self._stopped.wait(every):
+            now = time.monotonic()
+            due: List[_Hold] = []
+            for h in list(self._holds):
+                if h.deadline <= now:
+                    h.done = threading.Event()  # before the pop: the slot waits for it once the pop is ours
+                    if self._holds.pop(h, _TAKEN) is not _TAKEN:
+                        due.append(h)
+            for h in due:
+                try:
+                    self._give_back(h.ready + (h.answer.wait() if h.answer is not None else []))
+                except Exception as err:  # a bug here must not stop the others' give-backs
+                    self._error(err)
+                finally:
+                    h.done.set()  # type: ignore[union-attr]
+
+    def _give_back(self, ctxs: List[JobContext]) -> None:
+        """Takes jobs claimed for a slot out of the running set and hands
+        them back to the server unstarted, but for those it moved on from
+        (cancelled, lease lost) and those the drain failed already."""
+        back: List[FetchedJob] = []
+        for ctx in ctxs:
+            with self._mu:
+                if self._inflight.get(ctx.job["job_id"]) is not ctx:
+                    continue  # failed by the drain already
+                del self._inflight[ctx.job["job_id"]]
+            if not (ctx.cancelled and isinstance(ctx.reason, (JobCancelled, LeaseLost))):
+                back.append(ctx.job)
+        if back:
+            self._hand_back(back)
+
     def _startable(self, ctx: JobContext) -> bool:
         """Whether a job claimed for a slot may start; one that may not is
         taken out of the running set: dropped when the server moved on from
@@ -705,12 +776,7 @@ class Worker:
         moved = ctx.cancelled and isinstance(ctx.reason, (JobCancelled, LeaseLost))
         if not self._draining and not moved:
             return True
-        with self._mu:
-            if self._inflight.get(ctx.job["job_id"]) is not ctx:
-                return False  # failed by the drain already
-            del self._inflight[ctx.job["job_id"]]
-        if not moved:
-            self._hand_back([ctx.job])
+        self._give_back([ctx])
         return False
 
     def _start(self, jobs: List[FetchedJob], g: Optional[_FetchGroup]) -> List[JobContext]:

@@ -65,7 +65,9 @@ class TestHold(unittest.TestCase):
         return c, ids, ran
 
     def test_a_slot_holds_the_job_after_its_next_one_unless_off(self) -> None:
-        for name, kw, third in (("default", {}, "active"), ("off", {"prefetch_under": -1}, "pending")):
+        # 1 s: held for up to 4 s while the second runs, so the check never
+        # races the give-back (the test after this one).
+        for name, kw, third in (("holding", {"prefetch_under": 1.0}, "active"), ("off", {"prefetch_under": -1}, "pending")):
             with self.subTest(name):
 
                 def during(c: Client, ids: List[str]) -> None:
@@ -73,11 +75,21 @@ class TestHold(unittest.TestCase):
 
                 self.while_second_runs("py.hold." + name, kw, during)
 
+    def test_a_job_held_behind_a_handler_past_4x_prefetch_under_is_given_back_while_it_runs(self) -> None:
+        def during(c: Client, ids: List[str]) -> None:
+            doc = wait_state(c, ids[2], "pending")
+            self.assertEqual(doc["attempt"], 0, "its attempt not counted")
+            self.assertFalse(doc.get("errors"), "no error recorded")
+
+        c, ids, ran = self.while_second_runs("py.hold.slow", {}, during)
+        self.assertIn(ids[2], ran, "the job given back never ran")
+        self.assertEqual(c.job(ids[2])["attempt"], 1, "run at its first attempt")
+
     def test_a_job_held_when_the_drain_begins_is_given_back_never_started(self) -> None:
         def during(c: Client, ids: List[str]) -> None:
             self.assertEqual(c.job(ids[2])["state"], "active", "held")
 
-        c, ids, ran = self.while_second_runs("py.hold.drain", {}, during, stop_first=True)
+        c, ids, ran = self.while_second_runs("py.hold.drain", {"prefetch_under": 1.0}, during, stop_first=True)
         self.assertNotIn(ids[2], ran, "the held job ran after the drain began")
         wait_state(c, ids[1], "completed")
         # Given back unstarted: pending at once, its attempt not counted, no
