@@ -51,6 +51,7 @@ var conformanceScenarios = map[string]func(t *testing.T, e *confEnv){
 	"heartbeat_progress_cancel": confHeartbeatProgressCancel,
 	"checkpoint_survives_drain": confCheckpointSurvivesDrain,
 	"lease_reclaim_stale_ack":   confLeaseReclaimStaleAck,
+	"unclaim":                   confUnclaim,
 	"unique":                    confUnique,
 	"batch_callback":            confBatchCallback,
 	"chain":                     confChain,
@@ -345,6 +346,35 @@ func confLeaseReclaimStaleAck(t *testing.T, e *confEnv) {
 	doc := must(e.c.Job(e.ctx, en.JobID)).of(t)
 	if doc.State != "completed" || len(doc.Errors) == 0 || !strings.Contains(doc.Errors[0].Error, "lease expired") {
 		t.Fatalf("job %s, errors %+v", doc.State, doc.Errors)
+	}
+}
+
+func confUnclaim(t *testing.T, e *confEnv) {
+	en := must(e.c.Enqueue(e.ctx, EnqueueRequest{Queue: e.q, MaxRetries: ptr(0)})).of(t)
+	j := fetchOne(t, e, e.q, "go-w", 5)
+	if j.JobID != en.JobID || j.Attempt != 1 {
+		t.Fatalf("fetched %s#%d", j.JobID, j.Attempt)
+	}
+	_, err := e.c.Unclaim(e.ctx, j.JobID, "go-other", 1)
+	wantError(t, err, 409, CodeConflict)
+	if r := must(e.c.Unclaim(e.ctx, j.JobID, "go-w", j.Attempt)).of(t); r.Status != "pending" {
+		t.Fatalf("unclaim: %+v", r)
+	}
+	doc := must(e.c.Job(e.ctx, en.JobID)).of(t)
+	if doc.State != "pending" || doc.Attempt != 0 || len(doc.Errors) != 0 {
+		t.Fatalf("after the unclaim: %s, attempt %d, errors %+v", doc.State, doc.Attempt, doc.Errors)
+	}
+	_, err = e.c.Unclaim(e.ctx, j.JobID, "go-w", j.Attempt)
+	wantError(t, err, 409, CodeConflict)
+	again := fetchOne(t, e, e.q, "go-w", 5)
+	if again.JobID != en.JobID || again.Attempt != 1 {
+		t.Fatalf("fetched again %s#%d", again.JobID, again.Attempt)
+	}
+	if err := e.c.Ack(e.ctx, Ack{JobID: again.JobID, WorkerID: "go-w", Attempt: again.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	if doc := must(e.c.Job(e.ctx, en.JobID)).of(t); doc.State != "completed" {
+		t.Fatalf("after the ack: %s", doc.State)
 	}
 }
 

@@ -214,6 +214,24 @@ def lease_reclaim_stale_ack(t: unittest.TestCase, c: Client, q: str, url: str) -
 
 
 @scenario
+def unclaim(t: unittest.TestCase, c: Client, q: str, url: str) -> None:
+    en = c.enqueue(q, max_retries=0)
+    j = fetch_one(t, c, q, "py-w", 5)
+    t.assertEqual([j["job_id"], j["attempt"]], [en["job_id"], 1])
+    raises_with(t, lambda: c.unclaim(j["job_id"], "py-other", 1), 409, "conflict")
+    t.assertEqual(c.unclaim(j["job_id"], "py-w", j["attempt"]), {"status": "pending"})
+    doc = c.job(en["job_id"])
+    t.assertEqual(doc["state"], "pending")
+    t.assertEqual(doc["attempt"], 0)
+    t.assertFalse(doc.get("errors"))
+    raises_with(t, lambda: c.unclaim(j["job_id"], "py-w", j["attempt"]), 409, "conflict")
+    again = fetch_one(t, c, q, "py-w", 5)
+    t.assertEqual([again["job_id"], again["attempt"]], [en["job_id"], 1])
+    c.ack(again["job_id"], worker_id="py-w", attempt=again["attempt"])
+    t.assertEqual(c.job(en["job_id"])["state"], "completed")
+
+
+@scenario
 def unique(t: unittest.TestCase, c: Client, q: str, url: str) -> None:
     first = c.enqueue(q, unique_key="welcome-user-1")
     again = c.enqueue(q, unique_key="welcome-user-1")

@@ -170,6 +170,23 @@ const scenarios = {
     assert.match(doc.errors[0].error, /lease expired/);
   },
 
+  async unclaim({ c, q }) {
+    const en = await c.enqueue({ queue: q, max_retries: 0 });
+    const j = await fetchOne(c, q, "ts-w", 5);
+    assert.deepEqual([j.job_id, j.attempt], [en.job_id, 1]);
+    await rejectsWith(c.unclaim(j.job_id, "ts-other", 1), 409, "conflict");
+    assert.deepEqual(await c.unclaim(j.job_id, "ts-w", j.attempt), { status: "pending" });
+    const doc = await c.job(en.job_id);
+    assert.equal(doc.state, "pending");
+    assert.equal(doc.attempt, 0);
+    assert.deepEqual(doc.errors ?? [], []);
+    await rejectsWith(c.unclaim(j.job_id, "ts-w", j.attempt), 409, "conflict");
+    const again = await fetchOne(c, q, "ts-w", 5);
+    assert.deepEqual([again.job_id, again.attempt], [en.job_id, 1]);
+    await c.ack(again.job_id, { worker_id: "ts-w", attempt: again.attempt });
+    assert.equal((await c.job(en.job_id)).state, "completed");
+  },
+
   async unique({ c, q }) {
     const r = { queue: q, unique_key: "welcome-user-1" };
     const first = await c.enqueue(r);
