@@ -358,7 +358,7 @@ type restartable struct {
 
 func newRestartable(t *testing.T, hosts []bool, targets func(int) []string) *restartable {
 	r := &restartable{t: t, eng: hostsSome{Engine: testEngine, hosts: hosts},
-		cfg: Config{Logger: zerolog.Nop(), Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, Peer: peerTo(targets)}}
+		cfg: Config{Logger: zerolog.Nop(), Events: partialHub(t, hosts), EventsKeepalive: 300 * time.Millisecond, Peer: peerTo(targets), ProviderRebalance: -1}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	r.addr = ln.Addr().String()

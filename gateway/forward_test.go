@@ -31,6 +31,10 @@ func frontServer(t *testing.T, cfg Config, eng Engine) (*Server, string) {
 	t.Helper()
 	cfg.Logger = zerolog.Nop()
 	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, testReadTimeout)
+	// No rebalance loop unless a test asks for one: most of these front
+	// the shared testEngine, and a loop of theirs would rebalance other
+	// tests' providers under them (TestAPIProviderRebalance's shares).
+	cfg.ProviderRebalance = cmp.Or(cfg.ProviderRebalance, -1)
 	if cfg.Peer == nil {
 		cfg.Peer = peer.New(peer.Config{Secret: testClusterSecret, RequestTimeout: cfg.RequestTimeout, Logger: zerolog.Nop()})
 	}

@@ -41,7 +41,8 @@ func ssoServer(t *testing.T, iss *oidctest.Issuer, roleMap ...string) (string, K
 	cfg := Config{Auth: AuthRequired, Keys: keys, Logger: zerolog.Nop(),
 		Peer: peer.New(peer.Config{Secret: testClusterSecret, Logger: zerolog.Nop()}),
 		OIDC: OIDCConfig{Issuer: iss.URL, ClientID: ssoClientID, ClientSecret: ssoClientSecret,
-			RedirectURL: base + "/auth/oidc/callback", RoleMap: rm, DiscoveryTimeout: 2 * time.Second}}
+			RedirectURL: base + "/auth/oidc/callback", RoleMap: rm, DiscoveryTimeout: 2 * time.Second},
+		ProviderRebalance: -1} // the shared engine's providers are other tests'
 	srv := New(cfg, testEngine)
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	go func() { _ = srv.Serve(ln) }()

@@ -50,7 +50,7 @@ func TestPeerEndpointsNeedClusterSecret(t *testing.T) {
 	del := (&statemachine.Entry{Ops: []statemachine.Op{&statemachine.DeleteJobOp{JobID: id}}}).Encode(nil)
 	_, read, err := encodeReadQuery(statemachine.GetJobQuery{ID: id})
 	require.NoError(t, err)
-	srvNone := New(Config{}, testEngine) // no secret at all
+	srvNone := New(Config{ProviderRebalance: -1}, testEngine) // no secret at all
 	t.Cleanup(func() { _ = srvNone.Shutdown(t.Context()) })
 	none := serveOnFreePort(t, srvNone)
 	for _, path := range []string{peer.ShardPath(sh, "propose"), peer.ShardPath(sh, "read")} {

@@ -268,7 +268,7 @@ func TestSearchFanOutParts(t *testing.T) {
 // peer.TestSearchPlan.)
 func TestSearchShardsOfPrefix(t *testing.T) {
 	t.Parallel()
-	s := New(Config{Logger: zerolog.Nop(), Peer: peerTo(func(int) []string { return nil })}, notHosting{Engine: testEngine})
+	s := New(Config{Logger: zerolog.Nop(), Peer: peerTo(func(int) []string { return nil }), ProviderRebalance: -1}, notHosting{Engine: testEngine})
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	for _, c := range []struct {
 		prefix string
