@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional
 
@@ -81,6 +82,22 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+class ServerCase(unittest.TestCase):
+    """A test case whose tests share one server, started for the class with
+    SERVER_ARGS and stopped after it."""
+
+    SERVER_ARGS: List[str] = []
+    server: Server
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server(cls.SERVER_ARGS)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
 
 
 def until(what: str, fn: Callable[[], Any], timeout: float = 20.0) -> Any:

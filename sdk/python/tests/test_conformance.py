@@ -14,7 +14,7 @@ import unittest
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List
 
-from _server import REPO_ROOT, Server, free_addr, until, wait_state
+from _server import REPO_ROOT, ServerCase, free_addr, until, wait_state
 
 from corvo import Client, ConflictError, CorvoError, JobCancelled, NotFoundError, Worker, is_conflict
 
@@ -474,16 +474,8 @@ def enqueue_coalescing(t: unittest.TestCase, c: Client, q: str, url: str) -> Non
     t.assertGreater(batch_requests(), before, "no call was coalesced")
 
 
-class TestConformance(unittest.TestCase):
-    server: Server
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.server = Server(SUITE["server"]["args"])
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.stop()
+class TestConformance(ServerCase):
+    SERVER_ARGS = SUITE["server"]["args"]
 
     def test_every_scenario_implemented_and_only_those(self) -> None:
         listed = [s["id"] for s in SUITE["scenarios"]]

@@ -9,21 +9,12 @@ import threading
 import unittest
 from typing import Any, Callable, Dict, List, Set, Tuple
 
-from _server import Server, wait_state
+from _server import ServerCase, wait_state
 
 from corvo import Client, Worker
 
 
-class TestHold(unittest.TestCase):
-    server: Server
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.server = Server([])
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.stop()
+class TestHold(ServerCase):
 
     def while_second_runs(
         self, queue: str, kw: Dict[str, Any], during: Callable[[Client, List[str]], None], stop_first: bool = False

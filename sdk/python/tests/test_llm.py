@@ -9,21 +9,13 @@ import threading
 import unittest
 from typing import Any, Callable, Dict, List
 
-from _server import Server, until, wait_state
+from _server import ServerCase, until, wait_state
 
 from corvo import BudgetExceeded, Client, CorvoError, ErrorCodes, ProviderError, Worker
 
 
-class TestLLM(unittest.TestCase):
-    server: Server
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.server = Server(["--strict-leases"])
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.stop()
+class TestLLM(ServerCase):
+    SERVER_ARGS = ["--strict-leases"]
 
     def client(self) -> Client:
         c = Client(self.server.url)

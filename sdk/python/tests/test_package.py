@@ -16,7 +16,7 @@ import threading
 import unittest
 from typing import Any, Dict, List, Optional
 
-from _server import PKG_DIR, REPO_ROOT, Server, until, wait_state
+from _server import PKG_DIR, REPO_ROOT, ServerCase, until, wait_state
 
 from corvo import Client
 
@@ -65,16 +65,7 @@ def quickstart(path: str) -> str:
     return text[start : text.index("```", start)]
 
 
-class TestPackage(unittest.TestCase):
-    server: Server
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.server = Server([])
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.stop()
+class TestPackage(ServerCase):
 
     def setUp(self) -> None:
         self.tmp = tempfile.mkdtemp(prefix="corvo-py-pkg-")
