@@ -932,10 +932,7 @@ func (a *applier) unclaim(o *UnclaimOp) Result {
 	}
 	a.releaseLease(j.ID, &st)
 	if st.CancelRequested {
-		st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
-		st.CancelRequested = false
-		a.finish(j, &st)
-		a.move(j.Queue, StateActive, StateCancelled)
+		a.cancelNow(j, &st)
 		return Result{State: StateCancelled, Queue: j.Queue}
 	}
 	st.State = StatePending
@@ -950,6 +947,15 @@ func (a *applier) unclaim(o *UnclaimOp) Result {
 	a.putState(j, &st)
 	a.move(j.Queue, StateActive, StatePending)
 	return Result{State: StatePending, Queue: j.Queue}
+}
+
+// cancelNow ends an active job whose cancel was requested while it was
+// claimed and whose lease is already released: cancelled, done.
+func (a *applier) cancelNow(j *Job, st *JobState) {
+	st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
+	st.CancelRequested = false
+	a.finish(j, st)
+	a.move(j.Queue, StateActive, StateCancelled)
 }
 
 // held loads an active job and checks that the caller holds its lease.
@@ -1110,10 +1116,7 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 		over := st.CostNanos > 0 && a.overJobBudget(j, st.CostNanos)
 		if st.CancelRequested {
 			// The worker hears about the cancel now; the job is done.
-			st.State, st.Reason, st.CompletedAt = StateCancelled, "cancelled", a.now
-			st.CancelRequested = false
-			a.finish(j, &st)
-			a.move(j.Queue, StateActive, StateCancelled)
+			a.cancelNow(j, &st)
 			res.Heartbeats[i] = HeartbeatCancel
 			continue
 		}
