@@ -16,6 +16,7 @@ import (
 // providers say what they said before, that the cache still answers, the
 // route goes on at its fallback and the provider's rate still binds.
 func TestE2EAIStateSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

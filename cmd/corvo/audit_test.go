@@ -18,6 +18,7 @@ import (
 // (JSON and table, filtered), `--follow` prints them as they come, oldest
 // first, and the records survive a restart of the server.
 func TestCLIAudit(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	since := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
 	follow := exec.Command(corvoBin, "audit", "--follow", "--interval", "50ms", "--since", since, "-o", "json")

@@ -28,6 +28,7 @@ func runCLIKey(t *testing.T, url, key string, args ...string) (string, int) {
 // key through CORVO_API_KEY or --api-key, a worker key made, listed,
 // used, disabled, enabled and revoked with `corvo auth`.
 func TestCLIAuthKeys(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, "--auth", "on")
 
 	// No key: a 401, and the CLI says what to do.
@@ -172,6 +173,7 @@ func TestStreamBulkSendsKey(t *testing.T) {
 // not the default namespace's; a key of the namespace acts there without
 // the flag, and naming another namespace is refused.
 func TestCLINamespaces(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, "--auth", "on")
 	out, code := runCLIKey(t, s.url, testAdminKey, "namespaces", "create", "acme", "--description", "team acme")
 	require.Equal(t, 0, code, out)

@@ -24,6 +24,7 @@ import (
 // restored queue keeps to its provider's requests per minute; a second
 // restore duplicates nothing.
 func TestBackupRestoreAIState(t *testing.T) {
+	t.Parallel()
 	// The budgets list today's spend: what they say is compared only when
 	// no UTC midnight came during the test.
 	day := func() string { return time.Now().UTC().Format(time.DateOnly) }

@@ -44,6 +44,7 @@ func ulidOf(id string) string { return id[strings.LastIndexByte(id, '_')+1:] }
 // schedule and queue setting equal, IDs mapped. A truncated file is
 // refused and changes nothing; a second restore duplicates nothing.
 func TestBackupRestoreRoundTrip(t *testing.T) {
+	t.Parallel()
 	a := newServer(t, "--shards", "4")
 	b := newServer(t, "--shards", "3")
 

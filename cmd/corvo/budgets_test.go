@@ -13,6 +13,7 @@ import (
 // budgets and their spend survive kill -9; bad input exits with the
 // usage or error code and sets nothing.
 func TestCLIBudgets(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	run := func(want int, args ...string) string {
 		t.Helper()

@@ -20,6 +20,7 @@ import (
 // (plain lines when not on a terminal, the record with --output json),
 // managed with status, list and cancel, and a cancelled one exits non-zero.
 func TestCLIBulkAsync(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	var jobs []map[string]any
 	for i := 0; i < 30; i++ {
@@ -119,6 +120,7 @@ func TestCLIBulkAsync(t *testing.T) {
 // progress stream and a running bulk operation open still stops the
 // server within 5 s; after the restart the operation says interrupted.
 func TestE2EShutdownWithStreamsAndBulk(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -172,6 +174,7 @@ func TestE2EShutdownWithStreamsAndBulk(t *testing.T) {
 // that took it; any other node answers for it (status and cancel relayed,
 // the progress stream redirected there).
 func TestClusterBulkOnAnotherNode(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -221,6 +224,7 @@ func TestClusterBulkOnAnotherNode(t *testing.T) {
 // -o json; 'bulk cancel' cancels jobs (by IDs and by filter) and 'bulk
 // stop' stops an operation.
 func TestCLISearchPipeReachesEveryJob(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

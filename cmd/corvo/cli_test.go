@@ -43,6 +43,7 @@ func runCmd(t *testing.T, cmd *exec.Cmd) (string, int) {
 }
 
 func TestCLIEnqueueAndInspect(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	out, code := runCLI(t, s.url, "enqueue", "emails.send", `{"to":"user@example.com"}`, "--priority", "high", "--max-retries", "7")
 	require.Equal(t, 0, code, out)
@@ -85,6 +86,7 @@ func TestCLIEnqueueAndInspect(t *testing.T) {
 // TestCLIManagement drives every job, queue and listing command against a
 // real server, in table and JSON output.
 func TestCLIManagement(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	run := func(want int, args ...string) string {
 		t.Helper()
@@ -203,6 +205,7 @@ func TestCLIManagement(t *testing.T) {
 // one JSON line; the server's CPU time is read from a separate server
 // only (the embedded one shares the load generator's process).
 func TestCLIBench(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	type report struct {
 		Mode       string   `json:"mode"`
@@ -266,6 +269,7 @@ func mustAtoi(t *testing.T, s string) int {
 // TestCLISearchPipeBulk: corvo search … --output json | corvo bulk retry,
 // as the spec shows, plus bulk by --filter and by IDs.
 func TestCLISearchPipeBulk(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("bash is not installed")
 	}
@@ -344,6 +348,7 @@ func (s *server) deadIDs(t *testing.T) []string {
 // TestEveryCommandHasOutputFlag: --output json is on every command but
 // the server itself.
 func TestEveryCommandHasOutputFlag(t *testing.T) {
+	t.Parallel()
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Runnable() && c.Name() != "server" && c.Name() != "help" && c.Name() != "completion" {
@@ -364,6 +369,7 @@ func TestEveryCommandHasOutputFlag(t *testing.T) {
 // --api-key) are not listed by `corvo server --help`, and are by a client
 // command's.
 func TestServerHelpHidesClientFlags(t *testing.T) {
+	t.Parallel()
 	help := func(args ...string) string {
 		root := newRootCmd()
 		var out bytes.Buffer
@@ -419,6 +425,7 @@ func TestServerOIDCFlags(t *testing.T) {
 // the floor off and keeps whole payloads; a malformed floor is a usage
 // error at parse time.
 func TestServerDiskFlags(t *testing.T) {
+	t.Parallel()
 	parse := func(args ...string) (node.Config, error) {
 		var f serverFlags
 		fl := pflag.NewFlagSet("server", pflag.ContinueOnError)

@@ -358,6 +358,7 @@ func (l *clusterLoad) work(w int, queues []string) {
 // completes, no job is handed out twice while a lease is valid, and every
 // node's Pebble state and mirror converge on the same jobs.
 func TestClusterChaos(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -581,6 +582,7 @@ func mirrorJobIDs(t *testing.T, s *server) []string {
 // removed: its replicas move to the others, the removed node stops itself,
 // and no job is lost.
 func TestClusterAddAndRemoveNode(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -736,6 +738,7 @@ func checkStates(t *testing.T, nodes []*server, ids []string, state string) {
 // up from a snapshot streamed from Pebble, and its Pebble, its mirror and
 // its long-poll signals all have the jobs it missed.
 func TestClusterCatchUpFromSnapshot(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -792,6 +795,7 @@ func TestClusterCatchUpFromSnapshot(t *testing.T) {
 // (yet, or ever) running; a real second node then joins, becomes a voter
 // and stays one across a restart.
 func TestClusterJoinNeverPausesWrites(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -891,6 +895,7 @@ func metricOf(t *testing.T, s *server, name string) float64 {
 // replicas apply late (node 3 holds each applied batch 300 ms): its local
 // "not found" is confirmed with the shard's leader before it answers.
 func TestClusterLaggingFollowerFindsAcknowledgedJobs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

@@ -25,6 +25,7 @@ import (
 // TestE2EQuickStart runs the README's quick start (spec 000 "Quick start"):
 // curl enqueue, then the bash worker loop, against a real server.
 func TestE2EQuickStart(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed (make test installs it via scripts/ensure-tools.sh)", tool)
@@ -83,6 +84,7 @@ func quickStartBlocks(t *testing.T, readme string) (string, string) {
 // finishes: every enqueue that got a 2xx is completed, and no job is
 // completed twice.
 func TestE2EKillDashNine(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -251,6 +253,7 @@ func TestE2EKillDashNine(t *testing.T) {
 // TestE2EConcurrentFetchersExactlyOnce: 32 concurrent fetchers over 5,000
 // jobs; every job is handed out exactly once while leases are valid.
 func TestE2EConcurrentFetchersExactlyOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -304,6 +307,7 @@ func TestE2EConcurrentFetchersExactlyOnce(t *testing.T) {
 // TestE2EReadmeExamples runs every <!-- example --> block of the README, in
 // order, against a real server: the documented commands work as shown.
 func TestE2EReadmeExamples(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed (make test installs it via scripts/ensure-tools.sh)", tool)
@@ -349,6 +353,7 @@ func TestE2EReadmeExamples(t *testing.T) {
 // none delivered, restarts it, and checks that each job then exists exactly
 // once — under its new ID, on its new queue.
 func TestE2EOutboxSurvivesKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -440,6 +445,7 @@ func (s *server) enqueueJob(t *testing.T, queue string, i int) string {
 // TestE2EExampleWorker builds examples/worker and runs it as a user would:
 // it completes jobs, fails the one asking to fail, and exits 0 on SIGTERM.
 func TestE2EExampleWorker(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -537,6 +543,7 @@ func (s *server) enqueue2(t *testing.T, job map[string]any) string {
 // filters, then deletes the mirror file while the server is stopped: it is
 // rebuilt on start and every search answers as before.
 func TestE2ESearchAndMirrorRebuild(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

@@ -22,6 +22,7 @@ import (
 // every node: no fetch gets more than its count, and every job is handed
 // out exactly once.
 func TestClusterFetchWaitsOnEveryNode(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

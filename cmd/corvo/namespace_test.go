@@ -18,6 +18,7 @@ import (
 // enqueue, fetch, search, list, bulk-cancel and stream events without
 // ever meeting the other tenant's jobs, through every node.
 func TestClusterNamespacesIsolate(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

@@ -308,6 +308,7 @@ func write(c *http.Client, budget time.Duration, method, url string, body any) (
 // accepts no write; after healing it catches up, and every job accepted on
 // either side is on every node and completes.
 func TestClusterPartition(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

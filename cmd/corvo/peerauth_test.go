@@ -19,6 +19,7 @@ import (
 // node keeps serving. The founding node generated its secret into its
 // data dir, readable by its owner only.
 func TestE2ENodeToNodeRoutesNeedTheClusterSecret(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -74,6 +75,7 @@ func TestE2ENodeToNodeRoutesNeedTheClusterSecret(t *testing.T) {
 // no secret given refuses to start, saying where to find it; with a wrong
 // one the cluster refuses it.
 func TestE2EJoinNeedsTheClusterSecret(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

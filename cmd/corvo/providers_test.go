@@ -21,6 +21,7 @@ import (
 // nothing more while the window holds them; acks with usage fill the
 // token window; deleting the provider unlinks the queues.
 func TestProvidersAcrossShards(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -130,6 +131,7 @@ func TestProvidersAcrossShards(t *testing.T) {
 // and never more than the limit: the idle queue, given a job, fetches it
 // within its floor and then nothing more is handed out in the window.
 func TestProviderRebalanceUneven(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

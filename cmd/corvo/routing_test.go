@@ -34,6 +34,7 @@ func (fakeProvider) down(job, attempt int, model string) bool {
 // jobs, tagged with two prompt versions, are summarised and compared by
 // tag through every node and the CLI.
 func TestRoutingAndScoresLLMWorkload(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

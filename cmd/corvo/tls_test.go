@@ -27,6 +27,7 @@ import (
 // working; a broken file on the next SIGHUP is logged and the certificate
 // in use stays.
 func TestE2ETLSReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	f := e2eCA.IssueFiles(t, dir, "api", "127.0.0.1")
 	s := newServer(t, "--tls-cert", f.Cert, "--tls-key", f.Key)
@@ -137,6 +138,7 @@ func eventually2xx(t *testing.T, d time.Duration, what string, call func() (int,
 // port and on the node-to-node routes; /internal/... with a user key is
 // refused.
 func TestClusterMutualTLS(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

@@ -13,6 +13,7 @@ import (
 // TestCLITop seeds a real server and checks the numbers `corvo top` prints
 // when stdout is not a terminal (one snapshot, JSON or table).
 func TestCLITop(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	var jobs []map[string]any
 	for i := 0; i < 5; i++ {

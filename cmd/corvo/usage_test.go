@@ -51,6 +51,7 @@ func (s *usageSum) add(u corvo.Usage) {
 // in each job, in the summary by queue, by model and by tag, and in the
 // metrics of the three nodes together.
 func TestUsageLLMWorkload(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
