@@ -127,6 +127,7 @@ process_jobs_s, e2e_jobs_s, e2e_p50_ms, fixed_rate_p99_ms, ...).`,
 	fl.IntVar(&cfg.AckBatch, "ack-batch", 1, "acks per request")
 	fl.BoolVar(&cfg.AckFetch, "ack-fetch", false, "with --fetch-batch 1 and --ack-batch 1: each ack carries the next fetch (count 1, no wait), one request per job while jobs are pending")
 	fl.IntVar(&cfg.Queues, "queues", 1, "number of queues (every worker fetches from all, in rotating order)")
+	fl.StringVar(&cfg.QueuePrefix, "queue-prefix", bench.DefaultQueuePrefix, "the queues are <prefix>.q0, <prefix>.q1, ... (their names choose their shards)")
 	fl.BoolVar(&cfg.Placement, "placement", false, "cluster: read the placement from the first --url and send each request straight to a node hosting its shard (each worker then fetches from its node's queues)")
 	fl.IntVar(&cfg.PayloadSize, "payload-size", 64, "approximate payload bytes")
 	fl.IntVar(&cfg.Rate, "rate", 0, "steady enqueue rate in jobs/s (0: as fast as possible; required by fixed-rate)")
