@@ -307,3 +307,42 @@ func TestWatcherQuietKeepsHeapSmall(t *testing.T) {
 	step(ReleaseEveryDefault)
 	require.Equal(t, 2, releases, "busy again: back to ReleaseFloor")
 }
+
+// While quiet, the C heap is trimmed every ReleaseEvery whatever the Go
+// heap holds (a release trims it too, and restarts the count); while
+// busy, only releases trim it.
+func TestWatcherQuietTrimsTheCHeap(t *testing.T) {
+	t.Parallel()
+	b := New(NewPlan(1<<30, 4))
+	acct := b.ActivityAccount("bodies", 1<<30)
+	now := time.Unix(1000, 0)
+	releases, trims := 0, 0
+	w := &watcher{b: b, busyAt: now, cfg: WatchConfig{Resident: func() int64 { return 100 << 20 }, Reclaimable: func() int64 { return 0 },
+		Release: func() { releases++ }, Trim: func() { trims++ }, QuietRelease: func() {},
+		Now: func() time.Time { return now }}.withDefaults()}
+	step := func(d time.Duration) { now = now.Add(d); w.step() }
+	busy := func() {
+		acct.Acquire(QuietBytesDefault)
+		acct.Release(QuietBytesDefault)
+	}
+	busy()
+	step(ReleaseEveryDefault)
+	step(ReleaseEveryDefault)
+	require.Zero(t, trims, "busy")
+	step(QuietAfterDefault)
+	require.Equal(t, 1, releases, "the quiet release")
+	require.Zero(t, trims)
+	step(ReleaseEveryDefault - time.Millisecond)
+	require.Zero(t, trims, "the release trimmed it just now")
+	step(time.Millisecond)
+	require.Equal(t, 1, trims)
+	step(time.Second)
+	require.Equal(t, 1, trims, "not before ReleaseEvery")
+	step(ReleaseEveryDefault)
+	require.Equal(t, 2, trims)
+	require.Equal(t, 1, releases, "a trim is not a release: no collection")
+	busy()
+	step(ReleaseEveryDefault)
+	step(ReleaseEveryDefault)
+	require.Equal(t, 2, trims, "busy again")
+}
