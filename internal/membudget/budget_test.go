@@ -205,14 +205,8 @@ func TestGauges(t *testing.T) {
 
 func TestWatcherQuietRelease(t *testing.T) {
 	t.Parallel()
-	b := New(NewPlan(1<<30, 4))
-	acct := b.ActivityAccount("bodies", 1<<30)
-	now := time.Unix(1000, 0)
 	quiet, releases := 0, 0
-	w := &watcher{b: b, busyAt: now, cfg: WatchConfig{Resident: func() int64 { return 100 << 20 }, Reclaimable: func() int64 { return 0 },
-		Release: func() { releases++ }, QuietRelease: func() { quiet++ },
-		Now: func() time.Time { return now }}.withDefaults()}
-	step := func(d time.Duration) { now = now.Add(d); w.step() }
+	b, acct, step := quietWatcher(WatchConfig{Release: func() { releases++ }, QuietRelease: func() { quiet++ }})
 	// Busy: a megabyte taken every 10 s keeps the caches.
 	for range 10 {
 		require.True(t, acct.TryAcquire(QuietBytesDefault))
@@ -276,19 +270,10 @@ func TestReleaseEmptiesPools(t *testing.T) {
 // busy again, the floor is ReleaseFloor once more.
 func TestWatcherQuietKeepsHeapSmall(t *testing.T) {
 	t.Parallel()
-	b := New(NewPlan(1<<30, 4))
-	acct := b.ActivityAccount("bodies", 1<<30)
-	now := time.Unix(1000, 0)
 	var spare int64
 	releases := 0
-	w := &watcher{b: b, busyAt: now, cfg: WatchConfig{Resident: func() int64 { return 100 << 20 }, Reclaimable: func() int64 { return spare },
-		Release: func() { releases++ }, QuietRelease: func() {},
-		Now: func() time.Time { return now }}.withDefaults()}
-	step := func(d time.Duration) { now = now.Add(d); w.step() }
-	busy := func() {
-		acct.Acquire(QuietBytesDefault)
-		acct.Release(QuietBytesDefault)
-	}
+	_, acct, step := quietWatcher(WatchConfig{Reclaimable: func() int64 { return spare }, Release: func() { releases++ }, QuietRelease: func() {}})
+	busy := func() { busyOnce(acct) }
 	busy()
 	spare = QuietReleaseFloor + 1
 	step(ReleaseEveryDefault)
@@ -313,18 +298,9 @@ func TestWatcherQuietKeepsHeapSmall(t *testing.T) {
 // busy, only releases trim it.
 func TestWatcherQuietTrimsTheCHeap(t *testing.T) {
 	t.Parallel()
-	b := New(NewPlan(1<<30, 4))
-	acct := b.ActivityAccount("bodies", 1<<30)
-	now := time.Unix(1000, 0)
 	releases, trims := 0, 0
-	w := &watcher{b: b, busyAt: now, cfg: WatchConfig{Resident: func() int64 { return 100 << 20 }, Reclaimable: func() int64 { return 0 },
-		Release: func() { releases++ }, Trim: func() { trims++ }, QuietRelease: func() {},
-		Now: func() time.Time { return now }}.withDefaults()}
-	step := func(d time.Duration) { now = now.Add(d); w.step() }
-	busy := func() {
-		acct.Acquire(QuietBytesDefault)
-		acct.Release(QuietBytesDefault)
-	}
+	_, acct, step := quietWatcher(WatchConfig{Release: func() { releases++ }, Trim: func() { trims++ }, QuietRelease: func() {}})
+	busy := func() { busyOnce(acct) }
 	busy()
 	step(ReleaseEveryDefault)
 	step(ReleaseEveryDefault)
@@ -345,4 +321,29 @@ func TestWatcherQuietTrimsTheCHeap(t *testing.T) {
 	step(ReleaseEveryDefault)
 	step(ReleaseEveryDefault)
 	require.Equal(t, 2, trims, "busy again")
+}
+
+// quietWatcher is a watcher of a fresh 1 GiB budget over cfg (resident
+// 100 MiB and nothing reclaimable unless cfg says otherwise), its node
+// last busy now: acct is its clients' request bodies, step advances its
+// clock by d and measures once.
+func quietWatcher(cfg WatchConfig) (b *Budget, acct *Account, step func(d time.Duration)) {
+	b = New(NewPlan(1<<30, 4))
+	acct = b.ActivityAccount("bodies", 1<<30)
+	now := time.Unix(1000, 0)
+	if cfg.Resident == nil {
+		cfg.Resident = func() int64 { return 100 << 20 }
+	}
+	if cfg.Reclaimable == nil {
+		cfg.Reclaimable = func() int64 { return 0 }
+	}
+	cfg.Now = func() time.Time { return now }
+	w := &watcher{b: b, busyAt: now, cfg: cfg.withDefaults()}
+	return b, acct, func(d time.Duration) { now = now.Add(d); w.step() }
+}
+
+// busyOnce has the clients send QuietBytes: the node is busy.
+func busyOnce(acct *Account) {
+	acct.Acquire(QuietBytesDefault)
+	acct.Release(QuietBytesDefault)
 }
