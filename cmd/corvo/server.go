@@ -62,7 +62,7 @@ func (f *serverFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&c.Gateway.ProviderRebalance, "provider-rebalance", gateway.ProviderRebalanceDefault,
 		"how often a provider's limits are re-shared by demand over the shards of its linked queues (busy ones get what idle ones leave; one node does it); negative (e.g. -1s): never, each shard keeps an equal share")
 	fl.BoolVar(&c.NoMirror, "no-mirror", false, "run without the SQLite mirror (no search, no asynchronous bulk; more throughput)")
-	fl.IntVar(&f.mirrorPayloadMax, "mirror-payload-max", node.MirrorPayloadMaxDefault, "bytes of each payload the search mirror keeps: a longer one is kept as its first bytes (search pages still show it whole, read from the shard; payload_contains sees the prefix, payload_jq never matches it); 0: whole payloads")
+	fl.IntVar(&f.mirrorPayloadMax, "mirror-payload-max", node.MirrorPayloadMaxDefault, "bytes of each payload the search mirror keeps: a longer one is kept as its first bytes (search pages leave out payloads over 8 KiB, GET /api/v1/jobs/{id} shows them whole; payload_contains sees the prefix, payload_jq never matches it); 0: whole payloads")
 	fl.BoolVar(&c.NoEvents, "no-events", false, "run without the event stream (GET /api/v1/events)")
 	fl.IntVar(&f.cacheMB, "cache-mb", 0, fmt.Sprintf("Pebble block cache in MiB, shared by every shard (default: an eighth of --max-memory, at most %d)", node.CacheBytesDefault>>20))
 	fl.StringVar(&f.maxMem, "max-memory", os.Getenv("CORVO_MAX_MEMORY"),
