@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/go-json-experiment/json"
 	"github.com/valyala/fasthttp"
 
@@ -172,8 +173,18 @@ func (s *Server) awaitMirror(ctx context.Context, only []int) bool {
 			}
 		}
 	}
-	return s.cfg.Mirror.WaitFor(ctx, mark) == nil
+	t0 := time.Now()
+	err := s.cfg.Mirror.WaitFor(ctx, mark)
+	searchMirrorWait.UpdateDuration(t0)
+	return err == nil
 }
+
+// Where a search's time goes: waiting for the mirror to hold the
+// caller's writes (awaitMirror), and the query on this node's mirror.
+var (
+	searchMirrorWait = metrics.GetOrCreateHistogram(`corvo_search_mirror_wait_seconds`)
+	searchQuery      = metrics.GetOrCreateHistogram(`corvo_search_query_seconds`)
+)
 
 // mirrorWaitShare is the share of a search's read deadline it may spend
 // waiting for the mirror to hold its writes: the rest is the search's.
@@ -584,7 +595,9 @@ func (s *Server) search(ctx context.Context, ns string, req *searchRequest, only
 
 // searchLocal runs a filter on this node's mirror.
 func (s *Server) searchLocal(ctx context.Context, f mirror.Filter) (*searchResult, *apiError) {
+	t0 := time.Now()
 	page, err := s.cfg.Mirror.Search(ctx, f)
+	searchQuery.UpdateDuration(t0)
 	if errors.Is(err, mirror.ErrBadFilter) {
 		return nil, invalid("%v", err)
 	}
