@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -355,4 +356,48 @@ func TestMirrorReleaseMemory(t *testing.T) {
 	p, err = m.Search(context.Background(), Filter{Queue: "rel", Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, p.Jobs, 40)
+}
+
+// TestMirrorReplacesAnOlderSchema: a mirror file of an older schema (here
+// version 8, whose jobs table was WITHOUT ROWID) is replaced by one of the
+// current schema, and its rows are rebuilt from the shard.
+func TestMirrorReplacesAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "mirror.db")
+	old, err := sql.Open("sqlite3", "file:"+path)
+	require.NoError(t, err)
+	// Version 8's tables: today's, but jobs WITHOUT ROWID and its
+	// indexes without the ID.
+	v8 := strings.NewReplacer("TEXT PRIMARY KEY NOT NULL,", "TEXT PRIMARY KEY,",
+		"payload          TEXT NOT NULL\n);", "payload          TEXT NOT NULL\n) WITHOUT ROWID;",
+		", id);", ");", ", id) WHERE", ") WHERE").Replace(schema)
+	require.Contains(t, v8, "WITHOUT ROWID;\nCREATE INDEX idx_jobs_queue_state ON jobs(queue, state, created_at);")
+	_, err = old.Exec(v8 + `INSERT INTO jobs (id, shard, idx, gen, queue, state, priority, attempt, max_retries, error_count, created_at, payload)
+ VALUES ('job_0_stale', 0, 1, 0, 'q', 'pending', 2, 0, 3, 0, 1, '{}');
+PRAGMA user_version = 8;`)
+	require.NoError(t, err)
+	require.NoError(t, old.Close())
+
+	m, err := Open(Config{Path: path, Logger: zerolog.Nop(), Shards: 1})
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	v := view(1, "q", "pending", `{"a":1}`)
+	require.NoError(t, m.Start(openedSource{fakeSource: fakeSource{jobs: []statemachine.JobView{*v}}, opened: 5}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, m.Caught(ctx))
+	p, err := m.Search(ctx, Filter{})
+	require.NoError(t, err)
+	require.Equal(t, []string{v.Job.ID}, func() (out []string) {
+		for _, r := range p.Jobs {
+			out = append(out, r.ID)
+		}
+		return out
+	}(), "the old file's row is gone, the shard's job is there")
+	var version int
+	require.NoError(t, m.db.QueryRow(`PRAGMA user_version`).Scan(&version))
+	require.Equal(t, schemaVersion, version)
+	var ddl string
+	require.NoError(t, m.db.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'jobs'`).Scan(&ddl))
+	require.NotContains(t, ddl, "WITHOUT ROWID", "jobs is a rowid table")
 }

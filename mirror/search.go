@@ -316,8 +316,8 @@ func (f *Filter) where(ps *Params, shards int) (string, error) {
 // written with unary + so that SQLite never drives the query from them:
 // the plan stays the one the other terms choose (a primary-key range
 // sorted afterwards was measured 1,000 times slower than walking the
-// created_at index for a page), and as every index of this WITHOUT ROWID
-// table holds the ID, the test needs no table lookup (counts stay on
+// created_at index for a page), and as every index of the jobs table
+// ends with the ID, the test needs no table lookup (counts stay on
 // covering indexes). It returns "" when the shards are every shard.
 func shardCond(list []int, shards int, ps *Params) (string, error) {
 	in := make([]bool, shards)
