@@ -29,6 +29,33 @@ type writer struct {
 	stmts      []*C.sqlite3_stmt
 	upserts    map[uint32]uint16 // upsert statement per set of non-NULL optional columns
 	b          batch             // reused by every transaction
+	// rowids is, per shard, the last sequence number given to a new row:
+	// a row's rowid is its shard's number shifted by rowidSeqBits and the
+	// sequence, so that the rows of a shard (of the queues it owns) lie
+	// together in the table's B-tree, in the order they came, as the
+	// WITHOUT ROWID table (keyed by job_<shard>_<ULID>) kept them: a scan of
+	// one queue's rows, or a page of them, reads their pages and not every
+	// page of the table (the rows of all queues mixed in arrival order
+	// made a queue's unindexed filter on 1,000,000 jobs twice as slow).
+	// An update keeps its row's rowid; a rolled-back number is skipped.
+	rowids []int64
+}
+
+// rowidSeqBits is how many low bits of a rowid number a shard's rows.
+const rowidSeqBits = 40
+
+// nextRowid is the rowid for a new row of shard sh.
+func (w *writer) nextRowid(sh int) int64 {
+	for len(w.rowids) <= sh {
+		w.rowids = append(w.rowids, 0)
+	}
+	w.rowids[sh]++
+	return int64(sh)<<rowidSeqBits | w.rowids[sh]
+}
+
+// shardRowids is the range [lo, hi) of shard sh's rowids.
+func shardRowids(sh int) (lo, hi int64) {
+	return int64(sh) << rowidSeqBits, int64(sh+1) << rowidSeqBits
 }
 
 // The fixed statements, by index.
@@ -264,7 +291,8 @@ func (o *optional) mask() uint32 {
 
 // upsertSQL is the upsert of a row whose optional columns in mask are set:
 // the others are NULL, so they are neither bound nor listed. A row only
-// replaces one of an older Raft index.
+// replaces one of an older Raft index. The first value is the rowid of a
+// new row (writer.nextRowid); an existing row keeps its own.
 func upsertSQL(mask uint32) string {
 	var cols, set []string
 	for i, c := range jobCols {
@@ -277,7 +305,7 @@ func upsertSQL(mask uint32) string {
 			set = append(set, c+"=NULL")
 		}
 	}
-	return "INSERT INTO jobs (" + strings.Join(cols, ",") + ") VALUES (?" + strings.Repeat(",?", len(cols)-1) +
+	return "INSERT INTO jobs (rowid," + strings.Join(cols, ",") + ") VALUES (?" + strings.Repeat(",?", len(cols)) +
 		") ON CONFLICT(id) DO UPDATE SET " + strings.Join(set, ",") + " WHERE excluded.idx >= jobs.idx"
 }
 
@@ -312,7 +340,8 @@ func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemach
 	for m := mask; m != 0; m &= m - 1 {
 		n++
 	}
-	b.op(si, n)
+	b.op(si, n+1)
+	b.int(w.nextRowid(shard))
 	b.text(j.ID)
 	b.int(int64(shard))
 	b.int(int64(idx))
