@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -290,7 +291,15 @@ func TestAPIBulkAsyncCancel(t *testing.T) {
 	for i := range ids {
 		ids[i] = router.JobID(i%4, ulid.Make())
 	}
-	acc := startBulk(t, map[string]any{"job_ids": ids, "action": "retry"})
+	// The shared server is multi-tenant once a parallel test adds a
+	// namespace, and then the request reads the queue of each of the
+	// 50,000 IDs before it answers (jobsInScope): under -race, with the
+	// other packages' tests running, that took more than the 30 s of the
+	// default client (twice in clean-clone make test runs).
+	code, out := callWith(t, &http.Client{Timeout: 3 * time.Minute}, "POST", baseURL+"/api/v1/jobs/bulk",
+		map[string]any{"job_ids": ids, "action": "retry"})
+	require.Equal(t, 202, code, string(out))
+	acc := mustJSON[bulkAccepted](t, out)
 	require.Equal(t, len(ids), acc.EstimatedTotal)
 	s := openSSE(t, acc.ProgressURL, "")
 	require.Equal(t, "progress", s.next(t).Event)
