@@ -62,7 +62,6 @@ func BenchmarkMirrorSearchPage(b *testing.B) {
 	if err := m.write(p); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
 	for b.Loop() {
 		page, err := m.Search(context.Background(), Filter{Limit: 50})
 		if err != nil || len(page.Jobs) != 50 {

@@ -273,8 +273,7 @@ func TestWatcherQuietKeepsHeapSmall(t *testing.T) {
 	var spare int64
 	releases := 0
 	_, acct, step := quietWatcher(WatchConfig{Reclaimable: func() int64 { return spare }, Release: func() { releases++ }, QuietRelease: func() {}})
-	busy := func() { busyOnce(acct) }
-	busy()
+	busyOnce(acct)
 	spare = QuietReleaseFloor + 1
 	step(ReleaseEveryDefault)
 	require.Zero(t, releases, "busy: a few MiB of garbage are kept")
@@ -287,7 +286,7 @@ func TestWatcherQuietKeepsHeapSmall(t *testing.T) {
 	spare = QuietReleaseFloor
 	step(ReleaseEveryDefault)
 	require.Equal(t, 2, releases, "less is not worth a collection")
-	busy()
+	busyOnce(acct)
 	spare = QuietReleaseFloor + 1
 	step(ReleaseEveryDefault)
 	require.Equal(t, 2, releases, "busy again: back to ReleaseFloor")
@@ -300,8 +299,7 @@ func TestWatcherQuietTrimsTheCHeap(t *testing.T) {
 	t.Parallel()
 	releases, trims := 0, 0
 	_, acct, step := quietWatcher(WatchConfig{Release: func() { releases++ }, Trim: func() { trims++ }, QuietRelease: func() {}})
-	busy := func() { busyOnce(acct) }
-	busy()
+	busyOnce(acct)
 	step(ReleaseEveryDefault)
 	step(ReleaseEveryDefault)
 	require.Zero(t, trims, "busy")
@@ -317,7 +315,7 @@ func TestWatcherQuietTrimsTheCHeap(t *testing.T) {
 	step(ReleaseEveryDefault)
 	require.Equal(t, 2, trims)
 	require.Equal(t, 1, releases, "a trim is not a release: no collection")
-	busy()
+	busyOnce(acct)
 	step(ReleaseEveryDefault)
 	step(ReleaseEveryDefault)
 	require.Equal(t, 2, trims, "busy again")
