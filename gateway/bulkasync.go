@@ -200,7 +200,7 @@ func (s *Server) runBulk(run *bulkRun, ids []string, filter *searchRequest, move
 		if stop || br.ctx.Err() != nil {
 			return false
 		}
-		affected, failed := s.applyBulk(br.ctx, chunk, mk)
+		affected, failed := s.applyBulkPatient(br.ctx, run, chunk, mk)
 		run.mu.Lock()
 		run.rec.Processed += int64(len(chunk))
 		run.rec.Affected += int64(affected)
@@ -279,6 +279,56 @@ func (s *Server) runBulk(run *bulkRun, ids []string, filter *searchRequest, move
 	close(run.changed)
 	close(run.done)
 	run.mu.Unlock()
+}
+
+// applyBulkPatient is applyBulk for an operation nobody waits on: the
+// jobs refused because the node was overloaded (429 overloaded: the
+// proposal queue or the memory budget was full, nothing was applied) are
+// proposed again after a pause, as a client honouring Retry-After would,
+// until they go through or the operation is cancelled or the server
+// stops. Any other failure is the job's outcome.
+func (s *Server) applyBulkPatient(ctx context.Context, run *bulkRun, ids []string, mk func(string, int) statemachine.Op) (int, []jobFailure) {
+	affected, failed := s.applyBulk(ctx, ids, mk)
+	pause := bulkRetryPause
+	for {
+		var again []string
+		kept := failed[:0]
+		for _, f := range failed {
+			if f.err.code == codeOverloaded.Code {
+				again = append(again, f.id)
+			} else {
+				kept = append(kept, f)
+			}
+		}
+		if len(again) == 0 || !run.waitBeforeRetry(ctx, pause) {
+			return affected, failed
+		}
+		pause = min(2*pause, bulkRetryPauseMax)
+		n, failed2 := s.applyBulk(ctx, again, mk)
+		affected += n
+		failed = append(kept, failed2...)
+	}
+}
+
+// The pauses of applyBulkPatient: doubling from the first to the last.
+const (
+	bulkRetryPause    = 50 * time.Millisecond
+	bulkRetryPauseMax = 2 * time.Second
+)
+
+// waitBeforeRetry waits d and reports whether the operation should go on
+// (not cancelled, the server not stopping).
+func (r *bulkRun) waitBeforeRetry(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.cancelled
 }
 
 // snapshotLocked copies the record with its failure list rendered (run.mu held).

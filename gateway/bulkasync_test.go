@@ -4,10 +4,12 @@ import (
 	corvo "github.com/corvohq/corvo/sdk/go"
 
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/corvohq/corvo/router"
+	"github.com/corvohq/corvo/shard"
+	"github.com/corvohq/corvo/statemachine"
 )
 
 type queueCounts struct {
@@ -25,6 +29,7 @@ type queueCounts struct {
 	Active    int    `json:"active"`
 	Dead      int    `json:"dead"`
 	Completed int    `json:"completed"`
+	Cancelled int    `json:"cancelled"`
 }
 
 func queueStats(t *testing.T, q string) queueCounts {
@@ -138,6 +143,8 @@ type bulkStatus struct {
 	FinishedAt string `json:"finished_at"`
 	DurationMs *int   `json:"duration_ms"`
 	Error      string `json:"error"`
+	// Failed: the first failures, to say why when a count is off.
+	Failed json.RawMessage `json:"failed"`
 }
 
 type bulkAccepted struct {
@@ -160,7 +167,13 @@ func startBulk(t *testing.T, body map[string]any) bulkAccepted {
 // followBulk reads a progress stream to its done frame.
 func followBulk(t *testing.T, url string) (progress []bulkStatus, done bulkStatus) {
 	t.Helper()
-	s := openSSE(t, url, "")
+	return followBulkAt(t, baseURL+url)
+}
+
+// followBulkAt is followBulk against any server.
+func followBulkAt(t *testing.T, url string) (progress []bulkStatus, done bulkStatus) {
+	t.Helper()
+	s := openSSEURL(t, url, "")
 	for {
 		f := s.next(t)
 		st := mustJSON[bulkStatus](t, []byte(f.Data))
@@ -212,7 +225,7 @@ func TestAPIBulkAsyncRetry20k(t *testing.T) {
 	require.Less(t, progress[0].Processed, n)
 	require.Equal(t, "completed", done.Status)
 	require.Equal(t, n, done.Processed)
-	require.Equal(t, n, done.Affected)
+	require.Equal(t, n, done.Affected, "failed: %s", done.Failed)
 	require.Zero(t, done.Errors)
 	require.NotEmpty(t, done.FinishedAt)
 
@@ -435,4 +448,41 @@ func TestBulkOperationsBelongToANamespace(t *testing.T) {
 	st, _, out = callHeaders(t, "GET", baseURL+"/api/v1/jobs/"+theirs, in, nil)
 	require.Equal(t, 200, st, string(out))
 	require.Equal(t, "pending", strictDecode[corvo.Job](t, "job", out).State)
+}
+
+// busyFirst refuses its first n proposals as an overloaded shard does
+// (shard.ErrBusy: nothing applied), then proposes through Engine.
+type busyFirst struct {
+	Engine
+	n *atomic.Int32
+}
+
+func (b busyFirst) Propose(ctx context.Context, sh int, ops ...statemachine.Op) ([]statemachine.Result, error) {
+	if b.n.Add(-1) >= 0 {
+		return nil, shard.ErrBusy
+	}
+	return b.Engine.Propose(ctx, sh, ops...)
+}
+
+// TestBulkAsyncWaitsOutOverload: a background operation whose entries the
+// node refuses as overloaded (429: nothing applied) proposes them again
+// after a pause instead of counting its jobs as failed, as a client
+// honouring Retry-After would.
+func TestBulkAsyncWaitsOutOverload(t *testing.T) {
+	t.Parallel()
+	q := uq("bulkbusy")
+	ids := enqueueMany(t, q, 3, nil)
+	busy := &atomic.Int32{}
+	busy.Store(3)
+	_, front := frontServer(t, Config{Mirror: testMirror}, busyFirst{testEngine, busy})
+	code, out := callAt(t, "POST", "http://"+front+"/api/v1/jobs/bulk", map[string]any{"async": true, "action": "cancel", "job_ids": ids})
+	require.Equal(t, 202, code, string(out))
+	acc := mustJSON[bulkAccepted](t, out)
+	_, done := followBulkAt(t, "http://"+front+acc.ProgressURL)
+	require.Equal(t, "completed", done.Status)
+	require.Equal(t, 3, done.Processed)
+	require.Equal(t, 3, done.Affected, "failed: %s", done.Failed)
+	require.Zero(t, done.Errors)
+	require.Less(t, busy.Load(), int32(0), "every refusal was met")
+	require.Equal(t, 3, queueStats(t, q).Cancelled)
 }
