@@ -307,22 +307,31 @@ func (s *Server) jobsInScope(ctx *fasthttp.RequestCtx, ids []string) ([]string, 
 	if len(ids) == 0 || !s.checksJobs(p) {
 		return ids, nil
 	}
-	// One read per shard for the queues of its jobs.
-	byShard := map[int][]string{}
+	// One read per shard for the queues of its jobs, the shards at once.
+	byShard := make([][]string, s.eng.Shards())
 	for _, id := range ids {
-		if sh, err := s.rt.ShardForJob(id); err == nil {
+		if sh, err := s.rt.ShardForJob(id); err == nil && sh < len(byShard) {
 			byShard[sh] = append(byShard[sh], id)
 		}
 	}
-	outside := map[string]bool{}
+	queues := make([][]string, len(byShard))
+	var wg sync.WaitGroup
 	for sh, shIDs := range byShard {
-		v, err := s.read(sh, statemachine.JobQueuesQuery{IDs: shIDs})
-		if err != nil {
-			continue // the action meets the same error, job by job
+		if len(shIDs) == 0 {
+			continue
 		}
-		for i, q := range v.([]string) {
+		wg.Go(func() {
+			if v, err := s.read(sh, statemachine.JobQueuesQuery{IDs: shIDs}); err == nil {
+				queues[sh] = v.([]string)
+			} // else the action meets the same error, job by job
+		})
+	}
+	wg.Wait()
+	outside := map[string]bool{}
+	for sh, qs := range queues {
+		for i, q := range qs {
 			if q != "" && !(inNamespace(ctx, q) && p.AllowsQueue(q)) {
-				outside[shIDs[i]] = true
+				outside[byShard[sh][i]] = true
 			}
 		}
 	}
