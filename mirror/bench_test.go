@@ -69,3 +69,35 @@ func BenchmarkMirrorSearchPage(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMirrorSearchJQCut: a payload_jq search over jobs whose payloads
+// the mirror keeps as a prefix (64 KiB each, over PayloadMaxDefault): none
+// can match, and the page and its count read every job.
+func BenchmarkMirrorSearchJQCut(b *testing.B) {
+	m, err := Open(Config{Path: b.TempDir() + "/mirror.db", Shards: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	payload := []byte(`{"i":1,"pad":"` + strings.Repeat("x", 64<<10) + `"}`)
+	const jobs = 5000
+	views := make([]statemachine.JobView, jobs)
+	p := &pending{changes: make(map[string]*change, jobs), index: []uint64{1}}
+	for i := range views {
+		views[i] = statemachine.JobView{
+			Job: statemachine.Job{ID: fmt.Sprintf("job_0_%026d", i), Queue: "q", Payload: payload,
+				JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(i)},
+			State: statemachine.JobState{State: statemachine.StatePending},
+		}
+		p.changes[views[i].Job.ID] = &change{idx: 1, c: statemachine.JobChange{ID: views[i].Job.ID, View: &views[i]}}
+	}
+	if err := m.write(p); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		page, err := m.Search(context.Background(), Filter{PayloadJQ: ".i == 7", Limit: 50})
+		if err != nil || len(page.Jobs) != 0 {
+			b.Fatal(err, len(page.Jobs))
+		}
+	}
+}

@@ -367,10 +367,10 @@ func TestMirrorReplacesAnOlderSchema(t *testing.T) {
 	old, err := sql.Open("sqlite3", "file:"+path)
 	require.NoError(t, err)
 	// Version 8's tables: today's, but jobs WITHOUT ROWID and its
-	// indexes without the ID.
+	// indexes without the ID (nor payload_size).
 	v8 := strings.NewReplacer("TEXT PRIMARY KEY NOT NULL,", "TEXT PRIMARY KEY,",
 		"payload          TEXT NOT NULL\n);", "payload          TEXT NOT NULL\n) WITHOUT ROWID;",
-		", id);", ");", ", id) WHERE", ") WHERE").Replace(schema)
+		", id);", ");", ", id, payload_size);", ");", ", id) WHERE", ") WHERE").Replace(schema)
 	require.Contains(t, v8, "WITHOUT ROWID;\nCREATE INDEX idx_jobs_queue_state ON jobs(queue, state, created_at);")
 	_, err = old.Exec(v8 + `INSERT INTO jobs (id, shard, idx, gen, queue, state, priority, attempt, max_retries, error_count, created_at, payload)
  VALUES ('job_0_stale', 0, 1, 0, 'q', 'pending', 2, 0, 3, 0, 1, '{}');
