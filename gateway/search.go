@@ -157,8 +157,8 @@ func (s *Server) countByQueueState(r *searchRequest, ns string, shards []int) *i
 // change this node's replicas had applied when it was called — every
 // write this node answered, and every write to its shards another node
 // answered before asking it for a part. only, when not nil, limits the
-// wait to those shards (a part of another node's search). False: it could
-// not (the answer is then marked stale).
+// wait to those shards (those a search can match). False: it could not
+// (the answer is then marked stale).
 func (s *Server) awaitMirror(ctx context.Context, only []int) bool {
 	if s.cfg.SearchWait < 0 {
 		return true
@@ -217,18 +217,25 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 	}
 	rctx, cancel := s.readContext(ctx)
 	defer cancel()
+	ns := s.searchNamespace(ctx)
 	forwarded := peer.Forwarded(ctx)
 	stale := false
 	if only != nil || !forwarded {
 		// A part waits too: the node that asked for it waited only for its
 		// own mirror, and a write it answered for these shards was applied
 		// here (TestClusterNamespacesIsolate missed a shard's jobs without).
+		// Only the shards the filter can match (its queue's, those its
+		// job_id_prefix names): a write elsewhere cannot change the answer.
+		wait := s.searchShards(&req, ns)
+		if only != nil {
+			wait = slices.DeleteFunc(wait, func(sh int) bool { return !slices.Contains(only, sh) })
+		}
 		deadline, _ := rctx.Deadline()
 		wctx, cancel := context.WithDeadline(rctx, deadline.Add(-s.cfg.ReadTimeout/mirrorWaitShare))
-		stale = !s.awaitMirror(wctx, only)
+		stale = !s.awaitMirror(wctx, wait)
 		cancel()
 	}
-	res, aerr := s.search(rctx, s.searchNamespace(ctx), &req, only, forwarded)
+	res, aerr := s.search(rctx, ns, &req, only, forwarded)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return

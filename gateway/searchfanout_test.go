@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -322,4 +324,45 @@ func TestBulkByFilterThroughNodeMissingShards(t *testing.T) {
 		waitSearchTotal(t, crit, 240)
 		require.Equal(t, 240, search(t, crit).Total, "async %v: every shard's jobs changed", async)
 	}
+}
+
+// laggingMirror is the shared mirror with one shard that never catches up:
+// a search that waits for it answers stale.
+type laggingMirror struct {
+	*mirror.Mirror
+	behind int
+}
+
+func (m laggingMirror) Mark() []uint64 {
+	mark := m.Mirror.Mark()
+	mark[m.behind] = math.MaxUint64
+	return mark
+}
+
+// TestSearchWaitsOnlyForItsShards: a search waits for the mirror to hold
+// this node's writes only on the shards its filter can match, so a shard
+// whose mirror lags does not hold up (or stale) a search of a queue that
+// lives elsewhere; one over every shard waits for it and says stale.
+func TestSearchWaitsOnlyForItsShards(t *testing.T) {
+	t.Parallel()
+	qs := queuesOnDistinctShards(t, "lagwait", 2)
+	behind := rt4.ShardForQueue(qs[1])
+	_, front := frontServer(t, Config{Mirror: laggingMirror{testMirror, behind}, SearchWait: 200 * time.Millisecond}, testEngine)
+	code, out := callAt(t, "POST", "http://"+front+"/api/v1/enqueue", map[string]any{"queue": qs[0]})
+	require.Equal(t, 201, code, string(out))
+	type page struct {
+		Jobs  []json.RawMessage `json:"jobs"`
+		Stale bool              `json:"stale"`
+	}
+	code, out = callAt(t, "POST", "http://"+front+"/api/v1/jobs/search", map[string]any{"queue": qs[0]})
+	require.Equal(t, 200, code, string(out))
+	p := mustJSON[page](t, out)
+	require.False(t, p.Stale, "a lagging shard the queue is not on made the search stale")
+	require.Len(t, p.Jobs, 1)
+	code, out = callAt(t, "POST", "http://"+front+"/api/v1/jobs/search", map[string]any{"queue": qs[1]})
+	require.Equal(t, 200, code, string(out))
+	require.True(t, mustJSON[page](t, out).Stale, "the queue's own shard lags")
+	code, out = callAt(t, "POST", "http://"+front+"/api/v1/jobs/search", map[string]any{})
+	require.Equal(t, 200, code, string(out))
+	require.True(t, mustJSON[page](t, out).Stale, "a search over every shard waits for the lagging one")
 }
