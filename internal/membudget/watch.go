@@ -26,9 +26,12 @@ const (
 	// compactions after a burst: ~150 KB/s), and at the default GOGC its
 	// heap would grow to twice the live objects between collections,
 	// keeping up to that much resident and the C heap untrimmed: its RSS
-	// wandered by ±8 MB a minute after a burst. Releasing at 4 MiB of
-	// garbage costs a collection about every half minute at that rate.
-	QuietReleaseFloor = 4 << 20
+	// wandered by ±8 MB a minute after a burst. At 4 MiB of garbage an
+	// idle node measured a minute after a burst held 3.6 MB more Go heap
+	// than before it (its pre-burst figure taken just after a release);
+	// at 1 MiB it releases about every 15 s (ReleaseEvery at the most
+	// often), two collections of a ~13 MB live heap each time.
+	QuietReleaseFloor = 1 << 20
 	// QuietAfterDefault, QuietBytesDefault: a node whose clients sent
 	// less than QuietBytes of request bodies over QuietAfter, and whose
 	// accounts hold less than that, is quiet and gives back its caches
