@@ -623,3 +623,26 @@ func TestE2ESearchAndMirrorRebuild(t *testing.T) {
 	code, _ = do(t, "POST", s.url+"/api/v1/jobs/search", map[string]any{"payload_jq": ".a = 1"})
 	require.Equal(t, 400, code)
 }
+
+// TestE2EServerRunsWithoutTcache: `corvo server` runs itself again with
+// glibc's per-thread malloc cache off (internal/membudget/tcache.go), and
+// leaves a cache size the operator set alone.
+func TestE2EServerRunsWithoutTcache(t *testing.T) {
+	t.Parallel()
+	tunables := func(s *server) string {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", s.cmd.Process.Pid))
+		require.NoError(t, err)
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "GLIBC_TUNABLES="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	require.Equal(t, "glibc.malloc.tcache_count=0", tunables(newServer(t)))
+	s := &server{t: t, dir: t.TempDir(), http: freeAddr(t), raft: freeAddr(t), env: []string{"GLIBC_TUNABLES=glibc.malloc.tcache_count=3"}}
+	s.url = schemeOf(nil) + s.http
+	s.start()
+	t.Cleanup(func() { s.kill9() })
+	require.Equal(t, "glibc.malloc.tcache_count=3", tunables(s))
+}

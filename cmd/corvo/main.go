@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/corvohq/corvo/internal/membudget"
 	corvo "github.com/corvohq/corvo/sdk/go"
 )
 
@@ -35,6 +36,12 @@ var traceCommand func(*cobra.Command)
 
 func main() {
 	root := newRootCmd()
+	if c, _, err := root.Find(os.Args[1:]); err == nil && c.Name() == "server" {
+		// Before anything is opened: a server runs without glibc's
+		// per-thread malloc cache, which keeps what a burst freed
+		// (internal/membudget/tcache.go). Returns when it did not re-run.
+		membudget.ReexecWithoutTcache()
+	}
 	if traceCommand != nil {
 		if c, _, err := root.Find(os.Args[1:]); err == nil {
 			traceCommand(c)

@@ -33,7 +33,38 @@ __attribute__((constructor)) static void corvo_limit_arenas(void) {
 */
 import "C"
 
+import (
+	"os"
+	"syscall"
+)
+
 // trimC hands the C heap's free memory back to the OS (glibc's
 // malloc_trim): SQLite's page cache is allocated there, and glibc keeps
 // what it frees.
 func trimC() { C.malloc_trim(0) }
+
+// ReexecWithoutTcache runs the program again in place (execve, same PID)
+// with glibc's per-thread cache turned off (tcache.go), unless
+// GLIBC_TUNABLES already sets its size. It returns only when it did not
+// run it again: the cache was already set, or the exec failed (the
+// program then goes on with the cache).
+func ReexecWithoutTcache() {
+	cur, set := os.LookupEnv("GLIBC_TUNABLES")
+	env, ok := withoutTcache(cur)
+	if !ok {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	if os.Setenv("GLIBC_TUNABLES", env) != nil {
+		return
+	}
+	_ = syscall.Exec(exe, os.Args, os.Environ())
+	if set { // the exec failed: the environment as it was
+		_ = os.Setenv("GLIBC_TUNABLES", cur)
+	} else {
+		_ = os.Unsetenv("GLIBC_TUNABLES")
+	}
+}
