@@ -38,16 +38,15 @@ func BenchmarkMirrorWrite(b *testing.B) {
 	}
 }
 
-// BenchmarkMirrorSearchPage is a search page of 50 jobs (newest first,
-// the created_at index) among 5,000 whose 64 KiB payloads the mirror keeps
-// as their first 16 KiB: ns/op is per page.
-func BenchmarkMirrorSearchPage(b *testing.B) {
+// mirrorOfLargeJobs is a one-shard mirror holding 5,000 pending jobs of
+// queue q, each with payload (kept as its first PayloadMaxDefault bytes
+// when longer).
+func mirrorOfLargeJobs(b *testing.B, payload []byte) *Mirror {
 	m, err := Open(Config{Path: b.TempDir() + "/mirror.db", Shards: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.Close()
-	payload := []byte(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)
+	b.Cleanup(m.Close)
 	const jobs = 5000
 	views := make([]statemachine.JobView, jobs)
 	p := &pending{changes: make(map[string]*change, jobs), index: []uint64{1}}
@@ -62,6 +61,14 @@ func BenchmarkMirrorSearchPage(b *testing.B) {
 	if err := m.write(p); err != nil {
 		b.Fatal(err)
 	}
+	return m
+}
+
+// BenchmarkMirrorSearchPage is a search page of 50 jobs (newest first,
+// the created_at index) among 5,000 whose 64 KiB payloads the mirror keeps
+// as their first 16 KiB: ns/op is per page.
+func BenchmarkMirrorSearchPage(b *testing.B) {
+	m := mirrorOfLargeJobs(b, []byte(`{"pad":"`+strings.Repeat("x", 64<<10)+`"}`))
 	for b.Loop() {
 		page, err := m.Search(context.Background(), Filter{Limit: 50})
 		if err != nil || len(page.Jobs) != 50 {
@@ -74,26 +81,7 @@ func BenchmarkMirrorSearchPage(b *testing.B) {
 // the mirror keeps as a prefix (64 KiB each, over PayloadMaxDefault): none
 // can match, and the page and its count read every job.
 func BenchmarkMirrorSearchJQCut(b *testing.B) {
-	m, err := Open(Config{Path: b.TempDir() + "/mirror.db", Shards: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	payload := []byte(`{"i":1,"pad":"` + strings.Repeat("x", 64<<10) + `"}`)
-	const jobs = 5000
-	views := make([]statemachine.JobView, jobs)
-	p := &pending{changes: make(map[string]*change, jobs), index: []uint64{1}}
-	for i := range views {
-		views[i] = statemachine.JobView{
-			Job: statemachine.Job{ID: fmt.Sprintf("job_0_%026d", i), Queue: "q", Payload: payload,
-				JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(i)},
-			State: statemachine.JobState{State: statemachine.StatePending},
-		}
-		p.changes[views[i].Job.ID] = &change{idx: 1, c: statemachine.JobChange{ID: views[i].Job.ID, View: &views[i]}}
-	}
-	if err := m.write(p); err != nil {
-		b.Fatal(err)
-	}
+	m := mirrorOfLargeJobs(b, []byte(`{"i":1,"pad":"`+strings.Repeat("x", 64<<10)+`"}`))
 	for b.Loop() {
 		page, err := m.Search(context.Background(), Filter{PayloadJQ: ".i == 7", Limit: 50})
 		if err != nil || len(page.Jobs) != 0 {
