@@ -436,7 +436,10 @@ func TestAPILongPollHandoff(t *testing.T) {
 	got := make(chan string, waiters)
 	for i := 0; i < waiters; i++ {
 		go func() {
-			code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w", "timeout": 3})
+			// 10 s: the five enqueues below must commit while the fetches
+			// wait, and under -race beside the other packages five took
+			// over 3 s (every fetch answered empty).
+			code, body := call(t, "POST", "/api/v1/fetch", map[string]any{"queues": []string{q}, "worker_id": "w", "timeout": 10})
 			if code == 200 {
 				got <- mustJSON[fetchedJob](t, body).JobID
 				return
