@@ -20,6 +20,10 @@ import (
 // streamClient follows progress streams, which outlive httpClient's timeout.
 var streamClient = &http.Client{}
 
+// bulkTimeout bounds a `corvo bulk` request, which the server answers only
+// once a synchronous bulk is done.
+const bulkTimeout = 10 * time.Minute
+
 // followBulk follows a background operation to its end: a progress bar on
 // a terminal (stderr), a line per step otherwise, the final record with
 // --output json. A cancelled, failed or interrupted operation, or one with
