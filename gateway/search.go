@@ -226,10 +226,7 @@ func (s *Server) handleSearch(ctx *fasthttp.RequestCtx) {
 		// here (TestClusterNamespacesIsolate missed a shard's jobs without).
 		// Only the shards the filter can match (its queue's, those its
 		// job_id_prefix names): a write elsewhere cannot change the answer.
-		wait := s.searchShards(&req, ns)
-		if only != nil {
-			wait = slices.DeleteFunc(wait, func(sh int) bool { return !slices.Contains(only, sh) })
-		}
+		wait := s.searchShards(&req, ns, only)
 		deadline, _ := rctx.Deadline()
 		wctx, cancel := context.WithDeadline(rctx, deadline.Add(-s.cfg.ReadTimeout/mirrorWaitShare))
 		stale = !s.awaitMirror(wctx, wait)
@@ -466,8 +463,9 @@ func filterError(e *apiError) *apiError {
 }
 
 // searchShards lists the shards whose jobs a search can match: the queue's
-// shard, the shards whose job-ID tag fits job_id_prefix, or every shard.
-func (s *Server) searchShards(r *searchRequest, ns string) []int {
+// shard, the shards whose job-ID tag fits job_id_prefix, or every shard;
+// only, when not nil, keeps those among them.
+func (s *Server) searchShards(r *searchRequest, ns string, only []int) []int {
 	n := s.eng.Shards()
 	qsh := -1
 	if r.Queue != "" {
@@ -475,7 +473,7 @@ func (s *Server) searchShards(r *searchRequest, ns string) []int {
 	}
 	out := make([]int, 0, n)
 	for sh := 0; sh < n; sh++ {
-		if qsh >= 0 && sh != qsh {
+		if qsh >= 0 && sh != qsh || only != nil && !slices.Contains(only, sh) {
 			continue
 		}
 		if r.JobIDPrefix != "" {
@@ -517,10 +515,7 @@ func (s *Server) search(ctx context.Context, ns string, req *searchRequest, only
 	if limit <= 0 {
 		limit = mirror.DefaultLimit
 	}
-	touched := s.searchShards(req, ns)
-	if only != nil {
-		touched = slices.DeleteFunc(touched, func(sh int) bool { return !slices.Contains(only, sh) })
-	}
+	touched := s.searchShards(req, ns, only)
 	var local, remote []int
 	for _, sh := range touched {
 		if s.searchable(sh) {

@@ -277,10 +277,10 @@ func TestSearchShardsOfPrefix(t *testing.T) {
 		want   []int
 	}{{"job_1_", []int{1}}, {"job_1", []int{1}}, {"job_", []int{0, 1, 2, 3}}, {"jo", []int{0, 1, 2, 3}},
 		{"job_2_01ABC", []int{2}}, {"job_12", []int{}}, {"x", []int{}}, {"JOB_1_", []int{}}} {
-		require.Equal(t, c.want, s.searchShards(&searchRequest{JobIDPrefix: c.prefix}, ""), c.prefix)
+		require.Equal(t, c.want, s.searchShards(&searchRequest{JobIDPrefix: c.prefix}, "", nil), c.prefix)
 	}
 	q := uq("plan")
-	require.Equal(t, []int{router.New(4).ShardForQueue(q)}, s.searchShards(&searchRequest{Queue: q}, ""))
+	require.Equal(t, []int{router.New(4).ShardForQueue(q)}, s.searchShards(&searchRequest{Queue: q}, "", nil))
 }
 
 // TestBulkByFilterThroughNodeMissingShards: a bulk action by filter on a
