@@ -111,6 +111,10 @@ type JobContext struct {
 	g      *fetchGroup // the queues its ack fetches the slot's next job from
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// started: its handler was called (guarded by w.mu, as w.inflight):
+	// at the end of the drain's grace a started job is failed, one held
+	// and never started is given back.
+	started bool
 
 	mu         sync.Mutex
 	progress   any
@@ -232,7 +236,8 @@ func SignalContext(parent context.Context) (context.Context, context.CancelFunc)
 // Run fetches and processes jobs until ctx is done, then drains: it stops
 // fetching, lets running handlers finish for up to ShutdownGrace, and fails
 // the rest with "worker_shutdown" and their last checkpoint, so the server
-// retries them from there.
+// retries them from there (a job a slot held and never started is given
+// back instead, its attempt not counted).
 func (w *Worker) Run(ctx context.Context) error {
 	if len(w.handlers) == 0 {
 		return errors.New("corvo: no handler registered")
@@ -300,6 +305,18 @@ func (w *Worker) startAll(jobs []FetchedJob, g *fetchGroup) []*JobContext {
 		w.inflight[j.JobID] = jcs[i]
 	}
 	return jcs
+}
+
+// begin marks a job as started, unless the drain took it out of the
+// running set already (then it must not run).
+func (w *Worker) begin(jc *JobContext) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inflight[jc.JobID] != jc {
+		return false
+	}
+	jc.started = true
+	return true
 }
 
 // finish takes a job out of the running set (no heartbeat started from
@@ -448,6 +465,9 @@ func (w *Worker) startable(jc *JobContext) bool {
 // returned for the slot to send (nil: nothing to ack), with how long the
 // handler took.
 func (w *Worker) handle(jc *JobContext) (*Ack, time.Duration) {
+	if !w.begin(jc) {
+		return nil, 0 // failed or given back by the drain already
+	}
 	h := w.handlers[jc.Queue]
 	start := time.Now()
 	result, err := w.safeCall(h, jc)
@@ -594,17 +614,24 @@ func (w *Worker) apply(st map[string]StatusAnswer) {
 }
 
 // failRemaining fails the jobs still running at the end of the grace
-// period, keeping their checkpoints.
+// period, keeping their checkpoints, and gives back the ones slots held
+// and never started (their attempts not counted, as at the drain's start).
 func (w *Worker) failRemaining() {
 	w.mu.Lock()
 	left := make([]*JobContext, 0, len(w.inflight))
+	var unstarted []FetchedJob
 	for id, jc := range w.inflight {
-		left = append(left, jc)
+		if jc.started {
+			left = append(left, jc)
+		} else {
+			unstarted = append(unstarted, jc.FetchedJob)
+		}
 		delete(w.inflight, id)
 	}
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	w.handBack(ctx, unstarted)
 	for _, jc := range left {
 		jc.mu.Lock()
 		cp := jc.checkpoint

@@ -855,6 +855,60 @@ func TestWorkerGivesBackAHeldJobWhenDraining(t *testing.T) {
 	}
 }
 
+// TestWorkerGivesBackAHeldJobAtTheGracesEnd: when the drain's grace ends
+// with a handler still running, that job is failed ("worker_shutdown")
+// and the job its slot held behind it, never started, is given back
+// (pending, its attempt not counted, no error), not failed.
+func TestWorkerGivesBackAHeldJobAtTheGracesEnd(t *testing.T) {
+	t.Parallel()
+	c := New(startServer(t))
+	ctx := context.Background()
+	const queue = "sdk.hold.grace"
+	var ids []string
+	for i := 0; i < 3; i++ {
+		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.JobID)
+	}
+	second := make(chan struct{})
+	var ran sync.Map
+	// PrefetchUnder 1s: the third job is held behind the second for up to
+	// 4s, far past the grace.
+	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second, PrefetchUnder: time.Second, ShutdownGrace: 100 * time.Millisecond})
+	w.Register(queue, func(jctx context.Context, j *JobContext) (any, error) {
+		ran.Store(j.JobID, true)
+		if j.JobID == ids[1] {
+			close(second)
+			<-jctx.Done() // runs until the grace ends
+			return nil, jctx.Err()
+		}
+		return nil, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	<-second
+	if j, err := c.Job(ctx, ids[2]); err != nil || j.State != "active" {
+		t.Fatalf("third job while the second runs: %+v, %v; want it held (active)", j, err)
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ran.Load(ids[2]); ok {
+		t.Fatal("the held job started during the drain")
+	}
+	j, err := c.Job(ctx, ids[1])
+	if err != nil || j.Attempt != 1 || len(j.Errors) != 1 || j.Errors[0].Error != "worker_shutdown" {
+		t.Fatalf("running job at the grace's end: %+v, %v; want attempt 1 failed with worker_shutdown", j, err)
+	}
+	if j, err := c.Job(ctx, ids[2]); err != nil || j.State != "pending" || j.Attempt != 0 || len(j.Errors) != 0 {
+		t.Fatalf("held job at the grace's end: %+v, %v; want it pending, attempt 0, no error", j, err)
+	}
+}
+
 // TestHandBackFailsWhereUnclaimIsMissing: a server without POST
 // /unclaim/{id} (404) has a job the worker gives back failed with
 // "worker_shutdown", as before the endpoint existed.

@@ -91,6 +91,10 @@ class JobContext:
         self.reason: Optional[BaseException] = None
         self._w = worker
         self._group: Optional[_FetchGroup] = None  # the queues its ack fetches the slot's next job from
+        # _started: its handler was called (guarded by the worker's _mu): at
+        # the end of the drain's grace a started job is failed, one held and
+        # never started is given back.
+        self._started = False
         self._event = threading.Event()
         self._progress: Any = None
         self._checkpoint: Any = job.get("checkpoint")
@@ -798,7 +802,8 @@ class Worker:
         jid = job["job_id"]
         with self._mu:
             if self._inflight.get(jid) is not ctx:
-                return None, 0.0  # failed by the drain before it ran
+                return None, 0.0  # failed or given back by the drain before it ran
+            ctx._started = True
         h = self._handlers.get(job["queue"])
         failure: Optional[BaseException] = None
         result: Any = None
@@ -1018,10 +1023,15 @@ class Worker:
 
     def _fail_remaining(self) -> None:
         """Fails the jobs still running when the grace period ends, with their
-        checkpoints, and sets their cancel events."""
+        checkpoints, and sets their cancel events; gives back the ones slots
+        held and never started (their attempts not counted, as at the
+        drain's start)."""
         with self._mu:
-            left = list(self._inflight.values())
+            left = [ctx for ctx in self._inflight.values() if ctx._started]
+            unstarted = [ctx.job for ctx in self._inflight.values() if not ctx._started]
             self._inflight.clear()
+        if unstarted:
+            self._hand_back(unstarted)
         for ctx in left:
             try:
                 self.client.fail(

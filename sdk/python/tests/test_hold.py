@@ -91,5 +91,40 @@ class TestHold(ServerCase):
         self.assertFalse(doc.get("errors"), "no error recorded")
 
 
+    def test_a_job_held_when_the_drains_grace_ends_is_given_back_the_running_one_failed(self) -> None:
+        c = Client(self.server.url)
+        self.addCleanup(c.close)
+        queue = "py.hold.grace"
+        ids = [c.enqueue(queue, {"n": i})["job_id"] for i in range(3)]
+        second = threading.Event()
+        ran: Set[str] = set()
+
+        def handler(job: Any, ctx: Any) -> None:
+            ran.add(job["job_id"])
+            if job["job_id"] == ids[1]:
+                second.set()
+                ctx.wait(30)  # runs until the grace ends
+                ctx.raise_if_cancelled()
+
+        # prefetch_under 1 s: the third job is held behind the second for up
+        # to 4 s, far past the grace.
+        w = Worker(c, concurrency=1, fetch_timeout=1, handle_signals=False, prefetch_under=1.0, shutdown_grace=0.1)
+        w.register(queue, handler)
+        t = threading.Thread(target=w.run, daemon=True)
+        t.start()
+        self.assertTrue(second.wait(20), "the second job never started")
+        self.assertEqual(c.job(ids[2])["state"], "active", "the third job is held while the second runs")
+        w.stop()
+        t.join(30)
+        self.assertFalse(t.is_alive(), "the worker did not stop")
+        self.assertNotIn(ids[2], ran, "the held job started during the drain")
+        running = c.job(ids[1])
+        self.assertEqual(running["attempt"], 1)
+        self.assertEqual([e["error"] for e in running["errors"]], ["worker_shutdown"], "the job running at the grace's end is failed")
+        held = c.job(ids[2])
+        self.assertEqual(held["state"], "pending", "held job at the grace's end")
+        self.assertEqual(held["attempt"], 0, "its attempt not counted")
+        self.assertFalse(held.get("errors"), "no error recorded")
+
 if __name__ == "__main__":
     unittest.main()

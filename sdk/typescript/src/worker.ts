@@ -71,6 +71,8 @@ export class JobContext {
   /** @internal */ lastProgress: unknown = undefined;
   /** @internal */ lastCheckpoint: unknown = undefined;
   /** @internal */ exit = false;
+  /** @internal Its handler was called: at the end of the drain's grace a started job is failed, one held and never started is given back. */
+  started = false;
   // The attempt's usage so far (reportUsage); what a heartbeat the server
   // applied reported of it, and what the one in flight reports.
   private used: Usage = {};
@@ -621,6 +623,8 @@ export class Worker {
   /** Runs a job and reports its outcome: a failure at once, the ack for the slot to send (null: nothing to ack), with the handler's time in ms. */
   private async handle(ctx: JobContext): Promise<{ ack: AckItem | null; took: number }> {
     const job = ctx.job;
+    if (this.inflight.get(job.job_id) !== ctx) return { ack: null, took: 0 }; // failed or given back by the drain already
+    ctx.started = true;
     const h = this.handlers.get(job.queue);
     const start = performance.now();
     let result: unknown;
@@ -806,12 +810,19 @@ export class Worker {
     );
   }
 
-  /** Fails the jobs still running when the grace period ends, with their checkpoints, and aborts their handlers. */
+  /**
+   * Fails the jobs still running when the grace period ends, with their
+   * checkpoints, and aborts their handlers; gives back the ones slots held
+   * and never started (their attempts not counted, as at the drain's start).
+   */
   private async failRemaining(): Promise<void> {
-    const left = [...this.inflight.values()];
+    const all = [...this.inflight.values()];
     this.inflight.clear();
-    await Promise.all(
-      left.map((ctx) => {
+    const left = all.filter((ctx) => ctx.started);
+    const unstarted = all.filter((ctx) => !ctx.started).map((ctx) => ctx.job);
+    await Promise.all([
+      this.handBack(unstarted),
+      ...left.map((ctx) => {
         const usage = ctx.usageLeft();
         return this.client
           .fail(ctx.job.job_id, {
@@ -823,7 +834,7 @@ export class Worker {
           })
           .catch((err) => this.opt.onError?.(err));
       }),
-    );
+    ]);
     for (const ctx of left) ctx.abort(new WorkerShutdownError());
   }
 

@@ -91,3 +91,41 @@ test("a job held when the drain begins is given back, never started", async () =
   assert.equal(doc.attempt, 0, "its attempt not counted");
   assert.deepEqual(doc.errors ?? [], [], "no error recorded");
 });
+
+test("a job held when the drain's grace ends is given back, the running one failed", async () => {
+  const c = new Client(server.url);
+  const queue = "ts.hold.grace";
+  const ids = [];
+  for (let i = 0; i < 3; i++) ids.push((await c.enqueue({ queue, payload: { n: i } })).job_id);
+  let second;
+  const secondStarted = new Promise((r) => (second = r));
+  const ran = new Set();
+  // prefetchUnderMs 1000: the third job is held behind the second for up to 4 s, far past the grace.
+  const w = new Worker(c, { concurrency: 1, fetchTimeoutMs: 1000, handleSignals: false, prefetchUnderMs: 1000, shutdownGraceMs: 100 });
+  w.register(queue, async (job, ctx) => {
+    ran.add(job.job_id);
+    if (job.job_id === ids[1]) {
+      second();
+      // Runs until the grace ends.
+      await new Promise((r) => ctx.signal.addEventListener("abort", r));
+      throw ctx.signal.reason;
+    }
+  });
+  const done = w.run();
+  await secondStarted;
+  assert.equal((await c.job(ids[2])).state, "active", "the third job is held while the second runs");
+  w.stop();
+  await done;
+  assert.ok(!ran.has(ids[2]), "the held job started during the drain");
+  const running = await c.job(ids[1]);
+  assert.equal(running.attempt, 1);
+  assert.deepEqual(
+    running.errors.map((e) => e.error),
+    ["worker_shutdown"],
+    "the job running at the grace's end is failed",
+  );
+  const held = await c.job(ids[2]);
+  assert.equal(held.state, "pending", "held job at the grace's end");
+  assert.equal(held.attempt, 0, "its attempt not counted");
+  assert.deepEqual(held.errors ?? [], [], "no error recorded");
+});
