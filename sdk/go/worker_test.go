@@ -120,6 +120,21 @@ func startNode(t *testing.T, extra ...string) (string, *exec.Cmd) {
 	return "", nil
 }
 
+// enqueueN enqueues n jobs on queue (payload {"n": i}) and returns their
+// IDs in order.
+func enqueueN(t *testing.T, c *Client, queue string, n int) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		e, err := c.Enqueue(context.Background(), EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.JobID)
+	}
+	return ids
+}
+
 // testClusterSecret is the cluster secret of the test servers.
 const testClusterSecret = "sdk-test-cluster-secret-0123456789abcdef"
 
@@ -147,14 +162,7 @@ func TestWorkerProcessesJobs(t *testing.T) {
 	t.Parallel()
 	c := New(startServer(t, "--strict-leases")) // every ack, fail and heartbeat names its lease
 	ctx := context.Background()
-	var ids []string
-	for i := 0; i < 20; i++ {
-		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.work", Payload: map[string]int{"n": i}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, e.JobID)
-	}
+	ids := enqueueN(t, c, "sdk.work", 20)
 	w := NewWorker(c, WorkerOptions{Concurrency: 4, FetchTimeout: time.Second})
 	var done atomic.Int64
 	w.Register("sdk.work", func(ctx context.Context, j *JobContext) (any, error) {
@@ -506,14 +514,7 @@ func TestWorkerAcksFetchTheNextJob(t *testing.T) {
 		c := New(url)
 		ctx := context.Background()
 		queue := fmt.Sprintf("sdk.ackfetch.%v", old)
-		var ids []string
-		for i := 0; i < 60; i++ {
-			e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, e.JobID)
-		}
+		ids := enqueueN(t, c, queue, 60)
 		w := NewWorker(c, WorkerOptions{Concurrency: 2, FetchTimeout: time.Second})
 		w.Register(queue, func(context.Context, *JobContext) (any, error) { return nil, nil })
 		runCtx, stop := context.WithCancel(ctx)
@@ -692,14 +693,7 @@ func TestWorkerHoldsTheNextJob(t *testing.T) {
 	held, release := make(chan int, 1), make(chan struct{})
 	c := New(gatedProxy(t, base, map[int]bool{2: true}, held, release))
 	ctx := context.Background()
-	var ids []string
-	for i := 0; i < 4; i++ {
-		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.hold", Payload: map[string]int{"n": i}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, e.JobID)
-	}
+	ids := enqueueN(t, c, "sdk.hold", 4)
 	started := make(chan string, 4)
 	w := NewWorker(c, WorkerOptions{Concurrency: 1, FetchTimeout: time.Second})
 	w.Register("sdk.hold", func(_ context.Context, j *JobContext) (any, error) {
@@ -743,14 +737,7 @@ func TestWorkerHoldsTheNextJob(t *testing.T) {
 func whileSecondRuns(t *testing.T, c *Client, queue string, opt WorkerOptions, drain bool, during func(ids []string)) ([]string, *sync.Map) {
 	t.Helper()
 	ctx := context.Background()
-	var ids []string
-	for i := 0; i < 3; i++ {
-		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, e.JobID)
-	}
+	ids := enqueueN(t, c, queue, 3)
 	second, release := make(chan struct{}), make(chan struct{})
 	var ran sync.Map
 	opt.Concurrency, opt.FetchTimeout = 1, time.Second
@@ -864,14 +851,7 @@ func TestWorkerGivesBackAHeldJobAtTheGracesEnd(t *testing.T) {
 	c := New(startServer(t))
 	ctx := context.Background()
 	const queue = "sdk.hold.grace"
-	var ids []string
-	for i := 0; i < 3; i++ {
-		e, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": i}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, e.JobID)
-	}
+	ids := enqueueN(t, c, queue, 3)
 	second := make(chan struct{})
 	var ran sync.Map
 	// PrefetchUnder 1s: the third job is held behind the second for up to
