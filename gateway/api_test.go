@@ -327,13 +327,15 @@ func TestAPIFetchBatchAndAckBatch(t *testing.T) {
 func TestAPIScheduledJobPromoted(t *testing.T) {
 	t.Parallel()
 	q := uq("scheduled")
-	at := time.Now().Add(300 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	// 3 s ahead: under -race beside the other packages an enqueue took
+	// over 300 ms to commit, and the job was due (pending) by then.
+	at := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
 	code, body := call(t, "POST", "/api/v1/enqueue", map[string]any{"queue": q, "payload": 1, "scheduled_at": at})
 	require.Equal(t, 201, code, string(body))
 	require.Contains(t, string(body), `"status":"scheduled"`)
 	_, ok := fetchOne(t, 0, q)
 	require.False(t, ok, "not before scheduled_at")
-	j, ok := fetchOne(t, 5, q)
+	j, ok := fetchOne(t, 10, q)
 	require.True(t, ok, "the long-poll wakes when the job is promoted")
 	require.Equal(t, 1, j.Attempt)
 }
