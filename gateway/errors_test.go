@@ -29,6 +29,7 @@ func (busyEngine) ThrottledUntil(string) int64                                  
 func (busyEngine) Watch(string) <-chan struct{}                                    { return make(chan struct{}) }
 func (busyEngine) Head(q string) statemachine.QueueHead                            { return statemachine.QueueHead{Queue: q} }
 func (busyEngine) IsLeader(int) bool                                               { return true }
+func (busyEngine) Replica(int) (uint64, uint64)                                    { return 1, 0 }
 func (busyEngine) Hosts(int) bool                                                  { return true }
 func (busyEngine) Park(int, *statemachine.FetchOp, *shard.ParkGroup) *shard.Parked { return nil }
 func (busyEngine) Unpark(int, *shard.Parked) bool                                  { return true }

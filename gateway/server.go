@@ -44,6 +44,9 @@ type Engine interface {
 	Watch(queue string) <-chan struct{}
 	Head(queue string) statemachine.QueueHead
 	IsLeader(shard int) bool
+	// Replica is the node this node's replica of the shard hears as its
+	// leader (0: none known, or not hosted) and its applied index.
+	Replica(shard int) (leader, applied uint64)
 	// Hosts reports whether this node hosts a replica of the shard; a
 	// request for one it does not host goes to a node that does.
 	Hosts(shard int) bool
@@ -845,6 +848,23 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
 	b := append([]byte(`{"status":"ok","shards":`), appendInt(nil, int64(s.eng.Shards()))...)
 	b = append(b, `,"shards_led":`...)
 	b = appendInt(b, int64(led))
+	// "leaders": the node each data shard's replica here hears as its
+	// leader (0: none, or not hosted); "applied": its applied index. The
+	// other nodes hand a leadership only to a replica that hears them and
+	// has caught up (shard.Peers).
+	var applied []byte
+	b = append(b, `,"leaders":[`...)
+	for i := 0; i < s.eng.Shards(); i++ {
+		if i > 0 {
+			b = append(b, ',')
+			applied = append(applied, ',')
+		}
+		leader, a := s.eng.Replica(i)
+		b = appendInt(b, int64(leader))
+		applied = appendInt(applied, int64(a))
+	}
+	b = append(b, `],"applied":[`...)
+	b = append(append(b, applied...), ']')
 	// "auth": "keys" (every API call needs a key), "open" (loopback:
 	// calls without a key act as an admin) or "off" (--auth=off).
 	b = append(b, `,"auth":`...)

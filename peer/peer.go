@@ -55,8 +55,8 @@ const RequestTimeoutDefault = 15 * time.Second
 type Membership interface {
 	NodeID() uint64
 	Meta() (shard.MetaState, error)
-	BalanceLeaders(alive func(uint64) bool, leads func(uint64) (int, bool)) bool
-	HandOff(ctx context.Context, alive func(uint64) bool) int
+	BalanceLeaders(p shard.Peers) bool
+	HandOff(ctx context.Context, p shard.Peers) int
 }
 
 // Config configures a Client.
@@ -113,6 +113,9 @@ type Client struct {
 	pmu  sync.Mutex
 	seen map[uint64]time.Time // last good /healthz
 	led  map[uint64]int       // data shards each node said it leads, then
+	// replicas: what each node said of its replica of each data shard,
+	// then (the leader it hears, its applied index)
+	replicas map[uint64]replicaViews
 
 	// idle: the fetch groups whose last claim found nothing
 	// (fetchrounds.go); a fetch waits on them before claiming.
@@ -140,12 +143,13 @@ func New(cfg Config) *Client {
 			MaxIdleConnDuration: time.Minute,
 			TLSConfig:           cfg.TLS,
 		},
-		events: newEventsClient(cfg.TLS),
-		waits:  newWaitClient(cfg.TLS),
-		scheme: "http://",
-		seen:   map[uint64]time.Time{},
-		led:    map[uint64]int{},
-		stop:   make(chan struct{}),
+		events:   newEventsClient(cfg.TLS),
+		waits:    newWaitClient(cfg.TLS),
+		scheme:   "http://",
+		seen:     map[uint64]time.Time{},
+		led:      map[uint64]int{},
+		replicas: map[uint64]replicaViews{},
+		stop:     make(chan struct{}),
 	}
 	if cfg.TLS != nil {
 		c.scheme = "https://"
@@ -278,6 +282,27 @@ func (c *Client) Leads(id uint64) (int, bool) {
 	return n, ok
 }
 
+// replicaViews is what a node's /healthz said of its replicas, by data
+// shard: the leader each hears and its applied index.
+type replicaViews struct{ leaders, applied []uint64 }
+
+// Replica is what node's replica of data shard i said at the last probe
+// (shard.Peers): the leader it hears (0: none, or not hosted) and its
+// applied index; known is false when the node did not say (an older
+// version, or no answer yet).
+func (c *Client) Replica(node uint64, i int) (leader, applied uint64, known bool) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	v, ok := c.replicas[node]
+	if !ok || i < 0 {
+		return 0, 0, false
+	}
+	if i >= len(v.leaders) {
+		return 0, 0, true
+	}
+	return v.leaders[i], v.applied[i], true
+}
+
 // probe checks every other live node's /healthz in parallel, and notes
 // how many shards each leads.
 func (c *Client) probe(nodes []shard.Node) {
@@ -296,12 +321,20 @@ func (c *Client) probe(nodes []shard.Node) {
 			if err == nil && resp.StatusCode() == 200 {
 				c.seen[n.ID] = time.Now()
 				var h struct {
-					Led *int `json:"shards_led"`
+					Led     *int     `json:"shards_led"`
+					Leaders []uint64 `json:"leaders"`
+					Applied []uint64 `json:"applied"`
 				}
-				if json.Unmarshal(resp.Body(), &h) == nil && h.Led != nil {
+				ok := json.Unmarshal(resp.Body(), &h) == nil
+				if ok && h.Led != nil {
 					c.led[n.ID] = *h.Led
 				} else {
 					delete(c.led, n.ID)
+				}
+				if ok && h.Leaders != nil && len(h.Applied) == len(h.Leaders) {
+					c.replicas[n.ID] = replicaViews{leaders: h.Leaders, applied: h.Applied}
+				} else {
+					delete(c.replicas, n.ID)
 				}
 			}
 		}(n)
@@ -331,7 +364,7 @@ func (c *Client) run() {
 			continue
 		}
 		c.probe(c.others())
-		m.BalanceLeaders(c.Alive, c.Leads)
+		m.BalanceLeaders(c)
 	}
 }
 
@@ -346,7 +379,7 @@ func (c *Client) HandOff(ctx context.Context) int {
 	if others := c.others(); len(others) > 0 {
 		c.probe(others)
 	}
-	return m.HandOff(ctx, c.Alive)
+	return m.HandOff(ctx, c)
 }
 
 // DialFailed reports whether a call failed before any connection was made,

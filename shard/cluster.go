@@ -349,43 +349,96 @@ func (h *Host) shardInfos() map[uint64]dragonboat.ShardInfo {
 	return out
 }
 
+// Peers is what spreading leaders knows of the other nodes, from their
+// last probes (peer.Client).
+type Peers interface {
+	// Alive says whether node answers: a transfer to a dead node would
+	// stall the shard for an election timeout.
+	Alive(node uint64) bool
+	// Leads is how many data shards node leads, as that node last
+	// reported (ok false: not known). With placement a node sees the
+	// leaders only of the shards it hosts, so counting from its own view
+	// alone can ping-pong a leadership between two nodes that each see
+	// the other lead nothing.
+	Leads(node uint64) (int, bool)
+	// Replica is what node's replica of data shard i said at its last
+	// probe: the node it hears as the shard's leader (0: none, or the
+	// shard not hosted there) and its applied index; known is false when
+	// the node did not say (an older version). A replica that does not
+	// hear the leader (a node just back from a partition answers HTTP
+	// before its Raft links are up) or is still catching up cannot take
+	// the leadership at once: the leader drops proposals while it waits,
+	// up to an election timeout, and the next round would try again.
+	Replica(node uint64, i int) (leader, applied uint64, known bool)
+}
+
+// transferCooldown is how long BalanceLeaders leaves a shard alone after
+// asking to move its leadership, so that a transfer that does not happen
+// (the target fell behind) stalls the shard's writes at most once per
+// cooldown.
+const transferCooldown = 10 * time.Second
+
 // BalanceLeaders moves at most one leadership from this node to a live
-// voter that leads at least two fewer data shards, so leaders spread evenly
-// over the nodes. alive says which nodes answer; a transfer to a dead node
-// would stall the shard for an election timeout. leads says how many data
-// shards another node leads, as that node last reported (ok false: not
-// known). With placement a node sees the leaders only of the shards it
-// hosts, so counting from its own view alone can ping-pong a leadership
-// between two nodes that each see the other lead nothing. It reports
-// whether it asked for a transfer.
-func (h *Host) BalanceLeaders(alive func(uint64) bool, leads func(uint64) (int, bool)) bool {
+// voter that leads at least two fewer data shards, so leaders spread
+// evenly over the nodes. The voter must be ready: hearing this node as the
+// shard's leader, and applied (at the probe that just ran) as far as this
+// node had at the previous call, a probe interval ago. A shard asked to
+// move less than transferCooldown ago is left alone. It reports whether it
+// asked for a transfer.
+func (h *Host) BalanceLeaders(p Peers) bool {
 	infos := h.shardInfos()
 	me := h.cfg.NodeID
+	now := h.clock.Now().UnixNano()
+	// was[i]: this node's applied index of shard i at the previous call
+	// (+1; 0: no previous call).
+	was := make([]uint64, h.cfg.Shards)
+	for i := range was {
+		was[i] = h.balanceApplied[i].Load()
+		var applied uint64
+		if s := h.sms[i].Load(); s != nil {
+			applied = s.Applied()
+		}
+		h.balanceApplied[i].Store(applied + 1)
+	}
 	seen := map[uint64]int{} // leaderships by node, over the shards this node runs
 	var mine []leadership
+	led := 0
 	for i := 0; i < h.cfg.Shards; i++ {
 		si, ok := infos[ShardID(i)]
 		if !ok || si.LeaderID == 0 {
 			continue
 		}
 		seen[NodeOf(si.LeaderID)]++
-		if si.LeaderID == h.rep[i].Load() {
-			mine = append(mine, leadership{shard: i, replicas: sortedReplicaIDs(si.Replicas)})
+		if si.LeaderID != h.rep[i].Load() {
+			continue
 		}
+		led++
+		if now-h.transferred[i].Load() < int64(transferCooldown) {
+			continue
+		}
+		mine = append(mine, leadership{shard: i, replicas: sortedReplicaIDs(si.Replicas)})
 	}
 	count := func(n uint64) int {
 		if n == me {
-			return len(mine)
+			return led
 		}
-		if c, ok := leads(n); ok {
+		if c, ok := p.Leads(n); ok {
 			return c
 		}
 		return seen[n]
 	}
-	sh, to := pickLeaderMove(me, mine, count, alive)
+	ready := func(shard int, n uint64) bool {
+		if !p.Alive(n) {
+			return false
+		}
+		leader, applied, known := p.Replica(n, shard)
+		return !known || leader == me && was[shard] != 0 && applied+1 >= was[shard]
+	}
+	sh, to := pickLeaderMove(me, mine, count, ready)
 	if to == 0 {
 		return false
 	}
+	h.transferred[sh].Store(now)
 	if err := h.nh.RequestLeaderTransfer(ShardID(sh), to); err != nil {
 		return false
 	}
@@ -400,15 +453,16 @@ type leadership struct {
 }
 
 // pickLeaderMove chooses one of this node's leaderships to hand to the
-// live replica whose node leads the fewest shards, if that node leads at
-// least two fewer than this one (so a move never just swaps the
-// imbalance). It returns the replica ID 0 when no move helps.
-func pickLeaderMove(me uint64, mine []leadership, count func(uint64) int, alive func(uint64) bool) (shard int, to uint64) {
+// ready replica (alive, and following this node) whose node leads the
+// fewest shards, if that node leads at least two fewer than this one (so a
+// move never just swaps the imbalance). It returns the replica ID 0 when
+// no move helps.
+func pickLeaderMove(me uint64, mine []leadership, count func(uint64) int, ready func(shard int, node uint64) bool) (shard int, to uint64) {
 	for _, l := range mine {
 		var best uint64
 		for _, id := range l.replicas {
 			n := NodeOf(id)
-			if n == me || !alive(n) {
+			if n == me || !ready(l.shard, n) {
 				continue
 			}
 			if count(me)-count(n) >= 2 && (best == 0 || count(n) < count(NodeOf(best))) {
@@ -422,10 +476,11 @@ func pickLeaderMove(me uint64, mine []leadership, count func(uint64) int, alive 
 	return 0, 0
 }
 
-// HandOff transfers every leadership this node holds to a live voter and
-// waits (until ctx ends) for the transfers to finish, so a node that is
-// about to stop does not take its shards' availability with it.
-func (h *Host) HandOff(ctx context.Context, alive func(uint64) bool) int {
+// HandOff transfers every leadership this node holds to a live voter
+// (one that follows this node when there is one) and waits (until ctx
+// ends) for the transfers to finish, so a node that is about to stop does
+// not take its shards' availability with it.
+func (h *Host) HandOff(ctx context.Context, p Peers) int {
 	me := h.cfg.NodeID
 	moved := 0
 	for ctx.Err() == nil {
@@ -443,10 +498,16 @@ func (h *Host) HandOff(ctx context.Context, alive func(uint64) bool) int {
 				continue
 			}
 			var best uint64
+			bestFollows := false
 			for _, id := range sortedReplicaIDs(si.Replicas) {
 				n := NodeOf(id)
-				if n != me && alive(n) && (best == 0 || counts[n] < counts[NodeOf(best)]) {
-					best = id
+				if n == me || !p.Alive(n) {
+					continue
+				}
+				leader, _, known := p.Replica(n, int(g)-1)
+				follows := !known || leader == me
+				if best == 0 || follows && !bestFollows || follows == bestFollows && counts[n] < counts[NodeOf(best)] {
+					best, bestFollows = id, follows
 				}
 			}
 			if best == 0 {

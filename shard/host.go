@@ -231,6 +231,15 @@ type Host struct {
 	signals   *signals
 	relayWake []chan struct{}
 	leader    []atomic.Bool // by shard index
+	// follows[i] is the node this node's replica of shard i hears as its
+	// leader (0: none known, or not hosted).
+	follows []atomic.Uint64
+	// transferred[i] is when (Unix ns) this node last asked to hand shard
+	// i's leadership to another replica (cluster.go, transferCooldown).
+	transferred []atomic.Int64
+	// balanceApplied[i] is shard i's applied index here (+1) at the last
+	// BalanceLeaders, which the next one asks a new leader to have reached.
+	balanceApplied []atomic.Uint64
 	// leaderChange[i] is closed (and replaced) when shard i's leader changes.
 	leaderChange []atomic.Pointer[chan struct{}]
 	// keys is the meta group's API key table as this replica applied it.
@@ -263,21 +272,24 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	setupDragonboatLogging(cfg.Logger)
 	h := &Host{
-		cfg:           cfg,
-		log:           cfg.Logger.With().Str("component", "shard").Logger(),
-		clock:         cfg.Clock,
-		signals:       newSignals(cfg.Shards),
-		leader:        make([]atomic.Bool, cfg.Shards),
-		leaderChange:  make([]atomic.Pointer[chan struct{}], cfg.Shards),
-		sms:           make([]atomic.Pointer[statemachine.StateMachine], cfg.Shards),
-		rep:           make([]atomic.Uint64, cfg.Shards),
-		ready:         make([]atomic.Bool, cfg.Shards),
-		starting:      make([]atomic.Bool, cfg.Shards),
-		closing:       make(chan struct{}),
-		stopProposers: make(chan struct{}),
-		cache:         pebble.NewCache(cfg.CacheBytes),
-		logSizes:      make([]logSize, cfg.Shards),
-		snapshotReqs:  make(chan snapshotReq, cfg.Shards),
+		cfg:            cfg,
+		log:            cfg.Logger.With().Str("component", "shard").Logger(),
+		clock:          cfg.Clock,
+		signals:        newSignals(cfg.Shards),
+		leader:         make([]atomic.Bool, cfg.Shards),
+		follows:        make([]atomic.Uint64, cfg.Shards),
+		transferred:    make([]atomic.Int64, cfg.Shards),
+		balanceApplied: make([]atomic.Uint64, cfg.Shards),
+		leaderChange:   make([]atomic.Pointer[chan struct{}], cfg.Shards),
+		sms:            make([]atomic.Pointer[statemachine.StateMachine], cfg.Shards),
+		rep:            make([]atomic.Uint64, cfg.Shards),
+		ready:          make([]atomic.Bool, cfg.Shards),
+		starting:       make([]atomic.Bool, cfg.Shards),
+		closing:        make(chan struct{}),
+		stopProposers:  make(chan struct{}),
+		cache:          pebble.NewCache(cfg.CacheBytes),
+		logSizes:       make([]logSize, cfg.Shards),
+		snapshotReqs:   make(chan snapshotReq, cfg.Shards),
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "shards"), 0o755); err != nil {
 		return nil, err
@@ -552,6 +564,7 @@ func (h *Host) LeaderUpdated(info raftio.LeaderInfo) {
 		return
 	}
 	h.leader[i].Store(info.LeaderID == info.ReplicaID && info.LeaderID != 0)
+	h.follows[i].Store(NodeOf(info.LeaderID))
 	// Wake proposals waiting on the old leader: they retry at once.
 	next := make(chan struct{})
 	if old := h.leaderChange[i].Swap(&next); old != nil {
@@ -582,6 +595,16 @@ func (h *Host) Hosts(i int) bool { return i >= 0 && i < h.cfg.Shards && h.ready[
 
 // IsLeader reports whether this node leads shard index i.
 func (h *Host) IsLeader(i int) bool { return h.leader[i].Load() }
+
+// Replica is what this node's replica of shard i hears and has done: the
+// node it hears as the shard's leader (0: none known — an election, a
+// partition — or the shard not hosted here) and its applied index.
+func (h *Host) Replica(i int) (leader, applied uint64) {
+	if s := h.sms[i].Load(); s != nil {
+		applied = s.Applied()
+	}
+	return h.follows[i].Load(), applied
+}
 
 // Propose commits ops to shard i in one entry and returns one result per op.
 func (h *Host) Propose(ctx context.Context, i int, ops ...statemachine.Op) ([]statemachine.Result, error) {

@@ -174,7 +174,7 @@ func TestPlacementAdoptsAClusterFromBeforePlacement(t *testing.T) {
 // two nodes that each see only some shards never hand a leadership back
 // and forth.
 func TestPickLeaderMoveUsesReportedCounts(t *testing.T) {
-	alive := func(uint64) bool { return true }
+	alive := func(int, uint64) bool { return true }
 	r := func(nodes ...uint64) []uint64 {
 		out := make([]uint64, len(nodes))
 		for i, n := range nodes {
@@ -208,8 +208,39 @@ func TestPickLeaderMoveUsesReportedCounts(t *testing.T) {
 
 	// A dead node is never picked, and a one-shard difference is no reason.
 	reported = map[uint64]int{1: 3, 2: 0, 3: 2}
-	_, to = pickLeaderMove(1, []leadership{{shard: 0, replicas: r(1, 2, 3)}}, count, func(n uint64) bool { return n != 2 })
+	_, to = pickLeaderMove(1, []leadership{{shard: 0, replicas: r(1, 2, 3)}}, count, func(_ int, n uint64) bool { return n != 2 })
 	require.Zero(t, to)
+}
+
+// TestPickLeaderMoveOnlyToAFollower: a leadership goes only to a replica
+// that hears this node as the shard's leader. A node just back from a
+// partition answers its probes before its Raft links are up; a transfer
+// to it stalled the shard's writes for an election timeout, again every
+// second, for as long as the links took (a 16 s write in CI's partition
+// test).
+func TestPickLeaderMoveOnlyToAFollower(t *testing.T) {
+	r := func(nodes ...uint64) []uint64 {
+		out := make([]uint64, len(nodes))
+		for i, n := range nodes {
+			out[i] = ReplicaIDFor(n, 0)
+		}
+		return out
+	}
+	reported := map[uint64]int{1: 3, 2: 0, 3: 2} // only node 2 leads two fewer
+	count := func(n uint64) int { return reported[n] }
+	mine := []leadership{{shard: 0, replicas: r(1, 2, 3)}, {shard: 1, replicas: r(1, 2, 3)}, {shard: 3, replicas: r(1, 2, 3)}}
+
+	// Node 2 follows node 1 in no shard yet: no move.
+	follows := map[int]bool{}
+	ready := func(sh int, n uint64) bool { return n != 2 || follows[sh] }
+	_, to := pickLeaderMove(1, mine, count, ready)
+	require.Zero(t, to)
+
+	// It hears node 1 in shard 3 only: shard 3 goes to it.
+	follows[3] = true
+	sh, to := pickLeaderMove(1, mine, count, ready)
+	require.Equal(t, 3, sh)
+	require.Equal(t, uint64(2), NodeOf(to))
 }
 
 func TestMetaSnapshotKeepsKeys(t *testing.T) {
