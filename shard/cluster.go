@@ -378,6 +378,11 @@ type Peers interface {
 // cooldown.
 const transferCooldown = 10 * time.Second
 
+// balanceRecent is how long BalanceLeaders's previous applied indexes
+// stand for "a round ago" (rounds are a probe interval apart; with fewer
+// than two live nodes there are none).
+const balanceRecent = 3 * time.Second
+
 // BalanceLeaders moves at most one leadership from this node to a live
 // voter that leads at least two fewer data shards, so leaders spread
 // evenly over the nodes. The voter must be ready: hearing this node as the
@@ -390,10 +395,14 @@ func (h *Host) BalanceLeaders(p Peers) bool {
 	me := h.cfg.NodeID
 	now := h.clock.Now().UnixNano()
 	// was[i]: this node's applied index of shard i at the previous call
-	// (+1; 0: no previous call).
+	// (+1; 0: no previous call, or too long ago to show a replica is
+	// caught up now).
 	was := make([]uint64, h.cfg.Shards)
+	recent := now-h.balancedAt.Swap(now) < int64(balanceRecent)
 	for i := range was {
-		was[i] = h.balanceApplied[i].Load()
+		if recent {
+			was[i] = h.balanceApplied[i].Load()
+		}
 		var applied uint64
 		if s := h.sms[i].Load(); s != nil {
 			applied = s.Applied()

@@ -240,6 +240,7 @@ type Host struct {
 	// balanceApplied[i] is shard i's applied index here (+1) at the last
 	// BalanceLeaders, which the next one asks a new leader to have reached.
 	balanceApplied []atomic.Uint64
+	balancedAt     atomic.Int64 // when (Unix ns) they were taken
 	// leaderChange[i] is closed (and replaced) when shard i's leader changes.
 	leaderChange []atomic.Pointer[chan struct{}]
 	// keys is the meta group's API key table as this replica applied it.

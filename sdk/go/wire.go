@@ -222,12 +222,6 @@ type Health struct {
 	Status    string `json:"status"`
 	Shards    int    `json:"shards"`
 	ShardsLed int    `json:"shards_led"`
-	// Leaders is, by data shard, the node this node's replica hears as
-	// the shard's leader (0: none known, or the shard not hosted here).
-	Leaders []uint64 `json:"leaders"`
-	// Applied is, by data shard, this node's replica's applied Raft index
-	// (0: not hosted here).
-	Applied []uint64 `json:"applied"`
 	// Auth: "keys" (every API call needs a key), "open" (loopback only:
 	// calls without a key act as an admin) or "off" (--auth=off).
 	Auth string `json:"auth"`
