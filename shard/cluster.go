@@ -513,8 +513,11 @@ func (h *Host) HandOff(ctx context.Context, p Peers) int {
 				if n == me || !p.Alive(n) {
 					continue
 				}
-				leader, _, known := p.Replica(n, int(g)-1)
-				follows := !known || leader == me
+				follows := true // the meta group: nothing reported
+				if g != MetaShardID {
+					leader, _, known := p.Replica(n, int(g)-1)
+					follows = !known || leader == me
+				}
 				if best == 0 || follows && !bestFollows || follows == bestFollows && counts[n] < counts[NodeOf(best)] {
 					best, bestFollows = id, follows
 				}

@@ -48,6 +48,13 @@ func TestCLITop(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.Equal(t, s.url, rep.URL)
+	// One node: it hears itself lead every shard, each applied past 0.
+	require.Equal(t, []uint64{1, 1, 1, 1}, rep.Health.Leaders)
+	require.Len(t, rep.Health.Applied, 4)
+	for _, a := range rep.Health.Applied {
+		require.NotZero(t, a)
+	}
+	rep.Health.Leaders, rep.Health.Applied = nil, nil
 	require.Equal(t, top.Health{Status: "ok", Shards: 4, ShardsLed: 4, Auth: "open"}, rep.Health)
 	require.Len(t, rep.Queues, 2)
 	e, r := rep.Queues[0], rep.Queues[1]

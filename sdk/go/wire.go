@@ -222,6 +222,13 @@ type Health struct {
 	Status    string `json:"status"`
 	Shards    int    `json:"shards"`
 	ShardsLed int    `json:"shards_led"`
+	// Leaders is, by data shard, the node this node's replica hears as
+	// the shard's leader (0: none known, or the shard not hosted here);
+	// Applied, the replica's applied Raft index (0: not hosted). The
+	// nodes read them from each other to decide where a leadership may
+	// move.
+	Leaders []uint64 `json:"leaders,omitempty"`
+	Applied []uint64 `json:"applied,omitempty"`
 	// Auth: "keys" (every API call needs a key), "open" (loopback only:
 	// calls without a key act as an admin) or "off" (--auth=off).
 	Auth string `json:"auth"`

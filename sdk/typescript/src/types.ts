@@ -565,6 +565,10 @@ export interface Health {
   status: string;
   shards: number;
   shards_led: number;
+  /** By data shard, the node this node's replica hears as its leader (0: none known, or not hosted here); the nodes read it from each other. */
+  leaders?: number[];
+  /** By data shard, this node's replica's applied Raft index (0: not hosted here). */
+  applied?: number[];
   auth?: "keys" | "open" | "off";
 }
 
