@@ -230,10 +230,10 @@ type Host struct {
 	local     map[int]localReplica // the replicas file, guarded by localMu
 	signals   *signals
 	relayWake []chan struct{}
-	leader    []atomic.Bool // by shard index
-	// follows[i] is the node this node's replica of shard i hears as its
-	// leader (0: none known, or not hosted).
-	follows []atomic.Uint64
+	// leaderNode[i] is the node this node's replica of shard i hears as
+	// its leader (0: none known, or not hosted); this node leads shard i
+	// when it is this node.
+	leaderNode []atomic.Uint64
 	// transferred[i] is when (Unix ns) this node last asked to hand shard
 	// i's leadership to another replica (cluster.go, transferCooldown).
 	transferred []atomic.Int64
@@ -277,8 +277,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		log:            cfg.Logger.With().Str("component", "shard").Logger(),
 		clock:          cfg.Clock,
 		signals:        newSignals(cfg.Shards),
-		leader:         make([]atomic.Bool, cfg.Shards),
-		follows:        make([]atomic.Uint64, cfg.Shards),
+		leaderNode:     make([]atomic.Uint64, cfg.Shards),
 		transferred:    make([]atomic.Int64, cfg.Shards),
 		balanceApplied: make([]atomic.Uint64, cfg.Shards),
 		leaderChange:   make([]atomic.Pointer[chan struct{}], cfg.Shards),
@@ -561,11 +560,10 @@ func (h *Host) reseed(i int) {
 // LeaderUpdated implements raftio.IRaftEventListener.
 func (h *Host) LeaderUpdated(info raftio.LeaderInfo) {
 	i := int(info.ShardID) - 1
-	if info.ShardID == MetaShardID || i < 0 || i >= len(h.leader) {
+	if info.ShardID == MetaShardID || i < 0 || i >= len(h.leaderNode) {
 		return
 	}
-	h.leader[i].Store(info.LeaderID == info.ReplicaID && info.LeaderID != 0)
-	h.follows[i].Store(NodeOf(info.LeaderID))
+	h.leaderNode[i].Store(NodeOf(info.LeaderID))
 	// Wake proposals waiting on the old leader: they retry at once.
 	next := make(chan struct{})
 	if old := h.leaderChange[i].Swap(&next); old != nil {
@@ -595,7 +593,10 @@ func (h *Host) Shards() int { return h.cfg.Shards }
 func (h *Host) Hosts(i int) bool { return i >= 0 && i < h.cfg.Shards && h.ready[i].Load() }
 
 // IsLeader reports whether this node leads shard index i.
-func (h *Host) IsLeader(i int) bool { return h.leader[i].Load() }
+func (h *Host) IsLeader(i int) bool {
+	n := h.leaderNode[i].Load()
+	return n != 0 && n == h.cfg.NodeID
+}
 
 // Replica is what this node's replica of shard i hears and has done: the
 // node it hears as the shard's leader (0: none known — an election, a
@@ -604,7 +605,7 @@ func (h *Host) Replica(i int) (leader, applied uint64) {
 	if s := h.sms[i].Load(); s != nil {
 		applied = s.Applied()
 	}
-	return h.follows[i].Load(), applied
+	return h.leaderNode[i].Load(), applied
 }
 
 // Propose commits ops to shard i in one entry and returns one result per op.

@@ -191,8 +191,7 @@ func (h *Host) stopShard(i int) {
 		return
 	}
 	h.ready[i].Store(false)
-	h.leader[i].Store(false)
-	h.follows[i].Store(0)
+	h.leaderNode[i].Store(0)
 	if err := h.setLocal(i, nil); err != nil {
 		h.log.Error().Err(err).Int("shard", i).Msg("recording a removed replica failed")
 		return
