@@ -217,6 +217,7 @@ func (s *StateMachine) pebbleOptions() *pebble.Options {
 	// No block compression: decompressing blocks on every point read cost
 	// more CPU than the disk it saves (measured on the batched lifecycle).
 	opts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	opts.TargetFileSizes[1] = lbaseFileSize
 	// Most point reads miss (a pending job has no state record yet, an
 	// entry ID is new): bloom filters answer those without touching SSTs.
 	for i := range opts.Levels {
@@ -225,6 +226,17 @@ func (s *StateMachine) pebbleOptions() *pebble.Options {
 	}
 	return opts
 }
+
+// lbaseFileSize is the target SST size of the first level below L0, each
+// level below it twice the one above (Pebble's default: 4 MB, as L0's 2 MB
+// doubled). L0's stays Pebble's (16 MB there cost the batched lifecycle
+// more CPU).
+// Every table costs Go heap for as long as the node runs (its metadata,
+// its reader in the file cache, about 3 KB), so large payloads in small
+// tables kept an idle node a few MiB above its start after a burst
+// (BENCHMARKS.md, session 29; TestFewTablesForLargePayloads); the
+// single-node suite measured the same either way.
+const lbaseFileSize = 16 << 20
 
 // Open opens the shard's Pebble DB and returns the last applied index.
 func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
