@@ -32,14 +32,6 @@ const (
 	// at 1 MiB it releases about every 15 s (ReleaseEvery at the most
 	// often), two collections of a ~13 MB live heap each time.
 	QuietReleaseFloor = 1 << 20
-	// QuietReleaseEveryDefault replaces ReleaseEveryDefault for releases
-	// while the node is quiet. After a burst Pebble goes on compacting for
-	// minutes, and each compaction's buffers, collected, leave free heap
-	// the runtime keeps until a release: a minute after the overload the
-	// Go heap held 0.6 to 4.3 MB of free pages not handed back, the
-	// spread of the idle figure (BENCHMARKS.md, session 29). A release of
-	// an idle node's ~15 MB live heap costs two collections, ~10 ms.
-	QuietReleaseEveryDefault = 2 * time.Second
 	// QuietAfterDefault, QuietBytesDefault: a node whose clients sent
 	// less than QuietBytes of request bodies over QuietAfter, and whose
 	// accounts hold less than that, is quiet and gives back its caches
@@ -53,9 +45,6 @@ const (
 type WatchConfig struct {
 	Interval     time.Duration
 	ReleaseEvery time.Duration
-	// QuietReleaseEvery: how often memory is released at the most while
-	// the node is quiet (after its quiet release, until busy again).
-	QuietReleaseEvery time.Duration
 	// Resident is the process's resident anonymous memory (default
 	// /proc/self/statm, else what the Go runtime maps).
 	Resident func() int64
@@ -86,7 +75,6 @@ type WatchConfig struct {
 func (c WatchConfig) withDefaults() WatchConfig {
 	setDefault(&c.Interval, WatchIntervalDefault)
 	setDefault(&c.ReleaseEvery, ReleaseEveryDefault)
-	setDefault(&c.QuietReleaseEvery, QuietReleaseEveryDefault)
 	setDefault(&c.QuietAfter, QuietAfterDefault)
 	setDefault(&c.QuietBytes, QuietBytesDefault)
 	if c.Resident == nil {
@@ -181,12 +169,12 @@ func (w *watcher) step() {
 		w.cfg.QuietRelease()
 		quietReleasedTotal.Inc()
 	}
-	floor, every := int64(ReleaseFloor), w.cfg.ReleaseEvery
+	floor := int64(ReleaseFloor)
 	if w.quietDone {
-		floor, every = QuietReleaseFloor, w.cfg.QuietReleaseEvery
+		floor = QuietReleaseFloor
 	}
 	spare := w.cfg.Reclaimable()
-	if (w.b.over.Load() || spare > floor) && now.Sub(w.lastRelease) >= every || quiet {
+	if (w.b.over.Load() || spare > floor) && now.Sub(w.lastRelease) >= w.cfg.ReleaseEvery || quiet {
 		w.lastRelease, w.lastTrim = now, now
 		w.cfg.Release()
 		releasedTotal.Inc()
