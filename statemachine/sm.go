@@ -230,12 +230,11 @@ func (s *StateMachine) pebbleOptions() *pebble.Options {
 // lbaseFileSize is the target SST size of the first level below L0, each
 // level below it twice the one above (Pebble's default: 4 MB, as L0's 2 MB
 // doubled). L0's stays Pebble's (16 MB there cost the batched lifecycle
-// more CPU).
-// Every table costs Go heap for as long as the node runs (its metadata,
-// its reader in the file cache, about 3 KB), so large payloads in small
-// tables kept an idle node a few MiB above its start after a burst
+// more CPU). Every table costs Go heap for as long as the node runs (its
+// metadata, its reader in the file cache, about 3 KB): the overload's 7 GB
+// of payloads made ~1,000 tables with Pebble's sizes, 130–290 with these
 // (BENCHMARKS.md, session 29; TestFewTablesForLargePayloads); the
-// single-node suite measured the same either way.
+// lifecycle, one job per request and batched, measured the same.
 const lbaseFileSize = 16 << 20
 
 // Open opens the shard's Pebble DB and returns the last applied index.

@@ -12,9 +12,9 @@ import (
 // TestFewTablesForLargePayloads: 64 MiB of 64 KiB values, compacted, make
 // a few SSTs of up to lbaseFileSize, not two dozen as with Pebble's
 // default sizes. Every table costs the node Go heap for as long as it runs
-// (its metadata, its reader in the file cache): a node that took the
-// overload's 7 GB of payloads held ~1,000 tables and a few MiB more a
-// minute after the load than with ~80 (BENCHMARKS.md, session 29).
+// (its metadata, its reader in the file cache): the overload's 7 GB of
+// payloads made ~1,000 tables with Pebble's sizes, 130–290 with these
+// (BENCHMARKS.md, session 29).
 func TestFewTablesForLargePayloads(t *testing.T) {
 	t.Parallel()
 	s := New(Config{Dir: t.TempDir()})
