@@ -120,6 +120,7 @@ func (s *server) start() {
 		s.cmd = s.command(args)
 	} else {
 		s.cmd = exec.Command(corvoBin, args...)
+		dieWithTest(s.cmd)
 	}
 	s.cmd.Env = append(append(os.Environ(), "CORVO_ADMIN_KEY="+testAdminKey), s.env...)
 	s.stderr = &lockedBuffer{}

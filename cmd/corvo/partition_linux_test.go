@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -217,7 +216,7 @@ func (l *netLab) startNode(i int, join string) *server {
 		cmd := exec.Command("ip", append([]string{"netns", "exec", nd.ns, corvoBin}, args...)...)
 		// ip execs corvo in place; it dies with the test process even
 		// when cleanups cannot run (a test binary timeout).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		dieWithTest(cmd)
 		return cmd
 	}
 	s.start()
