@@ -831,6 +831,16 @@ func (a *applier) fetch(o *FetchOp) Result {
 		}
 		a.s.setCursor(h.queue, key)
 		if v, ok := a.claim(id, o); ok {
+			if res.Jobs == nil {
+				// Sized for the claim at its first job (a JobView is ~700
+				// bytes: growing the slice one append at a time was a
+				// tenth of the bytes a job's lifecycle allocated). The
+				// gateway asks for the jobs it reserved, so want is what
+				// it expects to find; up to 64, so a large count over
+				// queues holding a few jobs allocates little for jobs it
+				// will not find.
+				res.Jobs = make([]JobView, 0, min(want, 64))
+			}
 			res.Jobs = append(res.Jobs, v)
 			a.recordFetch(h.queue)
 			h.room--
