@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -148,6 +149,11 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	}
 	results := make([]Result, len(e.Ops))
 	a.ops, a.results = e.Ops, results
+	if a.s.cfg.EmitEvents {
+		// About an event an op: grown once an entry, not doubling from
+		// one event.
+		a.events = slices.Grow(a.events, len(e.Ops))
+	}
 	defer func() { a.ops, a.results = nil, nil }()
 	for i, op := range e.Ops {
 		a.pos = i
@@ -156,7 +162,11 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 			return nil, false
 		}
 	}
-	a.set(dk, encodeResults(nil, results, true))
+	a.s.dedupScratch = encodeResults(a.s.dedupScratch[:0], results, true)
+	a.set(dk, a.s.dedupScratch)
+	if cap(a.s.dedupScratch) > 64<<10 {
+		a.s.dedupScratch = nil // a rare large entry's buffer is not kept
+	}
 	a.s.dedup.add(e.ID)
 	return encodeResults(nil, results, false), true
 }
