@@ -354,11 +354,7 @@ func (s *Server) writeFetched(ctx *fasthttp.RequestCtx, jobs []statemachine.JobV
 	for i := range jobs {
 		s.counters(jobs[i].Job.Queue).fetched.Inc()
 	}
-	size := 128
-	for i := range jobs {
-		size += 256 + len(jobs[i].Job.Payload) + len(jobs[i].State.Checkpoint)
-	}
-	b := make([]byte, 0, size)
+	b := make([]byte, 0, 128+fetchedSize(jobs))
 	if !many {
 		writeJSON(ctx, 200, appendFetchedJob(b, &jobs[0]))
 		return
@@ -371,6 +367,16 @@ func (s *Server) writeFetched(ctx *fasthttp.RequestCtx, jobs []statemachine.JobV
 		b = appendFetchedJob(b, &jobs[i])
 	}
 	writeJSON(ctx, 200, append(b, "]}"...))
+}
+
+// fetchedSize is about what appendFetchedJob writes for jobs, so that a
+// response is allocated once rather than grown job by job.
+func fetchedSize(jobs []statemachine.JobView) int {
+	n := 0
+	for i := range jobs {
+		n += 256 + len(jobs[i].Job.Payload) + len(jobs[i].State.Checkpoint)
+	}
+	return n
 }
 
 // ---- fetch over queues on shards this node does not host ----
@@ -506,9 +512,8 @@ func (s *Server) writeFetchedFrom(ctx *fasthttp.RequestCtx, jobs []statemachine.
 	}
 	for i := range jobs {
 		s.counters(jobs[i].Job.Queue).fetched.Inc()
-		size += 256 + len(jobs[i].Job.Payload) + len(jobs[i].State.Checkpoint)
 	}
-	b := append(make([]byte, 0, size), `{"jobs":[`...)
+	b := append(make([]byte, 0, size+fetchedSize(jobs)), `{"jobs":[`...)
 	for i := range jobs {
 		if i > 0 {
 			b = append(b, ',')

@@ -213,7 +213,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 	if s.recheckSchemas(&req, &out) {
 		combined = false // the fetch the entry carried ran before these acks
 	}
-	b := append([]byte(`{"acked":`), appendInt(nil, int64(out.applied))...)
+	b := appendInt(append(make([]byte, 0, 256), `{"acked":`...), int64(out.applied))
 	b = append(b, `,"errors":`...)
 	b = appendFailures(b, jobFailures(nil, &out, func(i int) string { return *req.Acks[i].JobID }), 0)
 	if next != nil {
@@ -279,7 +279,7 @@ func (s *Server) appendNextJobs(ctx *fasthttp.RequestCtx, b []byte, next *nextFe
 	for i := range jobs {
 		s.counters(jobs[i].Job.Queue).fetched.Inc()
 	}
-	b = append(b, `,"jobs":[`...)
+	b = append(slices.Grow(b, 64+fetchedSize(jobs)), `,"jobs":[`...)
 	for i := range jobs {
 		if i > 0 {
 			b = append(b, ',')
