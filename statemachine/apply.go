@@ -162,13 +162,18 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 			return nil, false
 		}
 	}
-	a.s.dedupScratch = encodeResults(a.s.dedupScratch[:0], results, true)
-	a.set(dk, a.s.dedupScratch)
-	if cap(a.s.dedupScratch) > 64<<10 {
-		a.s.dedupScratch = nil // a rare large entry's buffer is not kept
-	}
+	// Both encodings go through one buffer kept from entry to entry: the
+	// batch copies the compact one, the full one leaves as an exact-size
+	// copy (encoding into a nil slice grew it about ten times for a fetch).
+	a.s.encScratch = encodeResults(a.s.encScratch[:0], results, true)
+	a.set(dk, a.s.encScratch)
 	a.s.dedup.add(e.ID)
-	return encodeResults(nil, results, false), true
+	a.s.encScratch = encodeResults(a.s.encScratch[:0], results, false)
+	out := bytes.Clone(a.s.encScratch)
+	if cap(a.s.encScratch) > 256<<10 {
+		a.s.encScratch = nil // a rare large entry's buffer is not kept
+	}
+	return out, true
 }
 
 // replayResults answers a duplicate proposal with the results of the first

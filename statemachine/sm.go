@@ -132,11 +132,11 @@ type StateMachine struct {
 	// Owned by the apply goroutine (Open, Update, Recover).
 	applied uint64
 	lastNow int64
-	// dedupScratch holds an entry's compact results while they are
-	// written (the batch copies them), from one entry to the next.
-	dedupScratch []byte
-	stats        map[string]*QueueStats
-	configs      map[string]*QueueConfig
+	// encScratch is where an entry's results are encoded (applyEntry),
+	// kept from one entry to the next.
+	encScratch []byte
+	stats      map[string]*QueueStats
+	configs    map[string]*QueueConfig
 	// Shard-wide totals of active and of scheduled + retrying jobs.
 	active, due int64
 	// Every key of the due (d|) and lease (l|) indexes below these is gone,
