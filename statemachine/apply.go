@@ -164,7 +164,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	}
 	// Both encodings go through one buffer kept from entry to entry: the
 	// batch copies the compact one, the full one leaves as an exact-size
-	// copy (encoding into a nil slice grew it about ten times for a fetch).
+	// copy (encoding into a nil slice grew it a doubling at a time).
 	a.s.encScratch = encodeResults(a.s.encScratch[:0], results, true)
 	a.set(dk, a.s.encScratch)
 	a.s.dedup.add(e.ID)
@@ -848,8 +848,9 @@ func (a *applier) fetch(o *FetchOp) Result {
 		if v, ok := a.claim(id, o); ok {
 			if res.Jobs == nil {
 				// Sized for the claim at its first job (a JobView is ~700
-				// bytes: growing the slice one append at a time was a
-				// tenth of the bytes a job's lifecycle allocated). The
+				// bytes: growing the slice one append at a time was
+				// about a tenth of the bytes the server allocated in an
+				// SDK end-to-end run). The
 				// gateway asks for the jobs it reserved, so want is what
 				// it expects to find; up to 64, so a large count over
 				// queues holding a few jobs allocates little for jobs it
