@@ -3,6 +3,7 @@ package gateway
 import (
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"time"
 
@@ -317,15 +318,11 @@ func (s *Server) tryFetch(queues []string, req *fetchRequest, count int) ([]stat
 			}
 			return nil, aerr
 		}
-		switch {
-		case jobs == nil:
+		if jobs == nil {
 			jobs = rs[0].Jobs // one shard's claim: no copy
-		case cap(jobs)-len(jobs) < len(rs[0].Jobs):
-			// One allocation for the rest of the claims (count bounds
-			// them), not one per shard.
-			jobs = append(append(make([]statemachine.JobView, 0, max(count, len(jobs)+len(rs[0].Jobs))), jobs...), rs[0].Jobs...)
-		default:
-			jobs = append(jobs, rs[0].Jobs...)
+		} else {
+			// Room for the rest of the claims at once (count bounds them).
+			jobs = append(slices.Grow(jobs, max(count-len(jobs), len(rs[0].Jobs))), rs[0].Jobs...)
 		}
 		if len(jobs) >= count {
 			break
