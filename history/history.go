@@ -398,14 +398,14 @@ func (r *Recorder) apply(info *statemachine.AppliedInfo) {
 	newest := seen
 	for i := range info.Changes {
 		c := &info.Changes[i]
-		if c.View == nil {
+		if c.Job == nil {
 			continue
 		}
-		j, st := &c.View.Job, &c.View.State
+		j, st := c.Job, &c.State
 		var s *series // looked up once a job, when it has a sample
 		if st.StartedAt > seen {
 			newest = max(newest, st.StartedAt)
-			if from, ok := runnableAt(c.View, c.NewErrors); ok {
+			if from, ok := runnableAt(j, st, c.NewErrors); ok {
 				s = r.addLatency(h, s, j.Queue, st.StartedAt, st.StartedAt-from, true)
 			}
 		}
@@ -427,8 +427,7 @@ func (r *Recorder) apply(info *statemachine.AppliedInfo) {
 // runnableAt is when the attempt that started last could first run; ok is
 // false when the Update hides it (the attempt before failed in the same
 // Update, so its failure time is gone).
-func runnableAt(v *statemachine.JobView, newErrors []statemachine.JobError) (int64, bool) {
-	j, st := &v.Job, &v.State
+func runnableAt(j *statemachine.Job, st *statemachine.JobState, newErrors []statemachine.JobError) (int64, bool) {
 	from := j.CreatedAt
 	if j.ScheduledAt > from {
 		from = j.ScheduledAt

@@ -68,7 +68,7 @@ func TestSketchQuantiles(t *testing.T) {
 func change(queue string, st statemachine.JobState, created int64, errs ...statemachine.JobError) statemachine.JobChange {
 	v := &statemachine.JobView{Job: statemachine.Job{ID: "j", Queue: queue, CreatedAt: created}, State: st}
 	v.Job.JobOptions = statemachine.DefaultJobOptions()
-	return statemachine.JobChange{ID: "j", View: v, NewErrors: errs}
+	return statemachine.JobChange{ID: "j", Job: &v.Job, State: v.State, NewErrors: errs}
 }
 
 func TestLatencyFromChanges(t *testing.T) {
@@ -232,8 +232,8 @@ func BenchmarkApplied(b *testing.B) {
 		at += int64(time.Second) // later than every start and finish before
 		for k := range info.Changes {
 			at += 1000
-			v := info.Changes[k].View
-			v.Job.CreatedAt, v.State.StartedAt, v.State.CompletedAt = at-int64(k)*int64(time.Millisecond), at, at+int64(k)*int64(time.Millisecond)
+			c := &info.Changes[k]
+			c.Job.CreatedAt, c.State.StartedAt, c.State.CompletedAt = at-int64(k)*int64(time.Millisecond), at, at+int64(k)*int64(time.Millisecond)
 		}
 		r.apply(info)
 	}

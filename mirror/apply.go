@@ -16,7 +16,7 @@ type pending struct {
 type change struct {
 	shard int
 	idx   uint64
-	c     statemachine.JobChange
+	c     *statemachine.JobChange // in the Update's list, which nothing modifies
 	errs  []statemachine.JobError
 	usage []statemachine.UsageRecord
 	score []statemachine.ScoreRecord
@@ -102,7 +102,7 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 		p.index[sh] = info.Index
 	}
 	for i := range info.Changes {
-		c := info.Changes[i]
+		c := &info.Changes[i]
 		prev := p.changes[c.ID]
 		ch := &change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors, usage: c.NewUsage, score: c.NewScores}
 		if prev != nil && !c.Deleted && !prev.c.Deleted {
@@ -127,10 +127,10 @@ func (m *Mirror) write(p *pending) error {
 			if ch.c.Deleted {
 				b.deleteJob(id)
 			} else {
-				if err := m.w.upsert(b, ch.shard, ch.idx, m.gen[ch.shard], ch.c.View); err != nil {
+				if err := m.w.upsert(b, ch.shard, ch.idx, m.gen[ch.shard], ch.c.Job, &ch.c.State); err != nil {
 					return err
 				}
-				b.insertDeps(id, ch.c.View.Job.DependsOn)
+				b.insertDeps(id, ch.c.Job.DependsOn)
 				for i := range ch.errs {
 					b.insertError(id, &ch.errs[i])
 				}
@@ -338,7 +338,7 @@ func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error 
 	return m.w.tx(func(b *batch) error {
 		for i := range page.Jobs {
 			v := &page.Jobs[i]
-			if err := m.w.upsert(b, sh, page.Index, gen, v); err != nil {
+			if err := m.w.upsert(b, sh, page.Index, gen, &v.Job, &v.State); err != nil {
 				return err
 			}
 			// The scan's row wins only if no newer event wrote it; the errors

@@ -30,7 +30,7 @@ func BenchmarkMirrorWrite(b *testing.B) {
 					JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(n)},
 				State: statemachine.JobState{State: statemachine.StatePending},
 			}
-			p.changes[views[i].Job.ID] = &change{idx: uint64(done + 1), c: statemachine.JobChange{ID: views[i].Job.ID, View: &views[i]}}
+			p.changes[views[i].Job.ID] = &change{idx: uint64(done + 1), c: &statemachine.JobChange{ID: views[i].Job.ID, Job: &views[i].Job, State: views[i].State}}
 		}
 		if err := m.write(p); err != nil {
 			b.Fatal(err)
@@ -56,7 +56,7 @@ func mirrorOfLargeJobs(b *testing.B, payload []byte) *Mirror {
 				JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(i)},
 			State: statemachine.JobState{State: statemachine.StatePending},
 		}
-		p.changes[views[i].Job.ID] = &change{idx: 1, c: statemachine.JobChange{ID: views[i].Job.ID, View: &views[i]}}
+		p.changes[views[i].Job.ID] = &change{idx: 1, c: &statemachine.JobChange{ID: views[i].Job.ID, Job: &views[i].Job, State: views[i].State}}
 	}
 	if err := m.write(p); err != nil {
 		b.Fatal(err)

@@ -25,7 +25,7 @@ func TestMirrorSearchPartial(t *testing.T) {
 	var ch []statemachine.JobChange
 	for i := 1; i <= 10; i++ {
 		v := view(i, "q", "pending", `{"n":1}`)
-		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v})
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	}
 	feed(t, m, 1, ch...)
 
@@ -74,7 +74,7 @@ func TestMirrorSearchLeavesLargePayloadsOut(t *testing.T) {
 	small := `{"n":1}`
 	vb, vs := view(1, "q", "dead", big), view(2, "q", "dead", small)
 	vb.State.LastError, vb.State.Reason = "boom", "gave up"
-	feed(t, m, 1, statemachine.JobChange{ID: vb.Job.ID, View: vb}, statemachine.JobChange{ID: vs.Job.ID, View: vs})
+	feed(t, m, 1, statemachine.JobChange{ID: vb.Job.ID, Job: &vb.Job, State: vb.State}, statemachine.JobChange{ID: vs.Job.ID, Job: &vs.Job, State: vs.State})
 
 	p, err := m.Search(context.Background(), Filter{Queue: "q"})
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestMirrorWaitForCutsTheFlushWindow(t *testing.T) {
 	require.NoError(t, m.Start(fakeSource{}))
 	t.Cleanup(m.Close)
 	v := view(1, "q", "pending", `{}`)
-	m.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: 7, Changes: []statemachine.JobChange{{ID: v.Job.ID, View: v}}})
+	m.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: 7, Changes: []statemachine.JobChange{{ID: v.Job.ID, Job: &v.Job, State: v.State}}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, m.WaitFor(ctx, m.Mark()))

@@ -469,9 +469,9 @@ func infoBytes(info *statemachine.AppliedInfo) int64 {
 	for i := range info.Changes {
 		c := &info.Changes[i]
 		n += 128 + int64(len(c.ID))
-		if v := c.View; v != nil {
-			n += int64(len(v.Job.Payload) + len(v.Job.Tags) + len(v.State.Result) + len(v.State.Progress) +
-				len(v.State.Checkpoint) + len(v.State.LastError) + 256)
+		if j := c.Job; j != nil {
+			n += int64(len(j.Payload) + len(j.Tags) + len(c.State.Result) + len(c.State.Progress) +
+				len(c.State.Checkpoint) + len(c.State.LastError) + 256)
 		}
 	}
 	return n

@@ -79,10 +79,10 @@ func TestMirrorSearchAndJQ(t *testing.T) {
 	var ch []statemachine.JobChange
 	for i, p := range payloads {
 		v := view(i+1, "emails.send", "dead", p)
-		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v, NewErrors: []statemachine.JobError{{Attempt: 1, Error: fmt.Sprintf("SMTP timeout %d", i), At: base}}})
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State, NewErrors: []statemachine.JobError{{Attempt: 1, Error: fmt.Sprintf("SMTP timeout %d", i), At: base}}})
 	}
 	other := view(9, "other", "pending", `{"amount":500}`)
-	ch = append(ch, statemachine.JobChange{ID: other.Job.ID, View: other})
+	ch = append(ch, statemachine.JobChange{ID: other.Job.ID, Job: &other.Job, State: other.State})
 	feed(t, m, 5, ch...)
 
 	for _, c := range []struct {
@@ -131,7 +131,7 @@ func TestMirrorJQRejectsAndNeverInjects(t *testing.T) {
 	t.Parallel()
 	m := openTest(t)
 	v := view(1, "q", "pending", `{"name":"x'; DROP TABLE jobs; --"}`)
-	feed(t, m, 2, statemachine.JobChange{ID: v.Job.ID, View: v})
+	feed(t, m, 2, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	for _, bad := range []string{`.a = 1`, `.a == `, `.a | keys`, `.a[0]`, `select(.a)`, `.a == 1 ;`, `.a == "x" or`, `(.a == 1`, `.a | contains(.b)`, `$__loc__`, `.a == "unterminated`} {
 		_, err := m.Search(context.Background(), Filter{PayloadJQ: bad})
 		require.ErrorIs(t, err, ErrBadFilter, bad)
@@ -153,7 +153,7 @@ func TestMirrorPaginationWhileAdding(t *testing.T) {
 	var ch []statemachine.JobChange
 	for i := 1; i <= 1234; i++ {
 		v := view(i, "page", "pending", `{}`)
-		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v})
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	}
 	feed(t, m, 10, ch...)
 	seen := map[string]bool{}
@@ -167,7 +167,7 @@ func TestMirrorPaginationWhileAdding(t *testing.T) {
 		}
 		// Newer jobs arrive between pages (they sort after the cursor).
 		v := view(2000+n, "page", "pending", `{}`)
-		feed(t, m, uint64(11+n), statemachine.JobChange{ID: v.Job.ID, View: v})
+		feed(t, m, uint64(11+n), statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 		if !p.HasMore {
 			break
 		}
@@ -230,7 +230,7 @@ func TestMirrorSearchNamespace(t *testing.T) {
 	var ch []statemachine.JobChange
 	for i, q := range []string{"emails", "acme/emails", "acme/other", "acmex/emails", "acme0/x"} {
 		v := view(i+1, q, "pending", `{}`)
-		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v})
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	}
 	feed(t, m, 5, ch...)
 	for ns, want := range map[string][]string{
@@ -272,7 +272,7 @@ func TestMirrorStartAheadOfPebble(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Start(fakeSource{}))
 	v := view(1, "q", "pending", `{}`)
-	feed(t, m, 7, statemachine.JobChange{ID: v.Job.ID, View: v})
+	feed(t, m, 7, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	m.Close()
 
 	count := func(m *Mirror) int {
@@ -324,12 +324,13 @@ func TestMirrorBufferWithinMemoryBudget(t *testing.T) {
 	t.Cleanup(m.Close)
 
 	dropped := m.dropped.Get()
-	feed(t, m, 1, statemachine.JobChange{ID: view(1, "q", "pending", `{}`).Job.ID, View: view(1, "q", "pending", `{}`)})
+	v1 := view(1, "q", "pending", `{}`)
+	feed(t, m, 1, statemachine.JobChange{ID: v1.Job.ID, Job: &v1.Job, State: v1.State})
 	require.Zero(t, acct.Used(), "written: given back")
 	require.Equal(t, dropped, m.dropped.Get())
 
 	big := view(2, "q", "pending", `"`+strings.Repeat("x", 64<<10)+`"`)
-	m.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: 2, Changes: []statemachine.JobChange{{ID: big.Job.ID, View: big}}})
+	m.Applied(&statemachine.AppliedInfo{ShardID: 1, Index: 2, Changes: []statemachine.JobChange{{ID: big.Job.ID, Job: &big.Job, State: big.State}}})
 	require.Equal(t, dropped+1, m.dropped.Get(), "over the budget: dropped")
 	require.Zero(t, acct.Used())
 }
@@ -342,7 +343,7 @@ func TestMirrorReleaseMemory(t *testing.T) {
 	var ch []statemachine.JobChange
 	for i := 1; i <= 40; i++ {
 		v := view(i, "rel", "pending", `{"n":1}`)
-		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, View: v})
+		ch = append(ch, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	}
 	feed(t, m, 1, ch[:20]...)
 	p, err := m.Search(context.Background(), Filter{Queue: "rel"})

@@ -30,7 +30,7 @@ func TestMirrorKeepsPayloadPrefix(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Start(fakeSource{}))
 	t.Cleanup(m.Close)
-	feed(t, m, 3, statemachine.JobChange{ID: vl.Job.ID, View: vl}, statemachine.JobChange{ID: vs.Job.ID, View: vs})
+	feed(t, m, 3, statemachine.JobChange{ID: vl.Job.ID, Job: &vl.Job, State: vl.State}, statemachine.JobChange{ID: vs.Job.ID, Job: &vs.Job, State: vs.State})
 
 	stored := map[string][2]any{}
 	rows, err := m.rdb.Query(`SELECT id, payload, payload_size FROM jobs`)
@@ -70,7 +70,7 @@ func TestMirrorKeepsPayloadPrefix(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(fakeSource{}))
 	t.Cleanup(w.Close)
-	feed(t, w, 3, statemachine.JobChange{ID: vl.Job.ID, View: vl})
+	feed(t, w, 3, statemachine.JobChange{ID: vl.Job.ID, Job: &vl.Job, State: vl.State})
 	p, err := w.Search(context.Background(), Filter{PayloadJQ: `.tail == "needle"`})
 	require.NoError(t, err)
 	require.Len(t, p.Jobs, 1)

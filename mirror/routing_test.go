@@ -17,7 +17,7 @@ func TestMirrorRouteTarget(t *testing.T) {
 	ctx := context.Background()
 	a, b := view(1, "llm", "pending", `{}`), view(2, "llm", "pending", `{}`)
 	a.Job.Routing = &statemachine.Routing{Models: []string{"big", "small"}}
-	feed(t, m, 2, statemachine.JobChange{ID: a.Job.ID, View: a}, statemachine.JobChange{ID: b.Job.ID, View: b})
+	feed(t, m, 2, statemachine.JobChange{ID: a.Job.ID, Job: &a.Job, State: a.State}, statemachine.JobChange{ID: b.Job.ID, Job: &b.Job, State: b.State})
 	ids := func(model string) []string {
 		t.Helper()
 		p, err := m.Search(ctx, Filter{RouteTarget: model})
@@ -31,7 +31,7 @@ func TestMirrorRouteTarget(t *testing.T) {
 	require.Equal(t, []string{a.Job.ID}, ids("big"))
 	require.Empty(t, ids("small"))
 	a.State.RouteIndex = 1
-	feed(t, m, 3, statemachine.JobChange{ID: a.Job.ID, View: a})
+	feed(t, m, 3, statemachine.JobChange{ID: a.Job.ID, Job: &a.Job, State: a.State})
 	require.Equal(t, []string{a.Job.ID}, ids("small"))
 	require.Empty(t, ids("big"))
 }

@@ -33,11 +33,11 @@ func TestMirrorScoreSummary(t *testing.T) {
 	b.Job.Tags = []byte(`{"prompt":"v2"}`)
 	c.Job.Tags = nil
 	feed(t, m, 2,
-		statemachine.JobChange{ID: a.Job.ID, View: a, NewScores: []statemachine.ScoreRecord{
+		statemachine.JobChange{ID: a.Job.ID, Job: &a.Job, State: a.State, NewScores: []statemachine.ScoreRecord{
 			scoreRec(0, "llm", "human", base, dim("accuracy", 0.5), dim("tone", 1)),
 			scoreRec(1, "llm", "auto", base+1, dim("accuracy", 0.75))}},
-		statemachine.JobChange{ID: b.Job.ID, View: b, NewScores: []statemachine.ScoreRecord{scoreRec(0, "llm", "auto", base, dim("accuracy", 1))}},
-		statemachine.JobChange{ID: c.Job.ID, View: c, NewScores: []statemachine.ScoreRecord{scoreRec(0, "other", "auto", base-3600e9, dim("accuracy", 0.25))}})
+		statemachine.JobChange{ID: b.Job.ID, Job: &b.Job, State: b.State, NewScores: []statemachine.ScoreRecord{scoreRec(0, "llm", "auto", base, dim("accuracy", 1))}},
+		statemachine.JobChange{ID: c.Job.ID, Job: &c.Job, State: c.State, NewScores: []statemachine.ScoreRecord{scoreRec(0, "other", "auto", base-3600e9, dim("accuracy", 0.25))}})
 
 	gs, err := m.ScoreSummary(ctx, ScoreFilter{Since: base - 7200e9})
 	require.NoError(t, err)

@@ -107,7 +107,7 @@ func feedShard(t *testing.T, m *Mirror, sh int, index uint64, jobs ...statemachi
 	t.Helper()
 	var ch []statemachine.JobChange
 	for i := range jobs {
-		ch = append(ch, statemachine.JobChange{ID: jobs[i].Job.ID, View: &jobs[i],
+		ch = append(ch, statemachine.JobChange{ID: jobs[i].Job.ID, Job: &jobs[i].Job, State: jobs[i].State,
 			NewErrors: []statemachine.JobError{{Attempt: 1, Error: "boom", At: base}}})
 	}
 	m.Applied(&statemachine.AppliedInfo{ShardID: uint64(sh + 1), Index: index, Changes: ch})
@@ -282,7 +282,7 @@ func TestMirrorDropShard(t *testing.T) {
 
 	// Stop hosting shard 2: an event queued just before the drop is ignored.
 	src.setHosted(2, false, 0)
-	m.Applied(&statemachine.AppliedInfo{ShardID: 3, Index: 11, Changes: []statemachine.JobChange{{ID: "job_2_" + fmt.Sprintf("%026d", 3), View: ptr(shardView(2, 3, "q"))}}})
+	m.Applied(&statemachine.AppliedInfo{ShardID: 3, Index: 11, Changes: []statemachine.JobChange{{ID: "job_2_" + fmt.Sprintf("%026d", 3), Job: &ptr(shardView(2, 3, "q")).Job, State: shardView(2, 3, "q").State}}})
 	require.NoError(t, m.DropShard(2))
 	require.False(t, m.Holds(2))
 	require.True(t, m.Holds(1))
@@ -301,7 +301,7 @@ func TestMirrorDropShard(t *testing.T) {
 	// Hosted again: an event of the shard triggers a rebuild from Pebble,
 	// which has what happened meanwhile.
 	src.setHosted(2, true, 20, shardView(2, 2, "q"), shardView(2, 4, "q"), shardView(2, 5, "q"))
-	m.Applied(&statemachine.AppliedInfo{ShardID: 3, Index: 21, Changes: []statemachine.JobChange{{ID: shardView(2, 6, "q").Job.ID, View: ptr(shardView(2, 6, "q"))}}})
+	m.Applied(&statemachine.AppliedInfo{ShardID: 3, Index: 21, Changes: []statemachine.JobChange{{ID: shardView(2, 6, "q").Job.ID, Job: &ptr(shardView(2, 6, "q")).Job, State: shardView(2, 6, "q").State}}})
 	eventually(t, "shard 2 refilled", func() bool { return m.Holds(2) })
 	feedShard(t, m, 2, 22, shardView(2, 7, "q"))
 	require.Equal(t, map[int]int{2: 4}, countByShard(t, m, Filter{Shards: []int{2}}), "the scan's three jobs and the later event")

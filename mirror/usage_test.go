@@ -28,14 +28,14 @@ func TestMirrorUsageSummary(t *testing.T) {
 	b.Job.Tags = []byte(`{"tenant":"globex"}`)
 	c.Job.Tags = nil
 	feed(t, m, 2,
-		statemachine.JobChange{ID: a.Job.ID, View: a, NewUsage: []statemachine.UsageRecord{
+		statemachine.JobChange{ID: a.Job.ID, Job: &a.Job, State: a.State, NewUsage: []statemachine.UsageRecord{
 			usageRec(1, statemachine.PhaseHeartbeat, "llm.a", "m1", 100, 1000, base),
 			usageRec(1, statemachine.PhaseHeartbeat, "llm.a", "m1", 150, 1500, base+1), // replaces the first
 			usageRec(2, statemachine.PhaseAck, "llm.a", "m1", 10, 100, base+2)}},
-		statemachine.JobChange{ID: b.Job.ID, View: b, NewUsage: []statemachine.UsageRecord{usageRec(1, statemachine.PhaseHeartbeat, "llm.a", "m2", 7, 70, base)}},
-		statemachine.JobChange{ID: c.Job.ID, View: c, NewUsage: []statemachine.UsageRecord{usageRec(1, statemachine.PhaseAck, "llm.b", "", 1, 5, base-3600e9)}})
+		statemachine.JobChange{ID: b.Job.ID, Job: &b.Job, State: b.State, NewUsage: []statemachine.UsageRecord{usageRec(1, statemachine.PhaseHeartbeat, "llm.a", "m2", 7, 70, base)}},
+		statemachine.JobChange{ID: c.Job.ID, Job: &c.Job, State: c.State, NewUsage: []statemachine.UsageRecord{usageRec(1, statemachine.PhaseAck, "llm.b", "", 1, 5, base-3600e9)}})
 	// b's heartbeat replaced in a later Update.
-	feed(t, m, 3, statemachine.JobChange{ID: b.Job.ID, View: b, NewUsage: []statemachine.UsageRecord{usageRec(1, statemachine.PhaseHeartbeat, "llm.a", "m2", 9, 90, base+5)}})
+	feed(t, m, 3, statemachine.JobChange{ID: b.Job.ID, Job: &b.Job, State: b.State, NewUsage: []statemachine.UsageRecord{usageRec(1, statemachine.PhaseHeartbeat, "llm.a", "m2", 9, 90, base+5)}})
 
 	s, err := m.UsageSummary(ctx, UsageFilter{Since: base - 7200e9, GroupBy: "queue"})
 	require.NoError(t, err)
@@ -95,10 +95,10 @@ func TestMirrorUsageSummaryByTime(t *testing.T) {
 	ctx := context.Background()
 	a, b := view(1, "llm.a", "completed", `{}`), view(2, "llm.b", "completed", `{}`)
 	feed(t, m, 2,
-		statemachine.JobChange{ID: a.Job.ID, View: a, NewUsage: []statemachine.UsageRecord{
+		statemachine.JobChange{ID: a.Job.ID, Job: &a.Job, State: a.State, NewUsage: []statemachine.UsageRecord{
 			usageRec(1, statemachine.PhaseAck, "llm.a", "m1", 10, 100, base-26*3600e9),  // 2026-02-10T08
 			usageRec(2, statemachine.PhaseAck, "llm.a", "m1", 20, 5000, base+59*60e9)}}, // 2026-02-11T10:59
-		statemachine.JobChange{ID: b.Job.ID, View: b, NewUsage: []statemachine.UsageRecord{
+		statemachine.JobChange{ID: b.Job.ID, Job: &b.Job, State: b.State, NewUsage: []statemachine.UsageRecord{
 			usageRec(1, statemachine.PhaseAck, "llm.b", "m2", 30, 300, base+3600e9), // 2026-02-11T11:00
 			usageRec(2, statemachine.PhaseAck, "llm.b", "m2", 40, 400, base)}})      // 2026-02-11T10:00
 

@@ -309,9 +309,8 @@ func upsertSQL(mask uint32) string {
 		") ON CONFLICT(id) DO UPDATE SET " + strings.Join(set, ",") + " WHERE excluded.idx >= jobs.idx"
 }
 
-// upsert appends the upsert of a job view.
-func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, v *statemachine.JobView) error {
-	j, st := &v.Job, &v.State
+// upsert appends the upsert of a job's record and state.
+func (w *writer) upsert(b *batch, shard int, idx uint64, gen int64, j *statemachine.Job, st *statemachine.JobState) error {
 	var o optional
 	o.text = [14]string{unsafeString(j.Tags), j.UniqueKey, j.BatchID, "", st.WorkerID, st.Hostname,
 		unsafeString(st.Progress), unsafeString(st.Checkpoint), unsafeString(st.Result), st.Reason, st.LastError, j.CacheKey, j.CachedFrom, ""}

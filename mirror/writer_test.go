@@ -50,7 +50,7 @@ func TestWriterShapesClearColumns(t *testing.T) {
 	m := openTest(t)
 	v := view(1, "emails.send", "pending", `{"a":1}`)
 	v.Job.UniqueKey, v.Job.ExpireAt = "u-1", base+1e12
-	feed(t, m, 2, statemachine.JobChange{ID: v.Job.ID, View: v})
+	feed(t, m, 2, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	r := row(t, m, v.Job.ID)
 	require.Equal(t, "pending", r["state"])
 	require.Equal(t, "u-1", r["unique_key"])
@@ -60,7 +60,7 @@ func TestWriterShapesClearColumns(t *testing.T) {
 	active := *v
 	active.State = statemachine.JobState{State: statemachine.StateActive, Attempt: 1, WorkerID: "w-1", Hostname: "h",
 		StartedAt: base + 5, LeaseExpiresAt: base + 30e9, Progress: []byte(`{"pct":10}`)}
-	feed(t, m, 3, statemachine.JobChange{ID: v.Job.ID, View: &active})
+	feed(t, m, 3, statemachine.JobChange{ID: v.Job.ID, Job: &active.Job, State: active.State})
 	r = row(t, m, v.Job.ID)
 	require.Equal(t, "active", r["state"])
 	require.Equal(t, "w-1", r["worker_id"])
@@ -70,7 +70,7 @@ func TestWriterShapesClearColumns(t *testing.T) {
 	retry := *v
 	retry.Job.Tags = nil
 	retry.State = statemachine.JobState{State: statemachine.StateRetrying, Attempt: 1, DueAt: base + 60e9, LastError: "SMTP 421", Errors: 1}
-	feed(t, m, 4, statemachine.JobChange{ID: v.Job.ID, View: &retry,
+	feed(t, m, 4, statemachine.JobChange{ID: v.Job.ID, Job: &retry.Job, State: retry.State,
 		NewErrors: []statemachine.JobError{{Attempt: 1, Error: "SMTP 421", At: base + 6}}})
 	r = row(t, m, v.Job.ID)
 	require.Equal(t, "retrying", r["state"])
@@ -86,7 +86,7 @@ func TestWriterShapesClearColumns(t *testing.T) {
 
 	// An older change never overwrites a newer row.
 	feed(t, m, 5)
-	require.NoError(t, m.write(&pending{changes: map[string]*change{v.Job.ID: {idx: 3, c: statemachine.JobChange{ID: v.Job.ID, View: &active}}}, index: []uint64{0}}))
+	require.NoError(t, m.write(&pending{changes: map[string]*change{v.Job.ID: {idx: 3, c: &statemachine.JobChange{ID: v.Job.ID, Job: &active.Job, State: active.State}}}, index: []uint64{0}}))
 	require.Equal(t, "retrying", row(t, m, v.Job.ID)["state"])
 
 	feed(t, m, 6, statemachine.JobChange{ID: v.Job.ID, Deleted: true})
@@ -101,7 +101,7 @@ func TestWriterTextIsData(t *testing.T) {
 	m := openTest(t)
 	v := view(2, "q'; DROP TABLE jobs; --", "pending", `{"s":"it's \u0000 \"quoted\""}`)
 	v.Job.BatchID = "b\x00c"
-	feed(t, m, 2, statemachine.JobChange{ID: v.Job.ID, View: v})
+	feed(t, m, 2, statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State})
 	r := row(t, m, v.Job.ID)
 	require.Equal(t, "q'; DROP TABLE jobs; --", r["queue"])
 	require.Equal(t, `{"s":"it's \u0000 \"quoted\""}`, r["payload"])
@@ -115,7 +115,7 @@ func TestWriterRejectsMalformedBatches(t *testing.T) {
 	m := openTest(t)
 	v := view(3, "q", "pending", `{}`)
 	var good batch
-	require.NoError(t, m.w.upsert(&good, 0, 2, 0, v))
+	require.NoError(t, m.w.upsert(&good, 0, 2, 0, &v.Job, &v.State))
 	for name, buf := range map[string][]byte{
 		"truncated":         good.buf[:len(good.buf)-3],
 		"unknown stmt":      append(append([]byte{}, good.buf...), 0xff, 0x7f, 0),
@@ -149,7 +149,7 @@ func TestWriterSpillsLargeFlushes(t *testing.T) {
 	p := &pending{changes: map[string]*change{}, index: []uint64{7}}
 	for i := 0; i < 100; i++ { // ~10 MB of payloads
 		v := view(100+i, "big", "pending", `{"pad":"`+pad+`"}`)
-		p.changes[v.Job.ID] = &change{idx: 7, c: statemachine.JobChange{ID: v.Job.ID, View: v}}
+		p.changes[v.Job.ID] = &change{idx: 7, c: &statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State}}
 	}
 	require.NoError(t, m.write(p))
 	var n int

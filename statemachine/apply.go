@@ -27,11 +27,12 @@ type applier struct {
 	dirty map[string]struct{} // queues whose stats changed
 	ready map[string]struct{} // queues that gained fetchable jobs
 
-	// The mirror's feed (EmitChanges): the latest view of each job touched,
-	// deleted jobs, errors recorded. Views alias apply buffers until
-	// changeList copies them.
-	changed   map[string]*JobView
-	deleted   map[string]bool
+	// The mirror's feed (EmitChanges): each job touched, with its latest
+	// record and state, or its deletion, in the order first touched (noted
+	// indexes them by ID); the errors, usage and scores recorded are
+	// gathered apart and joined by changeList.
+	changes   []JobChange
+	noted     map[string]int
 	newErrors map[string][]JobError
 	newUsage  map[string][]UsageRecord
 	newScores map[string][]ScoreRecord
@@ -58,52 +59,62 @@ type applier struct {
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
 	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
 	if s.cfg.EmitChanges {
-		a.changed, a.deleted, a.newErrors, a.newUsage = map[string]*JobView{}, map[string]bool{}, map[string][]JobError{}, map[string][]UsageRecord{}
+		a.noted, a.newErrors, a.newUsage = map[string]int{}, map[string][]JobError{}, map[string][]UsageRecord{}
 		a.newScores = map[string][]ScoreRecord{}
 	}
 	return a
 }
 
-// noteChange records a job's latest state for the mirror.
+// noteChange records a job's latest state for the mirror. A job read from
+// the job cache is shared as it is (the cache's records are never
+// modified: loadJob); any other is copied, since it may alias the entry or
+// the apply buffers. The state is always copied (an op's result or
+// progress aliases the entry).
 func (a *applier) noteChange(j *Job, st *JobState) {
-	if a.changed == nil {
+	if a.noted == nil {
 		return
 	}
-	if v := a.changed[j.ID]; v != nil { // changed again in this Update
-		v.Job, v.State = *j, *st
-	} else {
-		a.changed[j.ID] = &JobView{Job: *j, State: *st}
+	c := JobChange{ID: j.ID, Job: j, State: cloneState(*st)}
+	if cj := a.s.jobs.get(j.ID); cj == nil || cj.job != j {
+		own := cloneJob(*j)
+		c.Job = &own
 	}
-	delete(a.deleted, j.ID)
+	a.note(c)
 }
 
+// noteDeleted records that a job is gone; what the Update recorded for it
+// is dropped.
 func (a *applier) noteDeleted(id string) {
-	if a.changed == nil {
+	if a.noted == nil {
 		return
 	}
-	delete(a.changed, id)
 	delete(a.newErrors, id)
 	delete(a.newUsage, id)
 	delete(a.newScores, id)
-	a.deleted[id] = true
+	a.note(JobChange{ID: id, Deleted: true})
 }
 
-// changeList copies the Update's changes out of the apply buffers: each
-// view's bytes are cloned in place (the views are the applier's alone,
-// and it is done with them).
+// note puts c in the change list, in place of what the Update noted
+// before for the same job.
+func (a *applier) note(c JobChange) {
+	if i, ok := a.noted[c.ID]; ok {
+		a.changes[i] = c
+		return
+	}
+	a.noted[c.ID] = len(a.changes)
+	a.changes = append(a.changes, c)
+}
+
+// changeList is the Update's changes, each job's new errors, usage and
+// scores joined to it.
 func (a *applier) changeList() []JobChange {
-	if a.changed == nil || len(a.changed)+len(a.deleted) == 0 {
-		return nil
+	for i := range a.changes {
+		c := &a.changes[i]
+		if !c.Deleted {
+			c.NewErrors, c.NewUsage, c.NewScores = a.newErrors[c.ID], a.newUsage[c.ID], a.newScores[c.ID]
+		}
 	}
-	out := make([]JobChange, 0, len(a.changed)+len(a.deleted))
-	for id, v := range a.changed {
-		v.Job, v.State = cloneJob(v.Job), cloneState(v.State)
-		out = append(out, JobChange{ID: id, View: v, NewErrors: a.newErrors[id], NewUsage: a.newUsage[id], NewScores: a.newScores[id]})
-	}
-	for id := range a.deleted {
-		out = append(out, JobChange{ID: id, Deleted: true})
-	}
-	return out
+	return a.changes
 }
 
 // nextSeq is the FIFO sequence of a job created now: entry order, then
@@ -149,10 +160,14 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	}
 	results := make([]Result, len(e.Ops))
 	a.ops, a.results = e.Ops, results
+	// About an event and a change a job an op touches: the lists grow
+	// once an entry, not doubling from one element.
+	touched := jobsTouched(e.Ops)
 	if a.s.cfg.EmitEvents {
-		// About an event an op: grown once an entry, not doubling from
-		// one event.
-		a.events = slices.Grow(a.events, len(e.Ops))
+		a.events = slices.Grow(a.events, touched)
+	}
+	if a.noted != nil {
+		a.changes = slices.Grow(a.changes, touched)
 	}
 	defer func() { a.ops, a.results = nil, nil }()
 	for i, op := range e.Ops {
@@ -174,6 +189,20 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		a.s.encScratch = nil // a rare large entry's buffer is not kept
 	}
 	return out, true
+}
+
+// jobsTouched estimates how many jobs ops change: one an op, a fetch's
+// count (up to 64, as the fetch sizes its answer).
+func jobsTouched(ops []Op) int {
+	n := 0
+	for _, op := range ops {
+		if f, ok := op.(*FetchOp); ok {
+			n += int(min(max(f.Count, 1), 64))
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // replayResults answers a duplicate proposal with the results of the first
@@ -396,8 +425,8 @@ func (a *applier) loadState(id string) JobState {
 func (a *applier) putState(j *Job, st *JobState) {
 	a.scratch = st.appendTo(a.scratch[:0])
 	a.set(stateKey(j.ID), a.scratch)
+	a.noteChange(j, st) // first: a terminal state takes the job out of the cache
 	a.s.jobs.update(j.ID, st)
-	a.noteChange(j, st)
 }
 
 // finish writes the state of a job that just reached a terminal state: it
@@ -665,7 +694,9 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	a.scratch = j.appendTo(a.scratch[:0])
 	a.set(jobKey(j.ID), a.scratch)
 	st.Enqueued++
-	a.s.jobs.add(j, JobState{State: StatePending})
+	if cj := a.s.jobs.add(j, JobState{State: StatePending}); cj != nil {
+		j = cj // the cache's copy: the mirror's feed shares it (noteChange)
+	}
 	if o.Budget == BudgetAlert {
 		a.event(EventBudgetExceeded, j, &JobState{State: StatePending, Reason: HoldBudget})
 	}

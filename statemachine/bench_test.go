@@ -16,14 +16,15 @@ func (nopListener) Applied(*AppliedInfo) {}
 // BenchmarkLifecycleBatch100: 100 jobs enqueued, fetched and acked in three
 // entries, with and without lifecycle events (their cost on the apply path).
 func BenchmarkLifecycleBatch100(b *testing.B) {
-	for _, events := range []bool{false, true} {
-		name := "events=off"
-		if events {
-			name = "events=on"
-		}
-		b.Run(name, func(b *testing.B) {
+	// The server's default is the last: events for the SSE ring and
+	// changes for the mirror.
+	for _, c := range []struct {
+		name            string
+		events, changes bool
+	}{{"events=off", false, false}, {"events=on", true, false}, {"events+changes", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
 			tb := &testBundle{t: b, dir: b.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
-			tb.sm = New(Config{ShardID: 1, Dir: tb.dir, Listener: nopListener{}, EmitEvents: events})
+			tb.sm = New(Config{ShardID: 1, Dir: tb.dir, Listener: nopListener{}, EmitEvents: c.events, EmitChanges: c.changes})
 			if _, err := tb.sm.Open(nil); err != nil {
 				b.Fatal(err)
 			}

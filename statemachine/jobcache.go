@@ -41,20 +41,22 @@ func (c *jobCache) get(id string) *cachedJob {
 	return c.m[id]
 }
 
-// add caches a job that was just written with state st.
-func (c *jobCache) add(j *Job, st JobState) {
+// add caches a job that was just written with state st, and returns the
+// cache's copy of the record (nil: not cached).
+func (c *jobCache) add(j *Job, st JobState) *Job {
 	if c == nil || c.max < 0 {
-		return
+		return nil
 	}
 	size := jobSize(j, &st)
 	if c.bytes+size > c.max {
-		return
+		return nil
 	}
 	// Own copies: decoded ops alias Raft entry buffers that dragonboat
 	// reuses after Update returns.
 	jc := cloneJob(*j)
 	c.m[j.ID] = &cachedJob{job: &jc, st: cloneState(st), size: size}
 	c.bytes += size
+	return &jc
 }
 
 // update follows a state write; terminal jobs leave the cache.

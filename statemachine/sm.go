@@ -86,12 +86,14 @@ type AppliedInfo struct {
 	Events []JobEvent
 }
 
-// JobChange is a job's state after an Update, or its deletion. The view
-// and errors are the receiver's to keep.
+// JobChange is a job's state after an Update, or its deletion. Everything
+// it holds is the receiver's to read, never to modify: the record may be
+// shared with the state machine's job cache.
 type JobChange struct {
 	ID        string
 	Deleted   bool
-	View      *JobView   // nil when Deleted
+	Job       *Job // the job's record; nil when Deleted
+	State     JobState
 	NewErrors []JobError // errors recorded in this Update
 	// NewUsage lists the usage records written in this Update, oldest
 	// first; a heartbeat's record replaces the record of the same N.
