@@ -220,6 +220,9 @@ type Host struct {
 
 	proposers []*proposer
 	sms       []atomic.Pointer[statemachine.StateMachine] // by shard index
+	// handoffs take each shard's results from its state machine to its
+	// proposer (statemachine.Handoff), by shard index.
+	handoffs []*statemachine.Handoff
 	// rep[i] is the replica ID this node runs for shard i (0: none);
 	// ready[i] is set once it has caught up (Hosts); starting[i] while a
 	// placed replica is being started.
@@ -282,6 +285,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		balanceApplied: make([]atomic.Uint64, cfg.Shards),
 		leaderChange:   make([]atomic.Pointer[chan struct{}], cfg.Shards),
 		sms:            make([]atomic.Pointer[statemachine.StateMachine], cfg.Shards),
+		handoffs:       make([]*statemachine.Handoff, cfg.Shards),
 		rep:            make([]atomic.Uint64, cfg.Shards),
 		ready:          make([]atomic.Bool, cfg.Shards),
 		starting:       make([]atomic.Bool, cfg.Shards),
@@ -290,6 +294,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		cache:          pebble.NewCache(cfg.CacheBytes),
 		logSizes:       make([]logSize, cfg.Shards),
 		snapshotReqs:   make(chan snapshotReq, cfg.Shards),
+	}
+	for i := range h.handoffs {
+		h.handoffs[i] = statemachine.NewHandoff()
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "shards"), 0o755); err != nil {
 		return nil, err
@@ -457,6 +464,7 @@ func (h *Host) newStateMachine(index int) sm.CreateOnDiskStateMachineFunc {
 			Logger:        h.cfg.Logger.With().Uint64("shard", shardID).Logger(),
 			EmitChanges:   h.cfg.OnApplied != nil && h.cfg.JobChanges,
 			EmitEvents:    h.cfg.OnApplied != nil && h.cfg.JobEvents,
+			Handoff:       h.handoffs[index],
 		})
 		h.sms[index].Store(s)
 		return s

@@ -51,6 +51,7 @@ type proposer struct {
 	h       *Host
 	shardID uint64
 	session *client.Session
+	handoff *statemachine.Handoff // the results of its entries
 	in      chan *request
 	carry   *request // a request that did not fit in the last entry
 	parked  parking
@@ -68,6 +69,7 @@ func newProposer(h *Host, shardID uint64) *proposer {
 		h:       h,
 		shardID: shardID,
 		session: h.nh.GetNoOPSession(shardID),
+		handoff: h.handoffs[shardID-1],
 		in:      make(chan *request, h.cfg.MaxQueuedRequests),
 		rnd:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), shardID)),
 		latency: metrics.GetOrCreateHistogram(`corvo_proposal_duration_seconds` + label),
@@ -205,7 +207,9 @@ func (p *proposer) flush(batch []*request, nops int) {
 	// log (and sends it to followers) after SyncPropose returns.
 	cmd := e.Encode(make([]byte, 0, 64+len(ops)*96))
 	start := time.Now()
-	results, err := p.propose(cmd)
+	p.handoff.Expect(e.ID)
+	results, err := p.propose(cmd, e.ID)
+	p.handoff.Forget(e.ID) // taken already, unless the entry failed
 	p.latency.UpdateDuration(start)
 	p.recent.add(time.Since(start))
 	p.entries.Inc()
@@ -260,7 +264,7 @@ func (p *proposer) proposeOnce(cmd []byte, timeout time.Duration) (sm.Result, er
 
 // propose commits one entry, retrying the same bytes (same entry ID, so the
 // state machine applies it once) while Raft times out or has no leader.
-func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
+func (p *proposer) propose(cmd []byte, id statemachine.EntryID) ([]statemachine.Result, error) {
 	deadline := time.Now().Add(p.h.cfg.ProposalDeadline)
 	backoff := 10 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -284,7 +288,10 @@ func (p *proposer) propose(cmd []byte) ([]statemachine.Result, error) {
 			if res.Value != statemachine.ResultApplied {
 				return nil, ErrRejected
 			}
-			return statemachine.DecodeResults(res.Data)
+			if rs, ok := p.handoff.Take(id); ok {
+				return rs, nil
+			}
+			return nil, fmt.Errorf("shard %d applied entry %x without handing over its results", p.shardID, id[:])
 		case errors.Is(err, dragonboat.ErrSystemBusy):
 			return nil, ErrBusy
 		case errors.Is(err, dragonboat.ErrClosed), errors.Is(err, dragonboat.ErrShardClosed):

@@ -153,9 +153,16 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	// after the retry), and a first attempt applied after its retry must
 	// not apply its ops again (an enqueue would reset a finished job).
 	dk := dedupKey(e.ID)
+	h := a.s.cfg.Handoff
 	if a.s.dedup.mayContain(e.ID) {
 		if prev, ok := a.get(dk); ok {
-			return a.replayResults(prev), true
+			if h == nil {
+				return encodeResults(nil, a.replayResults(prev), false), true
+			}
+			if h.waiting(e.ID) {
+				h.deliver(e.ID, a.replayResults(prev))
+			}
+			return nil, true
 		}
 	}
 	results := make([]Result, len(e.Ops))
@@ -178,11 +185,16 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 		}
 	}
 	// Both encodings go through one buffer kept from entry to entry: the
-	// batch copies the compact one, the full one leaves as an exact-size
-	// copy (encoding into a nil slice grew it a doubling at a time).
+	// batch copies the compact one, the full one (without a Handoff)
+	// leaves as an exact-size copy (encoding into a nil slice grew it a
+	// doubling at a time).
 	a.s.encScratch = encodeResults(a.s.encScratch[:0], results, true)
 	a.set(dk, a.s.encScratch)
 	a.s.dedup.add(e.ID)
+	if h != nil {
+		h.deliver(e.ID, results)
+		return nil, true
+	}
 	a.s.encScratch = encodeResults(a.s.encScratch[:0], results, false)
 	out := bytes.Clone(a.s.encScratch)
 	if cap(a.s.encScratch) > 256<<10 {
@@ -207,7 +219,7 @@ func jobsTouched(ops []Op) int {
 
 // replayResults answers a duplicate proposal with the results of the first
 // one, reloading fetched jobs (their records were stored by ID only).
-func (a *applier) replayResults(stored []byte) []byte {
+func (a *applier) replayResults(stored []byte) []Result {
 	rs, _, err := decodeResults(stored)
 	if err != nil {
 		a.fail(fmt.Errorf("corrupt dedup record: %w", err))
@@ -220,7 +232,7 @@ func (a *applier) replayResults(stored []byte) []byte {
 			}
 		}
 	}
-	return encodeResults(nil, rs, false)
+	return rs
 }
 
 // ackedBefore reports whether one of the n ops before the current one in

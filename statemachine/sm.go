@@ -117,6 +117,10 @@ type Config struct {
 	// MemTableBytes is Pebble's memtable size (0: MemTableBytesDefault);
 	// Pebble holds up to two per shard.
 	MemTableBytes int64
+	// Handoff, when set, takes each entry's results to the proposer
+	// waiting for them on this node, and dragonboat's results carry none
+	// (Handoff).
+	Handoff *Handoff
 	// EmitChanges fills AppliedInfo.Changes (the mirror needs them).
 	EmitChanges bool
 	// EmitEvents fills AppliedInfo.Events (the event stream needs them).

@@ -38,6 +38,7 @@ type testBundle struct {
 	fs       vfs.FS   // nil: the OS's
 	listener Listener // nil: none
 	shardID  uint64   // 0: 1
+	handoff  *Handoff // nil: results come encoded (applyRaw)
 }
 
 func setup(t testing.TB) *testBundle { return setupWith(t, 0) }
@@ -52,7 +53,7 @@ func setupWith(t testing.TB, jobCache int64) *testBundle {
 }
 
 func (tb *testBundle) open() {
-	tb.sm = New(Config{ShardID: max(tb.shardID, 1), Dir: tb.dir, JobCacheBytes: tb.jobCache, FS: tb.fs, Listener: tb.listener})
+	tb.sm = New(Config{ShardID: max(tb.shardID, 1), Dir: tb.dir, JobCacheBytes: tb.jobCache, FS: tb.fs, Listener: tb.listener, Handoff: tb.handoff})
 	idx, err := tb.sm.Open(nil)
 	require.NoError(tb.t, err)
 	tb.index = idx
