@@ -52,17 +52,58 @@ type applier struct {
 	outSeq  uint32 // numbers outbox records within one entry
 	jobSeq  uint32 // numbers the jobs created within one entry
 
-	// scratch holds a record being encoded for set (the batch copies it).
+	// scratch holds a record being encoded for set (the batch copies it);
+	// kbuf a key only set, deleted or read with (tmp), dk the entry's
+	// dedup key.
 	scratch []byte
+	kbuf    []byte
+	dk      [len(pfxDedup) + len(EntryID{})]byte
 }
 
+// tmp keeps key k's buffer for the next key built in a.kbuf: for a key
+// the batch copies (set, del, get), never one that is kept.
+func (a *applier) tmp(k []byte) []byte {
+	a.kbuf = k
+	return k
+}
+
+// newApplier returns the applier of an Update. Its maps and its scratch
+// buffers are the previous Update's, emptied (six maps an Update were a
+// seventh of the objects an Update of one op allocated); everything else
+// starts zero, and what it hands out (changes, events, results) is made
+// anew.
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
-	a := &applier{s: s, b: b, dirty: make(map[string]struct{}), ready: make(map[string]struct{})}
-	if s.cfg.EmitChanges {
-		a.noted, a.newErrors, a.newUsage = map[string]int{}, map[string][]JobError{}, map[string][]UsageRecord{}
-		a.newScores = map[string][]ScoreRecord{}
+	p := s.spare
+	if p == nil {
+		p = &applier{}
+		s.spare = p
 	}
-	return a
+	a := applier{s: s, b: b, dirty: reuse(p.dirty), ready: reuse(p.ready), fetchAdds: p.fetchAdds[:0]}
+	if cap(p.scratch) <= reuseScratchMax {
+		a.scratch, a.kbuf = p.scratch[:0], p.kbuf[:0]
+	}
+	if s.cfg.EmitChanges {
+		a.noted, a.newErrors, a.newUsage, a.newScores = reuse(p.noted), reuse(p.newErrors), reuse(p.newUsage), reuse(p.newScores)
+	}
+	*p = a
+	return p
+}
+
+// What an applier keeps for the next Update at most: a large Update's
+// maps and buffers are left to the GC.
+const (
+	reuseMapMax     = 256
+	reuseScratchMax = 64 << 10
+)
+
+// reuse empties m for the next Update, or makes a new map in place of one
+// that held more than reuseMapMax entries (clear keeps the buckets).
+func reuse[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil || len(m) > reuseMapMax {
+		return make(map[K]V)
+	}
+	clear(m)
+	return m
 }
 
 // noteChange records a job's latest state for the mirror. A job read from
@@ -152,7 +193,7 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	// its way to a leader that lost leadership, and reached the new one
 	// after the retry), and a first attempt applied after its retry must
 	// not apply its ops again (an enqueue would reset a finished job).
-	dk := dedupKey(e.ID)
+	dk := appendDedupKey(a.dk[:0], e.ID)
 	h := a.s.cfg.Handoff
 	if a.s.dedup.mayContain(e.ID) {
 		if prev, ok := a.get(dk); ok {
@@ -420,7 +461,7 @@ func (a *applier) loadState(id string) JobState {
 	if c := a.s.jobs.get(id); c != nil {
 		return c.st
 	}
-	v, ok := a.get(stateKey(id))
+	v, ok := a.get(a.tmp(appendStateKey(a.kbuf[:0], id)))
 	if !ok {
 		return JobState{State: StatePending}
 	}
@@ -436,7 +477,7 @@ func (a *applier) loadState(id string) JobState {
 // putState writes a job's state record.
 func (a *applier) putState(j *Job, st *JobState) {
 	a.scratch = st.appendTo(a.scratch[:0])
-	a.set(stateKey(j.ID), a.scratch)
+	a.set(a.tmp(appendStateKey(a.kbuf[:0], j.ID)), a.scratch)
 	a.noteChange(j, st) // first: a terminal state takes the job out of the cache
 	a.s.jobs.update(j.ID, st)
 }
@@ -454,7 +495,7 @@ func (a *applier) finish(j *Job, st *JobState) {
 		a.event(EventCancelled, j, st)
 	}
 	a.putState(j, st)
-	a.set(timeIndexKey(pfxFinished, st.CompletedAt, j.ID), nil)
+	a.set(a.tmp(appendTimeIndexKey(a.kbuf[:0], pfxFinished, st.CompletedAt, j.ID)), nil)
 	if st.State == StateDead {
 		a.setDead(j, st)
 	}
@@ -483,7 +524,7 @@ func (a *applier) stats(q string) *QueueStats {
 		return st
 	}
 	st := &QueueStats{}
-	if v, ok := a.get(queueStatsKey(q)); ok {
+	if v, ok := a.get(a.tmp(appendQueueStatsKey(a.kbuf[:0], q))); ok {
 		d := dec{b: v}
 		st.decode(&d)
 		if d.err != nil {
@@ -499,7 +540,7 @@ func (a *applier) knownQueue(q string) bool {
 	if _, ok := a.s.stats[q]; ok {
 		return true
 	}
-	_, ok := a.get(queueStatsKey(q))
+	_, ok := a.get(a.tmp(appendQueueStatsKey(a.kbuf[:0], q)))
 	if ok {
 		a.stats(q)
 	}
@@ -556,7 +597,7 @@ func (a *applier) flushStats() []QueueSignal {
 	for q := range a.dirty {
 		st := a.stats(q)
 		a.scratch = st.appendTo(a.scratch[:0])
-		a.set(queueStatsKey(q), a.scratch)
+		a.set(a.tmp(appendQueueStatsKey(a.kbuf[:0], q)), a.scratch)
 		_, ready := a.ready[q]
 		sig := QueueSignal{Queue: q, Pending: st.Counts[StatePending], Paused: a.config(q).Paused, Ready: ready}
 		if sig.Pending > 0 {
@@ -645,7 +686,7 @@ func (a *applier) storeError(id string, n uint32, je *JobError) {
 
 // releaseLease removes an active job's lease index key.
 func (a *applier) releaseLease(id string, st *JobState) {
-	a.del(timeIndexKey(pfxLease, st.LeaseExpiresAt, id))
+	a.del(a.tmp(appendTimeIndexKey(a.kbuf[:0], pfxLease, st.LeaseExpiresAt, id)))
 	st.LeaseExpiresAt = 0
 }
 
@@ -974,7 +1015,7 @@ func (a *applier) claim(id string, o *FetchOp) (JobView, bool) {
 	st.CancelRequested = false
 	st.LeaseExpiresAt = a.now + int64(j.LeaseSeconds)*1e9
 	a.putState(j, &st)
-	a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, id), nil)
+	a.set(a.tmp(appendTimeIndexKey(a.kbuf[:0], pfxLease, st.LeaseExpiresAt, id)), nil)
 	a.move(j.Queue, StatePending, StateActive)
 	a.event(EventStarted, j, &st)
 	return JobView{Job: *j, State: st}, true
@@ -1190,7 +1231,7 @@ func (a *applier) heartbeat(o *HeartbeatOp) Result {
 			continue
 		}
 		st.LeaseExpiresAt = a.now + int64(j.LeaseSeconds)*1e9
-		a.set(timeIndexKey(pfxLease, st.LeaseExpiresAt, j.ID), nil)
+		a.set(a.tmp(appendTimeIndexKey(a.kbuf[:0], pfxLease, st.LeaseExpiresAt, j.ID)), nil)
 		a.putState(j, &st)
 		res.Heartbeats[i] = HeartbeatOK
 		if over {

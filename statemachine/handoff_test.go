@@ -123,3 +123,29 @@ func TestHandoffRetriesApplyOnce(t *testing.T) {
 	require.False(t, ok)
 	require.Empty(t, tb.handoff.slots)
 }
+
+// An Update's applier reuses the previous one's maps and buffers, emptied:
+// nothing one Update noted reaches the next.
+func TestApplierReuseStartsEmpty(t *testing.T) {
+	t.Parallel()
+	tb := &testBundle{t: t, dir: t.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
+	tb.sm = New(Config{ShardID: 1, Dir: tb.dir, EmitChanges: true, EmitEvents: true})
+	_, err := tb.sm.Open(nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tb.sm.Close() })
+	tb.enqueue("q", PriorityNormal)
+	p := tb.sm.spare
+	require.NotEmpty(t, p.noted, "the Update noted its job")
+	require.NotEmpty(t, p.dirty)
+
+	b := tb.sm.db.NewIndexedBatch()
+	defer b.Close()
+	a := newApplier(tb.sm, b)
+	require.Same(t, p, a)
+	require.Empty(t, a.noted)
+	require.Empty(t, a.dirty)
+	require.Empty(t, a.ready)
+	require.Nil(t, a.changes)
+	require.Nil(t, a.events)
+	require.Zero(t, a.jobSeq)
+}

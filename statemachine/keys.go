@@ -47,7 +47,11 @@ const (
 )
 
 func jobKey(id string) []byte   { return append([]byte(pfxJob), id...) }
-func stateKey(id string) []byte { return append([]byte(pfxState), id...) }
+func stateKey(id string) []byte { return appendStateKey(nil, id) }
+
+// The append forms write a key into a buffer the applier reuses for keys
+// it only sets, deletes or reads with (applier.tmp).
+func appendStateKey(k []byte, id string) []byte { return append(append(k, pfxState...), id...) }
 
 func errorKey(id string, n uint32) []byte {
 	k := make([]byte, 0, len(pfxError)+len(id)+5)
@@ -94,7 +98,10 @@ func pendingSuffix(suffix []byte) (prio Priority, created int64, ok bool) {
 }
 
 func timeIndexKey(pfx string, at int64, id string) []byte {
-	k := make([]byte, 0, len(pfx)+8+len(id))
+	return appendTimeIndexKey(make([]byte, 0, len(pfx)+8+len(id)), pfx, at, id)
+}
+
+func appendTimeIndexKey(k []byte, pfx string, at int64, id string) []byte {
 	k = append(k, pfx...)
 	k = binary.BigEndian.AppendUint64(k, uint64(at))
 	return append(k, id...)
@@ -127,9 +134,13 @@ func rateKey(q string, at int64, seq uint64) []byte {
 	k = binary.BigEndian.AppendUint64(k, uint64(at))
 	return binary.BigEndian.AppendUint64(k, seq)
 }
-func queueStatsKey(q string) []byte { return append([]byte(pfxQueueSt), q...) }
+func queueStatsKey(q string) []byte { return appendQueueStatsKey(nil, q) }
 
-func dedupKey(id EntryID) []byte { return append([]byte(pfxDedup), id[:]...) }
+func appendQueueStatsKey(k []byte, q string) []byte { return append(append(k, pfxQueueSt...), q...) }
+
+func dedupKey(id EntryID) []byte { return appendDedupKey(nil, id) }
+
+func appendDedupKey(k []byte, id EntryID) []byte { return append(append(k, pfxDedup...), id[:]...) }
 
 // prefixEnd returns the smallest key greater than every key with prefix p.
 func prefixEnd(p []byte) []byte {

@@ -138,6 +138,8 @@ type StateMachine struct {
 	// Owned by the apply goroutine (Open, Update, Recover).
 	applied uint64
 	lastNow int64
+	// spare is the applier Updates reuse (newApplier).
+	spare *applier
 	// encScratch is where an entry's results are encoded (applyEntry),
 	// kept from one entry to the next.
 	encScratch []byte
