@@ -8,7 +8,7 @@ import (
 
 // pending is what one flush writes: the latest change of each job.
 type pending struct {
-	changes map[string]*change
+	changes map[string]change
 	index   []uint64 // highest index seen, per shard
 	bytes   int64    // what the Updates taken from m.in hold (Config.Buffer)
 }
@@ -50,7 +50,7 @@ func (m *Mirror) loop() {
 				}
 			}
 		case info := <-m.in:
-			p := &pending{changes: map[string]*change{}, index: make([]uint64, m.shards)}
+			p := m.newPending()
 			m.add(p, info)
 			deadline := time.After(m.cfg.FlushWindow)
 		collect:
@@ -74,9 +74,26 @@ func (m *Mirror) loop() {
 	}
 }
 
+// newPending starts a flush's changes. The map is the last flush's,
+// emptied (one object a change fewer than a map of pointers, and no growth
+// from empty each flush), unless it held more than pendingReuseMax
+// changes: a burst's buckets are not kept.
+func (m *Mirror) newPending() *pending {
+	ch := m.spare
+	if ch == nil || len(ch) > pendingReuseMax {
+		ch = make(map[string]change)
+	} else {
+		clear(ch)
+	}
+	m.spare = ch
+	return &pending{changes: ch, index: make([]uint64, m.shards)}
+}
+
+const pendingReuseMax = 1024
+
 // flushAll writes what is buffered at shutdown.
 func (m *Mirror) flushAll() {
-	p := &pending{changes: map[string]*change{}, index: make([]uint64, m.shards)}
+	p := m.newPending()
 	for {
 		select {
 		case info := <-m.in:
@@ -103,9 +120,9 @@ func (m *Mirror) add(p *pending, info *statemachine.AppliedInfo) {
 	}
 	for i := range info.Changes {
 		c := &info.Changes[i]
-		prev := p.changes[c.ID]
-		ch := &change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors, usage: c.NewUsage, score: c.NewScores}
-		if prev != nil && !c.Deleted && !prev.c.Deleted {
+		prev, had := p.changes[c.ID]
+		ch := change{shard: sh, idx: info.Index, c: c, errs: c.NewErrors, usage: c.NewUsage, score: c.NewScores}
+		if had && !c.Deleted && !prev.c.Deleted {
 			ch.errs = append(prev.errs, c.NewErrors...)
 			// In order: a later record of the same number replaces an
 			// earlier one when written.
@@ -319,7 +336,7 @@ func (m *Mirror) rebuild(sh int) {
 
 // drainEvents applies whatever events are buffered right now.
 func (m *Mirror) drainEvents() {
-	p := &pending{changes: map[string]*change{}, index: make([]uint64, m.shards)}
+	p := m.newPending()
 	for len(p.changes) < 20000 {
 		select {
 		case info := <-m.in:

@@ -21,7 +21,7 @@ func BenchmarkMirrorWrite(b *testing.B) {
 	views := make([]statemachine.JobView, flush)
 	b.ResetTimer()
 	for done := 0; done < b.N; done += flush {
-		p := &pending{changes: make(map[string]*change, flush), index: []uint64{uint64(done + 1)}}
+		p := &pending{changes: make(map[string]change, flush), index: []uint64{uint64(done + 1)}}
 		for i := 0; i < flush && done+i < b.N; i++ {
 			n := done + i
 			views[i] = statemachine.JobView{
@@ -30,7 +30,7 @@ func BenchmarkMirrorWrite(b *testing.B) {
 					JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(n)},
 				State: statemachine.JobState{State: statemachine.StatePending},
 			}
-			p.changes[views[i].Job.ID] = &change{idx: uint64(done + 1), c: &statemachine.JobChange{ID: views[i].Job.ID, Job: &views[i].Job, State: views[i].State}}
+			p.changes[views[i].Job.ID] = change{idx: uint64(done + 1), c: &statemachine.JobChange{ID: views[i].Job.ID, Job: &views[i].Job, State: views[i].State}}
 		}
 		if err := m.write(p); err != nil {
 			b.Fatal(err)
@@ -49,14 +49,14 @@ func mirrorOfLargeJobs(b *testing.B, payload []byte) *Mirror {
 	b.Cleanup(m.Close)
 	const jobs = 5000
 	views := make([]statemachine.JobView, jobs)
-	p := &pending{changes: make(map[string]*change, jobs), index: []uint64{1}}
+	p := &pending{changes: make(map[string]change, jobs), index: []uint64{1}}
 	for i := range views {
 		views[i] = statemachine.JobView{
 			Job: statemachine.Job{ID: fmt.Sprintf("job_0_%026d", i), Queue: "q", Payload: payload,
 				JobOptions: statemachine.JobOptions{Priority: statemachine.PriorityNormal}, CreatedAt: base + int64(i)},
 			State: statemachine.JobState{State: statemachine.StatePending},
 		}
-		p.changes[views[i].Job.ID] = &change{idx: 1, c: &statemachine.JobChange{ID: views[i].Job.ID, Job: &views[i].Job, State: views[i].State}}
+		p.changes[views[i].Job.ID] = change{idx: 1, c: &statemachine.JobChange{ID: views[i].Job.ID, Job: &views[i].Job, State: views[i].State}}
 	}
 	if err := m.write(p); err != nil {
 		b.Fatal(err)

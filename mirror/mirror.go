@@ -118,6 +118,9 @@ type Mirror struct {
 	db  *sql.DB // one connection: schema, bulk records, rebuild cleanup, drops
 	rdb *sql.DB // readers
 	w   *writer // the apply goroutine's writes of job rows
+	// spare is the map of a flush's changes, reused (newPending; the
+	// apply goroutine's).
+	spare map[string]change
 
 	readMu  sync.Mutex // held while reading the shards
 	noReads bool       // set by StopReads

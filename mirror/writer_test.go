@@ -86,7 +86,7 @@ func TestWriterShapesClearColumns(t *testing.T) {
 
 	// An older change never overwrites a newer row.
 	feed(t, m, 5)
-	require.NoError(t, m.write(&pending{changes: map[string]*change{v.Job.ID: {idx: 3, c: &statemachine.JobChange{ID: v.Job.ID, Job: &active.Job, State: active.State}}}, index: []uint64{0}}))
+	require.NoError(t, m.write(&pending{changes: map[string]change{v.Job.ID: {idx: 3, c: &statemachine.JobChange{ID: v.Job.ID, Job: &active.Job, State: active.State}}}, index: []uint64{0}}))
 	require.Equal(t, "retrying", row(t, m, v.Job.ID)["state"])
 
 	feed(t, m, 6, statemachine.JobChange{ID: v.Job.ID, Deleted: true})
@@ -146,10 +146,10 @@ func TestWriterSpillsLargeFlushes(t *testing.T) {
 	t.Parallel()
 	m := openTest(t)
 	pad := strings.Repeat("x", 100_000)
-	p := &pending{changes: map[string]*change{}, index: []uint64{7}}
+	p := &pending{changes: map[string]change{}, index: []uint64{7}}
 	for i := 0; i < 100; i++ { // ~10 MB of payloads
 		v := view(100+i, "big", "pending", `{"pad":"`+pad+`"}`)
-		p.changes[v.Job.ID] = &change{idx: 7, c: &statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State}}
+		p.changes[v.Job.ID] = change{idx: 7, c: &statemachine.JobChange{ID: v.Job.ID, Job: &v.Job, State: v.State}}
 	}
 	require.NoError(t, m.write(p))
 	var n int
