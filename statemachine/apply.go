@@ -174,7 +174,7 @@ func (a *applier) fail(err error) {
 // applyEntry applies one Raft entry and returns its encoded results, or
 // false when the entry cannot be decoded (it then changes nothing).
 func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
-	e, err := DecodeEntry(cmd)
+	e, err := decodeEntry(cmd, &a.s.names)
 	if err != nil {
 		a.s.cfg.Logger.Error().Err(err).Uint64("index", a.index).Msg("rejecting undecodable entry")
 		return nil, false

@@ -360,7 +360,7 @@ func (j *Job) decode(d *dec) {
 		return
 	}
 	j.ID = d.str()
-	j.Queue = d.str()
+	j.Queue = d.name()
 	j.Payload = d.bytes()
 	j.Priority = Priority(d.u8())
 	j.MaxRetries = uint32(d.uvarint())

@@ -122,7 +122,10 @@ func (e *Entry) Encode(b []byte) []byte {
 }
 
 // DecodeEntry parses an entry.
-func DecodeEntry(b []byte) (*Entry, error) {
+func DecodeEntry(b []byte) (*Entry, error) { return decodeEntry(b, nil) }
+
+// decodeEntry decodes an entry, interning its names in names (nil: none).
+func decodeEntry(b []byte, names *interner) (*Entry, error) {
 	if len(b) < RetryFlagOffset+1 || b[0] != entryVersion {
 		return nil, errors.New("statemachine: unknown entry version")
 	}
@@ -153,7 +156,7 @@ func DecodeEntry(b []byte) (*Entry, error) {
 		}
 		body := d.b[5 : 5+l]
 		d.b = d.b[5+l:]
-		op, err := decodeOp(code, body)
+		op, err := decodeOpNames(code, body, names)
 		if err != nil {
 			return nil, fmt.Errorf("op %d (code %d): %w", i, code, err)
 		}
@@ -165,8 +168,11 @@ func DecodeEntry(b []byte) (*Entry, error) {
 	return e, nil
 }
 
-func decodeOp(code OpCode, body []byte) (Op, error) {
-	d := dec{b: body}
+func decodeOp(code OpCode, body []byte) (Op, error) { return decodeOpNames(code, body, nil) }
+
+// decodeOpNames decodes an op, interning its names in names (nil: none).
+func decodeOpNames(code OpCode, body []byte, names *interner) (Op, error) {
+	d := dec{b: body, names: names}
 	var op interface {
 		Op
 		decode(*dec)
@@ -354,10 +360,10 @@ func (o *FetchOp) decode(d *dec) {
 	}
 	o.Queues = make([]string, 0, n)
 	for i := uint64(0); i < n; i++ {
-		o.Queues = append(o.Queues, d.str())
+		o.Queues = append(o.Queues, d.name())
 	}
-	o.WorkerID = d.str()
-	o.Hostname = d.str()
+	o.WorkerID = d.name()
+	o.Hostname = d.name()
 	o.Count = uint32(d.uvarint())
 }
 
@@ -373,7 +379,7 @@ func (h *Holder) append(e *enc) {
 	e.uvarint(uint64(h.Attempt))
 }
 func (h *Holder) decode(d *dec) {
-	h.WorkerID = d.str()
+	h.WorkerID = d.name()
 	h.Attempt = uint32(d.uvarint())
 }
 

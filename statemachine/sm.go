@@ -138,8 +138,10 @@ type StateMachine struct {
 	// Owned by the apply goroutine (Open, Update, Recover).
 	applied uint64
 	lastNow int64
-	// spare is the applier Updates reuse (newApplier).
+	// spare is the applier Updates reuse (newApplier); names interns the
+	// queue, worker and host names of the entries it decodes.
 	spare *applier
+	names interner
 	// encScratch is where an entry's results are encoded (applyEntry),
 	// kept from one entry to the next.
 	encScratch []byte

@@ -77,6 +77,43 @@ func (e *enc) boolean(v bool) {
 type dec struct {
 	b   []byte
 	err error
+	// names, when set, interns the names an entry repeats (queues,
+	// workers, hosts: name).
+	names *interner
+}
+
+// name reads a string that names a queue, a worker or a host: from the
+// interner when the decoder has one (an entry's ops name the same few
+// queues and workers over and over; each was its own string).
+func (d *dec) name() string {
+	if d.names == nil {
+		return d.str()
+	}
+	b := d.bytes()
+	if len(b) == 0 {
+		return ""
+	}
+	return d.names.get(b)
+}
+
+// interner keeps one copy of each name it has seen, up to internMax
+// names (then new names are plain strings). The apply goroutine's.
+type interner struct{ m map[string]string }
+
+const internMax = 4096
+
+func (in *interner) get(b []byte) string {
+	if s, ok := in.m[string(b)]; ok { // no allocation: the compiler's map lookup by []byte
+		return s
+	}
+	s := string(b)
+	if in.m == nil {
+		in.m = make(map[string]string)
+	}
+	if len(in.m) < internMax {
+		in.m[s] = s
+	}
+	return s
 }
 
 func (d *dec) fail() {

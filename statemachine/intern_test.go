@@ -1,0 +1,35 @@
+package statemachine
+
+import (
+	"fmt"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Entries decoded for apply share one copy of each queue and worker name;
+// the names read the same as without the interner, and it stops growing
+// at internMax.
+func TestDecodeEntryInternsNames(t *testing.T) {
+	t.Parallel()
+	var in interner
+	fetch := func(w string) *FetchOp {
+		e := Entry{ID: NewEntryID(1, 2), Now: 3, Ops: []Op{&FetchOp{Queues: []string{"emails", "sms"}, WorkerID: w, Hostname: "h1", Count: 1}}}
+		got, err := decodeEntry(e.Encode(nil), &in)
+		require.NoError(t, err)
+		plain, err := DecodeEntry(e.Encode(nil))
+		require.NoError(t, err)
+		require.Equal(t, plain.Ops, got.Ops)
+		return got.Ops[0].(*FetchOp)
+	}
+	a, b := fetch("w1"), fetch("w1")
+	require.Equal(t, unsafe.StringData(a.Queues[0]), unsafe.StringData(b.Queues[0]))
+	require.Equal(t, unsafe.StringData(a.WorkerID), unsafe.StringData(b.WorkerID))
+
+	for i := range internMax + 10 {
+		in.get(fmt.Appendf(nil, "worker-%d", i))
+	}
+	require.Len(t, in.m, internMax)
+	require.Equal(t, "worker-4100", in.get([]byte("worker-4100")), "past the bound a name is still read")
+}
