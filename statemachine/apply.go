@@ -171,8 +171,9 @@ func (a *applier) fail(err error) {
 	}
 }
 
-// applyEntry applies one Raft entry and returns its encoded results, or
-// false when the entry cannot be decoded (it then changes nothing).
+// applyEntry applies one Raft entry and returns its encoded results (none
+// with a Handoff, which takes them to the entry's proposer), or false when
+// the entry cannot be decoded (it then changes nothing).
 func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	e, err := decodeEntry(cmd, &a.s.names)
 	if err != nil {
