@@ -70,23 +70,31 @@ func (m *Mirror) loop() {
 				m.log.Error().Err(err).Msg("mirror write failed: rebuilding")
 				m.RequestRebuild()
 			}
+			m.recycle(p)
 		}
 	}
 }
 
-// newPending starts a flush's changes. The map is the last flush's,
-// emptied (one object a change fewer than a map of pointers, and no growth
-// from empty each flush), unless it held more than pendingReuseMax
-// changes: a burst's buckets are not kept.
+// newPending starts a flush's changes, in the last flush's map (kept by
+// recycle: one object a change fewer than a map of pointers, and no growth
+// from empty each flush).
 func (m *Mirror) newPending() *pending {
 	ch := m.spare
-	if ch == nil || len(ch) > pendingReuseMax {
+	if ch == nil {
 		ch = make(map[string]change)
-	} else {
-		clear(ch)
 	}
-	m.spare = ch
+	m.spare = nil
 	return &pending{changes: ch, index: make([]uint64, m.shards)}
+}
+
+// recycle keeps p's map for the next flush, emptied at once (an idle mirror
+// holds none of the records its last flush wrote), unless it held more
+// than pendingReuseMax changes: a burst's buckets are not kept.
+func (m *Mirror) recycle(p *pending) {
+	if len(p.changes) <= pendingReuseMax {
+		clear(p.changes)
+		m.spare = p.changes
+	}
 }
 
 const pendingReuseMax = 1024
@@ -349,6 +357,7 @@ func (m *Mirror) drainEvents() {
 	if err := m.write(p); err != nil {
 		m.log.Error().Err(err).Msg("mirror write failed")
 	}
+	m.recycle(p)
 }
 
 func (m *Mirror) writeRows(sh int, gen int64, page statemachine.ScanPage) error {

@@ -67,26 +67,40 @@ func (a *applier) tmp(k []byte) []byte {
 	return k
 }
 
-// newApplier returns the applier of an Update. Its maps and its scratch
-// buffers are the previous Update's, emptied (six maps an Update were a
-// seventh of the objects an Update of one op allocated); everything else
-// starts zero, and what it hands out (changes, events, results) is made
-// anew.
+// newApplier returns the applier of an Update: the previous Update's,
+// whose maps and scratch buffers it kept, emptied (done; six maps an
+// Update were a seventh of the objects an Update of one op allocated).
+// Everything else starts zero, and what it hands out (changes, events,
+// results) is made anew.
 func newApplier(s *StateMachine, b *pebble.Batch) *applier {
-	p := s.spare
-	if p == nil {
-		p = &applier{}
-		s.spare = p
+	a := s.spare
+	if a == nil {
+		a = &applier{}
+		s.spare = a
 	}
-	a := applier{s: s, b: b, dirty: reuse(p.dirty), ready: reuse(p.ready), fetchAdds: p.fetchAdds[:0]}
-	if cap(p.scratch) <= reuseScratchMax {
-		a.scratch, a.kbuf = p.scratch[:0], p.kbuf[:0]
-	}
+	a.s, a.b = s, b
+	a.dirty, a.ready = orNew(a.dirty), orNew(a.ready)
 	if s.cfg.EmitChanges {
-		a.noted, a.newErrors, a.newUsage, a.newScores = reuse(p.noted), reuse(p.newErrors), reuse(p.newUsage), reuse(p.newScores)
+		a.noted, a.newErrors, a.newUsage, a.newScores = orNew(a.noted), orNew(a.newErrors), orNew(a.newUsage), orNew(a.newScores)
 	}
-	*p = a
-	return p
+	return a
+}
+
+// done ends the Update: the applier keeps its maps, emptied, and its
+// scratch buffers for the next one, and lets go of everything else at
+// once, so an idle shard holds nothing of its last Update (the records
+// its changes point to, a large payload's buffer).
+func (a *applier) done() {
+	keep := applier{dirty: emptied(a.dirty), ready: emptied(a.ready), noted: emptied(a.noted),
+		newErrors: emptied(a.newErrors), newUsage: emptied(a.newUsage), newScores: emptied(a.newScores)}
+	if cap(a.scratch) <= reuseScratchMax && cap(a.kbuf) <= reuseScratchMax {
+		keep.scratch, keep.kbuf = a.scratch[:0], a.kbuf[:0]
+	}
+	if cap(a.fetchAdds) <= reuseMapMax {
+		clear(a.fetchAdds[:cap(a.fetchAdds)]) // the keys they held
+		keep.fetchAdds = a.fetchAdds[:0]
+	}
+	*a = keep
 }
 
 // What an applier keeps for the next Update at most: a large Update's
@@ -96,13 +110,20 @@ const (
 	reuseScratchMax = 64 << 10
 )
 
-// reuse empties m for the next Update, or makes a new map in place of one
-// that held more than reuseMapMax entries (clear keeps the buckets).
-func reuse[K comparable, V any](m map[K]V) map[K]V {
-	if m == nil || len(m) > reuseMapMax {
-		return make(map[K]V)
+// emptied clears m for the next Update, or drops it when it held more
+// than reuseMapMax entries (clear keeps the buckets).
+func emptied[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > reuseMapMax {
+		return nil
 	}
 	clear(m)
+	return m
+}
+
+func orNew[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return make(map[K]V)
+	}
 	return m
 }
 
@@ -233,12 +254,13 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 	a.s.encScratch = encodeResults(a.s.encScratch[:0], results, true)
 	a.set(dk, a.s.encScratch)
 	a.s.dedup.add(e.ID)
+	var out []byte
 	if h != nil {
 		h.deliver(e.ID, results)
-		return nil, true
+	} else {
+		a.s.encScratch = encodeResults(a.s.encScratch[:0], results, false)
+		out = bytes.Clone(a.s.encScratch)
 	}
-	a.s.encScratch = encodeResults(a.s.encScratch[:0], results, false)
-	out := bytes.Clone(a.s.encScratch)
 	if cap(a.s.encScratch) > 256<<10 {
 		a.s.encScratch = nil // a rare large entry's buffer is not kept
 	}
@@ -870,20 +892,20 @@ func (a *applier) fetch(o *FetchOp) Result {
 			a.dirty[q] = struct{}{} // its signal then says until when it is blocked
 			continue
 		}
-		pfx := pendingPrefix(q)
+		plen := len(pfxPending) + len(q) + 1 // pendingPrefix(q), made only to seek
 		if k := a.s.heads[q]; k != nil {
-			store = append(store, fetchHead{queue: q, prefix: len(pfx), key: k, room: room, prov: prov})
+			store = append(store, fetchHead{queue: q, prefix: plen, key: k, room: room, prov: prov})
 			heads = append(heads, &store[len(store)-1])
 			continue
 		}
-		it, ok := a.pendingIter(a.s.cursor(q), pfx)
+		it, ok := a.pendingIter(a.s.cursor(q), pendingPrefix(q))
 		if a.err != nil {
 			return Result{}
 		}
 		if !ok {
 			continue
 		}
-		store = append(store, fetchHead{queue: q, prefix: len(pfx), key: it.Key(), it: it, room: room, prov: prov})
+		store = append(store, fetchHead{queue: q, prefix: plen, key: it.Key(), it: it, room: room, prov: prov})
 		heads = append(heads, &store[len(store)-1])
 	}
 	// Whatever the heads stop on is each queue's new head (the batch has
@@ -920,7 +942,7 @@ func (a *applier) fetch(o *FetchOp) Result {
 				continue // the cached head was below the first key: pick again
 			}
 		}
-		key := append([]byte(nil), h.key...)
+		a.s.setCursor(h.queue, h.key) // copied: the iterator moves on
 		id := string(h.it.Value())
 		if h.it.Next() {
 			h.key = h.it.Key()
@@ -929,7 +951,6 @@ func (a *applier) fetch(o *FetchOp) Result {
 			heads = append(heads[:best], heads[best+1:]...)
 			delete(a.s.heads, h.queue)
 		}
-		a.s.setCursor(h.queue, key)
 		if v, ok := a.claim(id, o); ok {
 			if res.Jobs == nil {
 				// Sized for the claim at its first job (a JobView is ~700

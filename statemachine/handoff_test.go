@@ -1,6 +1,7 @@
 package statemachine
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -124,8 +125,10 @@ func TestHandoffRetriesApplyOnce(t *testing.T) {
 	require.Empty(t, tb.handoff.slots)
 }
 
-// An Update's applier reuses the previous one's maps and buffers, emptied:
-// nothing one Update noted reaches the next.
+// An Update's applier reuses the previous one's maps and buffers, emptied
+// when that Update ended: nothing one Update noted reaches the next, and
+// an idle shard holds nothing of its last Update (a large payload's
+// buffer, the records its changes pointed to).
 func TestApplierReuseStartsEmpty(t *testing.T) {
 	t.Parallel()
 	tb := &testBundle{t: t, dir: t.TempDir(), now: time.Date(2026, 2, 11, 10, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
@@ -135,8 +138,20 @@ func TestApplierReuseStartsEmpty(t *testing.T) {
 	t.Cleanup(func() { _ = tb.sm.Close() })
 	tb.enqueue("q", PriorityNormal)
 	p := tb.sm.spare
-	require.NotEmpty(t, p.noted, "the Update noted its job")
-	require.NotEmpty(t, p.dirty)
+	require.NotNil(t, p.noted, "the maps are kept")
+	require.Empty(t, p.noted)
+	require.Empty(t, p.dirty)
+	require.Nil(t, p.changes)
+	require.Nil(t, p.events)
+	require.Nil(t, p.b)
+	require.NotNil(t, p.scratch, "a small buffer is kept")
+
+	big := make([]byte, 0, 200<<10)
+	big = append(big, `{"blob":"`...)
+	big = append(big, bytes.Repeat([]byte("x"), 150<<10)...)
+	big = append(big, `"}`...)
+	tb.enqueue("q", PriorityNormal, func(j *Job) { j.Payload = big })
+	require.Nil(t, p.scratch, "a large payload's buffer is not kept")
 
 	b := tb.sm.db.NewIndexedBatch()
 	defer b.Close()
@@ -146,6 +161,5 @@ func TestApplierReuseStartsEmpty(t *testing.T) {
 	require.Empty(t, a.dirty)
 	require.Empty(t, a.ready)
 	require.Nil(t, a.changes)
-	require.Nil(t, a.events)
 	require.Zero(t, a.jobSeq)
 }

@@ -411,6 +411,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
 	a := newApplier(s, b)
+	defer a.done()
 	var size uint64
 	for i := range entries {
 		ent := &entries[i]
