@@ -545,6 +545,10 @@ var snapshotsRecovered = metrics.NewCounter("corvo_snapshots_recovered_total")
 // and a linearizable read then answered (found or confirmed missing).
 var missesConfirmed = metrics.NewCounter("corvo_read_misses_confirmed_total")
 
+// missesUnconfirmed counts the misses a linearizable read could not
+// confirm in time: answered as unavailable.
+var missesUnconfirmed = metrics.NewCounter("corvo_read_misses_unconfirmed_total")
+
 // reseed re-reads shard i's queue counts and heads into the signals.
 func (h *Host) reseed(i int) {
 	v, err := h.nh.StaleRead(ShardID(i), statemachine.ListQueuesQuery{})
@@ -648,6 +652,12 @@ func (h *Host) Read(i int, query interface{}) (interface{}, error) {
 			missesConfirmed.Inc()
 			return sv, nil
 		}
+		// Not confirmed (no leader yet, or this replica is behind and
+		// cannot catch up in time): what this replica misses may have
+		// been acknowledged through another node. Unavailable (503,
+		// retry), never a "not found" that may be false.
+		missesUnconfirmed.Inc()
+		return nil, fmt.Errorf("%w: shard %d could not confirm a miss: %v", ErrUnavailable, ShardID(i), serr)
 	}
 	return v, err
 }
