@@ -120,7 +120,9 @@ func (pg *parking) take(batch []*request, now int64, room int) []*request {
 		}
 		budget[use] -= int(max(pk.op.Count, 1))
 		pk.taken = true
-		out = append(out, &request{ctx: context.Background(), ops: []statemachine.Op{pk.op}, size: 64, done: pk.done})
+		// No size: a parked fetch took nothing from the proposals' budget
+		// (answer gives back a request's size).
+		out = append(out, &request{ctx: context.Background(), ops: []statemachine.Op{pk.op}, done: pk.done})
 	}
 	for i := len(kept); i < len(pg.list); i++ {
 		pg.list[i] = nil
