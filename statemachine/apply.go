@@ -672,9 +672,11 @@ func (a *applier) addPending(j *Job) {
 	a.ready[j.Queue] = struct{}{}
 	// The head cache stays exact: a first pending job is the head, and a
 	// new key before the known head replaces it.
-	if h := a.s.heads[j.Queue]; (h == nil && a.stats(j.Queue).Counts[StatePending] == 0) || (h != nil && bytes.Compare(k, h) < 0) {
+	wasEmpty := a.stats(j.Queue).Counts[StatePending] == 0
+	if h := a.s.heads[j.Queue]; (h == nil && wasEmpty) || (h != nil && bytes.Compare(k, h) < 0) {
 		a.s.heads[j.Queue] = k
 	}
+	a.s.winAdd(j.Queue, k, j.ID, wasEmpty)
 }
 
 func (a *applier) delPending(j *Job) {
@@ -683,6 +685,7 @@ func (a *applier) delPending(j *Job) {
 	if h := a.s.heads[j.Queue]; h != nil && bytes.Equal(h, k) {
 		delete(a.s.heads, j.Queue) // unknown until the next seek
 	}
+	a.s.winDel(j.Queue, k)
 }
 
 // addError records a failed attempt of an active job: the returned record
@@ -814,11 +817,11 @@ type fetchHead struct {
 	queue  string
 	prefix int
 	// key is no greater than the queue's first pending key: its cached
-	// head until the queue is picked, then the iterator's position (exact).
+	// head until the queue is picked, then the source's position (exact).
 	key  []byte
-	it   *pebble.Iterator // nil until the queue is picked or its head is unknown
-	room int              // jobs the queue may still hand out (limits)
-	prov *int             // jobs its provider's queues may still hand out (nil: no provider)
+	src  pendSource // open once the queue is picked, or when its head is unknown
+	room int        // jobs the queue may still hand out (limits)
+	prov *int       // jobs its provider's queues may still hand out (nil: no provider)
 }
 
 // fetch claims up to Count pending jobs over its queues, lowest (priority,
@@ -857,9 +860,7 @@ func (a *applier) fetch(o *FetchOp) Result {
 	}()
 	defer func() {
 		for _, h := range heads {
-			if h.it != nil {
-				h.it.Close()
-			}
+			h.src.close()
 		}
 	}()
 	seen := make(map[string]struct{}, len(o.Queues))
@@ -898,22 +899,32 @@ func (a *applier) fetch(o *FetchOp) Result {
 			heads = append(heads, &store[len(store)-1])
 			continue
 		}
-		it, ok := a.pendingIter(a.s.cursor(q), pendingPrefix(q))
+		store = append(store, fetchHead{queue: q, prefix: plen, room: room, prov: prov})
+		h := &store[len(store)-1]
+		ok := a.openPending(q, a.s.cursor(q), &h.src)
 		if a.err != nil {
 			return Result{}
 		}
 		if !ok {
+			store = store[:len(store)-1]
 			continue
 		}
-		store = append(store, fetchHead{queue: q, prefix: plen, key: it.Key(), it: it, room: room, prov: prov})
-		heads = append(heads, &store[len(store)-1])
+		h.key = h.src.key()
+		heads = append(heads, h)
 	}
 	// Whatever the heads stop on is each queue's new head (the batch has
-	// no pending inserts the iterators cannot see: fetch adds none).
+	// no pending inserts the iterators cannot see: fetch adds none); a
+	// queue read through an iterator gets a window from there.
 	defer func() {
 		for _, h := range heads {
-			if h.it != nil {
+			if h.src.open {
 				a.s.heads[h.queue] = append([]byte(nil), h.key...)
+				// Not when the fetch added pending jobs (an expired job's
+				// on_failure): the iterator may not see them, below its
+				// lower bound or made after it.
+				if h.src.it != nil && a.err == nil && len(a.fetchAdds) == 0 {
+					a.s.fillWin(h.queue, h.src.it)
+				}
 			}
 		}
 	}()
@@ -926,8 +937,8 @@ func (a *applier) fetch(o *FetchOp) Result {
 			}
 		}
 		h := heads[best]
-		if h.it == nil {
-			it, ok := a.pendingIter(h.key, pendingPrefix(h.queue))
+		if !h.src.open {
+			ok := a.openPending(h.queue, h.key, &h.src)
 			if a.err != nil {
 				return Result{}
 			}
@@ -936,18 +947,20 @@ func (a *applier) fetch(o *FetchOp) Result {
 				delete(a.s.heads, h.queue)
 				continue
 			}
-			moved := !bytes.Equal(it.Key(), h.key)
-			h.it, h.key = it, it.Key()
+			moved := !bytes.Equal(h.src.key(), h.key)
+			h.key = h.src.key()
 			if moved {
 				continue // the cached head was below the first key: pick again
 			}
 		}
-		a.s.setCursor(h.queue, h.key) // copied: the iterator moves on
-		id := string(h.it.Value())
-		if h.it.Next() {
-			h.key = h.it.Key()
+		a.s.setCursor(h.queue, h.key) // copied: the source moves on
+		id := h.src.id()
+		if a.nextPending(h.queue, &h.src) {
+			h.key = h.src.key()
 		} else {
-			h.it.Close()
+			if a.err != nil {
+				return Result{}
+			}
 			heads = append(heads[:best], heads[best+1:]...)
 			delete(a.s.heads, h.queue)
 		}
@@ -976,10 +989,9 @@ func (a *applier) fetch(o *FetchOp) Result {
 				spent, kept := h.prov, heads[:0]
 				for _, x := range heads {
 					if x == h || spent != nil && *spent == 0 && x.prov == spent {
-						if x.it != nil {
+						if x.src.open {
 							a.s.heads[x.queue] = append([]byte(nil), x.key...)
-							x.it.Close()
-							x.it = nil
+							x.src.close()
 						}
 						a.dirty[x.queue] = struct{}{}
 						continue
@@ -1011,6 +1023,83 @@ func (a *applier) pendingIter(lower, pfx []byte) (*pebble.Iterator, bool) {
 		return nil, false
 	}
 	return it, true
+}
+
+// openPending opens src on queue q's pending keys from lower, positioned on
+// the first; false (src closed) when there is none. It reads the queue's
+// window when it has one (and the window's snapshot is what src sees, as
+// an iterator sees the batch as of its creation), else a Pebble iterator.
+func (a *applier) openPending(q string, lower []byte, src *pendSource) bool {
+	*src = pendSource{open: true, since: len(a.fetchAdds)}
+	if w := a.s.wins[q]; w.usable() {
+		src.keys, src.ids, src.all = w.keys, w.ids, w.all
+		for src.pos < len(src.keys) && bytes.Compare(src.keys[src.pos], lower) < 0 {
+			src.pos++
+		}
+		if src.pos < len(src.keys) {
+			return true
+		}
+		if src.all {
+			src.open = false
+			return false
+		}
+		// Every key the window holds is below lower: the rest is in Pebble.
+	} else if w != nil {
+		delete(a.s.wins, q) // emptied: filled again from the iterator below
+	}
+	src.keys, src.ids = nil, nil
+	it, ok := a.pendingIter(lower, pendingPrefix(q))
+	if !ok {
+		src.open = false
+		return false
+	}
+	src.it = it
+	return true
+}
+
+// nextPending moves src to its queue's next pending key; false (src
+// closed) past the last. Past its window's snapshot it goes on in an
+// iterator from after the snapshot's last key, skipping what was added
+// since the snapshot (an iterator made at the snapshot would not see it).
+func (a *applier) nextPending(q string, src *pendSource) bool {
+	if src.it == nil {
+		src.pos++
+		if src.pos < len(src.keys) {
+			return true
+		}
+		if src.all {
+			src.close()
+			return false
+		}
+		it, ok := a.pendingIter(append(bytes.Clone(src.keys[len(src.keys)-1]), 0), pendingPrefix(q))
+		src.keys, src.ids = nil, nil
+		if !ok {
+			src.close()
+			return false
+		}
+		src.it = it
+		if !a.addedSince(src.since, it.Key()) {
+			return true
+		}
+	}
+	for src.it.Next() {
+		if !a.addedSince(src.since, src.it.Key()) {
+			return true
+		}
+	}
+	src.close()
+	return false
+}
+
+// addedSince reports whether this fetch added pending key k after its
+// fetchAdds held since keys.
+func (a *applier) addedSince(since int, k []byte) bool {
+	for _, x := range a.fetchAdds[since:] {
+		if bytes.Equal(x, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // claim makes a pending job active for the fetching worker. An expired job

@@ -168,6 +168,11 @@ type StateMachine struct {
 	// heads[queue] is the queue's exact first pending key when known (nil
 	// when not), so the per-Update queue signals rarely need a seek.
 	heads map[string][]byte
+	// wins[queue] is the queue's pending window (pendwin.go); tests set
+	// winKeys (its size; 0: the default) and noWins (none at all).
+	wins    map[string]*pendWin
+	winKeys int
+	noWins  bool
 	// jobs caches the records of live jobs, write-through (see jobcache.go).
 	// jobsMu is held by Update and by ReleaseMemory, which empties it
 	// from another goroutine.
@@ -321,6 +326,7 @@ func (s *StateMachine) resetCaches() {
 	s.dueCursor, s.leaseCursor, s.expireCursor, s.uniqueCursor, s.purgeCursor, s.workerCursor, s.cacheCursor = nil, nil, nil, nil, nil, nil, nil
 	s.workers = make(map[string]*Worker)
 	s.heads = make(map[string][]byte)
+	s.wins = make(map[string]*pendWin)
 	s.jobsMu.Lock()
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
 	s.jobsMu.Unlock()
@@ -544,6 +550,7 @@ func (s *StateMachine) reopenLocked() error {
 	}
 	s.jobs = newJobCache(s.cfg.JobCacheBytes)
 	s.jobBytes.Store(0)
+	s.wins = make(map[string]*pendWin) // filled again by the next fetches
 	if err := flushWithin(s.db, releaseFlushWait); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}

@@ -675,6 +675,49 @@ func testDeterministic(t *testing.T, seed uint64) {
 		}
 		require.Equal(t, a.dump(), d.dump(), "job cache %d", size)
 	}
+
+	// The pending windows never change a result: without them, and with
+	// windows of 1 to 3 keys (every fetch refills them, reads past them,
+	// cuts them), each entry answers the same bytes and the states match.
+	var want [][]byte
+	for _, keys := range []int{-1, 1, 2, 3} {
+		e := setup(t)
+		e.sm.noWins, e.sm.winKeys = keys < 0, max(keys, 0)
+		for i, cmd := range a.log {
+			e.index++
+			out, err := e.sm.Update([]sm.Entry{{Index: e.index, Cmd: cmd}})
+			require.NoError(t, err)
+			if keys < 0 {
+				want = append(want, out[0].Result.Data)
+				continue
+			}
+			require.Equal(t, want[i], out[0].Result.Data, "entry %d, windows of %d keys", i, keys)
+			e.checkWindows()
+		}
+		require.Equal(t, a.dump(), e.dump(), "windows of %d keys", keys)
+	}
+}
+
+// checkWindows fails unless every pending window holds its queue's first
+// pending keys and jobs, exactly (all: and nothing more).
+func (tb *testBundle) checkWindows() {
+	tb.t.Helper()
+	for q, w := range tb.sm.wins {
+		pfx := pendingPrefix(q)
+		it, err := tb.sm.db.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
+		require.NoError(tb.t, err)
+		var keys [][]byte
+		var ids []string
+		for ok := it.First(); ok && (w.all || len(keys) < len(w.keys)); ok = it.Next() {
+			keys, ids = append(keys, bytes.Clone(it.Key())), append(ids, string(it.Value()))
+		}
+		require.NoError(tb.t, it.Close())
+		require.Equal(tb.t, len(keys), len(w.keys), "queue %s: window keys (all: %v)", q, w.all)
+		if len(keys) > 0 {
+			require.Equal(tb.t, keys, slices.Clip(w.keys), "queue %s: window keys (all: %v)", q, w.all)
+			require.Equal(tb.t, ids, slices.Clip(w.ids), "queue %s: window jobs", q)
+		}
+	}
 }
 
 func TestStateMachineReopenAndSnapshot(t *testing.T) {
