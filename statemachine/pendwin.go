@@ -110,10 +110,12 @@ func (s *StateMachine) putWin(q string, w *pendWin) {
 }
 
 // fillWin makes queue q's window from it, positioned on the queue's first
-// pending key: the keys from there, up to winKeys.
+// pending key: the keys from there, up to winKeys, copied into one buffer
+// (never written again: the keys are only read and popped).
 func (s *StateMachine) fillWin(q string, it *pebble.Iterator) {
 	k := s.winSize()
 	w := &pendWin{keys: make([][]byte, 0, k), ids: make([]string, 0, k)}
+	var buf []byte
 	for ok := it.Valid(); ; ok = it.Next() {
 		if !ok {
 			w.all = true
@@ -122,7 +124,14 @@ func (s *StateMachine) fillWin(q string, it *pebble.Iterator) {
 		if len(w.keys) == k {
 			break
 		}
-		w.keys = append(w.keys, bytes.Clone(it.Key()))
+		key := it.Key()
+		if cap(buf)-len(buf) < len(key) {
+			// A queue's pending keys have one length: one buffer holds
+			// them all (a key keeps its buffer if another is needed).
+			buf = make([]byte, 0, k*len(key))
+		}
+		buf = append(buf, key...)
+		w.keys = append(w.keys, buf[len(buf)-len(key):len(buf):len(buf)])
 		w.ids = append(w.ids, string(it.Value()))
 	}
 	s.putWin(q, w)
