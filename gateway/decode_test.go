@@ -45,3 +45,33 @@ func TestEnqueueJobOptions(t *testing.T) {
 			"JobOptions.%s: no enqueue field sets it (gateway/enqueue.go)", gv.Type().Field(i).Name)
 	}
 }
+
+// TestBatchJobsReuse: POST /enqueue/batch decodes into a slice kept from
+// an earlier request (batchJobsPool). A job decoded into a reused element
+// has none of the earlier job's members, and a slice given back is
+// cleared to its capacity.
+func TestBatchJobsReuse(t *testing.T) {
+	t.Parallel()
+	rt := router.New(4)
+	var first batchEnqueueRequest
+	require.Nil(t, decodeBody([]byte(`{"jobs":[{"queue":"a","priority":"critical","tags":{"t":"1"},"unique_key":"u",
+		"max_retries":3,"depends_on":["job_0_x"]},{"queue":"b","payload":{"x":1}}]}`), &first, false))
+	jobs := first.Jobs
+	require.Len(t, jobs, 2)
+
+	// The decoder reuses a slice's elements as they are (no pool between,
+	// so nothing has cleared them): each must come out as if fresh.
+	second := batchEnqueueRequest{Jobs: jobs[:0]}
+	require.Nil(t, decodeBody([]byte(`{"jobs":[{"queue":"c"}]}`), &second, false))
+	require.Len(t, second.Jobs, 1)
+	require.Same(t, &jobs[0], &second.Jobs[0], "the element was reused")
+	j, aerr := second.Jobs[0].toJob(rt, MaxPayloadDefault, "")
+	require.Nil(t, aerr)
+	fresh, aerr := (&enqueueRequest{Queue: second.Jobs[0].Queue}).toJob(rt, MaxPayloadDefault, "")
+	require.Nil(t, aerr)
+	require.Equal(t, fresh, j)
+
+	for i, r := range clearedBatchJobs(jobs[:1]) {
+		require.Zero(t, r, "element %d still holds its request", i)
+	}
+}
