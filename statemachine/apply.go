@@ -137,7 +137,7 @@ func (a *applier) noteChange(j *Job, st *JobState) {
 		return
 	}
 	c := JobChange{ID: j.ID, Job: j, State: cloneState(*st)}
-	if cj := a.s.jobs.get(j.ID); cj == nil || cj.job != j {
+	if cj := a.s.jobs.get(j.ID); cj == nil || &cj.job != j {
 		own := cloneJob(*j)
 		c.Job = &own
 	}
@@ -463,7 +463,7 @@ func (a *applier) eachKey(pfx []byte, f func(k, v []byte) bool) {
 // callers must not modify it.
 func (a *applier) loadJob(id string) (*Job, bool) {
 	if c := a.s.jobs.get(id); c != nil {
-		return c.job, true
+		return &c.job, true
 	}
 	v, ok := a.get(jobKey(id))
 	if !ok {

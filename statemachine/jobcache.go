@@ -16,8 +16,9 @@ type jobCache struct {
 	m     map[string]*cachedJob
 }
 
+// cachedJob holds the cache's own copy of a record: one allocation a job.
 type cachedJob struct {
-	job  *Job
+	job  Job
 	st   JobState
 	size int64
 }
@@ -53,10 +54,10 @@ func (c *jobCache) add(j *Job, st JobState) *Job {
 	}
 	// Own copies: decoded ops alias Raft entry buffers that dragonboat
 	// reuses after Update returns.
-	jc := cloneJob(*j)
-	c.m[j.ID] = &cachedJob{job: &jc, st: cloneState(st), size: size}
+	e := &cachedJob{job: cloneJob(*j), st: cloneState(st), size: size}
+	c.m[j.ID] = e
 	c.bytes += size
-	return &jc
+	return &e.job
 }
 
 // update follows a state write; terminal jobs leave the cache.
@@ -71,7 +72,7 @@ func (c *jobCache) update(id string, st *JobState) {
 		return
 	}
 	e.st = cloneState(*st)
-	e.size = jobSize(e.job, st)
+	e.size = jobSize(&e.job, st)
 	c.bytes += e.size
 }
 

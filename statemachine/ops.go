@@ -145,6 +145,12 @@ func decodeEntry(b []byte, names *interner) (*Entry, error) {
 		return nil, errors.New("statemachine: bad entry header")
 	}
 	e.Ops = make([]Op, 0, n)
+	// The entry's enqueues share one allocation (a batch's entry holds
+	// hundreds of them).
+	var enqs []EnqueueOp
+	if k := countOps(d.b, n, OpEnqueue); k > 1 {
+		enqs = make([]EnqueueOp, 0, k)
+	}
 	for i := uint64(0); i < n; i++ {
 		if len(d.b) < 5 {
 			return nil, errShort
@@ -156,7 +162,17 @@ func decodeEntry(b []byte, names *interner) (*Entry, error) {
 		}
 		body := d.b[5 : 5+l]
 		d.b = d.b[5+l:]
-		op, err := decodeOpNames(code, body, names)
+		var op Op
+		var err error
+		if code == OpEnqueue && len(enqs) < cap(enqs) {
+			enqs = enqs[:len(enqs)+1]
+			eo := &enqs[len(enqs)-1]
+			od := dec{b: body, names: names}
+			eo.decode(&od)
+			op, err = eo, od.err
+		} else {
+			op, err = decodeOpNames(code, body, names)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("op %d (code %d): %w", i, code, err)
 		}
@@ -169,6 +185,23 @@ func decodeEntry(b []byte, names *interner) (*Entry, error) {
 }
 
 func decodeOp(code OpCode, body []byte) (Op, error) { return decodeOpNames(code, body, nil) }
+
+// countOps counts the ops with code among the first n framed ops of b
+// ([code][u32 length][body] each), stopping at the first short one.
+func countOps(b []byte, n uint64, code OpCode) int {
+	k := 0
+	for ; n > 0 && len(b) >= 5; n-- {
+		l := binary.BigEndian.Uint32(b[1:5])
+		if uint64(len(b)-5) < uint64(l) {
+			break
+		}
+		if OpCode(b[0]) == code {
+			k++
+		}
+		b = b[5+l:]
+	}
+	return k
+}
 
 // decodeOpNames decodes an op, interning its names in names (nil: none).
 func decodeOpNames(code OpCode, body []byte, names *interner) (Op, error) {
