@@ -802,15 +802,28 @@ func (s *Server) propose(shardIdx int, ops ...statemachine.Op) ([]statemachine.R
 	return s.proposeCtx(context.Background(), shardIdx, ops...)
 }
 
+// proposerWithin is implemented by engines that bound a proposal's wait
+// with a timeout themselves (shard.Host): a parent that is never cancelled
+// then costs no context and timer a proposal.
+type proposerWithin interface {
+	ProposeWithin(timeout time.Duration, shard int, ops ...statemachine.Op) ([]statemachine.Result, error)
+}
+
 // proposeCtx is propose under a parent context: the engine when this node
 // hosts the shard, else a node that does (proposeRemote, gateway/forward.go).
 func (s *Server) proposeCtx(parent context.Context, shardIdx int, ops ...statemachine.Op) ([]statemachine.Result, *apiError) {
 	if !s.hosted(shardIdx) {
 		return s.proposeRemote(parent, shardIdx, ops)
 	}
-	ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
-	defer cancel()
-	rs, err := s.eng.Propose(ctx, shardIdx, ops...)
+	var rs []statemachine.Result
+	var err error
+	if pw, ok := s.eng.(proposerWithin); ok && parent.Done() == nil {
+		rs, err = pw.ProposeWithin(s.cfg.RequestTimeout, shardIdx, ops...)
+	} else {
+		ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
+		rs, err = s.eng.Propose(ctx, shardIdx, ops...)
+		cancel()
+	}
 	if err != nil {
 		return nil, engineError(err)
 	}

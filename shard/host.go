@@ -628,6 +628,15 @@ func (h *Host) Propose(ctx context.Context, i int, ops ...statemachine.Op) ([]st
 	return h.proposers[i].submit(ctx, ops)
 }
 
+// ProposeWithin is Propose with a timeout in place of a context (cheaper:
+// no context or timer of its own).
+func (h *Host) ProposeWithin(timeout time.Duration, i int, ops ...statemachine.Op) ([]statemachine.Result, error) {
+	if i < 0 || i >= len(h.proposers) {
+		return nil, fmt.Errorf("no shard %d", i)
+	}
+	return h.proposers[i].submitWithin(timeout, ops)
+}
+
 // Read answers a statemachine query from this node's replica of shard i.
 // After a Propose on this node returns, Read sees its effects. An answer
 // that says a job or batch does not exist (statemachine.Missing) is

@@ -270,3 +270,30 @@ func TestShardProposalsWithinMemoryBudget(t *testing.T) {
 	require.Len(t, jobs, 1)
 	require.Zero(t, acct.Used())
 }
+
+// TestShardProposeWithin: a proposal bounded by a timeout (no context)
+// commits within it; one whose deadline passed before its entry was made
+// answers DeadlineExceeded and is never applied. Alternating the two
+// reuses the pooled timers: a stale tick from a stopped one would end a
+// later wait at once.
+func TestShardProposeWithin(t *testing.T) {
+	h := openHost(t, t.TempDir(), 1)
+	defer h.Close()
+	for i := 0; i < 20; i++ {
+		late := enqueueOp(0, "within")
+		_, err := h.ProposeWithin(time.Nanosecond, 0, late)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "round %d", i)
+
+		op := enqueueOp(0, "within")
+		rs, err := h.ProposeWithin(10*time.Second, 0, op)
+		require.NoError(t, err, "round %d", i)
+		require.Equal(t, statemachine.StatusOK, rs[0].Status)
+
+		// Read after a later commit: the late op had been answered before
+		// its entry was made, so it cannot be in one.
+		v, err := h.Read(0, statemachine.GetJobQuery{ID: late.Job.ID})
+		require.NoError(t, err)
+		require.Nil(t, v.(*statemachine.JobView), "round %d: a proposal past its deadline was applied", i)
+	}
+	require.Equal(t, int64(20), h.Pending("within"))
+}
