@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -74,4 +75,39 @@ func TestBatchJobsReuse(t *testing.T) {
 	for i, r := range clearedBatchJobs(jobs[:1]) {
 		require.Zero(t, r, "element %d still holds its request", i)
 	}
+}
+
+// TestGroupByShard: a fetch's queues grouped by shard keep their order
+// within each shard (the rotation the worker asked for), shards come in
+// the order of their first queue, and every queue lands once.
+func TestGroupByShard(t *testing.T) {
+	t.Parallel()
+	s := &Server{rt: router.New(4)}
+	var queues []string
+	for i := 0; i < 40; i++ {
+		queues = append(queues, fmt.Sprintf("q%d", i))
+	}
+	parts := s.groupByShard(nil, queues, false)
+	require.Len(t, parts, 4)
+	seen := map[int]bool{}
+	var firstOf []int // each shard at its first queue
+	for _, q := range queues {
+		if sh := s.rt.ShardForQueue(q); !seen[sh] {
+			seen[sh] = true
+			firstOf = append(firstOf, sh)
+		}
+	}
+	n := 0
+	for i, p := range parts {
+		require.Equal(t, firstOf[i], p.shard)
+		var want []string
+		for _, q := range queues {
+			if s.rt.ShardForQueue(q) == p.shard {
+				want = append(want, q)
+			}
+		}
+		require.Equal(t, want, p.queues)
+		n += len(p.queues)
+	}
+	require.Equal(t, len(queues), n)
 }

@@ -4,7 +4,6 @@ import (
 	"math"
 	"reflect"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -99,20 +98,6 @@ func (s *Server) pollLocal(queues []string, req *fetchRequest, count int, deadli
 	}
 }
 
-// byShard groups queues by shard, keeping their order within each, and
-// lists the shards in the order their first queue comes.
-func (s *Server) byShard(queues []string) (shards []int, qs map[int][]string) {
-	qs = make(map[int][]string, 2)
-	for _, q := range queues {
-		sh := s.rt.ShardForQueue(q)
-		if _, ok := qs[sh]; !ok {
-			shards = append(shards, sh)
-		}
-		qs[sh] = append(qs[sh], q)
-	}
-	return shards, qs
-}
-
 // parkedPart is the part of a fetch parked at one shard.
 type parkedPart struct {
 	sh int
@@ -125,14 +110,16 @@ type parkedPart struct {
 // (promotions, reclaims and resumes do not go through parked fetches) or
 // for the wait to end. alive is false when the server is shutting down.
 func (s *Server) waitParked(queues []string, req *fetchRequest, count int, watches []<-chan struct{}, wait time.Duration) ([]statemachine.JobView, *apiError, bool) {
-	shards, qs := s.byShard(queues)
+	var groupsBuf [8]fetchPart
+	groups := s.groupByShard(groupsBuf[:0], queues, false)
 	var g *shard.ParkGroup
-	if len(shards) > 1 {
+	if len(groups) > 1 {
 		g = new(shard.ParkGroup)
 	}
-	parts := make([]parkedPart, 0, len(shards))
-	for _, sh := range shards {
-		op := &statemachine.FetchOp{Queues: qs[sh], WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(count)}
+	parts := make([]parkedPart, 0, len(groups))
+	for _, gr := range groups {
+		sh := gr.shard
+		op := &statemachine.FetchOp{Queues: gr.queues, WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(count)}
 		pk := s.eng.Park(sh, op, g)
 		if pk == nil { // this shard's proposer cannot park: poll on signals
 			if resp, taken := s.unparkAll(parts, -1); taken {
@@ -269,48 +256,32 @@ func selectCases(closed <-chan struct{}, timer <-chan time.Time, parts []parkedP
 // whose head job ranks first (priority, then age) goes first, so priority
 // holds across shards.
 func (s *Server) tryFetch(queues []string, req *fetchRequest, count int) ([]statemachine.JobView, *apiError) {
-	byShard := map[int][]string{}
-	for _, q := range queues {
-		if s.eng.Fetchable(q) {
-			sh := s.rt.ShardForQueue(q)
-			byShard[sh] = append(byShard[sh], q)
-		}
-	}
-	if len(byShard) == 0 {
+	var partsBuf [8]fetchPart
+	parts := s.groupByShard(partsBuf[:0], queues, true)
+	if len(parts) == 0 {
 		return nil, nil
 	}
-	order := make([]int, 0, len(byShard))
-	for sh := range byShard {
-		order = append(order, sh)
-	}
-	if len(order) > 1 {
-		rank := make(map[int]statemachine.QueueHead, len(order))
-		for _, sh := range order {
-			rank[sh] = s.bestHead(byShard[sh])
+	if len(parts) > 1 {
+		for i := range parts {
+			parts[i].head = s.bestHead(parts[i].queues)
 		}
-		sort.Slice(order, func(i, j int) bool {
-			a, b := rank[order[i]], rank[order[j]]
-			if a.OK != b.OK {
-				return a.OK
+		// Insertion sort: a few parts, and no closure or reflection.
+		for i := 1; i < len(parts); i++ {
+			for j := i; j > 0 && parts[j].before(&parts[j-1]); j-- {
+				parts[j], parts[j-1] = parts[j-1], parts[j]
 			}
-			if a.Priority != b.Priority {
-				return a.Priority < b.Priority
-			}
-			if a.CreatedAt != b.CreatedAt {
-				return a.CreatedAt < b.CreatedAt
-			}
-			return order[i] < order[j]
-		})
+		}
 	}
 	var jobs []statemachine.JobView
-	for _, sh := range order {
+	for i := range parts {
+		sh, qs := parts[i].shard, parts[i].queues
 		// The claim asks for the jobs it reserved, so that claims in
 		// flight at once never ask for more than are pending.
-		res := s.eng.Reserve(byShard[sh], count-len(jobs))
+		res := s.eng.Reserve(qs, count-len(jobs))
 		if res.N == 0 {
 			continue
 		}
-		rs, aerr := s.propose(sh, &statemachine.FetchOp{Queues: byShard[sh], WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(res.N)})
+		rs, aerr := s.propose(sh, &statemachine.FetchOp{Queues: qs, WorkerID: req.WorkerID, Hostname: req.Hostname, Count: uint32(res.N)})
 		s.eng.Release(res, aerr != nil || len(rs[0].Jobs) > 0)
 		if aerr != nil {
 			if len(jobs) > 0 {
@@ -329,6 +300,66 @@ func (s *Server) tryFetch(queues []string, req *fetchRequest, count int) ([]stat
 		}
 	}
 	return jobs, nil
+}
+
+// fetchPart is a fetch's queues on one shard, in the order asked, and
+// (tryFetch, when several shards have work) their best head.
+type fetchPart struct {
+	shard  int
+	queues []string
+	head   statemachine.QueueHead
+}
+
+// before ranks parts: the one with work first, then by its head's
+// priority and age, then by shard.
+func (p *fetchPart) before(q *fetchPart) bool {
+	a, b := &p.head, &q.head
+	if a.OK != b.OK {
+		return a.OK
+	}
+	if a.Priority != b.Priority {
+		return a.Priority < b.Priority
+	}
+	if a.CreatedAt != b.CreatedAt {
+		return a.CreatedAt < b.CreatedAt
+	}
+	return p.shard < q.shard
+}
+
+// groupByShard appends to parts the queues (only the fetchable ones when
+// fetchable) grouped by shard: shards in the order their first queue
+// comes, each shard's queues in the order given, all over one array of
+// names (one allocation; a map of slices made several).
+func (s *Server) groupByShard(parts []fetchPart, queues []string, fetchable bool) []fetchPart {
+	var shardsBuf [32]int
+	shards := shardsBuf[:0] // each queue's shard, -1: left out
+	n := 0
+	for _, q := range queues {
+		sh := -1
+		if !fetchable || s.eng.Fetchable(q) {
+			sh = s.rt.ShardForQueue(q)
+			n++
+		}
+		shards = append(shards, sh)
+	}
+	if n == 0 {
+		return parts
+	}
+	names := make([]string, 0, n)
+	for i, sh := range shards {
+		if sh < 0 {
+			continue
+		}
+		start := len(names)
+		for j := i; j < len(shards); j++ {
+			if shards[j] == sh {
+				names = append(names, queues[j])
+				shards[j] = -1
+			}
+		}
+		parts = append(parts, fetchPart{shard: sh, queues: names[start:len(names):len(names)]})
+	}
+	return parts
 }
 
 // bestHead is the highest-ranked head among a shard's queues, from the
