@@ -110,12 +110,15 @@ func opsSize(ops []statemachine.Op) int {
 // submit queues ops for the shard and waits for their results, or for
 // ctx's end.
 func (p *proposer) submit(ctx context.Context, ops []statemachine.Op) ([]statemachine.Result, error) {
-	r, err := p.enqueue(&request{ctx: ctx, ops: ops})
-	if err != nil {
+	r := newRequest()
+	r.ctx, r.ops = ctx, ops
+	if err := p.enqueue(r); err != nil {
+		freeRequest(r)
 		return nil, err
 	}
 	select {
 	case resp := <-r.done:
+		freeRequest(r)
 		return resp.Results, resp.Err
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -126,14 +129,17 @@ func (p *proposer) submit(ctx context.Context, ops []statemachine.Op) ([]statema
 // wait takes a pooled timer, where a context.WithTimeout made a context,
 // a timer and a channel for every proposal (~5 allocations).
 func (p *proposer) submitWithin(timeout time.Duration, ops []statemachine.Op) ([]statemachine.Result, error) {
-	r, err := p.enqueue(&request{ctx: context.Background(), deadline: time.Now().Add(timeout).UnixNano(), ops: ops})
-	if err != nil {
+	r := newRequest()
+	r.ctx, r.deadline, r.ops = context.Background(), time.Now().Add(timeout).UnixNano(), ops
+	if err := p.enqueue(r); err != nil {
+		freeRequest(r)
 		return nil, err
 	}
 	t := getTimer(timeout)
 	defer putTimer(t)
 	select {
 	case resp := <-r.done:
+		freeRequest(r)
 		return resp.Results, resp.Err
 	case <-t.C:
 		return nil, context.DeadlineExceeded
@@ -141,26 +147,39 @@ func (p *proposer) submitWithin(timeout time.Duration, ops []statemachine.Op) ([
 }
 
 // enqueue hands r to the proposer's loop (not waiting for room).
-func (p *proposer) enqueue(r *request) (*request, error) {
+func (p *proposer) enqueue(r *request) error {
 	if len(r.ops) > statemachine.MaxOpsPerEntry {
-		return nil, fmt.Errorf("%d ops exceed one entry (%d)", len(r.ops), statemachine.MaxOpsPerEntry)
+		return fmt.Errorf("%d ops exceed one entry (%d)", len(r.ops), statemachine.MaxOpsPerEntry)
 	}
-	r.size, r.done = opsSize(r.ops), make(chan Response, 1)
+	r.size = opsSize(r.ops)
 	select {
 	case <-p.h.closing:
-		return nil, ErrClosed
+		return ErrClosed
 	default:
 	}
 	if !p.h.cfg.Proposals.TryAcquire(int64(r.size)) {
-		return nil, ErrBusy
+		return ErrBusy
 	}
 	select {
 	case p.in <- r:
 	default:
 		p.h.cfg.Proposals.Release(int64(r.size))
-		return nil, ErrBusy
+		return ErrBusy
 	}
-	return r, nil
+	return nil
+}
+
+// requests keeps requests, each with its channel, from one proposal to
+// the next (two allocations a proposal). A request goes back only once
+// its caller took the answer, or it was never queued: one whose caller
+// gave up is still answered later, and is left to the collector.
+var requests = sync.Pool{New: func() any { return &request{done: make(chan Response, 1)} }}
+
+func newRequest() *request { return requests.Get().(*request) }
+
+func freeRequest(r *request) {
+	*r = request{done: r.done}
+	requests.Put(r)
 }
 
 // timers are stopped timers kept for submitWithin's waits (since Go 1.23
@@ -236,7 +255,8 @@ func (p *proposer) drain() {
 }
 
 // answer hands a request its response and gives its bytes back to the
-// memory budget.
+// memory budget. The request is then its caller's again: nothing here
+// reads it after.
 func (p *proposer) answer(r *request, resp Response) {
 	p.h.cfg.Proposals.Release(int64(r.size))
 	r.done <- resp
@@ -281,8 +301,9 @@ func (p *proposer) flush(batch []*request, nops int) {
 			p.answer(r, Response{Err: err})
 			continue
 		}
-		p.answer(r, Response{Results: results[at : at+len(r.ops) : at+len(r.ops)]})
-		at += len(r.ops)
+		n := len(r.ops) // r is its caller's (and may be reused) once answered
+		p.answer(r, Response{Results: results[at : at+n : at+n]})
+		at += n
 	}
 }
 
