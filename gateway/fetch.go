@@ -187,6 +187,15 @@ func (s *Server) parkedJobs(resp shard.Response, alive bool) ([]statemachine.Job
 }
 
 func dedupe(qs []string) []string {
+	if len(qs) <= 16 { // the usual few: no map, and no copy without a repeat
+		repeat := false
+		for i := 1; i < len(qs) && !repeat; i++ {
+			repeat = slices.Contains(qs[:i], qs[i])
+		}
+		if !repeat {
+			return qs
+		}
+	}
 	seen := make(map[string]struct{}, len(qs))
 	out := qs[:0:0]
 	for _, q := range qs {
@@ -558,11 +567,11 @@ func (s *Server) writeFetchedFrom(ctx *fasthttp.RequestCtx, jobs []statemachine.
 }
 
 type fetchRequest struct {
-	Queues   []string `json:"queues"`
-	WorkerID string   `json:"worker_id"`
-	Hostname string   `json:"hostname"`
-	Timeout  *float64 `json:"timeout"`
-	Count    *int     `json:"count"`
+	Queues   queueList `json:"queues"`
+	WorkerID string    `json:"worker_id"`
+	Hostname string    `json:"hostname"`
+	Timeout  *float64  `json:"timeout"`
+	Count    *int      `json:"count"`
 }
 
 func (r *fetchRequest) validate() (time.Duration, int, *apiError) {

@@ -110,3 +110,52 @@ func FuzzSession(f *testing.F) {
 		}
 	})
 }
+
+// FuzzQueueList: a queueList decodes every input exactly as a []string
+// does — the same names, or the same error.
+func FuzzQueueList(f *testing.F) {
+	for _, s := range []string{`{"queues":["a","b"]}`, `{"queues":[1]}`, `{"queues":"a"}`, `{"queues":["a",{}]}`,
+		`{"queues":["a\u0062","c"]}`, `{"queues":null}`, `{"queues":["a",null]}`, `{"queues":[]}`, `{"queues":["a"`,
+		`{"queues":["\ud800"]}`, `{"queues":[true]}`, `{"queues":["a","a","b","c","d","e","f","g","h","i"]}`,
+		`{"queues":["\xff"]}`, `{"queues":[ "a" , "b" ]}`, `{"queues":[[]]}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		var got struct {
+			Queues queueList `json:"queues"`
+		}
+		var want struct {
+			Queues []string `json:"queues"`
+		}
+		gerr := decodeBody([]byte(body), &got, false)
+		werr := decodeBody([]byte(body), &want, false)
+		if werr != nil {
+			require.NotNil(t, gerr, "%q", body)
+			require.Equal(t, werr.msg, gerr.msg, "%q", body)
+			return
+		}
+		require.Nil(t, gerr, "%q", body)
+		require.Equal(t, len(want.Queues), len(got.Queues), "%q", body)
+		for i := range want.Queues {
+			require.Equal(t, want.Queues[i], got.Queues[i], "%q", body)
+		}
+	})
+}
+
+// TestNamesStayBounded: the queue-name interner keeps at most
+// maxInterned names, none longer than maxInternedLen.
+func TestNamesStayBounded(t *testing.T) {
+	long := make([]byte, maxInternedLen+1)
+	for i := range long {
+		long[i] = 'x'
+	}
+	require.Equal(t, string(long), names.get(long))
+	for i := 0; i < maxInterned+100; i++ {
+		require.Equal(t, "bound-"+itoa(i), names.get([]byte("bound-"+itoa(i))))
+	}
+	names.mu.RLock()
+	defer names.mu.RUnlock()
+	require.LessOrEqual(t, len(names.m), maxInterned)
+	_, ok := names.m[string(long)]
+	require.False(t, ok)
+}
