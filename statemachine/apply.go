@@ -268,18 +268,26 @@ func (a *applier) applyEntry(cmd []byte) ([]byte, bool) {
 }
 
 // jobsTouched estimates how many jobs ops change: one an op, a fetch's
-// count (up to 64, as the fetch sizes its answer).
+// count (up to 64, as the fetch sizes its answer), and an ack that carries
+// a fetch its job and its fetch's.
 func jobsTouched(ops []Op) int {
 	n := 0
 	for _, op := range ops {
-		if f, ok := op.(*FetchOp); ok {
-			n += int(min(max(f.Count, 1), 64))
-			continue
+		switch o := op.(type) {
+		case *FetchOp:
+			n += fetchTouches(o)
+		case *AckFetchOp:
+			n += 1 + fetchTouches(&o.Fetch)
+		case *AcksFetchOp: // the acks travel as ops of their own
+			n += fetchTouches(&o.Fetch)
+		default:
+			n++
 		}
-		n++
 	}
 	return n
 }
+
+func fetchTouches(f *FetchOp) int { return int(min(max(f.Count, 1), 64)) }
 
 // replayResults answers a duplicate proposal with the results of the first
 // one, reloading fetched jobs (their records were stored by ID only).
