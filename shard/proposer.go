@@ -31,19 +31,19 @@ var (
 )
 
 // request is one caller's ops; they travel in one entry, in order. The
-// caller gives up at ctx's end, or at deadline (unix nanoseconds; 0: none)
-// when it came through submitWithin.
+// caller gives up at ctx's end, or at deadline (zero: none) when it came
+// through submitWithin.
 type request struct {
 	ctx      context.Context
-	deadline int64
+	deadline time.Time // read on the monotonic clock, as a context's is
 	ops      []statemachine.Op
 	size     int
 	done     chan Response
 }
 
 // gaveUp is why the caller no longer waits for r (nil: it does).
-func (r *request) gaveUp(now int64) error {
-	if r.deadline != 0 && now >= r.deadline {
+func (r *request) gaveUp(now time.Time) error {
+	if !r.deadline.IsZero() && !now.Before(r.deadline) {
 		return context.DeadlineExceeded
 	}
 	return r.ctx.Err()
@@ -130,7 +130,7 @@ func (p *proposer) submit(ctx context.Context, ops []statemachine.Op) ([]statema
 // a timer and a channel for every proposal (~5 allocations).
 func (p *proposer) submitWithin(timeout time.Duration, ops []statemachine.Op) ([]statemachine.Result, error) {
 	r := newRequest()
-	r.ctx, r.deadline, r.ops = context.Background(), time.Now().Add(timeout).UnixNano(), ops
+	r.ctx, r.deadline, r.ops = context.Background(), time.Now().Add(timeout), ops
 	if err := p.enqueue(r); err != nil {
 		freeRequest(r)
 		return nil, err
@@ -264,9 +264,9 @@ func (p *proposer) answer(r *request, resp Response) {
 
 func (p *proposer) flush(batch []*request, nops int) {
 	live := batch[:0]
-	wall := time.Now().UnixNano()
+	mono := time.Now()
 	for _, r := range batch {
-		if err := r.gaveUp(wall); err != nil {
+		if err := r.gaveUp(mono); err != nil {
 			p.answer(r, Response{Err: err})
 			continue
 		}
