@@ -7,12 +7,12 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/corvohq/corvo/internal/intern"
 	corvo "github.com/corvohq/corvo/sdk/go"
 	"github.com/corvohq/corvo/statemachine"
 )
@@ -220,7 +220,7 @@ func (l *queueList) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 			}
 			raw = u
 		}
-		out = append(out, names.get(raw))
+		out = append(out, names.Get(raw))
 	}
 	if _, err := dec.ReadToken(); err != nil {
 		return err
@@ -229,37 +229,6 @@ func (l *queueList) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	return nil
 }
 
-// names interns the queue names requests carry: at most maxInterned
-// names of at most maxInternedLen bytes each (others are copied as
-// usual), so a client sending new names cannot grow it without bound.
-var names = interner{m: map[string]string{}}
-
-const (
-	maxInterned    = 4096
-	maxInternedLen = 128
-)
-
-type interner struct {
-	mu sync.RWMutex
-	m  map[string]string
-}
-
-// get is b as a string: the interned copy when there is one.
-func (in *interner) get(b []byte) string {
-	if len(b) > maxInternedLen {
-		return string(b)
-	}
-	in.mu.RLock()
-	s, ok := in.m[string(b)]
-	in.mu.RUnlock()
-	if ok {
-		return s
-	}
-	s = string(b)
-	in.mu.Lock()
-	if len(in.m) < maxInterned {
-		in.m[s] = s
-	}
-	in.mu.Unlock()
-	return s
-}
+// names interns the queue names requests carry (bounded: a client
+// sending new names cannot grow it).
+var names intern.Shared

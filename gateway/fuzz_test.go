@@ -141,21 +141,3 @@ func FuzzQueueList(f *testing.F) {
 		}
 	})
 }
-
-// TestNamesStayBounded: the queue-name interner keeps at most
-// maxInterned names, none longer than maxInternedLen.
-func TestNamesStayBounded(t *testing.T) {
-	long := make([]byte, maxInternedLen+1)
-	for i := range long {
-		long[i] = 'x'
-	}
-	require.Equal(t, string(long), names.get(long))
-	for i := 0; i < maxInterned+100; i++ {
-		require.Equal(t, "bound-"+itoa(i), names.get([]byte("bound-"+itoa(i))))
-	}
-	names.mu.RLock()
-	defer names.mu.RUnlock()
-	require.LessOrEqual(t, len(names.m), maxInterned)
-	_, ok := names.m[string(long)]
-	require.False(t, ok)
-}

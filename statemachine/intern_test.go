@@ -6,14 +6,16 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/corvohq/corvo/internal/intern"
 )
 
 // Entries decoded for apply share one copy of each queue and worker name;
 // the names read the same as without the interner, and it stops growing
-// at internMax.
+// at intern.Max.
 func TestDecodeEntryInternsNames(t *testing.T) {
 	t.Parallel()
-	var in interner
+	var in intern.Table
 	fetch := func(w string) *FetchOp {
 		e := Entry{ID: NewEntryID(1, 2), Now: 3, Ops: []Op{&FetchOp{Queues: []string{"emails", "sms"}, WorkerID: w, Hostname: "h1", Count: 1}}}
 		got, err := decodeEntry(e.Encode(nil), &in)
@@ -27,9 +29,9 @@ func TestDecodeEntryInternsNames(t *testing.T) {
 	require.Equal(t, unsafe.StringData(a.Queues[0]), unsafe.StringData(b.Queues[0]))
 	require.Equal(t, unsafe.StringData(a.WorkerID), unsafe.StringData(b.WorkerID))
 
-	for i := range internMax + 10 {
-		in.get(fmt.Appendf(nil, "worker-%d", i))
+	for i := range intern.Max + 10 {
+		in.Get(fmt.Appendf(nil, "worker-%d", i))
 	}
-	require.Len(t, in.m, internMax)
-	require.Equal(t, "worker-4100", in.get([]byte("worker-4100")), "past the bound a name is still read")
+	require.Equal(t, intern.Max, in.Len())
+	require.Equal(t, "worker-4100", in.Get([]byte("worker-4100")), "past the bound a name is still read")
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/corvohq/corvo/internal/intern"
 )
 
 // OpCode identifies an op inside a Raft entry. Codes are append-only: never
@@ -125,7 +127,7 @@ func (e *Entry) Encode(b []byte) []byte {
 func DecodeEntry(b []byte) (*Entry, error) { return decodeEntry(b, nil) }
 
 // decodeEntry decodes an entry, interning its names in names (nil: none).
-func decodeEntry(b []byte, names *interner) (*Entry, error) {
+func decodeEntry(b []byte, names *intern.Table) (*Entry, error) {
 	if len(b) < RetryFlagOffset+1 || b[0] != entryVersion {
 		return nil, errors.New("statemachine: unknown entry version")
 	}
@@ -204,7 +206,7 @@ func countOps(b []byte, n uint64, code OpCode) int {
 }
 
 // decodeOpNames decodes an op, interning its names in names (nil: none).
-func decodeOpNames(code OpCode, body []byte, names *interner) (Op, error) {
+func decodeOpNames(code OpCode, body []byte, names *intern.Table) (Op, error) {
 	d := dec{b: body, names: names}
 	var op interface {
 		Op

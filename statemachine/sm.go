@@ -23,6 +23,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"github.com/rs/zerolog"
+
+	"github.com/corvohq/corvo/internal/intern"
 )
 
 // ResultApplied and ResultRejected are the sm.Result.Value of an entry: a
@@ -141,7 +143,7 @@ type StateMachine struct {
 	// spare is the applier Updates reuse (newApplier); names interns the
 	// queue, worker and host names of the entries it decodes.
 	spare *applier
-	names interner
+	names intern.Table
 	// encScratch is where an entry's results are encoded (applyEntry),
 	// kept from one entry to the next.
 	encScratch []byte

@@ -3,6 +3,8 @@ package statemachine
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/corvohq/corvo/internal/intern"
 )
 
 // Records and how they grow.
@@ -79,7 +81,7 @@ type dec struct {
 	err error
 	// names, when set, interns the names an entry repeats (queues,
 	// workers, hosts: name).
-	names *interner
+	names *intern.Table
 }
 
 // name reads a string that names a queue, a worker or a host: from the
@@ -93,27 +95,7 @@ func (d *dec) name() string {
 	if len(b) == 0 {
 		return ""
 	}
-	return d.names.get(b)
-}
-
-// interner keeps one copy of each name it has seen, up to internMax
-// names (then new names are plain strings). The apply goroutine's.
-type interner struct{ m map[string]string }
-
-const internMax = 4096
-
-func (in *interner) get(b []byte) string {
-	if s, ok := in.m[string(b)]; ok { // no allocation: the compiler's map lookup by []byte
-		return s
-	}
-	s := string(b)
-	if in.m == nil {
-		in.m = make(map[string]string)
-	}
-	if len(in.m) < internMax {
-		in.m[s] = s
-	}
-	return s
+	return d.names.Get(b)
 }
 
 func (d *dec) fail() {
