@@ -55,8 +55,7 @@ func TestClientDiscoverSurvivesNodeLoss(t *testing.T) {
 	// Shards reach the joiners through the placement: wait until every
 	// shard has its 3 voting replicas before the founder goes.
 	waitEveryShardOnEveryNode(t, ctx, c, 3)
-	_ = firstCmd.Process.Kill()
-	_ = firstCmd.Wait()
+	firstCmd.kill()
 	res, err := c.Enqueue(ctx, EnqueueRequest{Queue: "sdk.discover", Payload: map[string]int{"n": 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -317,7 +316,7 @@ func TestPlacementFailsOver(t *testing.T) {
 	join := first[len("http://"):]
 	second, secondCmd := startNode(t, "--node-id", "b", "--join", join)
 	third, thirdCmd := startNode(t, "--node-id", "c", "--join", join)
-	cmds := map[string]*exec.Cmd{first: firstCmd, second: secondCmd, third: thirdCmd}
+	cmds := map[string]*testNode{first: firstCmd, second: secondCmd, third: thirdCmd}
 	c := New(first)
 	waitEveryShardOnEveryNode(t, ctx, c, 3)
 	if err := c.Discover(ctx); err != nil {
@@ -329,8 +328,7 @@ func TestPlacementFailsOver(t *testing.T) {
 		t.Fatalf("route %v", route)
 	}
 	killed := cmds[route[0]]
-	_ = killed.Process.Kill()
-	_ = killed.Wait()
+	killed.kill()
 	res, err := c.Enqueue(ctx, EnqueueRequest{Queue: queue, Payload: map[string]int{"n": 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -46,14 +46,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// handedOut holds the ports freeAddr gave this process's tests: the
+// kernel may offer a port again once its probe listener closed, and two
+// servers of one test run must not be told to bind the same one.
+var handedOut sync.Map
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // startServer runs a server for one test and returns its URL.
@@ -94,30 +104,105 @@ func waitEveryShardOnEveryNode(t *testing.T, ctx context.Context, c *Client, nod
 	}
 }
 
-func startNode(t *testing.T, extra ...string) (string, *exec.Cmd) {
+func startNode(t *testing.T, extra ...string) (string, *testNode) {
+	t.Helper()
+	// A port freeAddr found free can be taken again before the server
+	// binds it (tests start servers in parallel): a server that exits
+	// before it answers is started again on other ports.
+	var n *testNode
+	for attempt := 0; attempt < 3; attempt++ {
+		n = launchNode(t, extra)
+		if n.ready(60 * time.Second) {
+			return n.url, n
+		}
+		select {
+		case <-n.exited: // exited before answering: try other ports
+		default:
+			n.kill() // running, but never answered
+			t.Fatalf("server did not answer /healthz in 60 s\n%s", n.stderr.String())
+		}
+	}
+	t.Fatalf("server did not start: %v\n%s", n.err, n.stderr.String())
+	return "", nil
+}
+
+// testNode is a server process started by a test. Its process is waited
+// for by one goroutine only; kill stops it and waits for that.
+type testNode struct {
+	url    string
+	cmd    *exec.Cmd
+	stderr *headWriter
+	exited chan struct{}
+	err    error // the process's exit, once exited is closed
+}
+
+func launchNode(t *testing.T, extra []string) *testNode {
 	t.Helper()
 	httpAddr := freeAddr(t)
 	args := append([]string{"server", "--bind", httpAddr, "--raft-bind", freeAddr(t), "--data-dir", t.TempDir(), "--log-level", "error"}, extra...)
-	cmd := exec.Command(serverBin, args...)
+	n := &testNode{url: "http://" + httpAddr, cmd: exec.Command(serverBin, args...), stderr: &headWriter{max: 64 << 10}, exited: make(chan struct{})}
 	// The nodes of a test cluster share one cluster secret.
-	cmd.Env = append(os.Environ(), "CORVO_CLUSTER_SECRET="+testClusterSecret)
-	if err := cmd.Start(); err != nil {
+	n.cmd.Env = append(os.Environ(), "CORVO_CLUSTER_SECRET="+testClusterSecret)
+	n.cmd.Stderr = n.stderr
+	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := "http://" + httpAddr
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url + "/healthz"); err == nil {
+	go func() {
+		n.err = n.cmd.Wait()
+		close(n.exited)
+	}()
+	t.Cleanup(n.kill)
+	return n
+}
+
+// ready waits until the server answers /healthz, and reports false if it
+// exited first or did not answer within d.
+func (n *testNode) ready(d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		if resp, err := http.Get(n.url + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return url, cmd
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-n.exited:
+			return false
+		case <-deadline.C:
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	t.Fatal("server did not start")
-	return "", nil
+}
+
+// kill stops the server and waits until it has exited.
+func (n *testNode) kill() {
+	_ = n.cmd.Process.Kill()
+	<-n.exited
+}
+
+// headWriter keeps the first max bytes written to it.
+type headWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if room := w.max - w.buf.Len(); room > 0 {
+		w.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (w *headWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // enqueueN enqueues n jobs on queue (payload {"n": i}) and returns their
