@@ -634,6 +634,7 @@ type trackedConn struct {
 	// linger: the connection is closed after an answer sent before the
 	// request's body was read (lingerOnClose).
 	linger atomic.Bool
+	dep    *departure // clientGone's probe, made on first use
 }
 
 // lingerTimeout bounds how long a closed connection keeps reading what

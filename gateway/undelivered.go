@@ -3,8 +3,8 @@ package gateway
 import (
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"syscall"
+	"unsafe"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -36,12 +36,9 @@ func clientGone(ctx *fasthttp.RequestCtx) bool {
 	c := ctx.Conn()
 	switch t := c.(type) {
 	case *trackedTLSConn:
-		c = t.tls.NetConn()
+		return t.trackedConn.departed()
 	case *trackedConn:
-		c = t.Conn
-	}
-	if t, ok := c.(*tls.Conn); ok {
-		c = t.NetConn()
+		return t.departed()
 	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
@@ -51,14 +48,59 @@ func clientGone(ctx *fasthttp.RequestCtx) bool {
 	if err != nil {
 		return false
 	}
-	gone := false
-	var b [1]byte
-	_ = raw.Read(func(fd uintptr) bool {
-		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		gone = (n == 0 && err == nil) || errors.Is(err, unix.ECONNRESET)
+	var d departure
+	d.init(raw)
+	return d.probe()
+}
+
+// departure is a connection's probe for a client that left (clientGone):
+// the socket's RawConn and the function it runs, made once per connection
+// (on its first probe) so that a probe allocates nothing. Only the
+// goroutine serving the connection uses it.
+type departure struct {
+	raw  syscall.RawConn // nil: the connection has no socket to peek at
+	peek func(fd uintptr) bool
+	gone bool
+	b    [1]byte
+}
+
+func (d *departure) init(raw syscall.RawConn) {
+	d.raw = raw
+	d.peek = func(fd uintptr) bool {
+		// recvfrom(2) itself: unix.Recvfrom allocates for the sender's
+		// address, which a connected socket does not give.
+		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&d.b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		d.gone = (n == 0 && errno == 0) || errno == unix.ECONNRESET
 		return true // never wait
-	})
-	return gone
+	}
+}
+
+// probe peeks at the socket: whether its client closed it (or reset it).
+func (d *departure) probe() bool {
+	if d.raw == nil {
+		return false
+	}
+	d.gone = false
+	_ = d.raw.Read(d.peek)
+	return d.gone
+}
+
+// departed is clientGone for a tracked connection: its socket is the one
+// it wraps, or the one under its TLS.
+func (c *trackedConn) departed() bool {
+	if c.dep == nil {
+		c.dep = new(departure)
+		nc := c.Conn
+		if t, ok := nc.(*tls.Conn); ok {
+			nc = t.NetConn()
+		}
+		if sc, ok := nc.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				c.dep.init(raw)
+			}
+		}
+	}
+	return c.dep.probe()
 }
 
 // handBack hands back the jobs a fetch claimed (claimed here, and rendered

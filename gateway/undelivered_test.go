@@ -57,3 +57,39 @@ func TestFetchHandsBackJobsOfAClientThatLeft(t *testing.T) {
 		require.Equal(t, 1, got.Attempt, "%s: the undelivered claim was not an attempt", path)
 	}
 }
+
+// A tracked connection's probe tells a client that closed from one that
+// is still there (idle, or with its next request sent already, which the
+// peek leaves unread), and once made it allocates nothing.
+func TestDepartedProbe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tl := &trackingListener{Listener: ln, conns: map[*trackedConn]struct{}{}}
+	defer tl.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer client.Close()
+	sc, err := tl.Accept()
+	require.NoError(t, err)
+	tc := sc.(*trackedConn)
+	defer tc.Close()
+
+	require.False(t, tc.departed(), "an idle client counted as gone")
+	require.Zero(t, testing.AllocsPerRun(100, func() { tc.departed() }), "a probe allocates")
+
+	_, err = client.Write([]byte("G"))
+	require.NoError(t, err)
+	require.False(t, tc.departed(), "a client with a request pending counted as gone")
+	require.NoError(t, tc.SetReadDeadline(time.Now().Add(5*time.Second)))
+	buf := make([]byte, 1)
+	n, err := tc.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "G", string(buf[:n]), "the peek took the byte")
+
+	require.NoError(t, client.Close())
+	deadline := time.Now().Add(5 * time.Second)
+	for !tc.departed() { // the FIN comes through the kernel: poll for it
+		require.True(t, time.Now().Before(deadline), "a closed client never counted as gone")
+		time.Sleep(time.Millisecond)
+	}
+}
