@@ -27,7 +27,7 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	if err := req.validate(s.cfg.StrictLeases, "an ack"); err != nil {
+	if err := req.validate(s.cfg.StrictLeases, named("an ack")); err != nil {
 		writeError(ctx, err)
 		return
 	}
@@ -168,6 +168,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p := newShardOps(s.eng.Shards(), len(req.Acks)+1)
+	ops := make([]statemachine.AckOp, len(req.Acks)) // one allocation, not one an ack
 	onShard, proposed := -1, 0 // the one shard of every proposed ack (-2: several)
 	for i := range req.Acks {
 		a := &req.Acks[i]
@@ -175,7 +176,7 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, invalid("acks[%d]: field \"job_id\" is required", i))
 			return
 		}
-		if err := a.validate(s.cfg.StrictLeases, "acks["+itoa(i)+"]"); err != nil {
+		if err := a.validate(s.cfg.StrictLeases, itemName{"acks", i}); err != nil {
 			writeError(ctx, err)
 			return
 		}
@@ -190,7 +191,8 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 			onShard = -2
 		}
 		proposed++
-		p.add(sh, i, &statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus(), Usage: a.usage})
+		ops[i] = statemachine.AckOp{JobID: *a.JobID, Holder: a.holder(), Result: rawOrNil(a.Result), StepStatus: a.stepStatus(), Usage: a.usage}
+		p.add(sh, i, &ops[i])
 	}
 	next, aerr := s.nextFetch(ctx, req.Fetch, req.Acks[0].WorkerID)
 	if aerr != nil {
@@ -301,7 +303,7 @@ func (s *Server) handleFail(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	if err := req.validate(s.cfg.StrictLeases, "a fail"); err != nil {
+	if err := req.validate(s.cfg.StrictLeases, named("a fail")); err != nil {
 		writeError(ctx, err)
 		return
 	}
@@ -379,7 +381,7 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 	ids := req.sortedIDs()
 	usage := make(map[string]*statemachine.Usage)
 	for _, id := range ids {
-		u, aerr := req.Jobs[id].Usage.toUsage("heartbeat job " + id)
+		u, aerr := req.Jobs[id].Usage.toUsage(named("heartbeat job " + id))
 		if aerr != nil {
 			writeError(ctx, aerr)
 			return
@@ -391,7 +393,7 @@ func (s *Server) handleHeartbeat(ctx *fasthttp.RequestCtx) {
 	if s.cfg.StrictLeases {
 		for _, id := range ids {
 			if noAttempt(req.Jobs[id].Attempt) {
-				writeError(ctx, leaseRequired("heartbeat job "+id))
+				writeError(ctx, leaseRequired(named("heartbeat job "+id)))
 				return
 			}
 		}
@@ -479,7 +481,25 @@ type holderFields struct {
 
 // leaseRequired is the error for a request without the lease's attempt
 // under Config.StrictLeases.
-func leaseRequired(what string) *apiError {
+// itemName names what a request carries in its errors ("an ack",
+// "acks[3]", "heartbeat job …"): a name, and an index after it when index
+// >= 0, put together only when an error is written (a batch's acks
+// otherwise built "acks[i]" for every ack: two allocations each).
+type itemName struct {
+	name  string
+	index int
+}
+
+func named(name string) itemName { return itemName{name, -1} }
+
+func (n itemName) String() string {
+	if n.index < 0 {
+		return n.name
+	}
+	return n.name + "[" + itoa(n.index) + "]"
+}
+
+func leaseRequired(what itemName) *apiError {
 	return codeLeaseRequired.errf("%s must name the lease's \"attempt\" (the server runs with --strict-leases)", what)
 }
 
@@ -488,7 +508,7 @@ func leaseRequired(what string) *apiError {
 func noAttempt(a *uint32) bool { return a == nil || *a == 0 }
 
 // checkLease refuses, under --strict-leases, a call that names no lease.
-func (h holderFields) checkLease(strict bool, what string) *apiError {
+func (h holderFields) checkLease(strict bool, what itemName) *apiError {
 	if strict && noAttempt(h.Attempt) {
 		return leaseRequired(what)
 	}
@@ -520,7 +540,7 @@ func (r *ackRequest) stepStatus() string {
 
 // validate checks the ack; strict (--strict-leases) requires the lease's
 // attempt, what names the call in the error.
-func (r *ackRequest) validate(strict bool, what string) *apiError {
+func (r *ackRequest) validate(strict bool, what itemName) *apiError {
 	if r.StepStatus != nil && *r.StepStatus != "continue" && *r.StepStatus != "exit" {
 		return invalid("field \"step_status\": unknown value %q (use continue or exit)", *r.StepStatus)
 	}
@@ -554,7 +574,7 @@ type failRequest struct {
 }
 
 // validate checks the failure, and its lease as ackRequest.validate does.
-func (r *failRequest) validate(strict bool, what string) *apiError {
+func (r *failRequest) validate(strict bool, what itemName) *apiError {
 	if r.Error == nil {
 		return invalid("field \"error\" is required")
 	}

@@ -241,3 +241,27 @@ func getJobWorker(t *testing.T, id string) string {
 	require.Equal(t, 200, code, string(body))
 	return strictDecode[corvo.Job](t, "job", body).Worker.ID
 }
+
+// A batch's acks are named in errors by their index ("acks[2]: …"), a
+// name put together only for an error: validating a good ack allocates
+// nothing.
+func TestItemNameBuiltOnlyForErrors(t *testing.T) {
+	require.Equal(t, "an ack", named("an ack").String())
+	require.Equal(t, "acks[2]", itemName{"acks", 2}.String())
+	attempt := uint32(0)
+	bad := ackRequest{holderFields: holderFields{Attempt: &attempt}}
+	require.Equal(t, `acks[2] must name the lease's "attempt" (the server runs with --strict-leases)`, bad.validate(true, itemName{"acks", 2}).msg)
+	cost := -1.0
+	bad = ackRequest{Usage: &usageRequest{CostUSD: cost}}
+	require.Contains(t, bad.validate(false, itemName{"acks", 7}).msg, `acks[7]: field "usage.cost_usd" must be`)
+
+	one := uint32(1)
+	good := ackRequest{holderFields: holderFields{WorkerID: "w", Attempt: &one}}
+	i := 0
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		i++
+		if err := good.validate(true, itemName{"acks", i}); err != nil {
+			t.Fatal(err.msg)
+		}
+	}))
+}

@@ -38,7 +38,7 @@ type usageRequest struct {
 // toUsage validates a report (nil: none) and converts its cost to
 // nano-dollars, rounded to the nearest, so that the state machine adds
 // integers.
-func (u *usageRequest) toUsage(what string) (*statemachine.Usage, *apiError) {
+func (u *usageRequest) toUsage(what itemName) (*statemachine.Usage, *apiError) {
 	if u == nil {
 		return nil, nil
 	}
