@@ -74,7 +74,12 @@ func pendingPrefix(queue string) []byte {
 }
 
 func pendingKey(queue string, prio Priority, created int64, seq uint64) []byte {
-	k := pendingPrefix(queue)
+	return appendPendingKey(pendingPrefix(queue), prio, created, seq)
+}
+
+// appendPendingKey appends to k, which holds a queue's pendingPrefix, a
+// job's place in it.
+func appendPendingKey(k []byte, prio Priority, created int64, seq uint64) []byte {
 	k = append(k, byte(prio))
 	k = binary.BigEndian.AppendUint64(k, uint64(created))
 	return binary.BigEndian.AppendUint64(k, seq)
