@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -640,7 +640,9 @@ func (a *applier) flushStats() []QueueSignal {
 		}
 		sigs = append(sigs, sig)
 	}
-	sort.Slice(sigs, func(i, j int) bool { return sigs[i].Queue < sigs[j].Queue })
+	// slices.SortFunc: sort.Slice allocated its swapper and closure every
+	// Update.
+	slices.SortFunc(sigs, func(x, y QueueSignal) int { return strings.Compare(x.Queue, y.Queue) })
 	return sigs
 }
 
