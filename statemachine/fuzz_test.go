@@ -52,6 +52,40 @@ func TestEntryRoundTrip(t *testing.T) {
 	require.Equal(t, e.Ops, got.Ops)
 }
 
+// An entry's enqueues and acks decode into shared slices, other ops each
+// on its own, all through one decoder: interleaved, each comes back as
+// sent, and no op shares another's memory.
+func TestEntryRoundTripSharedSlices(t *testing.T) {
+	t.Parallel()
+	ack := func(id string, attempt uint32) *AckOp {
+		return &AckOp{JobID: id, Holder: Holder{WorkerID: "w", Attempt: attempt}, Result: []byte(`"` + id + `"`), StepStatus: "continue"}
+	}
+	enq := func(id, q string) *EnqueueOp {
+		return &EnqueueOp{Job: Job{ID: id, Queue: q, Payload: []byte(`{"id":"` + id + `"}`)}}
+	}
+	e := Entry{ID: NewEntryID(1, 2), Now: 3, Ops: []Op{
+		ack("a", 1), enq("e1", "q"), &FetchOp{Queues: []string{"q", "r"}, WorkerID: "w", Count: 4}, ack("b", 2),
+		enq("e2", "r"), &CancelOp{JobID: "c"}, ack("c", 3), &AcksFetchOp{Acks: 3, Fetch: FetchOp{Queues: []string{"q"}, WorkerID: "w", Count: 2}},
+		enq("e3", "q"), &FailOp{JobID: "d", Error: "boom"},
+	}}
+	got, err := DecodeEntry(e.Encode(nil))
+	require.NoError(t, err)
+	require.Equal(t, e.Ops, got.Ops)
+	got.Ops[0].(*AckOp).JobID = "changed"
+	got.Ops[1].(*EnqueueOp).Job.Queue = "changed"
+	require.Equal(t, "b", got.Ops[3].(*AckOp).JobID)
+	require.Equal(t, "r", got.Ops[4].(*EnqueueOp).Job.Queue)
+	// One op of a kind (no shared slice), and a corrupt last op fails the
+	// entry.
+	one := Entry{ID: NewEntryID(1, 3), Now: 3, Ops: []Op{ack("x", 1), enq("y", "q")}}
+	got, err = DecodeEntry(one.Encode(nil))
+	require.NoError(t, err)
+	require.Equal(t, one.Ops, got.Ops)
+	b := one.Encode(nil)
+	_, err = DecodeEntry(append(b[:len(b)-1:len(b)-1], 0xff))
+	require.Error(t, err)
+}
+
 // FuzzApplyEntry applies any bytes as a committed Raft entry, after a few
 // jobs exist, on two state machines: a replica never panics or fails on an
 // entry (whatever a peer's internal propose endpoint or a bug put in the

@@ -148,11 +148,20 @@ func decodeEntry(b []byte, names *intern.Table) (*Entry, error) {
 	}
 	e.Ops = make([]Op, 0, n)
 	// The entry's enqueues share one allocation (a batch's entry holds
-	// hundreds of them).
+	// hundreds of them), and so do its acks.
 	var enqs []EnqueueOp
-	if k := countOps(d.b, n, OpEnqueue); k > 1 {
-		enqs = make([]EnqueueOp, 0, k)
+	var acks []AckOp
+	if ne, na := countOps(d.b, n); ne > 1 || na > 1 {
+		if ne > 1 {
+			enqs = make([]EnqueueOp, 0, ne)
+		}
+		if na > 1 {
+			acks = make([]AckOp, 0, na)
+		}
 	}
+	// One decoder for every op: its address goes through an interface
+	// method, so each op's own made an allocation.
+	od := new(dec)
 	for i := uint64(0); i < n; i++ {
 		if len(d.b) < 5 {
 			return nil, errShort
@@ -162,21 +171,28 @@ func decodeEntry(b []byte, names *intern.Table) (*Entry, error) {
 		if uint64(len(d.b)-5) < uint64(l) {
 			return nil, errShort
 		}
-		body := d.b[5 : 5+l]
+		*od = dec{b: d.b[5 : 5+l], names: names}
 		d.b = d.b[5+l:]
 		var op Op
-		var err error
-		if code == OpEnqueue && len(enqs) < cap(enqs) {
+		switch {
+		case code == OpEnqueue && len(enqs) < cap(enqs):
 			enqs = enqs[:len(enqs)+1]
 			eo := &enqs[len(enqs)-1]
-			od := dec{b: body, names: names}
-			eo.decode(&od)
-			op, err = eo, od.err
-		} else {
-			op, err = decodeOpNames(code, body, names)
+			eo.decode(od)
+			op = eo
+		case code == OpAck && len(acks) < cap(acks):
+			acks = acks[:len(acks)+1]
+			ao := &acks[len(acks)-1]
+			ao.decode(od)
+			op = ao
+		default:
+			var err error
+			if op, err = decodeOpWith(code, od); err != nil {
+				return nil, fmt.Errorf("op %d (code %d): %w", i, code, err)
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("op %d (code %d): %w", i, code, err)
+		if od.err != nil {
+			return nil, fmt.Errorf("op %d (code %d): %w", i, code, od.err)
 		}
 		e.Ops = append(e.Ops, op)
 	}
@@ -188,26 +204,32 @@ func decodeEntry(b []byte, names *intern.Table) (*Entry, error) {
 
 func decodeOp(code OpCode, body []byte) (Op, error) { return decodeOpNames(code, body, nil) }
 
-// countOps counts the ops with code among the first n framed ops of b
-// ([code][u32 length][body] each), stopping at the first short one.
-func countOps(b []byte, n uint64, code OpCode) int {
-	k := 0
+// countOps counts the enqueues and the acks among the first n framed ops
+// of b ([code][u32 length][body] each), stopping at the first short one.
+func countOps(b []byte, n uint64) (enqueues, acks int) {
 	for ; n > 0 && len(b) >= 5; n-- {
 		l := binary.BigEndian.Uint32(b[1:5])
 		if uint64(len(b)-5) < uint64(l) {
 			break
 		}
-		if OpCode(b[0]) == code {
-			k++
+		switch OpCode(b[0]) {
+		case OpEnqueue:
+			enqueues++
+		case OpAck:
+			acks++
 		}
 		b = b[5+l:]
 	}
-	return k
+	return enqueues, acks
 }
 
 // decodeOpNames decodes an op, interning its names in names (nil: none).
 func decodeOpNames(code OpCode, body []byte, names *intern.Table) (Op, error) {
-	d := dec{b: body, names: names}
+	return decodeOpWith(code, &dec{b: body, names: names})
+}
+
+// decodeOpWith decodes an op from d.
+func decodeOpWith(code OpCode, d *dec) (Op, error) {
 	var op interface {
 		Op
 		decode(*dec)
@@ -298,7 +320,7 @@ func decodeOpNames(code OpCode, body []byte, names *intern.Table) (Op, error) {
 	default:
 		return nil, fmt.Errorf("unknown op code %d", code)
 	}
-	op.decode(&d)
+	op.decode(d)
 	if d.err != nil {
 		return nil, d.err
 	}
