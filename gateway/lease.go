@@ -168,7 +168,8 @@ func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p := newShardOps(s.eng.Shards(), len(req.Acks)+1)
-	ops := make([]statemachine.AckOp, len(req.Acks)) // one allocation, not one an ack
+	// The acks' ops: one allocation, not one an ack.
+	ops := make([]statemachine.AckOp, len(req.Acks))
 	onShard, proposed := -1, 0 // the one shard of every proposed ack (-2: several)
 	for i := range req.Acks {
 		a := &req.Acks[i]
@@ -479,8 +480,6 @@ type holderFields struct {
 	Attempt  *uint32 `json:"attempt"`
 }
 
-// leaseRequired is the error for a request without the lease's attempt
-// under Config.StrictLeases.
 // itemName names what a request carries in its errors ("an ack",
 // "acks[3]", "heartbeat job …"): a name, and an index after it when index
 // >= 0, put together only when an error is written (a batch's acks
@@ -499,6 +498,8 @@ func (n itemName) String() string {
 	return n.name + "[" + itoa(n.index) + "]"
 }
 
+// leaseRequired is the error for a request without the lease's attempt
+// under Config.StrictLeases.
 func leaseRequired(what itemName) *apiError {
 	return codeLeaseRequired.errf("%s must name the lease's \"attempt\" (the server runs with --strict-leases)", what)
 }
