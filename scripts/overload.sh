@@ -64,4 +64,6 @@ run_server "$PORT"
 bytes2=$(du -sb "$DIR/data" | cut -f1)
 echo "RSS 5 s after the start $((start / 1024)) MiB; pre-load RSS (idle ${SETTLE}s) $((pre / 1024)) MiB; peak RSS $((peak / 1024)) MiB; idle RSS ${IDLE_AFTER}s after the load $((idle / 1024)) MiB"
 echo "anonymous RSS (RssAnon, without the binary's file pages): pre-load $((pre_anon / 1024)) MiB; idle $((idle_anon / 1024)) MiB"
+# The whole-MiB figures above are floored: the ratio comes from KiB.
+echo "idle RSS over pre-load RSS: $(awk -v p="$pre" -v i="$idle" 'BEGIN{ if (p > 0) printf "%+.1f %%", 100 * (i - p) / p; else print "n/a" }') ($pre -> $idle KiB)"
 echo "data dir $((bytes >> 20)) MiB for $((accepted >> 20)) MiB of accepted payloads: $(ratio "$bytes") B/B; after a restart $((bytes2 >> 20)) MiB: $(ratio "$bytes2") B/B"
