@@ -31,26 +31,16 @@ var unclaimedJobs = metrics.GetOrCreateCounter(`corvo_jobs_unclaimed_total`)
 // clientGone reports whether ctx's client closed its connection (or reset
 // it): a peek at the socket that neither blocks nor takes a byte from the
 // next request. Over TLS only a TCP close is seen (a close_notify alert is
-// data to the peek).
+// data to the peek). Every connection the server serves is tracked
+// (Serve); anything else (a handler test's bare context) is not probed.
 func clientGone(ctx *fasthttp.RequestCtx) bool {
-	c := ctx.Conn()
-	switch t := c.(type) {
+	switch t := ctx.Conn().(type) {
 	case *trackedTLSConn:
 		return t.trackedConn.departed()
 	case *trackedConn:
 		return t.departed()
 	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var d departure
-	d.init(raw)
-	return d.probe()
+	return false
 }
 
 // departure is a connection's probe for a client that left (clientGone):
@@ -64,8 +54,8 @@ type departure struct {
 	b    [1]byte
 }
 
-func (d *departure) init(raw syscall.RawConn) {
-	d.raw = raw
+func newDeparture(raw syscall.RawConn) *departure {
+	d := &departure{raw: raw}
 	d.peek = func(fd uintptr) bool {
 		// recvfrom(2) itself: unix.Recvfrom allocates for the sender's
 		// address, which a connected socket does not give.
@@ -73,6 +63,7 @@ func (d *departure) init(raw syscall.RawConn) {
 		d.gone = (n == 0 && errno == 0) || errno == unix.ECONNRESET
 		return true // never wait
 	}
+	return d
 }
 
 // probe peeks at the socket: whether its client closed it (or reset it).
@@ -89,16 +80,15 @@ func (d *departure) probe() bool {
 // it wraps, or the one under its TLS.
 func (c *trackedConn) departed() bool {
 	if c.dep == nil {
-		c.dep = new(departure)
+		var raw syscall.RawConn // nil: nothing to peek at
 		nc := c.Conn
 		if t, ok := nc.(*tls.Conn); ok {
 			nc = t.NetConn()
 		}
 		if sc, ok := nc.(syscall.Conn); ok {
-			if raw, err := sc.SyscallConn(); err == nil {
-				c.dep.init(raw)
-			}
+			raw, _ = sc.SyscallConn()
 		}
+		c.dep = newDeparture(raw)
 	}
 	return c.dep.probe()
 }

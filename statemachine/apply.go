@@ -692,8 +692,7 @@ func (a *applier) addPending(j *Job) {
 func (a *applier) delPending(j *Job) {
 	// Nothing keeps the key: the batch copies it, the head and the window
 	// compare it.
-	k := append(append(append(a.kbuf[:0], pfxPending...), j.Queue...), 0)
-	k = a.tmp(appendPendingKey(k, j.Priority, j.CreatedAt, j.Seq))
+	k := a.tmp(appendPendingKey(appendPendingPrefix(a.kbuf[:0], j.Queue), j.Priority, j.CreatedAt, j.Seq))
 	a.del(k)
 	if h := a.s.heads[j.Queue]; h != nil && bytes.Equal(h, k) {
 		delete(a.s.heads, j.Queue) // unknown until the next seek

@@ -67,7 +67,11 @@ func errorPrefix(id string) []byte {
 }
 
 func pendingPrefix(queue string) []byte {
-	k := make([]byte, 0, len(pfxPending)+len(queue)+1+17)
+	return appendPendingPrefix(make([]byte, 0, len(pfxPending)+len(queue)+1+17), queue)
+}
+
+// appendPendingPrefix appends queue's pendingPrefix to k.
+func appendPendingPrefix(k []byte, queue string) []byte {
 	k = append(k, pfxPending...)
 	k = append(k, queue...)
 	return append(k, 0)
