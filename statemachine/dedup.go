@@ -49,8 +49,14 @@ func (d *dedupFilter) prune(before EntryID) { d.dropBefore(dedupBucket(before)) 
 // bloomBuckets is a set of keys in bloom filters, split into buckets by a
 // time the caller derives from each key, so that a whole bucket can be
 // forgotten at once. A bucket grows by chaining a filter twice the size
-// of the last when the last is full, so a burst never raises the
-// false-positive rate past bloomFP.
+// of the last when the last is full. A key that is not in a bucket is
+// tested against every filter of its chain, so the chain's false
+// positives add up: each new filter gets half the rate of the one before
+// (bloomFP/2, bloomFP/4, …: one more hash, ~1.4 more bits a key), and a
+// bucket's rate stays near bloomFP however long its chain grows (1.08 %
+// for a full chain of 6: TestBloomChainFalsePositives). With
+// every filter at bloomFP, a 10 s burst of 700,000 job IDs (a chain of 8)
+// sent 8 % of new IDs to Pebble (BENCHMARKS.md, session 35).
 type bloomBuckets struct {
 	buckets  map[int64][]*bucketBloom
 	firstCap uint
@@ -62,6 +68,7 @@ type bucketBloom struct {
 	n, limit uint
 }
 
+// bloomFP bounds the false-positive rate of one bucket's chain.
 const bloomFP = 0.01
 
 func newBloomBuckets(firstCap uint) bloomBuckets {
@@ -71,11 +78,11 @@ func newBloomBuckets(firstCap uint) bloomBuckets {
 func (d *bloomBuckets) addKey(b int64, key []byte) {
 	chain := d.buckets[b]
 	if len(chain) == 0 || chain[len(chain)-1].n >= chain[len(chain)-1].limit {
-		limit := d.firstCap
-		if len(chain) > 0 {
-			limit = chain[len(chain)-1].limit * 2
+		limit, fp := d.firstCap, bloomFP/2
+		for _, l := range chain {
+			limit, fp = l.limit*2, fp/2
 		}
-		f := bloom.NewWithEstimates(limit, bloomFP)
+		f := bloom.NewWithEstimates(limit, fp)
 		d.bytes += bloomBytes(f)
 		chain = append(chain, &bucketBloom{f: f, limit: limit})
 		d.buckets[b] = chain
@@ -85,10 +92,21 @@ func (d *bloomBuckets) addKey(b int64, key []byte) {
 	last.n++
 }
 
-// test is false only when key was never added to bucket b.
+// test is false only when key was never added to bucket b. The key is
+// hashed once for the whole chain: a filter's locations are the first K
+// of the same sequence whatever its size (bloom.Locations).
 func (d *bloomBuckets) test(b int64, key []byte) bool {
-	for _, f := range d.buckets[b] {
-		if f.f.Test(key) {
+	chain := d.buckets[b]
+	if len(chain) == 0 {
+		return false
+	}
+	k := uint(0)
+	for _, l := range chain {
+		k = max(k, l.f.K())
+	}
+	locs := bloom.Locations(key, k)
+	for _, l := range chain {
+		if l.f.TestLocations(locs[:l.f.K()]) {
 			return true
 		}
 	}
