@@ -136,8 +136,18 @@ func (a *applier) noteChange(j *Job, st *JobState) {
 	if a.noted == nil {
 		return
 	}
+	cj := a.s.jobs.get(j.ID)
+	a.noteChangeOf(j, st, cj != nil && &cj.job == j)
+}
+
+// noteChangeOf is noteChange for a caller that knows whether j is the job
+// cache's copy (enqueue has just put it there): one map lookup less a job.
+func (a *applier) noteChangeOf(j *Job, st *JobState, cached bool) {
+	if a.noted == nil {
+		return
+	}
 	c := JobChange{ID: j.ID, Job: j, State: cloneState(*st)}
-	if cj := a.s.jobs.get(j.ID); cj == nil || &cj.job != j {
+	if !cached {
 		own := cloneJob(*j)
 		c.Job = &own
 	}
@@ -785,8 +795,9 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	a.scratch = j.appendTo(a.scratch[:0])
 	a.set(jobKey(j.ID), a.scratch)
 	st.Enqueued++
+	cached := false
 	if cj := a.s.jobs.add(j, JobState{State: StatePending}); cj != nil {
-		j = cj // the cache's copy: the mirror's feed shares it (noteChange)
+		j, cached = cj, true // the cache's copy: the mirror's feed shares it (noteChange)
 	}
 	if o.Budget == BudgetAlert {
 		a.event(EventBudgetExceeded, j, &JobState{State: StatePending, Reason: HoldBudget})
@@ -820,7 +831,7 @@ func (a *applier) enqueue(o *EnqueueOp) Result {
 	}
 	a.addPending(j)
 	a.move(j.Queue, 0, StatePending)
-	a.noteChange(j, &JobState{State: StatePending})
+	a.noteChangeOf(j, &JobState{State: StatePending}, cached)
 	a.event(EventEnqueued, j, &JobState{State: StatePending})
 	return Result{State: StatePending}
 }
