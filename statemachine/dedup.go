@@ -48,8 +48,9 @@ func (d *dedupFilter) prune(before EntryID) { d.dropBefore(dedupBucket(before)) 
 
 // bloomBuckets is a set of keys in bloom filters, split into buckets by a
 // time the caller derives from each key, so that a whole bucket can be
-// forgotten at once. A bucket grows by chaining a filter twice the size
-// of the last when the last is full. A key that is not in a bucket is
+// forgotten at once. A bucket's first filter is sized for as many keys as
+// the bucket before it holds, and a bucket grows by chaining a filter twice
+// the size of the last when the last is full. A key that is not in a bucket is
 // tested against every filter of its chain, so the chain's false
 // positives add up: each new filter gets half the rate of the one before
 // (bloomFP/2, bloomFP/4, …: one more hash, ~1.4 more bits a key), and a
@@ -79,6 +80,18 @@ func (d *bloomBuckets) addKey(b int64, key []byte) {
 	chain := d.buckets[b]
 	if len(chain) == 0 || chain[len(chain)-1].n >= chain[len(chain)-1].limit {
 		limit, fp := d.firstCap, bloomFP/2
+		if len(chain) == 0 {
+			// A bucket's first filter holds what the bucket before it
+			// took: at a steady rate the chain stays one filter long, one
+			// hash and a probe or two for a key it lacks.
+			var prev uint
+			for _, l := range d.buckets[b-1] {
+				prev += l.n
+			}
+			for limit < prev {
+				limit *= 2
+			}
+		}
 		for _, l := range chain {
 			limit, fp = l.limit*2, fp/2
 		}

@@ -158,3 +158,26 @@ func TestBloomChainFalsePositives(t *testing.T) {
 	require.Less(t, float64(fp)/absent, 1.2*bloomFP, "%d of %d absent keys answered maybe", fp, absent)
 	require.False(t, d.test(8, key(0)), "another bucket holds nothing")
 }
+
+// TestBloomBucketSizedFromTheLast: a bucket's first filter holds as many
+// keys as the bucket before it took, so at a steady rate its chain stays
+// one filter long (each extra filter costs every absent key's lookup).
+func TestBloomBucketSizedFromTheLast(t *testing.T) {
+	t.Parallel()
+	d := newBloomBuckets(1024)
+	key := func(b, i int) []byte { return binary.BigEndian.AppendUint64([]byte{byte(b)}, uint64(i)) }
+	for i := range 3000 {
+		d.addKey(1, key(1, i))
+	}
+	require.Len(t, d.buckets[1], 2, "1,024 then 2,048")
+	for i := range 3000 {
+		d.addKey(2, key(2, i))
+	}
+	require.Len(t, d.buckets[2], 1)
+	require.Equal(t, uint(4096), d.buckets[2][0].limit, "the first power-of-two multiple of 1,024 over 3,000")
+	d.addKey(4, key(4, 0)) // no bucket 3: the first capacity
+	require.Equal(t, uint(1024), d.buckets[4][0].limit)
+	for i := range 3000 {
+		require.True(t, d.test(2, key(2, i)))
+	}
+}
