@@ -49,15 +49,15 @@ func (d *dedupFilter) prune(before EntryID) { d.dropBefore(dedupBucket(before)) 
 // bloomBuckets is a set of keys in bloom filters, split into buckets by a
 // time the caller derives from each key, so that a whole bucket can be
 // forgotten at once. A bucket's first filter is sized for as many keys as
-// the bucket before it holds, and a bucket grows by chaining a filter twice
-// the size of the last when the last is full. A key that is not in a bucket is
-// tested against every filter of its chain, so the chain's false
-// positives add up: each new filter gets half the rate of the one before
-// (bloomFP/2, bloomFP/4, …: one more hash, ~1.4 more bits a key), and a
-// bucket's rate stays near bloomFP however long its chain grows (1.08 %
-// for a full chain of 6: TestBloomChainFalsePositives). With
-// every filter at bloomFP, a 10 s burst of 700,000 job IDs (a chain of 8)
-// sent 8 % of new IDs to Pebble (BENCHMARKS.md, session 35).
+// the bucket before it holds, and a bucket grows by chaining a filter
+// twice the size of the last when the last is full. A key that is not in
+// a bucket is tested against every filter of its chain, so the chain's
+// false positives add up: each new filter gets half the rate of the one
+// before (bloomFP/2, bloomFP/4, …: one more hash, ~1.4 more bits a key),
+// and a bucket's rate stays near bloomFP however long its chain grows
+// (1.08 % for a full chain of 6: TestBloomChainFalsePositives). With every
+// filter at bloomFP, a 10 s burst of 700,000 job IDs (a chain of 8) sent
+// 8 % of new IDs to Pebble (BENCHMARKS.md, session 35).
 type bloomBuckets struct {
 	buckets  map[int64][]*bucketBloom
 	firstCap uint
