@@ -106,12 +106,16 @@ func (d *bloomBuckets) addKey(b int64, key []byte) {
 }
 
 // test is false only when key was never added to bucket b. The key is
-// hashed once for the whole chain: a filter's locations are the first K
-// of the same sequence whatever its size (bloom.Locations).
+// hashed once for a chain of several filters: a filter's locations are
+// the first K of the same sequence whatever its size (bloom.Locations,
+// which allocates them).
 func (d *bloomBuckets) test(b int64, key []byte) bool {
 	chain := d.buckets[b]
-	if len(chain) == 0 {
+	switch len(chain) {
+	case 0:
 		return false
+	case 1: // the steady state (addKey): no locations to share, none to allocate
+		return chain[0].f.Test(key)
 	}
 	k := uint(0)
 	for _, l := range chain {
