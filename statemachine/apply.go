@@ -137,7 +137,7 @@ func (a *applier) noteChange(j *Job, st *JobState) {
 		return
 	}
 	cj := a.s.jobs.get(j.ID)
-	a.noteChangeOf(j, st, cj != nil && &cj.job == j)
+	a.noteChangeOf(j, st, cj != nil && cj.job == j)
 }
 
 // noteChangeOf is noteChange for a caller that knows whether j is the job
@@ -481,7 +481,7 @@ func (a *applier) eachKey(pfx []byte, f func(k, v []byte) bool) {
 // callers must not modify it.
 func (a *applier) loadJob(id string) (*Job, bool) {
 	if c := a.s.jobs.get(id); c != nil {
-		return &c.job, true
+		return c.job, true
 	}
 	v, ok := a.get(jobKey(id))
 	if !ok {
