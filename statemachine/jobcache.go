@@ -34,8 +34,15 @@ func newJobCache(max int64) *jobCache {
 	return &jobCache{max: max, m: make(map[string]*cachedJob)}
 }
 
+// recordOverhead is what a cached record holds beyond its fields' bytes:
+// the Job and the cachedJob (Go's 384- and 288-byte size classes) and its
+// slot in the map. The memory plan sizes the caches by this account, so it
+// must be the heap's: TestJobSizeIsTheHeaps measures it (it was 256 until
+// session 37, and a full cache held 1.3–2.4 times its budget).
+const recordOverhead = 720
+
 func jobSize(j *Job, st *JobState) int64 {
-	return int64(256 + len(j.ID) + len(j.Queue) + len(j.Payload) + len(j.Tags) + len(j.UniqueKey) +
+	return int64(recordOverhead + len(j.ID) + len(j.Queue) + len(j.Payload) + len(j.Tags) + len(j.UniqueKey) +
 		len(st.Progress) + len(st.Checkpoint) + len(st.Result) + len(st.LastError) + len(st.WorkerID))
 }
 

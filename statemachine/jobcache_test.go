@@ -1,6 +1,9 @@
 package statemachine
 
 import (
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -17,4 +20,36 @@ import (
 func TestJobCacheObjectsAreSmall(t *testing.T) {
 	require.LessOrEqual(t, unsafe.Sizeof(Job{}), uintptr(512), "a cached Job")
 	require.LessOrEqual(t, unsafe.Sizeof(cachedJob{}), uintptr(512), "a cachedJob")
+}
+
+// TestJobSizeIsTheHeaps: the memory plan gives each shard's job cache a
+// share of the node's budget and the cache counts its records with
+// jobSize, so that account must be what the records hold in the heap. It
+// fails when Job or cachedJob grow into another size class without
+// recordOverhead following.
+func TestJobSizeIsTheHeaps(t *testing.T) {
+	for _, size := range []int{16, 300, 4096} {
+		const n = 20000
+		payload := []byte(strings.Repeat("x", size))
+		// IDs as a decoded entry gives them: bytes the record's string
+		// is made from (the cache keeps the string).
+		ids := make([][]byte, n)
+		for i := range ids {
+			ids[i] = fmt.Appendf(nil, "01JQ%022d", i)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := newJobCache(1 << 40)
+		for i := range ids {
+			j := Job{ID: string(ids[i]), Queue: "emails", Payload: payload, JobOptions: DefaultJobOptions()}
+			c.add(&j, JobState{})
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+		ratio := heap / float64(c.bytes)
+		require.InDelta(t, 1, ratio, 0.15, "payload %d B: the cache counts %d B a record, the heap holds %.0f", size, c.bytes/n, heap/n)
+		runtime.KeepAlive(c)
+	}
 }
